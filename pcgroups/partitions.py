@@ -1,0 +1,153 @@
+"""Partition arithmetic for both group kinds: assignment, filter subjects, transforms and hashing (pure, no I/O)."""
+
+from __future__ import annotations
+
+from .config import ElasticConfig, MemberMapping, StaticConfig
+from .errors import ConfigError
+
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+
+
+def fnv1a32(data: bytes) -> int:
+    """32-bit FNV-1a, the hash nats-server's `partition()` transform uses."""
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def balanced_assignment(members: list[str], max_members: int) -> dict[str, list[int]]:
+    """Each listed member's partitions under the reference's balanced distribution (ref §4), ascending.
+
+    Members are de-duplicated and sorted (code point order, which is UTF-8 byte order like Go's), the first
+    `max_members` get contiguous blocks of N // n partitions and the leftover high partitions go one each to the first
+    members; members cut off by `max_members` own nothing.
+    """
+    result: dict[str, list[int]] = {m: [] for m in members}
+    ranked = sorted(dict.fromkeys(members))[: max(max_members, 0)]
+    n = len(ranked)
+    if n == 0:
+        return result
+    per = max_members // n
+    for i in range(max_members):
+        owner = ranked[i // per] if i < n * per else ranked[i - n * per]
+        result[owner].append(i)
+    return result
+
+
+def _mapped(member_mappings: list[MemberMapping], member: str) -> list[int]:
+    """The member's mapped partitions in mapping order, de-duplicated."""
+    return list(dict.fromkeys(p for m in member_mappings if m.member == member for p in m.partitions))
+
+
+def member_partitions(
+    *, max_members: int, members: list[str], member_mappings: list[MemberMapping], member: str
+) -> list[int]:
+    """The partitions one member owns, ascending: balanced when there are members (they win), else from the mappings."""
+    if members:
+        return balanced_assignment(members, max_members).get(member, [])
+    return sorted(_mapped(member_mappings, member))
+
+
+def partition_filters(
+    *,
+    max_members: int,
+    members: list[str],
+    member_mappings: list[MemberMapping],
+    member: str,
+    filters: list[str] | None,
+) -> list[str]:
+    """The member's consumer filter subjects (SPEC §2): `<p>.<filter>` per filter, then partition; or mapped `<p>.>`.
+
+    Mapping mode ignores the filters and de-duplicates, which fixes the reference's duplicate subjects with several
+    filters while giving its exact result with one filter or none.
+    """
+    if members:
+        owned = balanced_assignment(members, max_members).get(member, [])
+        return [f"{p}.{f}" for f in (filters or [">"]) for p in owned]
+    return [f"{p}.>" for p in _mapped(member_mappings, member)]
+
+
+def static_member_filters(cfg: StaticConfig, member: str) -> list[str]:
+    """The filter subjects of a static member's consumer on the origin stream."""
+    return partition_filters(
+        max_members=cfg.max_members,
+        members=cfg.members,
+        member_mappings=cfg.member_mappings,
+        member=member,
+        filters=cfg.filters,
+    )
+
+
+def elastic_member_filters(cfg: ElasticConfig, member: str) -> list[str]:
+    """The filter subjects of an elastic member's consumer on the work-queue stream (no filters: `<p>.>`)."""
+    return partition_filters(
+        max_members=cfg.max_members,
+        members=cfg.members,
+        member_mappings=cfg.member_mappings,
+        member=member,
+        filters=[pf.filter for pf in cfg.partitioning_filters or []],
+    )
+
+
+def transform_destination(filter: str, wildcards: list[int] | None, max_members: int) -> str:
+    """The work-queue source transform destination of a partitioning filter (ref §3.1 getPartitioningTransformDest)."""
+    tokens = filter.split(".")
+    k = 0
+    for i, token in enumerate(tokens):
+        if token == "*":
+            k += 1
+            tokens[i] = f"{{{{Wildcard({k})}}}}"
+    args = ",".join([str(max_members), *map(str, wildcards or [])])
+    return f"{{{{Partition({args})}}}}." + ".".join(tokens)
+
+
+def elastic_subject_transforms(cfg: ElasticConfig) -> list[tuple[str, str]]:
+    """(src, dest) of the work-queue stream's source transforms, one per partitioning filter; none: `>` as a whole."""
+    if not cfg.partitioning_filters:
+        return [(">", transform_destination(">", None, cfg.max_members))]
+    return [
+        (pf.filter, transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
+        for pf in cfg.partitioning_filters
+    ]
+
+
+def partition_of_subject(
+    subject: str,
+    max_members: int,
+    wildcard_tokens: list[int] | None = None,
+    filter: str | None = None,
+) -> int:
+    """The partition the server's transform gives `subject`, predicted client-side.
+
+    Without indexes the whole subject is hashed (`{{Partition(N)}}`). With indexes, the subject tokens selected by them
+    are concatenated with no separator and hashed: index k is the k-th `*` token of `filter`, or, with no filter, the
+    k-th token of the subject (as for a `*.*`-style filter). The result is FNV-1a 32 modulo `max_members`.
+    """
+    if max_members < 1:
+        raise ConfigError(f"the max number of members must be >= 1, got {max_members}")
+    if not wildcard_tokens:
+        return fnv1a32(subject.encode()) % max_members
+    tokens = subject.split(".")
+    if filter is None:
+        positions = list(range(len(tokens)))
+    else:
+        positions = [i for i, t in enumerate(filter.split(".")) if t == "*"]
+    key = []
+    for k in wildcard_tokens:
+        if not 1 <= k <= len(positions) or positions[k - 1] >= len(tokens):
+            raise ConfigError(f"wildcard index {k} does not select a token of subject {subject!r}")
+        key.append(tokens[positions[k - 1]])
+    return fnv1a32("".join(key).encode()) % max_members
+
+
+def strip_partition(subject: str) -> tuple[int | None, str]:
+    """Split a partitioned subject into its partition number (None if the first token is not one) and the rest.
+
+    The rest is everything after the first `.`, or the whole subject when it has no `.` (what handlers see, ref §2.6).
+    """
+    head, dot, rest = subject.partition(".")
+    if not dot:
+        return None, subject
+    return (int(head) if head.isascii() and head.isdigit() else None), rest
