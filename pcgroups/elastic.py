@@ -1,0 +1,512 @@
+"""Elastic consumer groups: any stream, sourced into a work-queue stream ``<stream>-<group>`` whose
+subject transform prepends the partition; members can be added, dropped or remapped at any time.
+
+A membership change touches only members whose partitions changed. A member giving up partitions
+drains first (stops pulling, lets delivered messages finish) and only then shrinks its consumer, so
+the new owner never works on a partition while the old one still holds a message of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+from nats.aio.client import Client
+
+from .config import ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name
+from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
+                     NotAMemberError, NotFoundError, PCGroupsError)
+from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
+from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
+                    pinned_client_id)
+from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions
+from .session import DEFAULT_BATCH, Handler
+from .store import ELASTIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read, update
+
+log = logging.getLogger("pcgroups")
+
+RETRY_FAST = 0.1   # while a change is under way (waiting for another member to release partitions)
+
+
+def work_queue_name(stream: str, group: str) -> str:
+    return f"{stream}-{group}"
+
+
+def _api(nc: Client, api: JetStreamApi | None) -> JetStreamApi:
+    return api if api is not None else JetStreamApi(nc)
+
+
+def _names(stream: str, group: str) -> None:
+    validate_name("stream", stream)
+    validate_name("group", group)
+
+
+def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str) -> StreamConfig:
+    """The work-queue stream exactly as the reference creates it (SPEC §2)."""
+    transforms = [{"src": src, "dest": dest} for src, dest in elastic_subject_transforms(cfg)]
+    return StreamConfig(name=work_queue_name(stream, group), retention="workqueue", max_msgs=cfg.max_buffered_msgs,
+                        max_bytes=cfg.max_buffered_bytes, discard="new", storage=storage, num_replicas=replicas,
+                        sources=[{"name": stream, "subject_transforms": transforms}], allow_direct=True)
+
+
+def _same_shape(a: ElasticConfig, b: ElasticConfig) -> bool:
+    """Partition count, filters and buffer limits equal (what can never change on a live group)."""
+    return (a.max_members == b.max_members and (a.partitioning_filters or []) == (b.partitioning_filters or [])
+            and a.max_buffered_msgs == b.max_buffered_msgs and a.max_buffered_bytes == b.max_buffered_bytes)
+
+
+async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
+    """The group's config, validated."""
+    _names(stream, group)
+    kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
+    entry = await read(kv, group_key(stream, group))
+    if entry is None:
+        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
+    return parse_elastic_config(entry.value)
+
+
+async def create_elastic(nc: Client, stream: str, group: str, max_members: int, *,
+                         partitioning_filters: list[PartitioningFilter] | None = None,
+                         max_buffered_msgs: int = 0, max_buffered_bytes: int = 0,
+                         api: JetStreamApi | None = None) -> ElasticConfig:
+    """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing)."""
+    api = _api(nc, api)
+    _names(stream, group)
+    cfg = ElasticConfig(max_members=max_members, partitioning_filters=partitioning_filters,
+                        max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes)
+    try:
+        cfg.validate()
+    except ConfigError as e:
+        raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+    try:
+        info = await api.stream_info(stream)
+    except NotFoundError:
+        raise NotFoundError(f"the elastic consumer group's origin stream does not exist: {stream}") from None
+    replicas = info["config"].get("num_replicas", 1)
+    storage = info["config"].get("storage", "file")
+    kv = await open_or_create_bucket(api, ELASTIC_BUCKET, replicas=replicas)
+    key = group_key(stream, group)
+    existing = await read(kv, key)
+    if existing is not None:
+        try:
+            current = ElasticConfig.from_json(existing.value)
+        except ConfigError:
+            raise GroupExistsError(f"elastic consumer group {group} already exists and is not valid JSON") from None
+        if not _same_shape(current, cfg):
+            raise GroupExistsError("the existing elastic consumer group config can not be updated to the requested "
+                                   "one, please delete the existing elastic consumer group and create a new one")
+        cfg = current
+    wq = work_queue_config(stream, group, cfg, replicas=replicas, storage=storage)
+    created_stream = False
+    try:
+        await api.stream_info(wq.name)
+    except NotFoundError:
+        try:
+            await api.create_stream(wq)
+        except JetStreamAPIError as e:
+            raise PCGroupsError(f"can't create the elastic consumer group's stream: {e}") from None
+        created_stream = True
+    if existing is None:
+        try:
+            await kv.create(key, cfg.to_json())
+        except Exception:
+            if created_stream:
+                await api.delete_stream(wq.name)
+            current_entry = await read(kv, key)
+            if current_entry is None:
+                raise
+            return await create_elastic(nc, stream, group, max_members, partitioning_filters=partitioning_filters,
+                                        max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
+                                        api=api)
+    return cfg
+
+
+async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
+    """Delete the config (instances end normally), then the work-queue stream."""
+    api = _api(nc, api)
+    _names(stream, group)
+    kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
+    key = group_key(stream, group)
+    had_key = await read(kv, key) is not None
+    if had_key:
+        await kv.delete(key)
+    try:
+        had_stream = await api.delete_stream(work_queue_name(stream, group))
+    except JetStreamAPIError as e:
+        raise PCGroupsError(f"could not delete the elastic consumer group's stream: {e}") from None
+    if not had_key and not had_stream:
+        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
+
+
+async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
+    """Names of the elastic groups defined on ``stream`` (empty when there is no bucket yet)."""
+    validate_name("stream", stream)
+    try:
+        kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
+    except NotFoundError:
+        return []
+    return await keys_of_stream(kv, stream)
+
+
+async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None, change) -> ElasticConfig:
+    """Compare-and-set ``change(cfg) -> cfg`` on the group's config, retrying on conflicts."""
+    _names(stream, group)
+    kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
+    result: list[ElasticConfig] = []
+
+    async def apply(entry):
+        if entry is None:
+            raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
+        new = change(parse_elastic_config(entry.value))
+        try:
+            new.validate()
+        except ConfigError as e:
+            raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+        result[:] = [new]
+        return new.to_json()
+
+    await update(kv, group_key(stream, group), apply)
+    return result[0]
+
+
+async def add_members(nc: Client, stream: str, group: str, names: list[str], *,
+                      api: JetStreamApi | None = None) -> list[str]:
+    """Add members (existing order kept, new names appended as given); returns the new membership."""
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError("no member names given")
+    for n in names:
+        validate_name("member", n)
+
+    def change(cfg: ElasticConfig) -> ElasticConfig:
+        if cfg.member_mappings:
+            raise ConfigError("can't add members to an elastic consumer group that uses member mappings")
+        return replace(cfg, members=list(dict.fromkeys(cfg.members + names)))
+
+    return (await _modify(nc, stream, group, api, change)).members
+
+
+async def delete_members(nc: Client, stream: str, group: str, names: list[str], *,
+                         api: JetStreamApi | None = None) -> list[str]:
+    """Drop members; returns the remaining membership."""
+    if not [n for n in names if n]:
+        raise ConfigError("no member names given")
+    drop = set(names)
+
+    def change(cfg: ElasticConfig) -> ElasticConfig:
+        if cfg.member_mappings:
+            raise ConfigError("can't drop members from an elastic consumer group that uses member mappings")
+        return replace(cfg, members=[m for m in cfg.members if m not in drop])
+
+    return (await _modify(nc, stream, group, api, change)).members
+
+
+async def set_member_mappings(nc: Client, stream: str, group: str, mappings: list[MemberMapping], *,
+                              api: JetStreamApi | None = None) -> None:
+    """Replace the membership by explicit partition mappings (compare-and-set)."""
+    if not mappings:
+        raise ConfigError("no member mappings given")
+    for m in mappings:
+        validate_name("member", m.member)
+    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, members=[], member_mappings=list(mappings)))
+
+
+async def delete_member_mappings(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
+    """Remove the mappings (the group is left with no members)."""
+    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, member_mappings=[]))
+
+
+def _membership(cfg: ElasticConfig) -> list[str]:
+    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
+
+
+async def _waiting_by_consumer(api: JetStreamApi, stream: str, group: str) -> dict[str, int]:
+    try:
+        infos = await api.list_consumers(work_queue_name(stream, group))
+    except NotFoundError:
+        raise NotFoundError(f"the elastic consumer group's stream does not exist: "
+                            f"{work_queue_name(stream, group)}") from None
+    return {c["name"]: c.get("num_waiting", 0) for c in infos}
+
+
+async def list_elastic_active_members(nc: Client, stream: str, group: str, *,
+                                      api: JetStreamApi | None = None) -> list[str]:
+    """Members whose consumer exists and has an instance pulling, in membership order."""
+    api = _api(nc, api)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    members = _membership(cfg)
+    if not members:
+        return []
+    waiting = await _waiting_by_consumer(api, stream, group)
+    return [m for m in members if waiting.get(m, 0) > 0]
+
+
+async def elastic_is_in_membership_and_active(nc: Client, stream: str, group: str, member: str, *,
+                                              api: JetStreamApi | None = None) -> tuple[bool, bool]:
+    """Whether ``member`` is in the membership, and whether *its* consumer has an instance pulling."""
+    api = _api(nc, api)
+    validate_name("member", member)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    if not cfg.is_in_membership(member):
+        return False, False
+    return True, (await _waiting_by_consumer(api, stream, group)).get(member, 0) > 0
+
+
+async def elastic_member_step_down(nc: Client, stream: str, group: str, member: str, *,
+                                   api: JetStreamApi | None = None) -> None:
+    """Unpin the member's consumer: another of its instances takes over at once."""
+    api = _api(nc, api)
+    validate_name("member", member)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    if not cfg.is_in_membership(member):
+        raise NotAMemberError(f"member {member} is not part of elastic consumer group {group}")
+    await api.unpin(work_queue_name(stream, group), member)
+
+
+async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
+                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                          auto_in_progress: bool = True, api: JetStreamApi | None = None) -> "ElasticInstance":
+    """Run an instance of ``member``; it may start before the member is added and waits until then.
+
+    Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
+    is also the consumer's inactive threshold, so dead instances' consumers are reaped.
+    """
+    api = _api(nc, api)
+    _names(stream, group)
+    validate_name("member", member)
+    template = member_template(config)
+    if template.ack_policy != "explicit":
+        raise ConfigError("the ack policy when consuming from elastic consumer groups must be explicit")
+    template.inactive_threshold = template.ack_wait
+    inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
+                           template=template, batch=batch, auto_in_progress=auto_in_progress)
+    await inst._setup()
+    return inst
+
+
+class ElasticInstance(ConsumerInstance):
+    """An elastic member instance (see :func:`elastic_consume`).
+
+    Its control loop reconciles: the member's consumer should exist with the filters the current
+    membership gives it. Who changes an existing consumer: its pinned instance (after draining), or
+    any instance when nobody is pinned; standbys wait for that.
+    """
+
+    flavour = "elastic"
+
+    async def _setup(self) -> None:
+        self.work_queue = work_queue_name(self.stream_name, self.group_name)
+        try:
+            await self.api.stream_info(self.work_queue)
+        except NotFoundError:
+            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}") from None
+        kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
+        self._kv = kv
+        self._key = group_key(self.stream_name, self.group_name)
+        entry = await read(kv, self._key)
+        if entry is None:
+            raise NotFoundError(f"can not get the current elastic consumer group's config: "
+                                f"{self.group_name} on stream {self.stream_name} not found")
+        self.config = parse_elastic_config(entry.value)
+        self.desired = elastic_member_filters(self.config, self.member_name)
+        self.current: list[str] | None = None    # the filters our consumer has, when attached
+        self._retry_at = 0.0
+        watcher = await kv.watch(self._key)
+        self._start(watcher)
+        self._events.put_nowait(("reconcile", None))
+
+    @property
+    def _consume_stream(self) -> str:  # type: ignore[override]
+        return self.work_queue
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this instance's member owns under the current config."""
+        c = self.config
+        return member_partitions(max_members=c.max_members, members=c.members, member_mappings=c.member_mappings,
+                                 member=self.member_name)
+
+    async def _next_event(self) -> tuple[str, Any]:
+        timeout = RETRY_FAST if self._unsettled() else self.template.ack_wait + 0.5
+        try:
+            return await asyncio.wait_for(self._events.get(), timeout)
+        except asyncio.TimeoutError:
+            return ("reconcile", None)
+
+    def _unsettled(self) -> bool:
+        return (self.current or []) != self.desired
+
+    async def _handle_other(self, kind: str, value: Any):
+        if kind == "kv":
+            if value is None:
+                return _CONTINUE
+            if value.operation in ("DEL", "PURGE"):
+                await self._stop_session(drain=True)
+                return None  # the group was deleted (its stream goes with it)
+            try:
+                cfg = parse_elastic_config(value.value)
+            except ConfigError as e:
+                await self._stop_session(drain=True)
+                return ConfigError(f"the elastic consumer group config is no longer valid: {e}")
+            if not _same_shape(cfg, self.config):
+                await self._stop_session(drain=True)
+                return ConfigChangedError(
+                    f"elastic consumer group {self.group_name} member {self.member_name} received a bad change in "
+                    "the configuration: max number of members, buffered messages, filter or partitioning "
+                    "wildcards changed")
+            self.config = cfg
+            desired = elastic_member_filters(cfg, self.member_name)
+            if desired == self.desired and (self.current == desired or not desired):
+                return _CONTINUE  # our partitions did not change: keep consuming without a pause
+            self.desired = desired
+            await self._reconcile()
+            return _CONTINUE
+        if kind == "gone":
+            await self._stop_session(drain=False)
+            self.current = None
+            if await read(self._kv, self._key) is None:
+                return None
+            try:
+                await self.api.stream_info(self.work_queue)
+            except NotFoundError:
+                return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
+            log.info("%s: consumer went away (%s), joining again", self.member_name, value)
+            self.recovered_errors += 1
+            await self._reconcile()
+            return _CONTINUE
+        if kind == "reconcile":
+            await self._reconcile()
+            return _CONTINUE
+        return _CONTINUE
+
+    # --- reconciliation ---------------------------------------------------------------------
+    async def _reconcile(self) -> None:
+        try:
+            if not self.desired:
+                await self._release_all()
+            elif self.session is None:
+                await self._join()
+            elif self.current != self.desired:
+                await self._change_filters()
+            else:
+                await self._check_alive()
+        except NotFoundError as e:
+            # The work queue was deleted: the group is being deleted (the KV event follows) or gone.
+            log.info("%s: %s", self.member_name, e)
+            self._events.put_nowait(("gone", str(e)))
+        except JetStreamAPIError as e:
+            log.warning("%s: membership change not applied yet: %s", self.member_name, e)
+
+    async def _consumer_info(self) -> dict[str, Any] | None:
+        try:
+            return await self.api.consumer_info(self.work_queue, self.member_name)
+        except NotFoundError:
+            return None
+
+    def _may_change(self, info: dict[str, Any]) -> bool:
+        """The pinned instance changes the consumer; anyone may when nobody is pinned."""
+        pin = pinned_client_id(info)
+        return pin is None or (self.session is not None and pin == self.session.pin_id)
+
+    async def _join(self) -> None:
+        cfg = self._consumer_config(self.desired)
+        try:
+            await self.api.create_consumer(self.work_queue, cfg)
+        except JetStreamAPIError as e:
+            if e.err_code == ERR_WQ_CONSUMER_NOT_UNIQUE:
+                return  # another member still holds some of our partitions: retry shortly
+            if e.err_code != ERR_CONSUMER_EXISTS:
+                raise
+            # Our consumer exists with other filters: another instance of ours is changing it, or it is stale.
+            info = await self._consumer_info()
+            if info is None or not self._may_change(info):
+                return
+            if not await self._partitions_free(self.desired):
+                return
+            await self.api.delete_consumer(self.work_queue, self.member_name)
+            try:
+                await self.api.create_consumer(self.work_queue, cfg)
+            except JetStreamAPIError as e2:
+                if e2.err_code in (ERR_WQ_CONSUMER_NOT_UNIQUE, ERR_CONSUMER_EXISTS):
+                    return
+                raise
+        self.current = list(self.desired)
+        await self._start_session(self.member_name)
+        self.session.partitions = set(self.partitions)
+
+    def _consumer_config(self, filters: list[str]) -> ConsumerConfig:
+        cfg = with_priority_group(self.template, filters)
+        cfg.name = self.member_name
+        cfg.durable_name = ""
+        return cfg
+
+    async def _partitions_free(self, filters: list[str]) -> bool:
+        """No other consumer on the work queue holds any partition of ``filters``."""
+        wanted = {f.split(".", 1)[0] for f in filters}
+        for c in await self.api.list_consumers(self.work_queue):
+            if c["name"] == self.member_name:
+                continue
+            conf = c.get("config", {})
+            theirs = conf.get("filter_subjects") or ([conf["filter_subject"]] if conf.get("filter_subject") else [">"])
+            for f in theirs:
+                token = f.split(".", 1)[0]
+                if token in wanted or token in (">", "*"):
+                    return False
+        return True
+
+    async def _change_filters(self) -> None:
+        """Shrink and/or grow our consumer in place: drain, update, RESET to the first message."""
+        info = await self._consumer_info()
+        if info is None:
+            await self._stop_session(drain=False)
+            self.current = None
+            await self._join()
+            return
+        have = info["config"].get("filter_subjects") or []
+        if have == self.desired:  # another instance of ours did it already
+            self.current = list(self.desired)
+            self.session.partitions = set(self.partitions)
+            return
+        if not self._may_change(info):
+            return  # the pinned instance (maybe not this process) does it; check again shortly
+        gained = [f for f in self.desired if f not in have]
+        target = self.desired if not gained or await self._partitions_free(gained) else \
+            [f for f in have if f in self.desired]
+        if target == have:
+            return  # wait for the partitions we gain to be released
+        started = time.monotonic()
+        self.session.partitions = set(self.partitions) & _partitions_of(have)
+        await self.session.drain()
+        await self.api.create_consumer(self.work_queue, self._consumer_config(target), action="update")
+        stream = await self.api.stream_info(self.work_queue)
+        first = stream.get("state", {}).get("first_seq", 0)
+        if first:
+            await self.api.reset(self.work_queue, self.member_name, first)
+        self.current = list(target)
+        self.session.partitions = _partitions_of(target)
+        self.session.resume()
+        log.info("%s: consumer filters changed to %s (paused %.3fs)", self.member_name, target,
+                 time.monotonic() - started)
+
+    async def _release_all(self) -> None:
+        """Our member owns nothing now: drain and delete its consumer (when it is ours to delete)."""
+        if self.session is None:
+            return
+        info = await self._consumer_info()
+        may = info is None or self._may_change(info)
+        await self._stop_session(drain=True)
+        self.current = None
+        if info is not None and may:
+            await self.api.delete_consumer(self.work_queue, self.member_name)
+
+    async def _check_alive(self) -> None:
+        """Periodic: our consumer must still exist (a deleted one is re-created)."""
+        if await self._consumer_info() is None:
+            self._events.put_nowait(("gone", "consumer not found"))
+
+
+def _partitions_of(filters: list[str]) -> set[int]:
+    return {int(f.split(".", 1)[0]) for f in filters}

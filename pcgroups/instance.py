@@ -1,0 +1,194 @@
+"""The consume context ``*_consume`` returns: one member instance, its control loop and its end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+from nats.aio.client import Client
+
+from .errors import ConfigError, PCGroupsError
+from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .session import Handler, PullSession, pinned_ttl
+
+log = logging.getLogger("pcgroups")
+
+DEFAULT_ACK_WAIT = 5.0
+
+
+def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
+    """The user's consumer template with AckWait defaulted (5 s), as the reference does."""
+    cfg = replace(template) if template is not None else ConsumerConfig()
+    if cfg.ack_wait <= 0:
+        cfg.ack_wait = DEFAULT_ACK_WAIT
+    return cfg
+
+
+def with_priority_group(cfg: ConsumerConfig, filters: list[str]) -> ConsumerConfig:
+    """The member consumer: the template plus filters and the ``PCG`` pinned-client group."""
+    return replace(cfg, filter_subjects=list(filters), priority_groups=[PRIORITY_GROUP],
+                   priority_policy=PINNED_CLIENT, priority_timeout=pinned_ttl(cfg.ack_wait))
+
+
+class ConsumerInstance:
+    """A running member instance. ``stop()`` ends it; ``await done()`` gives None or the error.
+
+    Use it as an async context manager to stop it on exit. Events (config updates, a lost consumer,
+    a failed handler, stop) are handled one at a time by the control loop in arrival order.
+    """
+
+    def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, group: str, member: str,
+                 handler: Handler, template: ConsumerConfig, batch: int, auto_in_progress: bool):
+        if handler is None:
+            raise ConfigError("a message handler must be provided")
+        self.nc = nc
+        self.api = api
+        self.stream_name = stream
+        self.group_name = group
+        self.member_name = member
+        self.handler = handler
+        self.template = template
+        self.batch = batch
+        self.auto_in_progress = auto_in_progress
+        self.session: PullSession | None = None
+        self.error: BaseException | None = None
+        self.recovered_errors = 0
+        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._consuming = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._watcher = None
+        self._watch_task: asyncio.Task | None = None
+
+    # --- public surface -------------------------------------------------------------------
+    @property
+    def consuming(self) -> bool:
+        """True while this instance has a consumer and is pulling (pinned or standby)."""
+        return self._consuming.is_set() and not self._done.done()
+
+    @property
+    def pinned(self) -> bool:
+        """True while this instance holds the pin (gets the member's messages)."""
+        return self.session is not None and self.session.pinned and not self._done.done()
+
+    async def wait_for_consuming(self, timeout: float | None = None) -> None:
+        """Wait until the instance is attached to its consumer; raises if it ended first."""
+        waiter = asyncio.ensure_future(self._consuming.wait())
+        try:
+            await asyncio.wait({waiter, self._done}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if self._done.done():
+            raise self._done.result() or PCGroupsError("the instance ended before consuming")
+        if not self._consuming.is_set():
+            raise asyncio.TimeoutError(f"{self.member_name} did not start consuming within {timeout}s")
+
+    def stop(self) -> asyncio.Future:
+        """Ask the instance to end (idempotent, safe from a handler). Await the result to wait for it."""
+        if not self._done.done():
+            self._events.put_nowait(("stop", None))
+        return asyncio.shield(self._done)
+
+    async def done(self) -> BaseException | None:
+        """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
+        return await asyncio.shield(self._done)
+
+    async def __aenter__(self) -> "ConsumerInstance":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    # --- for subclasses -------------------------------------------------------------------
+    def _start(self, watcher) -> None:
+        self._watcher = watcher
+        self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")
+        self._task = asyncio.create_task(self._control(), name=f"pcg-control-{self.member_name}")
+
+    async def _pump_watch(self) -> None:
+        try:
+            async for entry in self._watcher:
+                self._events.put_nowait(("kv", entry))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._events.put_nowait(("watch-error", e))
+            return
+        self._events.put_nowait(("watch-closed", None))
+
+    async def _control(self) -> None:
+        result: BaseException | None = None
+        try:
+            while True:
+                kind, value = await self._next_event()
+                outcome = await self._handle(kind, value)
+                if outcome is not _CONTINUE:
+                    result = outcome
+                    break
+        except asyncio.CancelledError:
+            result = None
+        except Exception as e:  # a bug or an unexpected server answer: end, never idle as a zombie
+            log.exception("%s: control loop failed", self.member_name)
+            result = e
+        await self._finish(result)
+
+    async def _next_event(self) -> tuple[str, Any]:
+        return await self._events.get()
+
+    async def _handle(self, kind: str, value: Any):
+        """Handle one event; return ``_CONTINUE`` or the instance's result (None or an error)."""
+        if kind == "stop":
+            await self._stop_session(drain=True)
+            return None
+        if kind == "fatal":
+            await self._stop_session(drain=False)
+            return value
+        if kind == "watch-closed":
+            await self._stop_session(drain=True)
+            return PCGroupsError(f"the {self.flavour} consumer group config watcher has been closed, stopping")
+        if kind == "watch-error":
+            await self._stop_session(drain=True)
+            return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {value}")
+        return await self._handle_other(kind, value)
+
+    flavour = "static"
+
+    async def _handle_other(self, kind: str, value: Any):
+        raise NotImplementedError
+
+    async def _start_session(self, consumer: str) -> None:
+        session = PullSession(self.nc, self.api, stream=self._consume_stream, consumer=consumer,
+                              handler=self.handler, ack_wait=self.template.ack_wait, batch=self.batch,
+                              auto_in_progress=self.auto_in_progress,
+                              on_fatal=lambda e: self._events.put_nowait(("fatal", e)),
+                              on_gone=lambda r: self._events.put_nowait(("gone", r)),
+                              label=f"{self.group_name}/{self.member_name}")
+        await session.start()
+        self.session = session
+        self._consuming.set()
+
+    async def _stop_session(self, *, drain: bool) -> None:
+        session, self.session = self.session, None
+        self._consuming.clear()
+        if session is not None:
+            await session.stop(drain=drain)
+
+    _consume_stream = ""
+
+    async def _finish(self, result: BaseException | None) -> None:
+        await self._stop_session(drain=result is None)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+        if self._watcher is not None:
+            try:
+                await self._watcher.stop()
+            except Exception:
+                pass
+        self.error = result
+        if not self._done.done():
+            self._done.set_result(result)
+
+
+_CONTINUE = object()

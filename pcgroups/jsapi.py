@@ -1,0 +1,291 @@
+"""The JetStream API requests nats-py lacks or reshapes, sent as the Go reference sends them.
+
+nats-py has no priority groups (no ``priority_*`` consumer fields, no ``group``/``id`` in pulls, no
+unpin) and serialises configs in its own field order; pcgroups speaks those requests itself so Go and
+Python instances of one member create byte-identical consumers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+
+from .config import go_json
+from .errors import JetStreamAPIError, NotFoundError
+
+PRIORITY_GROUP = "PCG"
+PINNED_CLIENT = "pinned_client"
+
+# JetStream API error codes pcgroups branches on.
+ERR_CONSUMER_NOT_FOUND = 10014
+ERR_STREAM_NOT_FOUND = 10059
+ERR_STREAM_NAME_IN_USE = 10058
+ERR_WQ_CONSUMER_NOT_UNIQUE = 10100
+ERR_WQ_MULTIPLE_UNFILTERED = 10099
+ERR_CONSUMER_EXISTS = 10148
+ERR_CONSUMER_OVERLAP = 10138
+ERR_SOURCE_OVERLAP = 10147
+
+
+def ns(seconds: float) -> int:
+    """Seconds as the integer nanoseconds JetStream's JSON carries."""
+    return int(round(seconds * 1_000_000_000))
+
+
+@dataclass
+class ConsumerConfig:
+    """A pull consumer config, serialised in Go's ``jetstream.ConsumerConfig`` field order.
+
+    Durations are in seconds. The zero values are Go's: explicit acks, deliver all, replay instant.
+    This is also the *template* users pass to ``static_consume``/``elastic_consume``.
+    """
+
+    name: str = ""
+    durable_name: str = ""
+    description: str = ""
+    deliver_policy: str = "all"
+    opt_start_seq: int = 0
+    ack_policy: str = "explicit"
+    ack_wait: float = 0.0
+    max_deliver: int = 0
+    backoff: list[float] = field(default_factory=list)
+    filter_subject: str = ""
+    replay_policy: str = "instant"
+    rate_limit_bps: int = 0
+    sample_freq: str = ""
+    max_waiting: int = 0
+    max_ack_pending: int = 0
+    headers_only: bool = False
+    max_batch: int = 0
+    max_expires: float = 0.0
+    max_bytes: int = 0
+    inactive_threshold: float = 0.0
+    num_replicas: int = 0
+    mem_storage: bool = False
+    filter_subjects: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    priority_policy: str = ""
+    priority_timeout: float = 0.0
+    priority_groups: list[str] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object Go's encoder writes (omitempty fields left out, durations in ns)."""
+        out: dict[str, Any] = {}
+
+        def put(key: str, value: Any, always: bool = False) -> None:
+            if always or value:
+                out[key] = value
+
+        put("name", self.name)
+        put("durable_name", self.durable_name)
+        put("description", self.description)
+        put("deliver_policy", self.deliver_policy, always=True)
+        put("opt_start_seq", self.opt_start_seq)
+        put("ack_policy", self.ack_policy, always=True)
+        put("ack_wait", ns(self.ack_wait))
+        put("max_deliver", self.max_deliver)
+        put("backoff", [ns(b) for b in self.backoff])
+        put("filter_subject", self.filter_subject)
+        put("replay_policy", self.replay_policy, always=True)
+        put("rate_limit_bps", self.rate_limit_bps)
+        put("sample_freq", self.sample_freq)
+        put("max_waiting", self.max_waiting)
+        put("max_ack_pending", self.max_ack_pending)
+        put("headers_only", self.headers_only)
+        put("max_batch", self.max_batch)
+        put("max_expires", ns(self.max_expires))
+        put("max_bytes", self.max_bytes)
+        put("inactive_threshold", ns(self.inactive_threshold))
+        put("num_replicas", self.num_replicas, always=True)
+        put("mem_storage", self.mem_storage)
+        put("filter_subjects", list(self.filter_subjects))
+        put("metadata", dict(self.metadata))
+        put("priority_policy", self.priority_policy)
+        put("priority_timeout", ns(self.priority_timeout))
+        put("priority_groups", list(self.priority_groups))
+        return out
+
+
+@dataclass
+class StreamConfig:
+    """The stream configs pcgroups creates (KV buckets, elastic work queues), in Go's field order."""
+
+    name: str
+    subjects: list[str] = field(default_factory=list)
+    retention: str = "limits"
+    max_consumers: int = 0
+    max_msgs: int = 0
+    max_bytes: int = 0
+    discard: str = "old"
+    max_age: int = 0
+    max_msgs_per_subject: int = 0
+    max_msg_size: int = 0
+    storage: str = "file"
+    num_replicas: int = 1
+    duplicate_window: int = 0
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    deny_delete: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_direct: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.subjects:
+            out["subjects"] = list(self.subjects)
+        out.update(retention=self.retention, max_consumers=self.max_consumers, max_msgs=self.max_msgs,
+                   max_bytes=self.max_bytes, discard=self.discard, max_age=self.max_age,
+                   max_msgs_per_subject=self.max_msgs_per_subject)
+        if self.max_msg_size:
+            out["max_msg_size"] = self.max_msg_size
+        out.update(storage=self.storage, num_replicas=self.num_replicas)
+        if self.duplicate_window:
+            out["duplicate_window"] = self.duplicate_window
+        if self.sources:
+            out["sources"] = self.sources
+        if self.deny_delete:
+            out["deny_delete"] = True
+        if self.allow_rollup_hdrs:
+            out["allow_rollup_hdrs"] = True
+        out.update(compression="none", allow_direct=self.allow_direct, mirror_direct=False,
+                   consumer_limits={})
+        return out
+
+
+def kv_bucket_config(bucket: str, *, replicas: int) -> StreamConfig:
+    """The stream nats.go's ``CreateKeyValue`` makes for a config bucket (history 1, file storage)."""
+    return StreamConfig(
+        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"], max_consumers=-1, max_msgs=-1, max_bytes=-1,
+        discard="new", max_msgs_per_subject=1, max_msg_size=-1, storage="file", num_replicas=replicas,
+        duplicate_window=120_000_000_000, deny_delete=True, allow_rollup_hdrs=True, allow_direct=True)
+
+
+def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | None,
+                 group: str = PRIORITY_GROUP) -> bytes:
+    """A priority-group pull request body, fields in nats.go's order."""
+    body: dict[str, Any] = {"expires": ns(expires), "batch": batch, "idle_heartbeat": ns(heartbeat)}
+    if pin_id:
+        body["id"] = pin_id
+    body["group"] = group
+    return go_json(body)
+
+
+class JetStreamApi:
+    """Raw JetStream API requests on one connection (honours a JetStream domain)."""
+
+    def __init__(self, nc: Client, *, domain: str | None = None, timeout: float = 5.0):
+        self.nc = nc
+        self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
+        self.timeout = timeout
+
+    async def request(self, subject: str, body: bytes | dict | None = None, *,
+                      timeout: float | None = None) -> dict[str, Any]:
+        """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises."""
+        payload = go_json(body) if isinstance(body, dict) else (body or b"")
+        full = f"{self.prefix}.{subject}"
+        try:
+            msg = await self.nc.request(full, payload, timeout=timeout or self.timeout)
+        except nats.errors.NoRespondersError:
+            raise JetStreamAPIError("JetStream is not available (no responders)", code=503,
+                                    subject=full) from None
+        except nats.errors.TimeoutError:
+            raise JetStreamAPIError("JetStream API request timed out", code=408, subject=full) from None
+        reply = json.loads(msg.data) if msg.data else {}
+        err = reply.get("error")
+        if err:
+            raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
+                                    err_code=err.get("err_code", 0), subject=full)
+        return reply
+
+    # --- streams -------------------------------------------------------------------------
+    async def stream_info(self, stream: str) -> dict[str, Any]:
+        try:
+            return await self.request(f"STREAM.INFO.{stream}")
+        except JetStreamAPIError as e:
+            if e.err_code == ERR_STREAM_NOT_FOUND:
+                raise NotFoundError(f"stream {stream} not found") from None
+            raise
+
+    async def create_stream(self, config: StreamConfig) -> dict[str, Any]:
+        return await self.request(f"STREAM.CREATE.{config.name}", config.to_wire())
+
+    async def delete_stream(self, stream: str) -> bool:
+        """Delete a stream; False if it did not exist."""
+        try:
+            await self.request(f"STREAM.DELETE.{stream}")
+            return True
+        except JetStreamAPIError as e:
+            if e.err_code == ERR_STREAM_NOT_FOUND:
+                return False
+            raise
+
+    # --- consumers -----------------------------------------------------------------------
+    async def create_consumer(self, stream: str, config: ConsumerConfig, *,
+                              action: str = "create") -> dict[str, Any]:
+        """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config)."""
+        name = config.durable_name or config.name
+        body = {"stream_name": stream, "config": config.to_wire()}
+        if action:
+            body["action"] = action
+        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", body)
+
+    async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any]:
+        """Raw consumer info, including the ``priority_groups`` pin state nats-py drops."""
+        try:
+            return await self.request(f"CONSUMER.INFO.{stream}.{consumer}")
+        except JetStreamAPIError as e:
+            if e.err_code in (ERR_CONSUMER_NOT_FOUND, ERR_STREAM_NOT_FOUND):
+                raise NotFoundError(f"consumer {consumer} on stream {stream} not found") from None
+            raise
+
+    async def delete_consumer(self, stream: str, consumer: str) -> bool:
+        """Delete a consumer; False if it (or its stream) did not exist."""
+        try:
+            await self.request(f"CONSUMER.DELETE.{stream}.{consumer}")
+            return True
+        except JetStreamAPIError as e:
+            if e.err_code in (ERR_CONSUMER_NOT_FOUND, ERR_STREAM_NOT_FOUND):
+                return False
+            raise
+
+    async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
+        """Every consumer info of a stream (all pages)."""
+        out: list[dict[str, Any]] = []
+        while True:
+            try:
+                page = await self.request(f"CONSUMER.LIST.{stream}", {"offset": len(out)})
+            except JetStreamAPIError as e:
+                if e.err_code == ERR_STREAM_NOT_FOUND:
+                    raise NotFoundError(f"stream {stream} not found") from None
+                raise
+            infos = page.get("consumers") or []
+            out.extend(infos)
+            if not infos or len(out) >= page.get("total", 0):
+                return out
+
+    async def unpin(self, stream: str, consumer: str, group: str = PRIORITY_GROUP) -> None:
+        """Clear the pin of a priority group: the next waiting pull gets a new pin (step-down)."""
+        try:
+            await self.request(f"CONSUMER.UNPIN.{stream}.{consumer}", {"group": group})
+        except JetStreamAPIError as e:
+            if e.err_code in (ERR_CONSUMER_NOT_FOUND, ERR_STREAM_NOT_FOUND):
+                raise NotFoundError(f"consumer {consumer} on stream {stream} not found") from None
+            raise
+
+    async def reset(self, stream: str, consumer: str, seq: int = 0) -> dict[str, Any]:
+        """RESET a consumer to stream sequence ``seq`` (0: its ack floor); redelivers in order at once."""
+        return await self.request(f"CONSUMER.RESET.{stream}.{consumer}", {"seq": seq} if seq else b"")
+
+    def pull_subject(self, stream: str, consumer: str) -> str:
+        return f"{self.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+
+def pinned_client_id(info: dict[str, Any], group: str = PRIORITY_GROUP) -> str | None:
+    """The pin id a consumer info reports for ``group``, or None when nobody is pinned."""
+    for state in info.get("priority_groups") or []:
+        if state.get("group") == group:
+            return state.get("pinned_client_id") or None
+    return None

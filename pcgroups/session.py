@@ -1,0 +1,450 @@
+"""The one consume loop both flavours use: pinned pulls, dispatch, in-progress, drain.
+
+A :class:`PullSession` is one member instance attached to one member consumer. It keeps pulls
+outstanding with the pin id (which is what keeps the pin), hands messages one at a time to the
+handler, sends ``+WPI`` while a handler runs long, drops what it buffered when its pin moves, and
+can *drain*: stop pulling, let what was delivered finish, and only then report idle, so a partition
+is released only after its in-flight message is settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg as NatsMsg
+
+from .jsapi import JetStreamApi, pull_request
+
+log = logging.getLogger("pcgroups")
+
+PIN_HEADER = "Nats-Pin-Id"
+DEFAULT_BATCH = 500
+RECENT_ACKS = 4096
+
+Handler = Callable[["Msg"], Awaitable[None] | None]
+
+
+def pull_expiry(ack_wait: float) -> float:
+    """Pull ``expires`` = max(AckWait/2, 1 s): pins are renewed well inside PinnedTTL."""
+    return max(ack_wait / 2, 1.0)
+
+
+def pinned_ttl(ack_wait: float) -> float:
+    """PinnedTTL (``priority_timeout``) = max(AckWait, 1 s)."""
+    return max(ack_wait, 1.0)
+
+
+def _stream_seq(reply: str) -> int:
+    """The stream sequence in a JetStream ack subject (v1 and v2 ``$JS.ACK`` forms)."""
+    tokens = reply.split(".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[-5])
+
+
+def _already_acked(reply: str, recent: "_RecentSet") -> bool:
+    tokens = reply.split(".")
+    delivered = tokens[4] if len(tokens) == 9 else tokens[-6]
+    return delivered != "1" and _stream_seq(reply) in recent
+
+
+class _RecentSet:
+    """A set that remembers only its last ``size`` members."""
+
+    def __init__(self, size: int):
+        self._order: deque[int] = deque()
+        self._members: set[int] = set()
+        self._size = size
+
+    def add(self, item: int) -> None:
+        if item in self._members:
+            return
+        self._order.append(item)
+        self._members.add(item)
+        if len(self._order) > self._size:
+            self._members.discard(self._order.popleft())
+
+    def __contains__(self, item: int) -> bool:
+        return item in self._members
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+class Msg:
+    """A message as a handler sees it: the partition token stripped from the subject.
+
+    Acks pass straight to JetStream. In an ``async`` handler await them (``await msg.ack()``); in a
+    sync handler (run in a worker thread) call them plainly: they block until sent.
+    """
+
+    __slots__ = ("_msg", "_session", "subject", "partition", "pin_id", "_done", "_meta")
+
+    def __init__(self, msg: NatsMsg, session: "PullSession", pin_id: str | None):
+        self._msg = msg
+        self._session = session
+        self.pin_id = pin_id
+        token, _, rest = msg.subject.partition(".")
+        self.subject = rest if _ else msg.subject
+        self.partition = int(token) if _ and token.isdigit() else -1
+        self._done = False
+        self._meta = None
+
+    # --- what the handler reads ---------------------------------------------------------
+    @property
+    def partitioned_subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def data(self) -> bytes:
+        return self._msg.data
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return self._msg.headers
+
+    @property
+    def reply(self) -> str:
+        return self._msg.reply
+
+    @property
+    def metadata(self):
+        """JetStream metadata (stream and consumer sequences, deliveries, timestamp, pending)."""
+        if self._meta is None:
+            self._meta = self._msg.metadata
+        return self._meta
+
+    @property
+    def sequence(self) -> int:
+        return self.metadata.sequence.stream
+
+    @property
+    def superseded(self) -> bool:
+        """True once this instance lost the pin it received the message with: another instance may
+        now own the partition, so a long handler should stop and not ack."""
+        return self._session.pin_id != self.pin_id or self._session.closed
+
+    # --- acks ---------------------------------------------------------------------------
+    def ack(self):
+        return self._send(b"+ACK", settle=True)
+
+    def ack_sync(self, timeout: float = 5.0):
+        """Double ack: wait until the server confirmed the ack."""
+        return self._session._call(self._ack_sync(timeout))
+
+    async def _ack_sync(self, timeout: float) -> None:
+        await self._session.nc.request(self._msg.reply, b"+ACK", timeout=timeout)
+        self._settled(acked=True)
+
+    def nak(self, delay: float | None = None):
+        body = b"-NAK" if not delay else f'-NAK {{"delay":{int(delay * 1e9)}}}'.encode()
+        return self._send(body, settle=True)
+
+    def in_progress(self):
+        return self._send(b"+WPI", settle=False)
+
+    def term(self, reason: str | None = None):
+        return self._send(b"+TERM" + (f" {reason}".encode() if reason else b""), settle=True)
+
+    def _send(self, body: bytes, *, settle: bool):
+        return self._session._call(self._publish(body, settle))
+
+    async def _publish(self, body: bytes, settle: bool) -> None:
+        await self._session.nc.publish(self._msg.reply, body)
+        if settle:
+            self._settled(acked=body == b"+ACK")
+
+    def _settled(self, *, acked: bool) -> None:
+        if not self._done:
+            self._done = True
+            if acked:
+                self._session._recent_acks.add(_stream_seq(self._msg.reply))
+
+    @property
+    def settled(self) -> bool:
+        return self._done
+
+    def __repr__(self) -> str:
+        return f"<Msg partition={self.partition} subject={self.subject!r}>"
+
+
+class PullSession:
+    """One member instance pulling one consumer as a candidate for its priority group's pin."""
+
+    def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, consumer: str, handler: Handler,
+                 ack_wait: float, batch: int = DEFAULT_BATCH, auto_in_progress: bool = True,
+                 on_fatal: Callable[[BaseException], None] | None = None,
+                 on_gone: Callable[[str], None] | None = None, label: str = ""):
+        self.nc = nc
+        self.api = api
+        self.stream = stream
+        self.consumer = consumer
+        self.handler = handler
+        self.ack_wait = ack_wait
+        self.batch = batch
+        self.expires = pull_expiry(ack_wait)
+        self.heartbeat = self.expires / 2
+        self.auto_in_progress = auto_in_progress
+        self.on_fatal = on_fatal
+        self.on_gone = on_gone
+        self.label = label or consumer
+        self.pin_id: str | None = None
+        self.partitions: set[int] | None = None   # when set, messages of other partitions are not handled
+        self.closed = False
+        self.delivered = 0
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            getattr(handler, "__call__", None))
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._pending = 0                 # messages requested by outstanding pulls, not yet delivered
+        self._pulling = False
+        self._last_seen = time.monotonic()
+        self._last_pull = 0.0
+        self._wake = asyncio.Event()
+        self._queue: deque[Msg] = deque()
+        self._queued = asyncio.Event()
+        self._inflight: Msg | None = None
+        self._inflight_since = 0.0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._recent_acks = _RecentSet(RECENT_ACKS)
+        self._sub = None
+        self._tasks: list[asyncio.Task] = []
+        self._pull_subject = api.pull_subject(stream, consumer)
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._inbox = self.nc.new_inbox()
+        self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        self._pulling = True
+        self._tasks = [asyncio.create_task(self._pull_loop(), name=f"pcg-pull-{self.label}"),
+                       asyncio.create_task(self._dispatch_loop(), name=f"pcg-dispatch-{self.label}")]
+        if self.auto_in_progress:
+            self._tasks.append(asyncio.create_task(self._progress_loop(), name=f"pcg-wpi-{self.label}"))
+
+    @property
+    def pinned(self) -> bool:
+        return self.pin_id is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._inflight is not None or bool(self._queue)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Stop pulling; wait until outstanding pulls have ended and every delivered message is done.
+
+        Returns False if ``timeout`` (default AckWait + pull expiry) ran out first.
+        """
+        self._pulling = False
+        self._wake.set()
+        deadline = time.monotonic() + (timeout if timeout is not None else self.ack_wait + self.expires + 1)
+        while time.monotonic() < deadline:
+            if self._pending <= 0 and not self.busy:
+                return True
+            # Nothing comes for a pull whose answers stopped (no heartbeat for a while): it is gone.
+            if self._pending > 0 and time.monotonic() - self._last_seen > 3 * self.heartbeat:
+                self._pending = 0
+            await asyncio.sleep(0.005)
+        return False
+
+    def resume(self) -> None:
+        if not self.closed:
+            self._pulling = True
+            self._wake.set()
+
+    async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
+        """End the instance: by default let the in-flight handler finish first (bounded by AckWait)."""
+        if self.closed:
+            return
+        if drain:
+            self._pulling = False
+            self._drop_queued(nak=True)
+            await self._wait_inflight(timeout if timeout is not None else self.ack_wait)
+        self.closed = True
+        self._pulling = False
+        self._drop_queued(nak=True)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # connection already closed
+                pass
+
+    async def _wait_inflight(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("%s: handler still running after %.1fs, stopping anyway", self.label, timeout)
+
+    # --- receiving ------------------------------------------------------------------------
+    async def _on_msg(self, msg: NatsMsg) -> None:
+        self._last_seen = time.monotonic()
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status and not msg.data and not msg.reply:
+            self._on_status(status, headers)
+            return
+        self._pending -= 1
+        if self._pending <= self.batch // 2:
+            self._wake.set()
+        pin = headers.get(PIN_HEADER) if headers else None
+        if pin is None:
+            log.warning("%s: received a message without a %s header", self.label, PIN_HEADER)
+        elif pin != self.pin_id:
+            if self.pin_id is None:
+                log.info("%s: pinned (%s)", self.label, pin)
+            self.pin_id = pin
+        if self._recent_acks and _already_acked(msg.reply, self._recent_acks):
+            return  # a redelivery of something this instance acked already (ack crossed ack_wait)
+        self.delivered += 1
+        self._queue.append(Msg(msg, self, pin))
+        self._idle.clear()
+        self._queued.set()
+
+    def _on_status(self, status: str, headers: dict[str, str]) -> None:
+        if status == "100":
+            return
+        description = headers.get("Description", "")
+        if status in ("408", "409"):
+            left = headers.get("Nats-Pending-Messages")
+            self._pending = self._pending - int(left) if left and left.isdigit() else 0
+            if self._pending < 0:
+                self._pending = 0
+            if status == "409" and "Deleted" in description:
+                self._gone(f"consumer deleted: {description}")
+                return
+            self._wake.set()
+        elif status == "423":
+            if self.pin_id is not None:
+                log.info("%s: lost the pin (%s)", self.label, description or "423")
+            self.pin_id = None
+            self._pending = 0
+            self._drop_queued(nak=True)
+            self._wake.set()
+        elif status == "404":
+            self._pending = 0
+            self._wake.set()
+        elif status == "503":
+            self._gone("no responders: the consumer or its stream does not exist")
+        else:
+            self._pending = 0
+            self._gone(f"pull failed: {status} {description}".strip())
+
+    def _gone(self, reason: str) -> None:
+        self._pulling = False
+        self._pending = 0
+        if self.on_gone is not None:
+            self.on_gone(reason)
+
+    def _drop_queued(self, *, nak: bool) -> None:
+        """Forget buffered messages no handler started; nak them so they come back at once."""
+        while self._queue:
+            m = self._queue.popleft()
+            if nak and not self.nc.is_closed:
+                asyncio.ensure_future(self._nak_quietly(m))
+        if self._inflight is None:
+            self._idle.set()
+
+    async def _nak_quietly(self, m: Msg) -> None:
+        try:
+            await self.nc.publish(m.reply, b"-NAK")
+        except Exception:
+            pass
+
+    # --- pulling --------------------------------------------------------------------------
+    async def _pull_loop(self) -> None:
+        while not self.closed:
+            now = time.monotonic()
+            if self._pulling:
+                if self._pending > 0 and now - self._last_seen > 3 * self.heartbeat:
+                    log.debug("%s: no heartbeat for %.1fs, pulling again", self.label, now - self._last_seen)
+                    self._pending = 0
+                if self._pending <= self.batch // 2:
+                    await self._pull(self.batch - max(self._pending, 0))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.heartbeat)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _pull(self, n: int) -> None:
+        body = pull_request(batch=n, expires=self.expires, heartbeat=self.heartbeat, pin_id=self.pin_id)
+        try:
+            await self.nc.publish(self._pull_subject, body, reply=self._inbox)
+        except Exception as e:  # disconnected: the heartbeat check pulls again later
+            log.debug("%s: pull not sent: %s", self.label, e)
+            return
+        if self._pending <= 0:
+            self._last_seen = time.monotonic()
+        self._pending += n
+        self._last_pull = time.monotonic()
+
+    # --- dispatching ----------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while not self.closed:
+            if not self._queue:
+                self._queued.clear()
+                if self._inflight is None:
+                    self._idle.set()
+                await self._queued.wait()
+                continue
+            m = self._queue.popleft()
+            if m.pin_id != self.pin_id:
+                # The pin moved after this was delivered: another instance owns it now.
+                await self._nak_quietly(m)
+                continue
+            if self.partitions is not None and m.partition not in self.partitions:
+                continue  # a partition this member gave up: its new owner handles it
+            self._inflight, self._inflight_since = m, time.monotonic()
+            try:
+                if self._is_async:
+                    await self.handler(m)
+                else:
+                    await asyncio.to_thread(self.handler, m)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:  # the handler failed: redeliver, end the instance
+                if not m.settled:
+                    await self._nak_quietly(m)
+                self._inflight = None
+                self._fatal(e)
+                return
+            self._inflight = None
+
+    def _fatal(self, error: BaseException) -> None:
+        self._pulling = False
+        self._drop_queued(nak=True)
+        self._idle.set()
+        if self.on_fatal is not None:
+            self.on_fatal(error)
+
+    async def _progress_loop(self) -> None:
+        """Send +WPI for a handler running longer than a third of AckWait, so it is not redelivered."""
+        interval = max(self.ack_wait / 3, 0.2)
+        while not self.closed:
+            await asyncio.sleep(interval / 2)
+            m = self._inflight
+            if m is not None and not m.settled and time.monotonic() - self._inflight_since >= interval:
+                try:
+                    await self.nc.publish(m.reply, b"+WPI")
+                except Exception:
+                    pass
+
+    # --- helpers --------------------------------------------------------------------------
+    def _call(self, coro) -> Any:
+        """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+        if threading.get_ident() == self._loop_thread:
+            return coro
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -1,0 +1,237 @@
+"""Static consumer groups: the partition is already the stream's first subject token, and the
+membership is fixed at creation (any config change ends every instance)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nats.aio.client import Client
+
+from .config import MemberMapping, StaticConfig, parse_static_config, validate_name
+from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError,
+                     JetStreamAPIError, NotAMemberError, NotFoundError)
+from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
+from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
+from .partitions import static_member_filters
+from .session import DEFAULT_BATCH, Handler
+from .store import STATIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read
+
+log = logging.getLogger("pcgroups")
+
+
+def static_consumer_name(group: str, member: str) -> str:
+    return f"{group}-{member}"
+
+
+def _api(nc: Client, api: JetStreamApi | None) -> JetStreamApi:
+    return api if api is not None else JetStreamApi(nc)
+
+
+async def _origin_info(api: JetStreamApi, stream: str) -> dict[str, Any]:
+    try:
+        return await api.stream_info(stream)
+    except NotFoundError:
+        raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
+
+
+async def get_static_config(nc: Client, stream: str, group: str, *,
+                            api: JetStreamApi | None = None) -> StaticConfig:
+    """The group's config, validated."""
+    validate_name("stream", stream)
+    validate_name("group", group)
+    kv = await open_bucket(_api(nc, api), STATIC_BUCKET, kind="static")
+    entry = await read(kv, group_key(stream, group))
+    if entry is None:
+        raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
+    return parse_static_config(entry.value)
+
+
+async def create_static(nc: Client, stream: str, group: str, max_members: int, *,
+                        filters: list[str] | None = None, members: list[str] | None = None,
+                        member_mappings: list[MemberMapping] | None = None,
+                        api: JetStreamApi | None = None) -> StaticConfig:
+    """Create a static group (idempotent: the same config again succeeds; a different one fails).
+
+    No consumers are created here: each member instance creates its own when it joins.
+    """
+    api = _api(nc, api)
+    validate_name("stream", stream)
+    validate_name("group", group)
+    for m in list(members or []) + [mm.member for mm in member_mappings or []]:
+        validate_name("member", m)
+    cfg = StaticConfig(max_members=max_members, filters=list(filters or []), members=list(members or []),
+                       member_mappings=list(member_mappings or []))
+    try:
+        cfg.validate()
+    except ConfigError as e:
+        raise ConfigError(f"invalid static consumer group config: {e}") from None
+    info = await _origin_info(api, stream)
+    kv = await open_or_create_bucket(api, STATIC_BUCKET, replicas=info["config"].get("num_replicas", 1))
+    key = group_key(stream, group)
+    existing = await read(kv, key)
+    if existing is None:
+        try:
+            await kv.create(key, cfg.to_json())
+            return cfg
+        except Exception:  # created concurrently: compare with theirs below
+            existing = await read(kv, key)
+            if existing is None:
+                raise
+    try:
+        current = StaticConfig.from_json(existing.value)
+    except ConfigError:
+        raise GroupExistsError(f"static consumer group {group} already exists and is not valid JSON") from None
+    if current != cfg:
+        raise GroupExistsError(f"the existing static consumer group config doesn't match ours: "
+                               f"{current.to_json().decode()}")
+    return current
+
+
+async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
+    """Delete the group's config, then exactly its members' consumers (running instances end)."""
+    api = _api(nc, api)
+    validate_name("stream", stream)
+    validate_name("group", group)
+    await _origin_info(api, stream)
+    kv = await open_bucket(api, STATIC_BUCKET, kind="static")
+    key = group_key(stream, group)
+    entry = await read(kv, key)
+    if entry is None:
+        raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
+    try:
+        names = _members_of(StaticConfig.from_json(entry.value))
+    except ConfigError:
+        names = []
+    await kv.delete(key)
+    for member in names:
+        await api.delete_consumer(stream, static_consumer_name(group, member))
+
+
+def _members_of(cfg: StaticConfig) -> list[str]:
+    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
+
+
+async def list_static_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
+    """Names of the static groups defined on ``stream`` (empty when there is no bucket yet)."""
+    validate_name("stream", stream)
+    try:
+        kv = await open_bucket(_api(nc, api), STATIC_BUCKET, kind="static")
+    except NotFoundError:
+        return []
+    return await keys_of_stream(kv, stream)
+
+
+async def list_static_active_members(nc: Client, stream: str, group: str, *,
+                                     api: JetStreamApi | None = None) -> list[str]:
+    """Members whose consumer exists and has an instance pulling, in membership order."""
+    api = _api(nc, api)
+    cfg = await get_static_config(nc, stream, group, api=api)
+    waiting = {c["name"]: c.get("num_waiting", 0) for c in await api.list_consumers(stream)}
+    return [m for m in _members_of(cfg) if waiting.get(static_consumer_name(group, m), 0) > 0]
+
+
+async def static_member_step_down(nc: Client, stream: str, group: str, member: str, *,
+                                  api: JetStreamApi | None = None) -> None:
+    """Unpin the member's consumer: another of its instances takes over at once."""
+    api = _api(nc, api)
+    validate_name("member", member)
+    cfg = await get_static_config(nc, stream, group, api=api)
+    if not cfg.is_in_membership(member):
+        raise NotAMemberError(f"member {member} is not part of static consumer group {group}")
+    await api.unpin(stream, static_consumer_name(group, member))
+
+
+async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
+                         config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                         auto_in_progress: bool = True, api: JetStreamApi | None = None) -> "StaticInstance":
+    """Join a static group as ``member``: only the pinned instance of a member gets messages.
+
+    ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
+    """
+    api = _api(nc, api)
+    validate_name("stream", stream)
+    validate_name("group", group)
+    validate_name("member", member)
+    inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
+                          template=member_template(config), batch=batch, auto_in_progress=auto_in_progress)
+    await inst._setup()
+    return inst
+
+
+class StaticInstance(ConsumerInstance):
+    """A static member instance (see :func:`static_consume`)."""
+
+    flavour = "static"
+
+    async def _setup(self) -> None:
+        await _origin_info(self.api, self.stream_name)
+        kv = await open_bucket(self.api, STATIC_BUCKET, kind="static")
+        self._kv = kv
+        self._key = group_key(self.stream_name, self.group_name)
+        entry = await read(kv, self._key)
+        if entry is None:
+            raise NotFoundError(f"can not get the current static consumer group's config: "
+                                f"{self.group_name} on stream {self.stream_name} not found")
+        self.config = parse_static_config(entry.value)
+        watcher = await kv.watch(self._key)
+        try:
+            if not self.config.is_in_membership(self.member_name):
+                raise NotAMemberError("the member name is not in the current static consumer group membership")
+            self.consumer_name = static_consumer_name(self.group_name, self.member_name)
+            filters = static_member_filters(self.config, self.member_name)
+            if filters:
+                await self._join(filters)
+        except BaseException:
+            await watcher.stop()
+            raise
+        self._start(watcher)
+
+    @property
+    def _consume_stream(self) -> str:  # type: ignore[override]
+        return self.stream_name
+
+    async def _join(self, filters: list[str]) -> None:
+        cfg = with_priority_group(self.template, filters)
+        cfg.durable_name = self.consumer_name
+        try:
+            await self.api.create_consumer(self.stream_name, cfg)
+        except JetStreamAPIError as e:
+            if e.err_code == ERR_CONSUMER_EXISTS:
+                raise ConsumerGoneError(f"error creating our member's consumer: {self.consumer_name} exists "
+                                        f"with a different config ({e})") from None
+            raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
+                                    err_code=e.err_code, subject=e.subject) from None
+        await self._start_session(self.consumer_name)
+
+    async def _handle_other(self, kind: str, value: Any):
+        if kind == "kv":
+            if value is None:
+                return _CONTINUE  # end of the initial values
+            if value.operation in ("DEL", "PURGE"):
+                await self._leave()
+                return None
+            try:
+                cfg = parse_static_config(value.value)
+            except ConfigError as e:
+                await self._leave()
+                return ConfigError(f"the static consumer group config is no longer valid: {e}")
+            if cfg != self.config:
+                await self._leave()
+                return ConfigChangedError("static consumer group config watcher received a change in the "
+                                          "configuration, terminating")
+            return _CONTINUE
+        if kind == "gone":
+            await self._stop_session(drain=False)
+            if await read(self._kv, self._key) is None:
+                return None  # the group was deleted: its consumers go with it
+            return ConsumerGoneError(f"the member's consumer {self.consumer_name} went away: {value}")
+        return _CONTINUE
+
+    async def _leave(self) -> None:
+        """Stop consuming (in-flight work finishes), then delete this member's consumer."""
+        await self._stop_session(drain=True)
+        try:
+            await self.api.delete_consumer(self.stream_name, self.consumer_name)
+        except Exception as e:
+            log.warning("%s: could not delete consumer %s: %s", self.member_name, self.consumer_name, e)

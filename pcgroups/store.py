@@ -1,0 +1,114 @@
+"""The config KV buckets: lookup or create (as nats.go makes them), read, compare-and-set, watch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from .errors import NotFoundError, PCGroupsError
+from .jsapi import ERR_STREAM_NAME_IN_USE, JetStreamApi, kv_bucket_config
+from .errors import JetStreamAPIError
+
+log = logging.getLogger("pcgroups")
+
+STATIC_BUCKET = "static-consumer-groups"
+ELASTIC_BUCKET = "elastic-consumer-groups"
+
+CAS_ATTEMPTS = 20
+
+
+@dataclass
+class Entry:
+    """A config value and the KV revision it was read at (for compare-and-set)."""
+
+    value: bytes
+    revision: int
+
+
+def group_key(stream: str, group: str) -> str:
+    return f"{stream}.{group}"
+
+
+async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
+    """Look up an existing config bucket; a clear NotFoundError when there is none."""
+    js = api.nc.jetstream(domain=_domain(api))
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        raise NotFoundError(f"the {kind} consumer group KV bucket doesn't exist: {bucket}") from None
+
+
+async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int) -> KeyValue:
+    """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing."""
+    js = api.nc.jetstream(domain=_domain(api))
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    try:
+        await api.create_stream(kv_bucket_config(bucket, replicas=replicas))
+    except JetStreamAPIError as e:
+        if e.err_code != ERR_STREAM_NAME_IN_USE:  # a concurrent creator won: use theirs
+            raise
+    return await js.key_value(bucket)
+
+
+def _domain(api: JetStreamApi) -> str | None:
+    parts = api.prefix.split(".")
+    return parts[1] if len(parts) == 3 else None
+
+
+async def read(kv: KeyValue, key: str) -> Entry | None:
+    """The current value, or None when the key is absent, deleted, purged or TTL-expired."""
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    if entry.operation in ("DEL", "PURGE") or entry.value is None:
+        return None
+    return Entry(entry.value or b"", entry.revision or 0)
+
+
+async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]],
+                 *, attempts: int = CAS_ATTEMPTS) -> bytes | None:
+    """Read-modify-write with compare-and-set, retrying on conflicts.
+
+    ``change`` gets the current entry (None if absent) and returns the new value, or None to write
+    nothing. Returns what was written (or None).
+    """
+    for attempt in range(attempts):
+        current = await read(kv, key)
+        value = await change(current)
+        if value is None:
+            return None
+        try:
+            if current is None:
+                await kv.create(key, value)
+            else:
+                await kv.update(key, value, last=current.revision)
+            return value
+        except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.BadRequestError) as e:
+            if isinstance(e, nats.js.errors.BadRequestError) and getattr(e, "err_code", 0) != 10071:
+                raise
+            log.debug("compare-and-set conflict on %s (attempt %d), retrying", key, attempt + 1)
+            await asyncio.sleep(0.005 * (attempt + 1))
+    raise PCGroupsError(f"could not update {key}: too many concurrent changes ({attempts} attempts)")
+
+
+async def keys_of_stream(kv: KeyValue, stream: str) -> list[str]:
+    """Group names with a config for ``stream`` (the second part of ``<stream>.<group>`` keys)."""
+    try:
+        keys = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    out = []
+    for key in keys:
+        parts = key.split(".")
+        if len(parts) >= 2 and parts[0] == stream:
+            out.append(parts[1])
+    return out
