@@ -1,0 +1,301 @@
+"""Static groups against a real nats-server: the reference scenario, wire bytes, failover, step-down, ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamApi, MemberMapping,
+                      NotAMemberError, NotFoundError, create_static, delete_static, get_static_config,
+                      list_static_active_members, list_static_groups, static_consume, static_member_step_down)
+from pcgroups.store import STATIC_BUCKET
+
+from .support import wait_for
+
+FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
+
+
+def counter(counts: dict, name: str, seen: list | None = None):
+    async def handler(msg):
+        counts[name] = counts.get(name, 0) + 1
+        if seen is not None:
+            seen.append((name, msg.subject, msg.partition))
+        await msg.ack()
+    return handler
+
+
+async def test_reference_static_scenario(nc, js, uniq):
+    """orbit.go TestStatic: 10 and 10, nothing from bad.*; delete ends both instances normally."""
+    stream = uniq
+    await js.add_stream(StreamConfig(
+        name=stream, subjects=[f"{stream}.foo.*", f"{stream}.bar.*", f"{stream}.bad.*"],
+        subject_transform=SubjectTransform(src=f"{stream}.*.*",
+                                           dest="{{partition(2,2)}}.{{wildcard(1)}}.{{wildcard(2)}}")))
+    for kind in ("foo", "bad", "bar"):
+        for i in range(10):
+            await js.publish(f"{stream}.{kind}.{i}", b"x")
+    await create_static(nc, stream, "group", 2, filters=["foo.*", "bar.*"], members=["m1", "m2"])
+    counts: dict[str, int] = {}
+    seen: list = []
+    m1 = await static_consume(nc, stream, "group", "m1", counter(counts, "m1", seen), config=FAST)
+    m2 = await static_consume(nc, stream, "group", "m2", counter(counts, "m2", seen), config=FAST)
+    await wait_for(lambda: counts == {"m1": 10, "m2": 10}, 5, what="10 and 10")
+    assert not [s for s in seen if s[1].startswith("bad.")]
+    # odd digits hash to partition 0 (m1), even digits to partition 1 (m2), as in the reference
+    assert all((int(subj[-1]) % 2 == 1) == (name == "m1") for name, subj, _ in seen)
+    assert sorted(await list_static_active_members(nc, stream, "group")) == ["m1", "m2"]
+    await delete_static(nc, stream, "group")
+    assert await asyncio.wait_for(m1.done(), 5) is None
+    assert await asyncio.wait_for(m2.done(), 5) is None
+    assert counts == {"m1": 10, "m2": 10}
+    assert await list_static_groups(nc, stream) == []
+
+
+async def test_wire_bytes_match_the_reference(nc, js, uniq):
+    """KV value, consumer create, pulls and unpin: the reference's bytes (reference/wire-log.md)."""
+    stream = uniq
+    await js.add_stream(StreamConfig(
+        name=stream, subjects=[f"{stream}.*"],
+        subject_transform=SubjectTransform(src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+    captured: list[tuple[str, bytes]] = []
+
+    async def capture(msg):
+        captured.append((msg.subject, msg.data))
+
+    spy = await nc.subscribe("$JS.API.CONSUMER.>", cb=capture)
+    await create_static(nc, stream, "sg", 4, filters=[f"{stream}.*"], members=["m1", "m2"])
+    kv = await js.key_value(STATIC_BUCKET)
+    assert (await kv.get(f"{stream}.sg")).value == (
+        b'{"max_members":4,"filters":["' + stream.encode() + b'.*"],"members":["m1","m2"]}')
+    template = ConsumerConfig(max_ack_pending=1, ack_wait=2)
+
+    async def handler(msg):
+        await msg.ack()
+
+    inst = await static_consume(nc, stream, "sg", "m1", handler, config=template)
+    for key in "abcdefgh":  # some of these land in m1's partitions 0 and 1
+        await js.publish(f"{stream}.{key}", b"1")
+    await wait_for(lambda: inst.pinned, 5, what="pinned")
+    for key in "ijklmnop":
+        await js.publish(f"{stream}.{key}", b"2")
+    await wait_for(lambda: any(b'"id":' in d for s, d in captured if ".MSG.NEXT." in s), 5, what="pull with pin id")
+    await static_member_step_down(nc, stream, "sg", "m1")
+    await nc.flush()
+    await wait_for(lambda: any(".UNPIN." in s for s, _ in captured), 5, what="unpin")
+    await inst.stop()
+    await spy.unsubscribe()
+    create = [d for s, d in captured if s == f"$JS.API.CONSUMER.CREATE.{stream}.sg-m1"]
+    assert create == [(
+        '{"stream_name":"%s","config":{"durable_name":"sg-m1","deliver_policy":"all","ack_policy":"explicit",'
+        '"ack_wait":2000000000,"replay_policy":"instant","max_ack_pending":1,"num_replicas":0,'
+        '"filter_subjects":["0.%s.*","1.%s.*"],"priority_policy":"pinned_client","priority_timeout":2000000000,'
+        '"priority_groups":["PCG"]},"action":"create"}' % (stream, stream, stream)).encode()]
+    pulls = [d for s, d in captured if s == f"$JS.API.CONSUMER.MSG.NEXT.{stream}.sg-m1"]
+    assert pulls[0] == b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"group":"PCG"}'
+    with_pin = [json.loads(d) for d in pulls if b'"id":' in d]
+    assert with_pin and list(with_pin[0]) == ["expires", "batch", "idle_heartbeat", "id", "group"]
+    assert [d for s, d in captured if s == f"$JS.API.CONSUMER.UNPIN.{stream}.sg-m1"] == [b'{"group":"PCG"}']
+
+
+async def test_create_is_idempotent_and_a_different_config_is_an_error(nc, js, uniq):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    first = await create_static(nc, uniq, "g", 4, members=["a", "b"])
+    assert await create_static(nc, uniq, "g", 4, members=["a", "b"]) == first
+    with pytest.raises(GroupExistsError, match="doesn't match"):
+        await create_static(nc, uniq, "g", 5, members=["a", "b"])
+    assert await get_static_config(nc, uniq, "g") == first
+
+
+async def test_bad_input_is_refused_before_anything_is_written(nc, js, uniq):
+    with pytest.raises(NotFoundError, match="stream does not exist"):
+        await create_static(nc, uniq, "g", 2, members=["a"])
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    with pytest.raises(ConfigError, match="max number of members must be >= 1"):
+        await create_static(nc, uniq, "g", 0, members=["a"])
+    with pytest.raises(ConfigError, match="member name"):
+        await create_static(nc, uniq, "g", 2, members=["a.b"])
+    with pytest.raises(ConfigError, match="partition"):
+        await create_static(nc, uniq, "g", 2, member_mappings=[MemberMapping("a", [0, 0])])
+    assert await list_static_groups(nc, uniq) == []
+
+
+async def test_delete_removes_exactly_its_members_consumers(nc, js, uniq):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    api = JetStreamApi(nc)
+    await create_static(nc, uniq, "a", 2, members=["m1"])
+    await create_static(nc, uniq, "a-b", 2, members=["m1"])
+    ia = await static_consume(nc, uniq, "a", "m1", counter({}, "x"), config=FAST)
+    ib = await static_consume(nc, uniq, "a-b", "m1", counter({}, "x"), config=FAST)
+    names = sorted(c["name"] for c in await api.list_consumers(uniq))
+    assert names == ["a-b-m1", "a-m1"]
+    await delete_static(nc, uniq, "a")
+    assert await asyncio.wait_for(ia.done(), 5) is None
+    assert [c["name"] for c in await api.list_consumers(uniq)] == ["a-b-m1"]
+    assert ib.consuming
+    await ib.stop()
+
+
+@pytest.mark.parametrize("change", ["update", "delete", "purge", "garbage"])
+async def test_config_change_ends_every_instance(nc, js, uniq, change):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    await create_static(nc, uniq, "g", 2, members=["m1", "m2"])
+    insts = [await static_consume(nc, uniq, "g", m, counter({}, m), config=FAST) for m in ("m1", "m1", "m2")]
+    for i in insts:
+        await i.wait_for_consuming(5)
+    kv = await js.key_value(STATIC_BUCKET)
+    key = f"{uniq}.g"
+    if change == "update":
+        await kv.put(key, b'{"max_members":2,"members":["m1","m3"]}')
+    elif change == "delete":
+        await kv.delete(key)
+    elif change == "purge":
+        await kv.purge(key)
+    else:
+        await kv.put(key, b"\x00garbage")
+    results = [await asyncio.wait_for(i.done(), 5) for i in insts]
+    if change in ("delete", "purge"):
+        assert results == [None, None, None]
+    elif change == "update":
+        assert all(isinstance(r, ConfigChangedError) for r in results)
+    else:
+        assert all(isinstance(r, ConfigError) for r in results)
+    if change != "delete":  # consumers of a changed config are deleted by its instances
+        assert await JetStreamApi(nc).list_consumers(uniq) == []
+
+
+async def test_join_errors(nc, js, uniq):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    await create_static(nc, uniq, "g", 2, members=["m1"])
+    with pytest.raises(NotAMemberError):
+        await static_consume(nc, uniq, "g", "zz", counter({}, "x"))
+    with pytest.raises(ConfigError, match="handler must be provided"):
+        await static_consume(nc, uniq, "g", "m1", None)
+    with pytest.raises(NotFoundError):
+        await static_consume(nc, uniq, "nope", "m1", counter({}, "x"))
+    with pytest.raises(NotFoundError, match="stream does not exist"):
+        await static_consume(nc, uniq + "x", "g", "m1", counter({}, "x"))
+
+
+async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc, js, uniq):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
+                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    got: dict[str, list[str]] = {"a": [], "b": []}
+
+    def handler(name):
+        def h(msg):  # a sync handler: runs in a worker thread, acks block until sent
+            got[name].append(msg.subject)
+            msg.ack()
+        return h
+
+    a = await static_consume(nc, uniq, "g", "m1", handler("a"), config=FAST)
+    b = await static_consume(nc, uniq, "g", "m1", handler("b"), config=FAST)
+    for i in range(20):
+        await js.publish(f"{uniq}.k{i}", b"x")
+    await wait_for(lambda: len(got["a"]) + len(got["b"]) == 20, 5, what="20 messages")
+    first = "a" if got["a"] else "b"
+    other = "b" if first == "a" else "a"
+    assert got[other] == [] and got[first] == [f"k{i}" for i in range(20)]
+    owner = a if first == "a" else b
+    assert owner.pinned
+    await static_member_step_down(nc, uniq, "g", "m1")
+    for i in range(20, 40):
+        await js.publish(f"{uniq}.k{i}", b"x")
+    await wait_for(lambda: len(got["a"]) + len(got["b"]) == 40, 5, what="40 messages")
+    assert got[other], "after step-down the other instance took over"
+    await a.stop()
+    await b.stop()
+
+
+async def test_long_handler_keeps_its_message_with_in_progress(nc, js, uniq):
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
+                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    deliveries: list[int] = []
+
+    async def slow(msg):
+        deliveries.append(msg.metadata.num_delivered)
+        await asyncio.sleep(2.5)  # 2.5 x AckWait
+        await msg.ack_sync()
+
+    inst = await static_consume(nc, uniq, "g", "m1", slow, config=FAST)
+    await js.publish(f"{uniq}.a", b"x")
+    await js.publish(f"{uniq}.b", b"x")
+    await wait_for(lambda: len(deliveries) == 2, 8, what="two deliveries")
+    await inst.stop()
+    assert deliveries == [1, 1]
+
+
+def _spawn(url, stream, group, member):
+    return subprocess.Popen([sys.executable, "-m", "tests.member_proc", url, "static", stream, group, member],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+async def _lines(proc, sink: list):
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, proc.stdout.readline)
+        if not line:
+            return
+        sink.append(json.loads(line))
+
+
+@pytest.mark.slow
+async def test_sigkill_of_the_pinned_instance_fails_over_to_the_standby(nc, js, uniq, nats_server):
+    """Two processes of one member; SIGKILL the pinned one: the standby takes over within ~PinnedTTL and
+    every published message is processed, at most the in-flight one twice."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
+                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    procs = [_spawn(nats_server.url, uniq, "g", "m1") for _ in range(2)]
+    events: list[list[dict]] = [[], []]
+    readers = [asyncio.ensure_future(_lines(p, e)) for p, e in zip(procs, events)]
+    try:
+        await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
+        published = 0
+        killed_at = None
+        victim = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            await js.publish(f"{uniq}.k{published}", b"x")
+            published += 1
+            await asyncio.sleep(0.01)
+            starts = [[e for e in ev if e["ev"] == "start"] for ev in events]
+            if victim is None and published >= 50 and any(starts):
+                victim = 0 if starts[0] else 1
+                procs[victim].send_signal(signal.SIGKILL)
+                killed_at = time.time()
+            if victim is not None and published >= 250:
+                break
+        survivor = 1 - victim
+        await wait_for(lambda: len({e["subject"] for ev in events for e in ev if e["ev"] == "end"}) == published,
+                       15, what="every message processed")
+        ends = [e for ev in events for e in ev if e["ev"] == "end"]
+        subjects = [e["subject"] for e in ends]
+        assert len(subjects) - len(set(subjects)) <= 1, "at most the in-flight message twice"
+        takeover = min(e["t"] for e in events[survivor] if e["ev"] == "start" and e["t"] > killed_at) - killed_at
+        print(f"failover after SIGKILL: {takeover:.3f}s (PinnedTTL 1s)")
+        assert takeover < 3.0
+        # order of success: the survivor's subjects are in publish order
+        order = [int(e["subject"][1:]) for e in events[survivor] if e["ev"] == "end"]
+        assert order == sorted(order)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for r in readers:
+            await asyncio.wait_for(r, 5)
