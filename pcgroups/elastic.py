@@ -23,6 +23,7 @@ from .instance import _CONTINUE, ConsumerInstance, member_template, with_priorit
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
                     pinned_client_id)
 from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions
+from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler
 from .store import ELASTIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read, update
 
@@ -268,7 +269,8 @@ async def elastic_member_step_down(nc: Client, stream: str, group: str, member: 
 
 async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
                           config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
-                          auto_in_progress: bool = True, api: JetStreamApi | None = None) -> "ElasticInstance":
+                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
+                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None) -> "ElasticInstance":
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -282,7 +284,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
         raise ConfigError("the ack policy when consuming from elastic consumer groups must be explicit")
     template.inactive_threshold = template.ack_wait
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
-                           template=template, batch=batch, auto_in_progress=auto_in_progress)
+                           template=template, batch=batch, auto_in_progress=auto_in_progress,
+                           concurrency=concurrency, key=key, retry=retry)
     await inst._setup()
     return inst
 
@@ -321,6 +324,10 @@ class ElasticInstance(ConsumerInstance):
     @property
     def _consume_stream(self) -> str:  # type: ignore[override]
         return self.work_queue
+
+    def _default_key(self) -> KeyFunc:
+        return key_by_partitioning([(pf.filter, pf.partitioning_wildcards)
+                                    for pf in self.config.partitioning_filters or []])
 
     @property
     def partitions(self) -> list[int]:

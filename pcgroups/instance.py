@@ -11,6 +11,7 @@ from nats.aio.client import Client
 
 from .errors import ConfigError, PCGroupsError
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 
 log = logging.getLogger("pcgroups")
@@ -40,7 +41,8 @@ class ConsumerInstance:
     """
 
     def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, group: str, member: str,
-                 handler: Handler, template: ConsumerConfig, batch: int, auto_in_progress: bool):
+                 handler: Handler, template: ConsumerConfig, batch: int, auto_in_progress: bool,
+                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None):
         if handler is None:
             raise ConfigError("a message handler must be provided")
         self.nc = nc
@@ -52,6 +54,11 @@ class ConsumerInstance:
         self.template = template
         self.batch = batch
         self.auto_in_progress = auto_in_progress
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self.key = key
+        self.retry = retry
         self.session: PullSession | None = None
         self.error: BaseException | None = None
         self.recovered_errors = 0
@@ -164,7 +171,8 @@ class ConsumerInstance:
                               auto_in_progress=self.auto_in_progress,
                               on_fatal=lambda e: self._events.put_nowait(("fatal", e)),
                               on_gone=lambda r: self._events.put_nowait(("gone", r)),
-                              label=f"{self.group_name}/{self.member_name}")
+                              label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
+                              key=self.key or self._default_key(), retry=self.retry)
         await session.start()
         self.session = session
         self._consuming.set()
@@ -176,6 +184,9 @@ class ConsumerInstance:
             await session.stop(drain=drain)
 
     _consume_stream = ""
+
+    def _default_key(self) -> KeyFunc | None:
+        return None  # the stripped subject
 
     async def _finish(self, result: BaseException | None) -> None:
         await self._stop_session(drain=result is None)

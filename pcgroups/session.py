@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
 from .jsapi import JetStreamApi, pull_request
+from .scheduler import KeyedDispatcher, KeyFunc, RetryPolicy, key_by_subject
 
 log = logging.getLogger("pcgroups")
 
@@ -40,6 +41,15 @@ def pull_expiry(ack_wait: float) -> float:
 def pinned_ttl(ack_wait: float) -> float:
     """PinnedTTL (``priority_timeout``) = max(AckWait, 1 s)."""
     return max(ack_wait, 1.0)
+
+
+async def _noop() -> None:
+    return None
+
+
+def _consumer_seq(reply: str) -> int:
+    tokens = reply.split(".")
+    return int(tokens[6] if len(tokens) == 9 else tokens[-4])
 
 
 def _stream_seq(reply: str) -> int:
@@ -84,7 +94,8 @@ class Msg:
     sync handler (run in a worker thread) call them plainly: they block until sent.
     """
 
-    __slots__ = ("_msg", "_session", "subject", "partition", "pin_id", "_done", "_meta")
+    __slots__ = ("_msg", "_session", "subject", "partition", "pin_id", "_done", "_meta", "_retry", "received",
+                 "_last_wpi")
 
     def __init__(self, msg: NatsMsg, session: "PullSession", pin_id: str | None):
         self._msg = msg
@@ -95,6 +106,8 @@ class Msg:
         self.partition = int(token) if _ and token.isdigit() else -1
         self._done = False
         self._meta = None
+        self._retry: float | None = None
+        self.received = self._last_wpi = time.monotonic()
 
     # --- what the handler reads ---------------------------------------------------------
     @property
@@ -143,6 +156,10 @@ class Msg:
         self._settled(acked=True)
 
     def nak(self, delay: float | None = None):
+        """Ask for redelivery. With key-level concurrency the retry happens in place (the key waits)."""
+        if self._session._keyed is not None:
+            self._retry = delay or 0.0
+            return self._session._call(_noop())
         body = b"-NAK" if not delay else f'-NAK {{"delay":{int(delay * 1e9)}}}'.encode()
         return self._send(body, settle=True)
 
@@ -180,7 +197,8 @@ class PullSession:
     def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, consumer: str, handler: Handler,
                  ack_wait: float, batch: int = DEFAULT_BATCH, auto_in_progress: bool = True,
                  on_fatal: Callable[[BaseException], None] | None = None,
-                 on_gone: Callable[[str], None] | None = None, label: str = ""):
+                 on_gone: Callable[[str], None] | None = None, label: str = "",
+                 concurrency: int = 1, key: "KeyFunc | None" = None, retry: "RetryPolicy | None" = None):
         self.nc = nc
         self.api = api
         self.stream = stream
@@ -217,6 +235,11 @@ class PullSession:
         self._sub = None
         self._tasks: list[asyncio.Task] = []
         self._pull_subject = api.pull_subject(stream, consumer)
+        self._await_reset = False       # after a RESET: drop stragglers until consumer sequence 1 arrives
+        self._keyed: KeyedDispatcher | None = None
+        if concurrency > 1:
+            self._keyed = KeyedDispatcher(self, concurrency=concurrency, key=key or key_by_subject,
+                                          retry=retry or RetryPolicy())
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -234,7 +257,8 @@ class PullSession:
 
     @property
     def busy(self) -> bool:
-        return self._inflight is not None or bool(self._queue)
+        return (self._inflight is not None or bool(self._queue)
+                or (self._keyed is not None and self._keyed.busy))
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Stop pulling; wait until outstanding pulls have ended and every delivered message is done.
@@ -306,6 +330,10 @@ class PullSession:
             if self.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
             self.pin_id = pin
+        if self._await_reset:
+            if _consumer_seq(msg.reply) != 1:
+                return  # delivered before the RESET: it comes again
+            self._await_reset = False
         if self._recent_acks and _already_acked(msg.reply, self._recent_acks):
             return  # a redelivery of something this instance acked already (ack crossed ack_wait)
         self.delivered += 1
@@ -350,11 +378,14 @@ class PullSession:
 
     def _drop_queued(self, *, nak: bool) -> None:
         """Forget buffered messages no handler started; nak them so they come back at once."""
-        while self._queue:
-            m = self._queue.popleft()
+        dropped = list(self._queue)
+        self._queue.clear()
+        if self._keyed is not None:
+            dropped += self._keyed.drop_queued()
+        for m in dropped:
             if nak and not self.nc.is_closed:
                 asyncio.ensure_future(self._nak_quietly(m))
-        if self._inflight is None:
+        if not self.busy:
             self._idle.set()
 
     async def _nak_quietly(self, m: Msg) -> None:
@@ -393,6 +424,12 @@ class PullSession:
 
     # --- dispatching ----------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
+        if self._keyed is not None:
+            try:
+                await self._keyed.run()
+            finally:
+                await self._keyed.cancel()
+            return
         while not self.closed:
             if not self._queue:
                 self._queued.clear()
@@ -435,8 +472,16 @@ class PullSession:
         interval = max(self.ack_wait / 3, 0.2)
         while not self.closed:
             await asyncio.sleep(interval / 2)
-            m = self._inflight
-            if m is not None and not m.settled and time.monotonic() - self._inflight_since >= interval:
+            now = time.monotonic()
+            if self._keyed is not None:
+                # running handlers, and messages waiting for their key's turn, must not be redelivered
+                due = [m for m in list(self._keyed.running.values()) + list(self._keyed.queued())
+                       if not m.settled and now - m._last_wpi >= interval]
+            else:
+                m = self._inflight
+                due = [m] if m is not None and not m.settled and now - self._inflight_since >= interval else []
+            for m in due:
+                m._last_wpi = now
                 try:
                     await self.nc.publish(m.reply, b"+WPI")
                 except Exception:

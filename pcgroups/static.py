@@ -14,6 +14,7 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
 from .partitions import static_member_filters
+from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
 from .store import STATIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read
 
@@ -144,7 +145,8 @@ async def static_member_step_down(nc: Client, stream: str, group: str, member: s
 
 async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
-                         auto_in_progress: bool = True, api: JetStreamApi | None = None) -> "StaticInstance":
+                         auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
+                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None) -> "StaticInstance":
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
@@ -154,7 +156,8 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
     validate_name("group", group)
     validate_name("member", member)
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
-                          template=member_template(config), batch=batch, auto_in_progress=auto_in_progress)
+                          template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
+                          concurrency=concurrency, key=key, retry=retry)
     await inst._setup()
     return inst
 

@@ -1,0 +1,251 @@
+"""Key-level concurrency inside one member instance: per-key queues served round-robin.
+
+With partition order a burst on one key delays every other key of its partition. Here each key keeps
+its own stream order and at most one message per key runs at a time, up to ``concurrency`` handlers
+at once; keys with work are served in turn, so a key with 1,000 queued messages gets one turn per
+round. A failed handler (exception or ``nak()``) blocks only its key: the message is retried in place
+with backoff (later messages of the key wait), and after ``max_deliver`` attempts it goes to a
+dead-letter subject and the key moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .session import Msg, PullSession
+
+log = logging.getLogger("pcgroups")
+
+KeyFunc = Callable[["Msg"], str]
+
+
+def key_by_subject(msg: "Msg") -> str:
+    """The default key: the subject with the partition token stripped."""
+    return msg.subject
+
+
+def key_by_tokens(indexes: list[int]) -> KeyFunc:
+    """Key by subject tokens (1-based, of the stripped subject), joined with '.'."""
+    def key(msg: "Msg") -> str:
+        tokens = msg.subject.split(".")
+        return ".".join(tokens[i - 1] for i in indexes if 0 < i <= len(tokens))
+    return key
+
+
+def key_by_header(name: str) -> KeyFunc:
+    """Key by a header's value (messages without it share the empty key)."""
+    def key(msg: "Msg") -> str:
+        return (msg.headers or {}).get(name, "")
+    return key
+
+
+def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
+    """Key by the tokens an elastic group partitions on: the first matching filter's wildcard
+    tokens (the whole subject when it has no indexes, or no filter matches)."""
+    parsed = [(f.split("."), [i for i, t in enumerate(f.split(".")) if t == "*"], idx) for f, idx in filters]
+
+    def key(msg: "Msg") -> str:
+        tokens = msg.subject.split(".")
+        for ftoks, stars, idx in parsed:
+            if _matches(ftoks, tokens):
+                return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
+        return msg.subject
+    return key
+
+
+def _matches(filter_tokens: list[str], tokens: list[str]) -> bool:
+    for i, f in enumerate(filter_tokens):
+        if f == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (f != "*" and f != tokens[i]):
+            return False
+    return len(tokens) == len(filter_tokens)
+
+
+@dataclass
+class RetryPolicy:
+    """How a failed message of a key is retried before it is dead-lettered."""
+
+    max_deliver: int = 5            # attempts (server deliveries included) before dead-lettering; 0 = never
+    backoff: float = 0.1            # first retry delay, doubled each time
+    max_backoff: float = 5.0
+    dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
+
+
+class KeyedDispatcher:
+    """Runs a session's handler with up to ``concurrency`` keys at once, one message per key."""
+
+    def __init__(self, session: "PullSession", *, concurrency: int, key: KeyFunc, retry: RetryPolicy):
+        self.s = session
+        self.concurrency = concurrency
+        self.key = key
+        self.retry = retry
+        self.keys: OrderedDict[str, deque[Msg]] = OrderedDict()   # keys with queued messages
+        self.ready: deque[str] = deque()                          # keys with work and no handler running
+        self.running: dict[str, Msg] = {}
+        self.started: dict[int, float] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.slot = asyncio.Event()
+        self.checked_pin: str | None = None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running) or bool(self.keys)
+
+    def queued(self):
+        for q in self.keys.values():
+            yield from q
+
+    def drop_queued(self) -> list["Msg"]:
+        dropped = [m for q in self.keys.values() for m in q]
+        self.keys.clear()
+        self.ready.clear()
+        return dropped
+
+    def _admit(self, m: "Msg") -> None:
+        k = self.key(m)
+        q = self.keys.get(k)
+        if q is None:
+            q = self.keys[k] = deque()
+            if k not in self.running:
+                self.ready.append(k)
+        q.append(m)
+
+    async def run(self) -> None:
+        s = self.s
+        while not s.closed:
+            while s._queue:
+                m = s._queue.popleft()
+                if m.pin_id is not None and m.pin_id != self.checked_pin and m.pin_id == s.pin_id:
+                    self.checked_pin = m.pin_id
+                    if await self._restore_order(m):
+                        break
+                if m.pin_id != s.pin_id:
+                    await s._nak_quietly(m)
+                elif s.partitions is None or m.partition in s.partitions:
+                    self._admit(m)
+            while self.ready and len(self.running) < self.concurrency:
+                k = self.ready.popleft()
+                q = self.keys.get(k)
+                if not q:
+                    self.keys.pop(k, None)
+                    continue
+                m = q.popleft()
+                if not q:
+                    del self.keys[k]
+                self.running[k] = m
+                task = asyncio.create_task(self._run_one(k, m))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            if not self.busy and not s._queue:
+                s._idle.set()
+            self.slot.clear()
+            s._queued.clear()
+            if s._queue:
+                continue
+            waiter = asyncio.ensure_future(s._queued.wait())
+            slot = asyncio.ensure_future(self.slot.wait())
+            try:
+                await asyncio.wait({waiter, slot}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                slot.cancel()
+
+    async def _restore_order(self, first: "Msg") -> bool:
+        """On taking the pin: if an earlier owner left messages unacked, RESET the consumer to its ack
+        floor so everything comes again in stream order (instead of the leftovers after AckWait,
+        behind newer messages). Returns True when it reset (what was buffered is dropped)."""
+        s = self.s
+        try:
+            info = await s.api.consumer_info(s.stream, s.consumer)
+        except Exception as e:
+            log.debug("%s: consumer info failed: %s", s.label, e)
+            return False
+        held = 1 + len(s._queue) + sum(len(q) for q in self.keys.values()) + len(self.running)
+        if info.get("num_ack_pending", 0) <= held:
+            return False
+        log.info("%s: took over with %d unacked messages of a previous owner: resetting to the ack floor",
+                 s.label, info.get("num_ack_pending", 0) - held)
+        try:
+            await s.api.reset(s.stream, s.consumer)
+        except Exception as e:
+            log.warning("%s: reset failed: %s", s.label, e)
+            return False
+        s._queue.clear()
+        self.drop_queued()
+        s._await_reset = True
+        return True
+
+    async def _run_one(self, k: str, m: "Msg") -> None:
+        s = self.s
+        attempt = 0
+        try:
+            while not s.closed:
+                attempt += 1
+                self.started[id(m)] = time.monotonic()
+                m._retry = None
+                error: BaseException | None = None
+                try:
+                    if s._is_async:
+                        await s.handler(m)
+                    else:
+                        await asyncio.to_thread(s.handler, m)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    error = e
+                if error is None and m._retry is None:
+                    return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
+                reason = repr(error) if error is not None else "nak"
+                deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
+                if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
+                    await self._dead_letter(m, reason, deliveries)
+                    return
+                delay = m._retry if m._retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+                log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", s.label, k, m.sequence,
+                         reason, attempt, delay)
+                await asyncio.sleep(delay)
+                if m.superseded:
+                    return  # the pin moved: the new owner has it
+        finally:
+            self.started.pop(id(m), None)
+            del self.running[k]
+            if k in self.keys:
+                self.ready.append(k)
+            self.slot.set()
+
+    async def _dead_letter(self, m: "Msg", reason: str, deliveries: int) -> None:
+        s = self.s
+        if self.retry.dead_letter_subject:
+            headers = dict(m.headers or {})
+            headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject,
+                            "Pcg-Stream": s.stream, "Pcg-Consumer": s.consumer,
+                            "Pcg-Stream-Seq": str(m.sequence), "Pcg-Deliveries": str(deliveries)})
+            headers.pop("Nats-Pin-Id", None)
+            await s.nc.publish(self.retry.dead_letter_subject, m.data, headers=headers)
+            await s.nc.flush()
+        log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", s.label, m.sequence,
+                    m.subject, deliveries, reason)
+        await m._publish(b"+TERM " + reason[:200].encode(), True)
+
+    def long_running(self, older_than: float):
+        now = time.monotonic()
+        for m in self.running.values():
+            if not m.settled and now - self.started.get(id(m), now) >= older_than:
+                yield m
+
+    async def cancel(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        for t in list(self.tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
