@@ -1,0 +1,152 @@
+"""Key-level concurrency inside one member instance (concurrency=K): per-key order and exclusivity,
+fairness under a burst, retries in place, dead-lettering."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume
+
+from .support import wait_for
+
+WINDOW = ConsumerConfig(max_ack_pending=2000, ack_wait=2)
+
+
+async def one_partition_group(js, nc, stream: str) -> None:
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"],
+                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, stream, "g", 1, members=["m"])
+
+
+async def publish(js, stream: str, keys: list[str]) -> None:
+    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys)]
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
+
+
+async def test_per_key_order_and_exclusivity_with_random_work(nc, js, uniq):
+    await one_partition_group(js, nc, uniq)
+    rng = random.Random(7)
+    keys = [f"k{rng.randrange(20)}" for _ in range(600)]
+    running: dict[str, int] = {}
+    overlaps = []
+    done: dict[str, list[int]] = {}
+    peak = [0]
+
+    async def handler(msg):
+        k = msg.subject
+        if running.get(k):
+            overlaps.append(k)
+        running[k] = 1
+        peak[0] = max(peak[0], sum(running.values()))
+        await asyncio.sleep(rng.random() * 0.01)
+        running[k] = 0
+        done.setdefault(k, []).append(int(msg.data))
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=8)
+    try:
+        await publish(js, uniq, keys)
+        await wait_for(lambda: sum(map(len, done.values())) == len(keys), 30, what="all processed")
+    finally:
+        await inst.stop()
+    assert overlaps == []
+    for k, seqs in done.items():
+        assert seqs == sorted(seqs), f"key {k} out of order"
+        assert seqs == [i for i, kk in enumerate(keys) if kk == k]
+    assert 2 <= peak[0] <= 8
+
+
+async def test_a_burst_on_one_key_does_not_delay_other_keys(nc, js, uniq):
+    await one_partition_group(js, nc, uniq)
+    started: dict[str, float] = {}
+    published_at: dict[str, float] = {}
+
+    async def handler(msg):
+        if msg.subject != "A":
+            started[msg.subject] = time.monotonic()
+        await asyncio.sleep(0.01)
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=8)
+    try:
+        await publish(js, uniq, ["A"] * 300)
+        t = time.monotonic()
+        await publish(js, uniq, [f"o{i}" for i in range(30)])
+        for i in range(30):
+            published_at[f"o{i}"] = t
+        await wait_for(lambda: len(started) == 30, 15, what="other keys")
+    finally:
+        await inst.stop()
+    latencies = sorted(started[k] - published_at[k] for k in started)
+    # partition order would need 300 x 10 ms = 3 s before the first other key
+    assert latencies[-1] < 1.0, latencies
+
+
+async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq):
+    await one_partition_group(js, nc, uniq)
+    order: dict[str, list[int]] = {}
+    failures = {"A": 2}
+
+    async def handler(msg):
+        n = int(msg.data)
+        if msg.subject == "A" and n == 0 and failures["A"] > 0:
+            failures["A"] -= 1
+            raise RuntimeError("transient")
+        if msg.subject == "B" and n == 1 and not order.get("B-naked"):
+            order["B-naked"] = [1]
+            await msg.nak()
+            return
+        order.setdefault(msg.subject, []).append(n)
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=4,
+                                retry=RetryPolicy(max_deliver=10, backoff=0.05))
+    try:
+        await publish(js, uniq, ["A", "B", "A", "B", "A", "B"])
+        await wait_for(lambda: len(order.get("A", [])) == 3 and len(order.get("B", [])) == 3, 10, what="6 acks")
+    finally:
+        await inst.stop()
+    assert order["A"] == [0, 2, 4]
+    assert order["B"] == [1, 3, 5]
+    assert failures["A"] == 0
+
+
+async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq):
+    await one_partition_group(js, nc, uniq)
+    dead = []
+
+    async def collect(m):
+        dead.append(m)
+
+    sub = await nc.subscribe(f"dlq.{uniq}", cb=collect)
+    ok: list[int] = []
+
+    async def handler(msg):
+        if int(msg.data) == 0:
+            raise ValueError("poison")
+        ok.append(int(msg.data))
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2,
+                                retry=RetryPolicy(max_deliver=3, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"))
+    try:
+        await js.publish(f"{uniq}.P", b"0", headers={"X-Test": "yes"})
+        await js.publish(f"{uniq}.P", b"1")
+        await js.publish(f"{uniq}.P", b"2")
+        await wait_for(lambda: len(ok) == 2 and len(dead) == 1, 10, what="dead letter and the rest")
+    finally:
+        await inst.stop()
+        await sub.unsubscribe()
+    msg = dead[0]
+    assert msg.data == b"0"
+    assert msg.headers["X-Test"] == "yes"
+    assert "poison" in msg.headers["Pcg-Dead-Reason"]
+    assert msg.headers["Pcg-Deliveries"] == "3"
+    assert msg.headers["Pcg-Subject"] == "P"
+    info = await js.consumer_info(uniq, "g-m")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
