@@ -159,28 +159,30 @@ class KeyedDispatcher:
                 slot.cancel()
 
     async def _restore_order(self, first: "Msg") -> bool:
-        """On taking the pin: if an earlier owner left messages unacked, RESET the consumer to its ack
-        floor so everything comes again in stream order (instead of the leftovers after AckWait,
-        behind newer messages). Returns True when it reset (what was buffered is dropped)."""
+        """On taking the pin with messages unacked (an earlier owner's, redelivered after AckWait out
+        of order, or still pending), RESET the consumer to its ack floor: everything comes again in
+        stream order at once. Returns True when it reset (what was buffered is dropped)."""
         s = self.s
         try:
             info = await s.api.consumer_info(s.stream, s.consumer)
         except Exception as e:
             log.debug("%s: consumer info failed: %s", s.label, e)
             return False
-        held = 1 + len(s._queue) + sum(len(q) for q in self.keys.values()) + len(self.running)
-        if info.get("num_ack_pending", 0) <= held:
+        if info.get("num_ack_pending", 0) == 0:
             return False
-        log.info("%s: took over with %d unacked messages of a previous owner: resetting to the ack floor",
-                 s.label, info.get("num_ack_pending", 0) - held)
+        # From here on what arrives is dropped until the first delivery after the reset (consumer
+        # sequence 1): the reset may redeliver before its own reply reaches us.
+        s._await_reset = True
+        s._queue.clear()
+        self.drop_queued()
         try:
             await s.api.reset(s.stream, s.consumer)
         except Exception as e:
             log.warning("%s: reset failed: %s", s.label, e)
-            return False
-        s._queue.clear()
-        self.drop_queued()
-        s._await_reset = True
+            s._await_reset = False
+            return True  # what was dropped is redelivered after AckWait
+        log.info("%s: pinned with %d unacked messages: reset to the ack floor (%d) to keep stream order",
+                 s.label, info.get("num_ack_pending", 0), info.get("ack_floor", {}).get("stream_seq", 0))
         return True
 
     async def _run_one(self, k: str, m: "Msg") -> None:

@@ -208,6 +208,9 @@ class PullSession:
         self.batch = batch
         self.expires = pull_expiry(ack_wait)
         self.heartbeat = self.expires / 2
+        # A pin is kept only by pulls carrying it more often than PinnedTTL; with AckWait < 2 s the
+        # pull expiry equals the TTL, so the pinned instance also re-pulls every TTL/3.
+        self.keepalive = pinned_ttl(ack_wait) / 3
         self.auto_in_progress = auto_in_progress
         self.on_fatal = on_fatal
         self.on_gone = on_gone
@@ -404,9 +407,11 @@ class PullSession:
                     self._pending = 0
                 if self._pending <= self.batch // 2:
                     await self._pull(self.batch - max(self._pending, 0))
+                elif self.pin_id is not None and now - self._last_pull >= self.keepalive:
+                    await self._pull(1)
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self.heartbeat)
+                await asyncio.wait_for(self._wake.wait(), min(self.heartbeat, self.keepalive))
             except asyncio.TimeoutError:
                 pass
 

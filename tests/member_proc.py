@@ -1,6 +1,7 @@
 """A member instance in its own process, for failover tests: prints one JSON line per event.
 
 usage: python -m tests.member_proc URL static|elastic STREAM GROUP MEMBER [--ack-wait S] [--work S]
+       [--concurrency K] [--max-ack-pending N]
 Lines: {"ev":"ready"}, {"ev":"start"|"end","seq":..,"subject":..,"partition":..,"pin":..,"t":..}, {"ev":"done","error":..}
 """
 
@@ -25,6 +26,8 @@ def emit(**fields) -> None:
 
 
 async def main() -> None:
+    import logging
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     p = argparse.ArgumentParser()
     p.add_argument("url")
     p.add_argument("flavour", choices=["static", "elastic"])
@@ -33,6 +36,8 @@ async def main() -> None:
     p.add_argument("member")
     p.add_argument("--ack-wait", type=float, default=1.0)
     p.add_argument("--work", type=float, default=0.0)
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--max-ack-pending", type=int, default=1)
     args = p.parse_args()
     nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
 
@@ -46,7 +51,8 @@ async def main() -> None:
 
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, args.member, handler,
-                         config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
+                         config=ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait),
+                         concurrency=args.concurrency)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, inst.stop)
     emit(ev="ready")

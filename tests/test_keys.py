@@ -150,3 +150,79 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
     info = await js.consumer_info(uniq, "g-m")
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
+
+
+def _spawn(url, stream, *extra):
+    import os
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", "tests.member_proc", url, "static", stream, "g", "m", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server):
+    import json
+    import signal
+    import subprocess
+
+    await one_partition_group(js, nc, uniq)
+    args = ("--concurrency", "4", "--max-ack-pending", "500", "--work", "0.02", "--ack-wait", "1")
+    procs = [_spawn(nats_server.url, uniq, *args) for _ in range(2)]
+    events: list[list[dict]] = [[], []]
+    loop = asyncio.get_running_loop()
+
+    async def read(proc, sink):
+        while True:
+            line = await loop.run_in_executor(None, proc.stdout.readline)
+            if not line:
+                return
+            sink.append(json.loads(line))
+
+    readers = [asyncio.ensure_future(read(p, e)) for p, e in zip(procs, events)]
+    try:
+        await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
+        keys = [f"k{i % 10}" for i in range(400)]
+        await publish(js, uniq, keys)
+        await wait_for(lambda: sum(e["ev"] == "end" for ev in events for e in ev) >= 60, 20, what="a burst under way")
+        victim = 0 if any(e["ev"] == "end" for e in events[0]) else 1
+        procs[victim].send_signal(signal.SIGKILL)
+        want = set(range(len(keys)))
+
+        def processed():
+            return {int(e["seq"]) - 1 for ev in events for e in ev if e["ev"] == "end"} >= want
+        try:
+            await wait_for(processed, 40, what="every message processed after the take-over")
+        except AssertionError:
+            got = {int(e["seq"]) - 1 for ev in events for e in ev if e["ev"] == "end"}
+            info = await js.consumer_info(uniq, "g-m")
+            print("missing", sorted(want - got)[:20], len(want - got), "victim", victim,
+                  [len(ev) for ev in events], info.num_ack_pending, info.num_pending, info.ack_floor,
+                  info.delivered, events[1 - victim][-3:])
+            raise
+        survivor = [e for e in events[1 - victim] if e["ev"] == "end"]
+        per_key: dict[str, list[int]] = {}
+        for e in survivor:
+            per_key.setdefault(e["subject"], []).append(e["seq"])
+        for k, seqs in per_key.items():
+            assert seqs == sorted(seqs), f"survivor processed key {k} out of order: {seqs}"
+        # every key's first successes, across both instances, follow stream order
+        first: dict[int, float] = {}
+        for ev in events:
+            for e in ev:
+                if e["ev"] == "end":
+                    first[e["seq"]] = min(first.get(e["seq"], e["t"]), e["t"])
+        for k in set(keys):
+            seqs = [s for s in sorted(first, key=first.get) if keys[s - 1] == k]
+            assert seqs == sorted(seqs), f"key {k}: first successes out of order"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for r in readers:
+            await asyncio.wait_for(r, 5)
