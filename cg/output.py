@@ -1,0 +1,289 @@
+"""Everything ``cg`` prints on stdout goes through :data:`out`, which holds the one rich Console.
+
+- stdout not a terminal (pipes, files, scripts): the reference's exact lines (Go ``%v`` formatting),
+  written as they are, never wrapped.
+- stdout a terminal: rich tables for ``ls``/``info``/``member-info`` (``CG_PRETTY=0``/``1`` overrides
+  the detection).
+- ``--json``: one JSON document, whatever stdout is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pcgroups.config import ElasticConfig, MemberMapping, StaticConfig
+
+# ---------------------------------------------------------------- Go %v formatting
+
+
+def go_list(items: Iterable[Any]) -> str:
+    """A Go slice as ``%v`` prints it: ``[a b]``, empty or nil ``[]``."""
+    return "[" + " ".join(str(i) for i in items) + "]"
+
+
+def go_mapping(m: MemberMapping) -> str:
+    """A MemberMapping as ``%+v``: ``{Member:m1 Partitions:[0 1]}``."""
+    return f"{{Member:{m.member} Partitions:{go_list(m.partitions)}}}"
+
+
+def go_mappings(mappings: Iterable[MemberMapping]) -> str:
+    return go_list(go_mapping(m) for m in mappings)
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's ``time.Duration.String()``: ``20ms``, ``1.5s``, ``1m30s``, ``1h0m0s``, ``0s``."""
+    ns = int(round(seconds * 1e9))
+    sign = "-" if ns < 0 else ""
+    u = abs(ns)
+    if u == 0:
+        return "0s"
+
+    def frac(value: int, digits: int) -> str:
+        whole, rest = divmod(value, 10 ** digits)
+        if rest == 0:
+            return str(whole)
+        return f"{whole}.{str(rest).rjust(digits, '0').rstrip('0')}"
+
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{frac(u, 3)}µs"
+    if u < 1_000_000_000:
+        return f"{sign}{frac(u, 6)}ms"
+    secs_text = frac(u % 60_000_000_000, 9) + "s"
+    minutes = u // 60_000_000_000
+    if minutes == 0:
+        return sign + secs_text
+    hours, minutes = divmod(minutes, 60)
+    if hours == 0:
+        return f"{sign}{minutes}m{secs_text}"
+    return f"{sign}{hours}h{minutes}m{secs_text}"
+
+
+# ---------------------------------------------------------------- the console
+
+
+class Output:
+    """The single stdout console plus the plain-line and JSON writers."""
+
+    def __init__(self) -> None:
+        # file=None: the console follows sys.stdout (tests redirect it); no markup, emoji or
+        # highlighting, so names are printed as they are; soft_wrap: never wrapped.
+        self.console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)
+
+    @property
+    def file(self):
+        return sys.stdout
+
+    @property
+    def pretty(self) -> bool:
+        """Rich tables? Only when stdout is a terminal (``CG_PRETTY`` forces either way)."""
+        forced = os.environ.get("CG_PRETTY")
+        if forced in ("0", "1"):
+            return forced == "1"
+        try:
+            return bool(self.file.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    def write(self, text: str) -> None:
+        """Raw text, flushed at once (prompts, partial consume lines)."""
+        self.file.write(text)
+        self.file.flush()
+
+    def line(self, text: str = "") -> None:
+        """One plain line exactly as given."""
+        self.file.write(text + "\n")
+        self.file.flush()
+
+    def json(self, obj: Any) -> None:
+        self.line(json.dumps(obj, indent=2, ensure_ascii=False))
+
+    def print(self, *renderables: Any) -> None:
+        """Rich renderables (tables): on a terminal at its width, long cells folded; forced
+        pretty output into a pipe or file gets a wide page instead."""
+        try:
+            tty = bool(self.file.isatty())
+        except (AttributeError, ValueError, OSError):
+            tty = False
+        if tty:
+            self.console.print(*renderables)
+        else:
+            with self.console.capture() as cap:
+                saved = self.console.width
+                self.console.width = 250
+                try:
+                    self.console.print(*renderables)
+                finally:
+                    self.console.width = saved
+            self.file.write(cap.get())
+            self.file.flush()
+
+
+out = Output()
+
+
+def line_buffered_stdout() -> None:
+    """Make stdout line-buffered even into a pipe (long-running commands)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(line_buffering=True)
+        except (ValueError, OSError):
+            pass
+
+
+# ---------------------------------------------------------------- ls
+
+
+def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool) -> None:
+    if as_json:
+        out.json({"stream": stream, "kind": kind, "groups": list(groups)})
+    elif out.pretty:
+        if not groups:
+            out.print(Text(f"no {kind} consumer groups on stream {stream}", style="dim"))
+            return
+        table = Table(title=f"{kind} consumer groups on stream {stream}", title_justify="left")
+        table.add_column("group", overflow="fold")
+        for g in groups:
+            table.add_row(g)
+        out.print(table)
+    else:
+        out.line(f"{kind} consumer groups: {go_list(groups)}")
+
+
+# ---------------------------------------------------------------- info
+
+
+def _members_line(members: Sequence[str], mappings: Sequence[MemberMapping]) -> str:
+    if members:
+        return f"members: {go_list(members)}"
+    if mappings:
+        return f"Member mappings: {go_mappings(mappings)}"
+    return "no members or mappings defined"
+
+
+def _config_obj(cfg: StaticConfig | ElasticConfig) -> Any:
+    return json.loads(cfg.to_json())
+
+
+def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) -> Table | Text:
+    from pcgroups.partitions import member_partitions
+
+    names = list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
+    if not names:
+        return Text("no members or mappings defined", style="yellow")
+    mode = "balanced" if cfg.members else "mapped"
+    table = Table(title=f"members ({mode})", title_justify="left")
+    table.add_column("member", overflow="fold")
+    table.add_column("partitions", overflow="fold")
+    table.add_column("active", no_wrap=True)
+    for name in names:
+        parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
+                                  member_mappings=cfg.member_mappings, member=name)
+        is_active = name in active
+        table.add_row(name, " ".join(map(str, parts)) if parts else Text("none", style="dim"),
+                      Text("yes", style="green") if is_active else Text("no", style="red"))
+    return table
+
+
+def print_static_info(stream: str, group: str, cfg: StaticConfig, active: Sequence[str], *,
+                      as_json: bool) -> None:
+    if as_json:
+        out.json({"stream": stream, "group": group, "kind": "static", "config": _config_obj(cfg),
+                  "active_members": list(active)})
+    elif out.pretty:
+        table = Table(title=f"static consumer group {group} on stream {stream}", title_justify="left",
+                      show_header=False)
+        table.add_column("key", style="bold", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        table.add_row("max members", str(cfg.max_members))
+        table.add_row("filters", " ".join(cfg.filters) if cfg.filters else Text("none (whole subject)", style="dim"))
+        table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
+        out.print(table)
+        out.print(_membership_table(cfg, active))
+    else:
+        out.line(f"config: max members={cfg.max_members}, filters={go_list(cfg.filters)}")
+        out.line(_members_line(cfg.members, cfg.member_mappings))
+        out.line(f"currently active members: {go_list(active)}")
+
+
+def print_elastic_info(stream: str, group: str, cfg: ElasticConfig, active: Sequence[str], *,
+                       as_json: bool) -> None:
+    if as_json:
+        out.json({"stream": stream, "group": group, "kind": "elastic", "config": _config_obj(cfg),
+                  "active_members": list(active)})
+    elif out.pretty:
+        from pcgroups.partitions import transform_destination
+
+        table = Table(title=f"elastic consumer group {group} on stream {stream}", title_justify="left",
+                      show_header=False)
+        table.add_column("key", style="bold", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        table.add_row("max members", str(cfg.max_members))
+        table.add_row("max buffered msgs", str(cfg.max_buffered_msgs))
+        table.add_row("max buffered bytes", str(cfg.max_buffered_bytes))
+        table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
+        out.print(table)
+        if cfg.partitioning_filters:
+            ft = Table(title="partitioning filters", title_justify="left")
+            ft.add_column("filter", overflow="fold")
+            ft.add_column("wildcards", overflow="fold")
+            ft.add_column("transform", overflow="fold")
+            for pf in cfg.partitioning_filters:
+                ft.add_row(pf.filter, " ".join(map(str, pf.partitioning_wildcards or [])) or "whole subject",
+                           transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
+            out.print(ft)
+        else:
+            out.print(Text("no partitioning filters defined (whole subject used)", style="dim"))
+        out.print(_membership_table(cfg, active))
+    else:
+        out.line(f"config: max members={cfg.max_members}, max buffered msgs={cfg.max_buffered_msgs}, "
+                 f"max buffered bytes={cfg.max_buffered_bytes}")
+        if not cfg.partitioning_filters:
+            out.line("no partitioning filters defined (whole subject used)")
+        for pf in cfg.partitioning_filters or []:
+            out.line(f"filter={pf.filter}, partitioning wildcards {go_list(pf.partitioning_wildcards or [])}")
+        out.line(_members_line(cfg.members, cfg.member_mappings))
+        out.line(f"currently active members: {go_list(active)}")
+
+
+# ---------------------------------------------------------------- member-info
+
+
+def print_member_info(kind: str, stream: str, group: str, member: str, in_membership: bool, active: bool,
+                      *, as_json: bool) -> None:
+    if as_json:
+        out.json({"stream": stream, "group": group, "kind": kind, "member": member,
+                  "in_membership": in_membership, "active": in_membership and active})
+        return
+    lines: list[tuple[str, str]] = []
+    warning = (f"***Warning*** member {member} is part of the consumer group membership but has NO "
+               "active instance")
+    if kind == "static":
+        if in_membership:
+            lines.append((f"member {member} is part of the consumer group membership", ""))
+            lines.append((f"member {member} is active", "green") if active else (warning, "yellow"))
+        else:
+            lines.append((f"member {member} is not part of the consumer group membership", "red"))
+    else:
+        if in_membership and active:
+            lines.append((f"member {member} is part of the consumer group membership and is active", "green"))
+        elif in_membership:
+            lines.append((f"member {member} is part of the consumer group membership", ""))
+            lines.append((warning, "yellow"))
+        else:
+            lines.append((f"member {member} is not currently part of the consumer group membership", "red"))
+    for text, style in lines:
+        if out.pretty:
+            out.print(Text(text, style=style))
+        else:
+            out.line(text)

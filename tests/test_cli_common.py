@@ -1,0 +1,491 @@
+"""cg as a whole: helpers the CLI tests share, plus --fisk-introspect, nats plugin argv replays,
+help without a server, the error table and the demo scripts.
+
+Commands run either as real subprocesses (the installed ``cg`` console script) or in-process through
+``cg.main.main`` in a worker thread (same code path after argv, ~0.4 s cheaper per call); exit codes,
+"no traceback" and anything about signals, stdout buffering or stdin are always checked on
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pcgroups.server import free_port
+from tests.fisk_sim import all_nats_argvs, check_fisk_model, nats_argv
+from tests.support import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+CG_BIN = Path(sys.executable).with_name("cg")
+_EMPTY_CONFIG = tempfile.mkdtemp(prefix="cg-test-xdg-")  # no NATS contexts for the tests' cg runs
+
+
+def cg_argv(*args: str) -> list[str]:
+    base = [str(CG_BIN)] if CG_BIN.exists() else [sys.executable, "-m", "cg.main"]
+    return [*base, *args]
+
+
+def cg_env(url: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment for a cg subprocess: no inherited NATS_*/CG_* settings or contexts."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NATS_", "CG_")) and k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["XDG_CONFIG_HOME"] = _EMPTY_CONFIG
+    env["PYTHONUNBUFFERED"] = "0"
+    if url:
+        env["NATS_URL"] = url
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+    def ok(self) -> "Result":
+        assert self.code == 0, f"exit {self.code}\nstdout: {self.out}\nstderr: {self.err}"
+        return self
+
+
+def cg(*args: str, url: str | None = None, input: str | None = None, env: dict | None = None,
+       timeout: float = 30) -> Result:
+    """Run the real ``cg`` executable (blocking)."""
+    p = subprocess.run(cg_argv(*args), input=input if input is not None else "", capture_output=True,
+                       text=True, timeout=timeout, env=env or cg_env(url))
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+async def acg(*args: str, url: str | None = None, input: str | None = None, env: dict | None = None,
+              timeout: float = 30) -> Result:
+    """Run the real ``cg`` executable without blocking the event loop."""
+    return await asyncio.to_thread(cg, *args, url=url, input=input, env=env, timeout=timeout)
+
+
+_inproc_lock = threading.Lock()
+
+
+def cg_inproc(*args: str, url: str | None = None, input: str = "") -> Result:
+    """``cg.main.main(argv)`` with stdin/stdout/stderr redirected (``--server url`` added)."""
+    from cg.main import main
+
+    argv = [*args, "--server", url] if url else list(args)
+    out, err = io.StringIO(), io.StringIO()
+    with _inproc_lock:
+        saved_env = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "CG_PRETTY", "NATS_URL")}
+        saved_stdin = sys.stdin
+        os.environ["XDG_CONFIG_HOME"] = _EMPTY_CONFIG
+        os.environ.pop("CG_PRETTY", None)
+        os.environ.pop("NATS_URL", None)
+        sys.stdin = io.StringIO(input)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(argv)
+        finally:
+            sys.stdin = saved_stdin
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            root = logging.getLogger()
+            for h in list(root.handlers):
+                if getattr(h, "_cg", False):
+                    root.removeHandler(h)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+async def run_cg(*args: str, url: str | None = None, input: str = "") -> Result:
+    """In-process cg from an async test (a worker thread runs its own event loop)."""
+    return await asyncio.to_thread(cg_inproc, *args, url=url, input=input)
+
+
+def assert_cli_error(r: Result, fragment: str | None = None) -> None:
+    """Exit status 1, ``cg: error: ...`` as the first stderr line, no traceback, nothing on stdout."""
+    assert r.code == 1, f"exit {r.code}\nstdout: {r.out}\nstderr: {r.err}"
+    first = r.err.splitlines()[0] if r.err else ""
+    assert first.startswith("cg: error: "), r.err
+    assert "Traceback" not in r.err and "Traceback" not in r.out, r.err
+    if fragment is not None:
+        assert fragment in r.err, r.err
+
+
+class Proc:
+    """A long-running cg subprocess whose stdout is read line by line (and partial lines)."""
+
+    def __init__(self, *args: str, url: str | None = None, env: dict | None = None):
+        self.args = args
+        self.env = env or cg_env(url)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.out = ""
+        self._reader: asyncio.Task | None = None
+        self.changed = asyncio.Event()
+
+    async def start(self) -> "Proc":
+        self.proc = await asyncio.create_subprocess_exec(
+            *cg_argv(*self.args), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=self.env)
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self.proc and self.proc.stdout
+        while True:
+            chunk = await self.proc.stdout.read(4096)
+            if not chunk:
+                return
+            self.out += chunk.decode()
+            self.changed.set()
+
+    async def wait_output(self, predicate, timeout: float = 15, what: str = "output") -> str:
+        deadline = time.monotonic() + timeout
+        while not predicate(self.out):
+            left = deadline - time.monotonic()
+            if left <= 0 or (self.proc and self.proc.returncode is not None and self._reader.done()):
+                raise AssertionError(f"timed out waiting for {what}; stdout so far:\n{self.out}\n"
+                                     f"stderr: {await self.stderr_now()}")
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+            except asyncio.TimeoutError:
+                pass
+        return self.out
+
+    async def wait_text(self, text: str, timeout: float = 15) -> str:
+        return await self.wait_output(lambda o: text in o, timeout, repr(text))
+
+    async def stderr_now(self) -> str:
+        if self.proc and self.proc.returncode is not None and self.proc.stderr:
+            try:
+                return (await asyncio.wait_for(self.proc.stderr.read(), 2)).decode()
+            except asyncio.TimeoutError:
+                return ""
+        return "(still running)"
+
+    async def wait(self, timeout: float = 15) -> Result:
+        assert self.proc
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            await self.proc.wait()
+            raise AssertionError(f"cg {' '.join(self.args)} did not exit within {timeout}s; "
+                                 f"stdout:\n{self.out}")
+        await asyncio.wait_for(self._reader, 5)
+        err = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
+        return Result(code, self.out, err)
+
+    def signal(self, sig: int) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    async def close(self) -> None:
+        """Make sure the process is gone (test teardown)."""
+        if self.proc and self.proc.returncode is None:
+            self.kill()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
+        if self._reader:
+            self._reader.cancel()
+
+
+@contextlib.asynccontextmanager
+async def procs():
+    """Collects Procs and kills whatever is still running at the end of the test."""
+    started: list[Proc] = []
+
+    async def start(*args: str, url: str | None = None, env: dict | None = None) -> Proc:
+        p = await Proc(*args, url=url, env=env).start()
+        started.append(p)
+        return p
+
+    try:
+        yield start
+    finally:
+        for p in started:
+            await p.close()
+
+
+MSG_LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), "
+                      r"pinnedID=(?P<pin>\S*)\. Processing for (?P<sleep>\S+) \.\.\. (?P<end>.*)$")
+
+
+def message_lines(text: str) -> list[re.Match]:
+    return [m for m in (MSG_LINE.match(line) for line in text.splitlines()) if m]
+
+
+async def make_stream(js, name: str, subjects: list[str] | None = None, transform: tuple[str, str] | None = None):
+    from nats.js.api import StreamConfig, SubjectTransform
+
+    cfg = StreamConfig(name=name, subjects=subjects or [f"{name}.*"])
+    if transform:
+        cfg.subject_transform = SubjectTransform(src=transform[0], dest=transform[1])
+    await js.add_stream(cfg)
+
+
+def partition_transform(stream: str, n: int = 10) -> tuple[str, str]:
+    return f"{stream}.*", f"{{{{partition({n},1)}}}}.{stream}.{{{{wildcard(1)}}}}"
+
+
+async def kv_value(js, bucket: str, key: str) -> bytes | None:
+    import nats.js.errors
+
+    kv = await js.key_value(bucket)
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return entry.value
+
+
+# ====================================================================== tests
+
+
+def closed_port_url() -> str:
+    return f"nats://127.0.0.1:{free_port()}"
+
+
+def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
+    """What `nats plugins register cg` runs: exit 0, one JSON document, empty stderr, no network."""
+    env = cg_env(closed_port_url(), NATS_CONTEXT="does-not-exist")
+    start = time.monotonic()
+    p = subprocess.run(cg_argv("--fisk-introspect"), capture_output=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == b""
+    assert p.stdout.endswith(b"}\n") and p.stdout.count(b"\n") == 1
+    model = json.loads(p.stdout)
+    check_fisk_model(model)
+    assert (model["name"], model["help"], model["version"]) == ("cg", "Partitioned Consumer Group CLI tool",
+                                                                 "0.1.0")
+    assert time.monotonic() - start < 10
+    from cg.main import ALIASES
+
+    def find(*path):
+        node = model
+        for name in path:
+            node = next(c for c in node["commands"] if c["name"] == name)
+        return node
+
+    for path, aliases in ALIASES.items():
+        assert find(*path).get("aliases") == aliases, path
+    assert [c["name"] for c in model["commands"]] == ["static", "elastic"]  # `tools` is hidden
+    roots = {f["name"] for f in model["flags"]}
+    assert {"context", "server", "creds", "timeout", "js-domain", "tlsfirst", "no-context"} <= roots
+    assert all("short" not in f for f in model["flags"])
+    assert {f["name"] for f in find("static", "consume")["flags"]} == {"sleep"}
+    assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
+    assert find("static", "delete")["flags"][0]["short"] == ord("f")
+    assert {f["name"] for f in find("elastic", "create")["flags"]} == {
+        "filter", "wildcards", "max-buffered-msgs", "max-buffered-bytes"}
+
+
+def test_help_and_version_need_no_server():
+    url = closed_port_url()
+    for args in (["--help"], ["-h"], ["static", "--help"], ["static", "create", "balanced", "-h"],
+                 ["elastic", "consume", "--help"], ["elastic", "create", "-h"]):
+        r = cg(*args, url=url, timeout=20).ok()
+        assert "Usage" in r.out and r.err == "", args
+    assert cg("--version", url=url).ok().out == "0.1.0\n"
+
+
+def _write_context(tmp_path: Path, name: str, url: str) -> dict:
+    ctx_dir = tmp_path / "nats" / "context"
+    ctx_dir.mkdir(parents=True)
+    (ctx_dir / f"{name}.json").write_text(json.dumps({"description": "test", "url": url}))
+    return cg_env(None, XDG_CONFIG_HOME=str(tmp_path))
+
+
+async def test_nats_plugin_argvs_reach_the_right_commands(nats_server, js, uniq, tmp_path):
+    """Replays the argvs `nats cg ...` would run (aliases resolved, flags as --name=value, proxied
+    globals after the path, positionals folded so their order survives) against the real server."""
+    p = subprocess.run(cg_argv("--fisk-introspect"), capture_output=True, env=cg_env(), timeout=30)
+    model = json.loads(p.stdout)
+    url = nats_server.url
+    rng = random.Random(7)
+    env = _write_context(tmp_path, "plugtest", url)  # only the context knows the server
+    await make_stream(js, uniq, transform=partition_transform(uniq))
+
+    def argvs(path, positionals, flags=None, globals_=None):
+        out = list(all_nats_argvs(model, path, positionals, flags, globals_))
+        out.append(nats_argv(model, path, positionals, flags, globals_, rng=rng))
+        return out
+
+    for argv in argvs(["static", "create", "balanced"], [uniq, "grp", "4", "m2", "m1"],
+                      {"filter": [f"{uniq}.*"]}, {"server": url}):
+        (await acg(*argv, env=cg_env())).ok()
+    assert await kv_value(js, "static-consumer-groups", f"{uniq}.grp") == \
+        f'{{"max_members":4,"filters":["{uniq}.*"],"members":["m2","m1"]}}'.encode()
+
+    for argv in argvs(["static", "list"], [uniq], None, {"context": "plugtest"}):
+        r = (await acg(*argv, env=env)).ok()
+        assert r.out == "static consumer groups: [grp]\n", argv
+    for argv in argvs(["static", "minfo"], [uniq, "grp", "m1"], {"json": True}, {"context": "plugtest"}):
+        r = (await acg(*argv, env=env)).ok()
+        assert json.loads(r.out)["member"] == "m1" and json.loads(r.out)["in_membership"] is True
+
+    for argv in argvs(["elastic", "create"], [uniq, "eg", "3"],
+                      {"filter": [f"{uniq}.*"], "wildcards": ["1"], "max-buffered-msgs": "-1"},
+                      {"server": url, "timeout": "10s"}):
+        (await acg(*argv, env=cg_env())).ok()
+    assert await kv_value(js, "elastic-consumer-groups", f"{uniq}.eg") == (
+        f'{{"max_members":3,"partitioning_filters":[{{"filter":"{uniq}.*","partitioning_wildcards":[1]}}],'
+        f'"max_buffered_msg":-1}}').encode()
+    r = (await acg(*nats_argv(model, ["elastic", "add"], [uniq, "eg", "b", "a"], None,
+                              {"context": "plugtest"}, rng=rng), env=env)).ok()
+    assert r.out == "added members: [b a]\n"
+    r = (await acg(*nats_argv(model, ["elastic", "memberinfo"], [uniq, "eg", "a"], None,
+                              {"context": "plugtest"}, rng=rng), env=env)).ok()
+    assert r.lines[0] == "member a is part of the consumer group membership"
+
+    r = await acg(*nats_argv(model, ["static", "rm"], [uniq, "grp"], {"force": True},
+                             {"server": url}, rng=rng), env=cg_env())
+    r.ok()
+    assert await kv_value(js, "static-consumer-groups", f"{uniq}.grp") is None
+    r = await acg(*nats_argv(model, ["elastic", "rm"], [uniq, "eg"], {"force": True},
+                             {"server": url, "no-context": True}, rng=rng), env=cg_env())
+    r.ok()
+
+
+def test_options_anywhere_and_env(nats_server, uniq):
+    """Connection options are root options, yet may come after the command (hoisted)."""
+    bad = closed_port_url()
+    r = cg("static", "ls", "nostream-" + uniq, "--server", nats_server.url, url=bad).ok()
+    assert r.out == "static consumer groups: []\n"
+    r = cg("static", "ls", "-s", nats_server.url, "nostream-" + uniq, url=bad).ok()
+    assert r.out == "static consumer groups: []\n"
+    r = cg("static", "ls", "nostream-" + uniq, url=nats_server.url).ok()  # NATS_URL
+    assert r.out == "static consumer groups: []\n"
+    assert_cli_error(cg("static", "ls", "x", url=bad), "can't connect to")
+
+
+async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, uniq):
+    """~25 bad invocations, each a real subprocess: status 1, `cg: error:` first on stderr, nothing
+    on stdout, never a traceback."""
+    from pcgroups.elastic import create_elastic
+    from pcgroups.static import create_static
+
+    url = nats_server.url
+    s = uniq
+    await make_stream(js, s, transform=partition_transform(s))
+    await create_static(nc, s, "sg", 2, members=["m1", "m2"])
+    await create_elastic(nc, s, "eg", 2, partitioning_filters=None)
+    table = [
+        (["static", "info", s], "missing argument"),
+        (["static", "create", "balanced", s, "g"], "missing argument"),
+        (["static", "create", "balanced", s, "g", "x", "m1"], "max_members"),
+        (["static", "create", "balanced", s, "g", "0", "m1"], "max number of members must be >= 1"),
+        (["static", "create", "balanced", s, "g", "-1", "m1"], "-1"),
+        (["static", "create", "balanced", s, "g.x", "2", "m1"], 'invalid group name "g.x"'),
+        (["static", "create", "balanced", s, "g", "2", "m.1"], 'invalid member name "m.1"'),
+        (["static", "create", "balanced", "a.b", "g", "2", "m1"], 'invalid stream name "a.b"'),
+        (["static", "create", "balanced", f"no{s}", "g", "2", "m1"], "does not exist"),
+        (["static", "create", "mapped", s, "g", "2", "m1:0,x"], 'partition "x" is not an integer'),
+        (["static", "create", "mapped", s, "g", "2", "m1"], "missing ':'"),
+        (["static", "create", "mapped", s, "g", "2", "m1:0", "m2:0"], "partition numbers must be used only once"),
+        (["static", "create", "balanced", s, "sg", "3", "m1"], "doesn't match"),
+        (["static", "info", s, "eg"], "not found"),
+        (["elastic", "info", s, "sg"], "not found"),
+        (["static", "info", s, "nope"], "not found"),
+        (["static", "step-down", s, "sg", "m9"], "not part of"),
+        (["static", "delete", s, "nope", "-f"], "not found"),
+        (["static", "consume", s, "sg", "m1", "--sleep", "xx"], "invalid --sleep"),
+        (["static", "consume", s, "sg", "m9"], "not in the current static consumer group membership"),
+        (["elastic", "create", s, "g", "2", "--filter", "a.b"], "at least one * wildcard"),
+        (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "1", "--wildcards", "2"],
+         "--wildcards"),
+        (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "x"], "can't parse partition x"),
+        (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "2"], "wildcard"),
+        (["elastic", "create-mapping", s, "eg", "m1:0,1,2"], "partition"),
+        (["elastic", "add", s, "nope", "m1"], "not found"),
+        (["static", "nope"], "no such command"),
+        (["static", "ls", s, "--bogus"], "no such option"),
+        (["--timeout", "0", "static", "ls", s], "timeout"),
+        (["--context", "missingctx", "static", "ls", s], "unknown context"),
+        (["-s", closed_port_url(), "static", "ls", s], "can't connect to"),
+    ]
+    sem = asyncio.Semaphore(4)
+
+    async def one(args):
+        async with sem:
+            return await acg(*args, url=url)
+
+    results = await asyncio.gather(*(one(args) for args, _ in table))
+    for (args, fragment), r in zip(table, results):
+        try:
+            assert_cli_error(r, fragment)
+            assert r.out == "", r.out
+        except AssertionError as e:
+            raise AssertionError(f"cg {' '.join(args)}: {e}") from None
+
+
+async def test_stream_setup_and_traffic_scripts(nats_server, js, uniq):
+    """The reference's demo scripts, without the nats CLI."""
+    env = cg_env(nats_server.url)
+    run = lambda *a: subprocess.run(a, capture_output=True, text=True, timeout=30, env=env)  # noqa: E731
+    p = run(str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq)
+    assert p.returncode == 0, p.stderr
+    info = await js.stream_info(uniq)
+    assert info.config.subjects == [f"{uniq}.*"]
+    assert (info.config.subject_transform.src, info.config.subject_transform.dest) == \
+        (f"{uniq}.*", f"{{{{partition(10,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")
+    assert run(str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq).returncode == 0  # idempotent
+
+    p = run(str(SCRIPTS / "elastic_stream_setup.sh"), "--stream", uniq + "e")
+    assert p.returncode == 0, p.stderr
+    info = await js.stream_info(uniq + "e")
+    assert info.config.subjects == [f"{uniq}e.*"] and info.config.subject_transform is None
+
+    p = run(str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq, "--count", "150", "--sleep", "1ms")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("published 150 messages")
+    info = await js.stream_info(uniq)
+    assert info.state.messages == 150
+    # foo.<n> for n < 100, transformed into <partition>.foo.<n>
+    msg = await js.get_msg(uniq, 101)
+    token, _, rest = msg.subject.partition(".")
+    assert rest == f"{uniq}.0" and 0 <= int(token) < 10
+
+    # by default it runs until Ctrl-C, then reports and exits 0
+    proc = subprocess.Popen([str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        await wait_for(lambda: _stream_messages(js, uniq, 160), timeout=15, what="traffic")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert re.match(r"published \d+ messages to " + uniq + r"\.<0\.\.99>", out), out
+
+
+async def _stream_messages(js, stream: str, at_least: int) -> bool:
+    return (await js.stream_info(stream)).state.messages >= at_least
