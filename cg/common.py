@@ -214,12 +214,35 @@ def ask(prompt: str) -> str | None:
     return line.rstrip("\r\n")
 
 
-def confirm_delete(force: bool) -> None:
+async def ask_async(prompt: str) -> str | None:
+    """:func:`ask` from a coroutine: stdin is read by a daemon thread, so the connection keeps
+    answering server pings while the user thinks, and Ctrl-C is not held up by a pending read."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future = loop.create_future()
+
+    def read() -> None:
+        try:
+            value = ask(prompt)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting coroutine
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_exception(e))
+        else:
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(value))
+
+    threading.Thread(target=read, name="cg-stdin", daemon=True).start()
+    return await answer
+
+
+DELETE_WARNING = ("WARNING: this operation will cause all existing consumer members to terminate "
+                  "consuming are you sure? (y/n): ")
+
+
+async def confirm_delete(force: bool) -> None:
     """The reference's delete confirmation: only exactly ``y`` proceeds."""
     if force:
         return
-    answer = ask("WARNING: this operation will cause all existing consumer members to terminate "
-                 "consuming are you sure? (y/n): ")
+    answer = await ask_async(DELETE_WARNING)
     if answer is None or answer.strip() != "y":
         raise Canceled()
 

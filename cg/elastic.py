@@ -85,7 +85,7 @@ def _prompt_filters():
 @_command(elastic_app, "create", [], "create an elastic partitioned consumer group")
 def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
            filter: Annotated[list[str], typer.Option(
-               "--filter", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a "
+               "--filter", metavar="FILTER", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a "
                                 "terminal asks for them, otherwise the whole subject is used)",
                show_default=False)] = [],  # noqa: B006
            wildcards: Annotated[list[str], typer.Option(
@@ -129,7 +129,7 @@ def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False
         from pcgroups.elastic import delete_elastic, get_elastic_config
 
         await get_elastic_config(nc, stream, name, api=api)  # "not found" before asking
-        confirm_delete(force)
+        await confirm_delete(force)
         await delete_elastic(nc, stream, name, api=api)
 
     with_connection(ctx, body)

@@ -28,7 +28,8 @@ Group = Annotated[str, typer.Argument(help="consumer group name", show_default=F
 Member = Annotated[str, typer.Argument(help="member name", show_default=False)]
 MaxMembers = Annotated[int, typer.Argument(help="max number of members", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="print JSON")]
-Filters = Annotated[list[str], typer.Option("--filter", help="filter(s)", show_default=False)]
+Filters = Annotated[list[str], typer.Option("--filter", help="filter(s) (repeatable)", metavar="FILTER",
+                                            show_default=False)]
 Force = Annotated[bool, typer.Option("--force", "-f", help="force delete the consumer group")]
 Sleep = Annotated[str, typer.Option("--sleep", help="sleep to simulate processing time",
                                     metavar="DURATION")]
@@ -114,7 +115,7 @@ def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False
         from pcgroups.static import delete_static, get_static_config
 
         await get_static_config(nc, stream, name, api=api)  # "not found" before asking
-        confirm_delete(force)
+        await confirm_delete(force)
         await delete_static(nc, stream, name, api=api)
 
     with_connection(ctx, body)

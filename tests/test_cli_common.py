@@ -489,3 +489,30 @@ async def test_stream_setup_and_traffic_scripts(nats_server, js, uniq):
 
 async def _stream_messages(js, stream: str, at_least: int) -> bool:
     return (await js.stream_info(stream)).state.messages >= at_least
+
+
+def test_go_formatting_helpers():
+    from cg.output import go_duration, go_list, go_mappings
+    from pcgroups.config import MemberMapping
+
+    cases = {0: "0s", 0.02: "20ms", 0.0255: "25.5ms", 1: "1s", 1.5: "1.5s", 90: "1m30s", 60: "1m0s",
+             3600: "1h0m0s", 5400.25: "1h30m0.25s", 1.5e-6: "1.5µs", 1e-9: "1ns", 0.000999: "999µs", -2: "-2s"}
+    for seconds, text in cases.items():
+        assert go_duration(seconds) == text, seconds
+    assert go_list([]) == "[]" and go_list(["a", "b"]) == "[a b]" and go_list([0, 1]) == "[0 1]"
+    assert go_mappings([MemberMapping("m1", [0, 1]), MemberMapping("m2", [])]) == \
+        "[{Member:m1 Partitions:[0 1]} {Member:m2 Partitions:[]}]"
+
+
+def test_filter_and_wildcard_pairing():
+    from cg.common import CLIError, partitioning_filters
+    from pcgroups.config import PartitioningFilter as PF
+
+    assert partitioning_filters(["a.*.*", "b.*", "c.>"], ["2,1"]) == [
+        PF("a.*.*", [2, 1]), PF("b.*", [1]), PF("c.>", [])]
+    assert partitioning_filters(["a.*.*"], ["2 1"]) == [PF("a.*.*", [2, 1])]
+    assert partitioning_filters(["a.*.*"], [""]) == [PF("a.*.*", [])]  # explicit: hash the whole subject
+    with pytest.raises(CLIError, match="pairs with one --filter"):
+        partitioning_filters(["a.*"], ["1", "1"])
+    with pytest.raises(CLIError, match="can't parse partition x"):
+        partitioning_filters(["a.*"], ["1,x"])
