@@ -1,0 +1,285 @@
+"""``cg static status`` / ``cg elastic status``: a group per partition, like Kafka's ``--describe``.
+
+- :func:`render_status` prints one :class:`pcgroups.status.GroupStatus`: a rich table on a terminal,
+  aligned plain columns into a pipe, one JSON document with ``json=True``.
+- :func:`watch` refreshes it every ``interval`` seconds until Ctrl-C (a live view on a terminal; into
+  a pipe a new table, or one compact JSON line, per refresh).
+- :func:`register` adds the two ``status`` commands to the ``static`` and ``elastic`` Typer apps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json as jsonlib
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from pcgroups.status import GroupStatus
+
+#: Aliases of the status commands (hidden duplicates; add them to the fisk model's ALIASES).
+ALIASES: dict[tuple[str, ...], list[str]] = {
+    ("static", "status"): ["describe"],
+    ("elastic", "status"): ["describe"],
+}
+
+STATUS_HELP = ("show each partition's owner member, pinned instance, pending and ack-pending messages, "
+               "redeliveries and last acked sequence")
+
+PLAIN_COLUMNS = ["PARTITION", "MEMBER", "ACTIVE", "PINNED-ID", "PINNED-SINCE", "PENDING", "ACK-PENDING",
+                 "REDELIVERED", "ACK-FLOOR"]
+
+
+# ---------------------------------------------------------------- formatting helpers
+
+
+def age(since: datetime | None, now: datetime | None = None) -> str:
+    """``3.2s``, ``4m05s``, ``2h03m`` since ``since`` (``-`` when unknown)."""
+    if since is None:
+        return "-"
+    now = now or datetime.now(timezone.utc)
+    s = max((now - since).total_seconds(), 0.0)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _pin_label(pin: str | None, instances: Mapping[str, str] | None) -> str:
+    if not pin:
+        return "-"
+    name = (instances or {}).get(pin)
+    return f"{name} ({pin})" if name else pin
+
+
+def _title(status: "GroupStatus") -> str:
+    where = status.stream if status.flavour == "static" else f"{status.stream} (work queue {status.consumer_stream})"
+    return (f"{status.flavour} consumer group {status.group} on stream {where}: "
+            f"{status.max_members} partitions, {len(status.members)} members ({status.mode})")
+
+
+def _footer(status: "GroupStatus") -> str:
+    parts = [f"{status.messages} messages in {status.consumer_stream}, last sequence {status.last_seq}"]
+    if status.source_lag is not None:
+        parts.append(f"source lag {status.source_lag}")
+    if any(p.member is not None and not p.pending_exact and p.pending is not None for p in status.partitions):
+        parts.append("* pending of the member's partitions together (--per-partition counts each)")
+    if status.flavour == "elastic":
+        parts.append("pending: messages of the partition not yet acked")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None = None,
+                 now: datetime | None = None) -> RenderableType:
+    """The rich renderable of a status (title, partition table, member notes, footer)."""
+    now = now or datetime.now(timezone.utc)
+    table = Table(title=_title(status), title_justify="left", caption=_footer(status), caption_justify="left")
+    for name, justify in (("partition", "right"), ("member", "left"), ("active", "left"),
+                          ("pinned instance", "left"), ("pinned for", "right"), ("pending", "right"),
+                          ("ack pending", "right"), ("redelivered", "right"), ("ack floor", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for p in status.partitions:
+        if p.member is None:
+            table.add_row(str(p.partition), Text("unassigned", style="yellow"), "", "", "",
+                          _num(p.pending), "", "", "")
+            continue
+        active = Text("yes", style="green") if p.active else Text("no", style="red")
+        pending = _num(p.pending) + ("" if p.pending_exact or p.pending is None else "*")
+        table.add_row(str(p.partition), p.member, active,
+                      Text(_pin_label(p.pinned_id, instances), style="cyan" if p.pinned_id else "dim"),
+                      age(p.pinned_since, now), pending, _num(p.ack_pending), _num(p.redelivered),
+                      _num(p.ack_floor))
+    idle = [m.member for m in status.members if not m.partitions]
+    parts: list[RenderableType] = [table]
+    if idle:
+        parts.append(Text(f"members with no partitions: {' '.join(idle)}", style="dim"))
+    return Group(*parts)
+
+
+def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = None,
+                now: datetime | None = None) -> list[str]:
+    """Aligned plain columns (for pipes), Kafka ``--describe`` style."""
+    now = now or datetime.now(timezone.utc)
+    rows = [PLAIN_COLUMNS]
+    for p in status.partitions:
+        if p.member is None:
+            rows.append([str(p.partition), "-", "-", "-", "-", _num(p.pending), "-", "-", "-"])
+            continue
+        pending = _num(p.pending) + ("" if p.pending_exact or p.pending is None else "*")
+        rows.append([str(p.partition), p.member, "yes" if p.active else "no", _pin_label(p.pinned_id, instances),
+                     age(p.pinned_since, now), pending, _num(p.ack_pending), _num(p.redelivered),
+                     _num(p.ack_floor)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PLAIN_COLUMNS))]
+    lines = [_title(status)]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.append(_footer(status))
+    return lines
+
+
+def _write(console: Console, text: str) -> None:
+    console.file.write(text + "\n")
+    console.file.flush()
+
+
+def render_status(status: "GroupStatus", console: Console, json: bool = False, *, pretty: bool | None = None,
+                  instances: Mapping[str, str] | None = None) -> None:
+    """Print ``status``: JSON (``json=True``), a rich table (``pretty``, default: the console is a
+    terminal) or plain aligned lines. ``instances`` maps pin ids to instance names to show."""
+    if json:
+        _write(console, jsonlib.dumps(status.to_dict(), indent=2))
+    elif console.is_terminal if pretty is None else pretty:
+        console.print(status_table(status, instances=instances))
+    else:
+        _write(console, "\n".join(plain_lines(status, instances=instances)))
+
+
+async def watch(fetch: Callable[[], Awaitable["GroupStatus"]], console: Console, *, interval: float = 2.0,
+                json: bool = False, pretty: bool | None = None, iterations: int | None = None,
+                instances: Mapping[str, str] | None = None) -> int:
+    """Refresh the status every ``interval`` seconds until cancelled (Ctrl-C) or ``iterations`` ran.
+
+    On a terminal a live view is redrawn in place; otherwise each refresh prints a table (or one
+    compact JSON line with ``json=True``). An error from ``fetch`` (group deleted, server gone)
+    propagates. Returns the number of refreshes.
+    """
+    pretty = console.is_terminal if pretty is None else pretty
+    n = 0
+    if pretty and not json:
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            while iterations is None or n < iterations:
+                status = await fetch()
+                n += 1
+                live.update(Group(status_table(status, instances=instances),
+                                  Text(f"refreshing every {interval:g}s, Ctrl-C to stop", style="dim")),
+                            refresh=True)
+                if iterations is not None and n >= iterations:
+                    break
+                await asyncio.sleep(interval)
+        return n
+    while iterations is None or n < iterations:
+        status = await fetch()
+        n += 1
+        if json:
+            _write(console, jsonlib.dumps(status.to_dict(), separators=(",", ":")))
+        else:
+            if n > 1:
+                _write(console, "")
+            _write(console, status.taken_at.isoformat(timespec="seconds").replace("+00:00", "Z"))
+            _write(console, "\n".join(plain_lines(status, instances=instances)))
+        if iterations is not None and n >= iterations:
+            break
+        await asyncio.sleep(interval)
+    return n
+
+
+# ---------------------------------------------------------------- the commands
+
+Stream = Annotated[str, typer.Argument(help="stream name", show_default=False)]
+GroupName = Annotated[str, typer.Argument(help="consumer group name", show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
+Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
+Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
+                                       metavar="DURATION")]
+PerPartition = Annotated[bool, typer.Option("--per-partition",
+                                            help="count each partition's pending messages exactly (an ephemeral "
+                                                 "consumer per partition of members owning several)")]
+
+
+def run_status(flavour: str, opts: Any, stream: str, group: str, *, as_json: bool = False, watching: bool = False,
+               interval: float = 2.0, per_partition: bool = False, console: Console | None = None,
+               connected: Callable[[Any], Any] | None = None, pretty: bool | None = None) -> int:
+    """Run one ``status`` command: connect with ``opts``, print once or watch; returns the exit code.
+
+    ``connected(opts)`` is an async context manager yielding ``(nc, api)`` (default:
+    :func:`cg.common.connected`). Ctrl-C ends a watch with 0; errors propagate to the caller.
+    """
+    from pcgroups.status import elastic_status, static_status
+
+    if connected is None:
+        from .common import connected as default_connected
+        connected = default_connected
+    if console is None or pretty is None:
+        try:
+            from .output import out
+            console = console or out.console
+            pretty = out.pretty if pretty is None else pretty
+        except ImportError:  # pragma: no cover - the output module is always there in the CLI
+            console = console or Console()
+
+    async def main() -> int:
+        async with connected(opts) as (nc, api):
+            async def fetch():
+                if flavour == "static":
+                    return await static_status(nc, stream, group, api=api, per_partition=per_partition)
+                return await elastic_status(nc, stream, group, api=api)
+
+            if watching:
+                await watch(fetch, console, interval=interval, json=as_json, pretty=pretty)
+            else:
+                render_status(await fetch(), console, json=as_json, pretty=pretty)
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 0
+
+
+def register(static_app: typer.Typer, elastic_app: typer.Typer,
+             connected: Callable[[Any], Any] | None = None) -> None:
+    """Add ``status`` (and its hidden alias ``describe``) to the static and elastic apps."""
+
+    def _interval(text: str) -> float:
+        from pcgroups.connect import parse_duration
+        from pcgroups.errors import PCGroupsError
+
+        try:
+            seconds = parse_duration(text)
+        except PCGroupsError as e:
+            raise typer.BadParameter(f"invalid --interval: {e}") from None
+        if seconds <= 0:
+            raise typer.BadParameter(f"invalid --interval {text!r}: must be positive")
+        return seconds
+
+    def static_status_cmd(ctx: typer.Context, stream: Stream, name: GroupName, json: Json = False,
+                          watch: Watch = False, interval: Interval = "2s",
+                          per_partition: PerPartition = False) -> None:
+        from .common import check_names, options
+
+        check_names(stream=stream, group=name)
+        seconds = _interval(interval)
+        raise typer.Exit(run_status("static", options(ctx), stream, name, as_json=json, watching=watch,
+                                    interval=seconds, per_partition=per_partition, connected=connected))
+
+    def elastic_status_cmd(ctx: typer.Context, stream: Stream, name: GroupName, json: Json = False,
+                           watch: Watch = False, interval: Interval = "2s") -> None:
+        from .common import check_names, options
+
+        check_names(stream=stream, group=name)
+        seconds = _interval(interval)
+        raise typer.Exit(run_status("elastic", options(ctx), stream, name, as_json=json, watching=watch,
+                                    interval=seconds, connected=connected))
+
+    for app, fn, flavour in ((static_app, static_status_cmd, "static"), (elastic_app, elastic_status_cmd, "elastic")):
+        app.command("status", help=STATUS_HELP)(fn)
+        for alias in ALIASES[(flavour, "status")]:
+            app.command(alias, help=STATUS_HELP, hidden=True)(fn)
+
+
+__all__ = ["ALIASES", "age", "plain_lines", "register", "render_status", "run_status", "status_table", "watch"]

@@ -1,0 +1,334 @@
+"""A group's live state, per partition, like Kafka's ``kafka-consumer-groups --describe``.
+
+:func:`static_status` and :func:`elastic_status` read the group's config, list the member
+consumers once and, for an elastic group, count the work queue's messages per partition, then say
+for every partition: its owner member, the member consumer's pinned instance (pin id and since
+when), pending and ack-pending messages, redeliveries and the last acked sequence (the ack floor).
+
+What is counted per partition and what per member:
+
+- **static**: a member consumer's counters cover all its partitions. When a member owns exactly one
+  partition they are that partition's; otherwise ``pending`` is the member's total
+  (``pending_exact=False``), unless ``per_partition=True`` asks the server to count each partition
+  (an ephemeral, memory-stored consumer per partition on the member's filter subjects of that
+  partition, created and deleted at once: two requests per partition, and it needs permission to
+  create consumers on the stream). A member with no consumer yet has everything pending.
+- **elastic**: the work-queue stream keeps exactly the messages not yet acked, so one stream-info
+  request counts them per partition (``pending``: not yet acked, the one in flight included).
+
+The request count is small and fixed: the config (two requests), one consumer list of the stream
+that holds the member consumers, and for elastic one stream info of the work queue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from nats.aio.client import Client
+
+from .config import ElasticConfig, StaticConfig
+from .elastic import get_elastic_config, work_queue_name
+from .errors import JetStreamAPIError, NotFoundError
+from .jsapi import PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .partitions import member_partitions, static_member_filters
+from .static import get_static_config, static_consumer_name
+
+__all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "elastic_status", "static_status",
+           "parse_timestamp"]
+
+
+@dataclass
+class MemberStatus:
+    """One member and its consumer."""
+
+    member: str
+    consumer: str
+    partitions: list[int] = field(default_factory=list)
+    exists: bool = False               # its consumer exists
+    active: bool = False               # an instance is pulling (waiting pulls > 0)
+    waiting: int = 0
+    pinned_id: str | None = None       # the pinned instance's pin id
+    pinned_since: datetime | None = None
+    pending: int | None = None         # messages of its partitions not yet delivered
+    ack_pending: int | None = None     # delivered, not yet acked
+    redelivered: int | None = None     # messages delivered more than once and not yet acked
+    ack_floor: int | None = None       # the stream sequence acked in order up to (last acked)
+    delivered: int | None = None       # the last stream sequence delivered
+    last_active: datetime | None = None
+    filters: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PartitionStatus:
+    """One partition: its owner and the owner consumer's state."""
+
+    partition: int
+    member: str | None = None          # None: no member owns it
+    consumer: str | None = None
+    active: bool = False
+    pinned_id: str | None = None
+    pinned_since: datetime | None = None
+    pending: int | None = None
+    pending_exact: bool = False        # False: ``pending`` is the owner's total over its partitions
+    ack_pending: int | None = None     # the owner consumer's (per member)
+    redelivered: int | None = None     # the owner consumer's (per member)
+    ack_floor: int | None = None       # the owner consumer's (per member)
+    delivered: int | None = None       # the owner consumer's (per member)
+
+
+@dataclass
+class GroupStatus:
+    """A group's state at ``taken_at``."""
+
+    flavour: str                       # static or elastic
+    stream: str
+    group: str
+    consumer_stream: str               # the stream holding the member consumers
+    max_members: int
+    mode: str                          # balanced, mapped or empty
+    filters: list[str]
+    members: list[MemberStatus]
+    partitions: list[PartitionStatus]
+    last_seq: int = 0                  # the consumer stream's last sequence
+    messages: int = 0                  # messages in the consumer stream
+    source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue
+    taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    requests: int = 0                  # JetStream API requests it took
+
+    @property
+    def pending(self) -> int:
+        """Messages not yet delivered (static) / not yet acked (elastic), over all owned partitions."""
+        if self.flavour == "elastic":
+            return sum(p.pending or 0 for p in self.partitions)
+        return sum(m.pending or 0 for m in self.members)
+
+    def member(self, name: str) -> MemberStatus | None:
+        return next((m for m in self.members if m.member == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (times as RFC 3339 strings)."""
+        return _jsonable(asdict(self))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+
+
+def parse_timestamp(text: str | None) -> datetime | None:
+    """An RFC 3339 time as the server writes it (nanoseconds); Go's zero time and junk give None."""
+    if not text:
+        return None
+    m = _TS.match(text)
+    if not m:
+        return None
+    base, frac, zone = m.groups()
+    if base.startswith("0001-"):
+        return None
+    micro = (frac or "0")[:6].ljust(6, "0")
+    zone = "+00:00" if zone == "Z" else zone
+    try:
+        return datetime.fromisoformat(f"{base}.{micro}{zone}")
+    except ValueError:
+        return None
+
+
+class _Counting:
+    """A JetStreamApi view that counts the requests a status takes."""
+
+    def __init__(self, api: JetStreamApi):
+        self.api = api
+        self.n = 0
+
+    async def request(self, subject: str, body: Any = None) -> dict[str, Any]:
+        self.n += 1
+        return await self.api.request(subject, body)
+
+    async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            try:
+                page = await self.request(f"CONSUMER.LIST.{stream}", {"offset": len(out)})
+            except JetStreamAPIError as e:
+                if e.err_code == 10059:
+                    raise NotFoundError(f"stream {stream} not found") from None
+                raise
+            infos = page.get("consumers") or []
+            out.extend(infos)
+            if not infos or len(out) >= page.get("total", 0):
+                return out
+
+    async def stream_info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
+        """Stream info; with ``subjects_filter`` also every matching subject's count (all pages)."""
+        body = {"subjects_filter": subjects_filter} if subjects_filter else None
+        try:
+            info = await self.request(f"STREAM.INFO.{stream}", body)
+        except JetStreamAPIError as e:
+            if e.err_code == 10059:
+                raise NotFoundError(f"stream {stream} not found") from None
+            raise
+        if subjects_filter:
+            subjects = dict(info.get("state", {}).get("subjects") or {})
+            total = info.get("total", 0)
+            while subjects and len(subjects) < total:
+                page = await self.request(f"STREAM.INFO.{stream}",
+                                          {"subjects_filter": subjects_filter, "offset": len(subjects)})
+                more = page.get("state", {}).get("subjects") or {}
+                if not more:
+                    break
+                subjects.update(more)
+            info.setdefault("state", {})["subjects"] = subjects
+        return info
+
+
+def _membership(cfg: StaticConfig | ElasticConfig) -> list[str]:
+    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
+
+
+def _mode(cfg: StaticConfig | ElasticConfig) -> str:
+    return "balanced" if cfg.members else "mapped" if cfg.member_mappings else "empty"
+
+
+def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str,
+                   info: dict[str, Any] | None) -> MemberStatus:
+    ms = MemberStatus(member=member, consumer=consumer,
+                      partitions=member_partitions(max_members=cfg.max_members, members=cfg.members,
+                                                   member_mappings=cfg.member_mappings, member=member))
+    if info is None:
+        return ms
+    ms.exists = True
+    ms.waiting = int(info.get("num_waiting") or 0)
+    ms.active = ms.waiting > 0
+    ms.pending = int(info.get("num_pending") or 0)
+    ms.ack_pending = int(info.get("num_ack_pending") or 0)
+    ms.redelivered = int(info.get("num_redelivered") or 0)
+    ms.ack_floor = int((info.get("ack_floor") or {}).get("stream_seq") or 0)
+    ms.delivered = int((info.get("delivered") or {}).get("stream_seq") or 0)
+    ms.last_active = parse_timestamp((info.get("delivered") or {}).get("last_active"))
+    conf = info.get("config") or {}
+    ms.filters = list(conf.get("filter_subjects") or ([conf["filter_subject"]] if conf.get("filter_subject") else []))
+    for state in info.get("priority_groups") or []:
+        if state.get("group") == PRIORITY_GROUP:
+            ms.pinned_id = state.get("pinned_client_id") or None
+            ms.pinned_since = parse_timestamp(state.get("pinned_ts")) if ms.pinned_id else None
+    return ms
+
+
+def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatus]) -> list[PartitionStatus]:
+    owner: dict[int, MemberStatus] = {}
+    for ms in members:
+        for p in ms.partitions:
+            owner.setdefault(p, ms)
+    rows = []
+    for p in range(cfg.max_members):
+        ms = owner.get(p)
+        if ms is None:
+            rows.append(PartitionStatus(partition=p))
+            continue
+        rows.append(PartitionStatus(
+            partition=p, member=ms.member, consumer=ms.consumer if ms.exists else None, active=ms.active,
+            pinned_id=ms.pinned_id, pinned_since=ms.pinned_since, pending=ms.pending,
+            pending_exact=ms.exists and len(ms.partitions) == 1, ack_pending=ms.ack_pending,
+            redelivered=ms.redelivered, ack_floor=ms.ack_floor, delivered=ms.delivered))
+    return rows
+
+
+async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
+                        per_partition: bool = False) -> GroupStatus:
+    """The state of static group ``group`` on ``stream`` (see the module doc).
+
+    ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
+    consumer per partition of members that own several (two extra requests each).
+    """
+    api = api if api is not None else JetStreamApi(nc)
+    counting = _Counting(api)
+    cfg = await get_static_config(nc, stream, group, api=api)
+    config_requests = 2   # the bucket lookup and the KV get
+    infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
+               for m in _membership(cfg)]
+    rows = _partition_rows(cfg, members)
+    if per_partition:
+        by_name = {m.member: m for m in members}
+        for row in rows:
+            ms = by_name.get(row.member or "")
+            if ms is None or row.pending_exact:
+                continue
+            # the member's filter subjects of this partition (a group's filters leave other subjects out)
+            subjects = [f for f in static_member_filters(cfg, ms.member) if f.split(".", 1)[0] == str(row.partition)]
+            row.pending = await _count_after(counting, stream, subjects, (ms.delivered or 0) + 1)
+            row.pending_exact = True
+    try:
+        state = (await counting.stream_info(stream)).get("state", {})
+    except NotFoundError:
+        raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
+    return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
+                       max_members=cfg.max_members, mode=_mode(cfg), filters=list(cfg.filters), members=members,
+                       partitions=rows, last_seq=int(state.get("last_seq") or 0),
+                       messages=int(state.get("messages") or 0), requests=counting.n + config_requests)
+
+
+async def _count_after(api: _Counting, stream: str, subjects: list[str], start_seq: int) -> int:
+    """Messages on ``subjects`` at or after ``start_seq``: an ephemeral consumer's pending count."""
+    if not subjects:
+        return 0
+    cfg = ConsumerConfig(deliver_policy="by_start_sequence", opt_start_seq=max(start_seq, 1), ack_policy="none",
+                         inactive_threshold=5.0, mem_storage=True, num_replicas=1)
+    if len(subjects) == 1:
+        cfg.filter_subject = subjects[0]
+    else:
+        cfg.filter_subjects = list(subjects)
+    info = await api.request(f"CONSUMER.CREATE.{stream}", {"stream_name": stream, "config": cfg.to_wire()})
+    try:
+        return int(info.get("num_pending") or 0)
+    finally:
+        try:
+            await api.request(f"CONSUMER.DELETE.{stream}.{info.get('name')}")
+        except JetStreamAPIError:
+            pass  # it goes away after its inactive threshold anyway
+
+
+async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> GroupStatus:
+    """The state of elastic group ``group`` on ``stream`` (see the module doc)."""
+    api = api if api is not None else JetStreamApi(nc)
+    counting = _Counting(api)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    config_requests = 2
+    wq = work_queue_name(stream, group)
+    try:
+        infos = {c["name"]: c for c in await counting.list_consumers(wq)}
+        wq_info = await counting.stream_info(wq, subjects_filter=">")
+    except NotFoundError:
+        raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
+    members = [_member_status(cfg, m, m, infos.get(m)) for m in _membership(cfg)]
+    rows = _partition_rows(cfg, members)
+    per_partition: dict[int, int] = {}
+    state = wq_info.get("state", {})
+    for subject, count in (state.get("subjects") or {}).items():
+        token = subject.split(".", 1)[0]
+        if token.isdigit():
+            per_partition[int(token)] = per_partition.get(int(token), 0) + int(count)
+    for row in rows:
+        row.pending = per_partition.get(row.partition, 0)
+        row.pending_exact = True
+    lag = None
+    for source in wq_info.get("sources") or []:
+        if source.get("name") == stream:
+            lag = int(source.get("lag") or 0)
+    return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
+                       max_members=cfg.max_members, mode=_mode(cfg),
+                       filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
+                       partitions=rows, last_seq=int(state.get("last_seq") or 0),
+                       messages=int(state.get("messages") or 0), source_lag=lag,
+                       requests=counting.n + config_requests)
