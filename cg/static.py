@@ -8,7 +8,7 @@ import typer
 
 from .common import (check_names, check_static_config, confirm_delete, options, parse_mappings,
                      parse_sleep, run, with_connection)
-from .output import out, print_groups, print_member_info, print_static_info
+from .output import print_groups, print_member_info, print_static_info
 
 static_app = typer.Typer(help="static consumer groups mode")
 create_app = typer.Typer(help="create a static partitioned consumer group")
@@ -158,4 +158,4 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sle
 
 
 # `cg static prompt` is added by the prompt module (see cg/main.py).
-__all__ = ["ALIASES", "static_app", "out"]
+__all__ = ["ALIASES", "static_app"]
