@@ -24,6 +24,9 @@ from .elastic import ALIASES as ELASTIC_ALIASES
 from .elastic import elastic_app
 from .static import ALIASES as STATIC_ALIASES
 from .static import static_app
+from .status import ALIASES as STATUS_ALIASES
+from .status import register as register_status
+from .demo import register as register_demo
 from .tools import tools_app
 
 app = typer.Typer(
@@ -37,16 +40,15 @@ app.add_typer(static_app, name="static")
 app.add_typer(elastic_app, name="elastic")
 app.add_typer(tools_app, name="tools", hidden=True)  # behind scripts/*.sh; not in the fisk model
 
-# Other commands plug in here, each from its own module, e.g.
-#   from .demo import demo;   app.command("demo", help=...)(demo)
-#   from .status import status; app.command("status", help=...)(status)
-#   from .prompt import static_prompt, elastic_prompt
-#   static_app.command("prompt", help="interactive prompt")(static_prompt)   (same for elastic_app)
+register_status(static_app, elastic_app)   # `status` (alias `describe`) for both flavours
+register_demo(app)                          # `cg demo`
+
+# Other commands plug in here, each from its own module.
 # Put every option on the leaf command (nats drops non-global options of groups), don't reuse a
 # root option name, and add any aliases to ALIASES below.
 
 #: Command aliases for the fisk model (the hidden duplicate commands are what cg itself parses).
-ALIASES: dict[tuple[str, ...], list[str]] = {**STATIC_ALIASES, **ELASTIC_ALIASES}
+ALIASES: dict[tuple[str, ...], list[str]] = {**STATIC_ALIASES, **ELASTIC_ALIASES, **STATUS_ALIASES}
 
 
 def _version(value: bool) -> None:
