@@ -833,6 +833,8 @@ def demo_command(
     if seconds < MIN_DURATION:
         raise typer.BadParameter(f"--duration must be at least {MIN_DURATION:g}s, got {duration}")
     console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=140)  # a log or a pipe: never truncate the summary
     try:
         code = asyncio.run(run_demo(duration=seconds, console=console, rate=rate))
     except KeyboardInterrupt:
