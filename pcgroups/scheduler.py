@@ -131,7 +131,7 @@ class KeyedDispatcher:
                     await s._nak_quietly(m)
                 elif s.partitions is None or m.partition in s.partitions:
                     self._admit(m)
-            while self.ready and len(self.running) < self.concurrency:
+            while self.ready and len(self.running) < self.concurrency and not s._paused:
                 k = self.ready.popleft()
                 q = self.keys.get(k)
                 if not q:

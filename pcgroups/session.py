@@ -238,6 +238,7 @@ class PullSession:
         self._sub = None
         self._tasks: list[asyncio.Task] = []
         self._pull_subject = api.pull_subject(stream, consumer)
+        self._paused = False            # quiesce(): no new handler starts
         self._await_reset = False       # after a RESET: drop stragglers until consumer sequence 1 arrives
         self._keyed: KeyedDispatcher | None = None
         if concurrency > 1:
@@ -279,6 +280,38 @@ class PullSession:
                 self._pending = 0
             await asyncio.sleep(0.005)
         return False
+
+    async def quiesce(self, timeout: float | None = None) -> bool:
+        """Start no new handler and wait (default: AckWait) until none runs. Pulls go on, so the pin
+        is kept; what arrives meanwhile waits. Follow with :meth:`reset_and_resume`."""
+        self._paused = True
+        deadline = time.monotonic() + (timeout if timeout is not None else self.ack_wait)
+        while time.monotonic() < deadline:
+            running = self._keyed.running if self._keyed is not None else self._inflight
+            if not running:
+                return True
+            await asyncio.sleep(0.002)
+        return False
+
+    async def reset_and_resume(self, seq: int, before_reset: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Drop what is buffered, optionally run ``before_reset`` (a consumer update), RESET the consumer
+        to stream sequence ``seq`` and hand out messages again: delivery restarts in stream order."""
+        self._await_reset = True
+        self._queue.clear()
+        if self._keyed is not None:
+            self._keyed.drop_queued()
+        try:
+            if before_reset is not None:
+                await before_reset()
+            await self.api.reset(self.stream, self.consumer, seq)
+        except BaseException:
+            self._await_reset = False
+            raise
+        finally:
+            self._paused = False
+            self._queued.set()
+            if self._keyed is not None:
+                self._keyed.slot.set()
 
     def resume(self) -> None:
         if not self.closed:
@@ -436,9 +469,9 @@ class PullSession:
                 await self._keyed.cancel()
             return
         while not self.closed:
-            if not self._queue:
+            if not self._queue or self._paused:
                 self._queued.clear()
-                if self._inflight is None:
+                if self._inflight is None and not self._queue:
                     self._idle.set()
                 await self._queued.wait()
                 continue
