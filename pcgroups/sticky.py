@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping
 from .config import ElasticConfig, MemberMapping
 from .partitions import balanced_assignment
 
-__all__ = ["sticky_assignment", "sticky_mappings", "previous_assignment", "moved_partitions"]
+__all__ = ["sticky_assignment", "sticky_mappings", "sticky_change", "previous_assignment", "group_members",
+           "moved_partitions"]
 
 
 def _owners(max_members: int, previous: Mapping[str, Iterable[int]]) -> dict[int, str]:
@@ -104,6 +105,18 @@ def sticky_mappings(cfg: ElasticConfig, live: Iterable[str]) -> list[MemberMappi
     """
     assignment = sticky_assignment(cfg.max_members, previous_assignment(cfg), live)
     return [MemberMapping(m, ps) for m, ps in assignment.items() if ps]
+
+
+def group_members(cfg: ElasticConfig) -> list[str]:
+    """The group's members: its ``members`` (de-duplicated, idle ones included) and mapped members."""
+    return list(dict.fromkeys([*cfg.members, *(m.member for m in cfg.member_mappings)]))
+
+
+def sticky_change(cfg: ElasticConfig, *, add: Iterable[str] = (), drop: Iterable[str] = ()) -> list[MemberMapping]:
+    """The new ``member_mappings`` after adding and dropping members (``cg elastic add/drop --sticky``)."""
+    dropped = set(drop)
+    live = [m for m in dict.fromkeys([*group_members(cfg), *add]) if m and m not in dropped]
+    return sticky_mappings(cfg, live)
 
 
 def moved_partitions(before: Mapping[str, Iterable[int]], after: Mapping[str, Iterable[int]]) -> list[int]:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter
 from pcgroups.partitions import balanced_assignment
-from pcgroups.sticky import moved_partitions, previous_assignment, sticky_assignment, sticky_mappings
+from pcgroups.sticky import (group_members, moved_partitions, previous_assignment, sticky_assignment, sticky_change,
+                             sticky_mappings)
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g", "h", "m1", "m10", "m2", "auto-0f3a", "Z", "_x"]
 names = st.sampled_from(NAMES)
@@ -228,3 +229,14 @@ def test_sticky_mappings_always_validate(n, live, balanced, previous):
     assert all(m.partitions for m in out)
     assert [m.member for m in out] == sorted(m.member for m in out)
     ElasticConfig(max_members=n, member_mappings=out).validate()
+
+
+def test_sticky_change_for_cli_add_and_drop():
+    cfg = ElasticConfig(max_members=4, members=["m1", "m2"])   # balanced: m1 0,1  m2 2,3
+    added = sticky_change(cfg, add=["m3"])
+    assert added == [MemberMapping("m1", [0, 1]), MemberMapping("m2", [2]), MemberMapping("m3", [3])]
+    cfg2 = ElasticConfig(max_members=4, member_mappings=added)
+    assert group_members(cfg2) == ["m1", "m2", "m3"]
+    assert sticky_change(cfg2, drop=["m1"]) == [MemberMapping("m2", [0, 2]), MemberMapping("m3", [1, 3])]
+    assert sticky_change(cfg2, add=["m3", ""]) == added          # nothing new: nothing moves
+    assert sticky_change(cfg2, drop=["m1", "m2", "m3"]) == []
