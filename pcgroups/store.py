@@ -10,9 +10,8 @@ from dataclasses import dataclass
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from .errors import NotFoundError, PCGroupsError
+from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
 from .jsapi import ERR_STREAM_NAME_IN_USE, JetStreamApi, kv_bucket_config
-from .errors import JetStreamAPIError
 
 log = logging.getLogger("pcgroups")
 
@@ -92,8 +91,9 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
             else:
                 await kv.update(key, value, last=current.revision)
             return value
-        except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.BadRequestError) as e:
-            if isinstance(e, nats.js.errors.BadRequestError) and getattr(e, "err_code", 0) != 10071:
+        except nats.js.errors.BadRequestError as e:
+            wrong_sequence = isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or e.err_code == 10071
+            if not wrong_sequence:
                 raise
             log.debug("compare-and-set conflict on %s (attempt %d), retrying", key, attempt + 1)
             await asyncio.sleep(0.005 * (attempt + 1))
