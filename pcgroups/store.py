@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ log = logging.getLogger("pcgroups")
 STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"
 
-CAS_ATTEMPTS = 20
+CAS_ATTEMPTS = 100
 
 
 @dataclass
@@ -96,7 +97,7 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
             if not wrong_sequence:
                 raise
             log.debug("compare-and-set conflict on %s (attempt %d), retrying", key, attempt + 1)
-            await asyncio.sleep(0.005 * (attempt + 1))
+            await asyncio.sleep(random.uniform(0, min(0.002 * (attempt + 1), 0.05)))  # jitter: writers spread out
     raise PCGroupsError(f"could not update {key}: too many concurrent changes ({attempts} attempts)")
 
 
