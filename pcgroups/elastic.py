@@ -24,11 +24,12 @@ from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerCon
                     pinned_client_id)
 from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
-from .session import DEFAULT_BATCH, Handler
+from .session import DEFAULT_BATCH, Handler, PullSession
 from .store import ELASTIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read, update
 
 log = logging.getLogger("pcgroups")
 
+ERR_NO_MESSAGE_FOUND = 10037
 RETRY_FAST = 0.1   # while a change is under way (waiting for another member to release partitions)
 
 
@@ -393,6 +394,8 @@ class ElasticInstance(ConsumerInstance):
     async def _reconcile(self) -> None:
         try:
             if not self.desired:
+                if self.session is None:
+                    await self.api.stream_info(self.work_queue)  # waiting to be added: is the group still there?
                 await self._release_all()
             elif self.session is None:
                 await self._join()
@@ -413,10 +416,36 @@ class ElasticInstance(ConsumerInstance):
         except NotFoundError:
             return None
 
-    def _may_change(self, info: dict[str, Any]) -> bool:
+    def _may_change(self, info: dict[str, Any], session: PullSession | None = None) -> bool:
         """The pinned instance changes the consumer; anyone may when nobody is pinned."""
+        session = session or self.session
         pin = pinned_client_id(info)
-        return pin is None or (self.session is not None and pin == self.session.pin_id)
+        return pin is None or (session is not None and pin == session.pin_id)
+
+    async def _acks_applied(self, session: PullSession) -> None:
+        """Wait (bounded by AckWait) until the server has applied the last ack ``session`` sent.
+
+        The server applies acks asynchronously: a consumer update, RESET or delete sent right after
+        an ack can overtake it, and the acked message then comes back (as a first delivery to the
+        partition's next owner). In a work queue an applied ack removes the message.
+        """
+        acked = session._recent_acks._order
+        if not acked:
+            return
+        seq = acked[-1]
+        deadline = time.monotonic() + self.template.ack_wait
+        while True:
+            try:
+                await self.api.request(f"STREAM.MSG.GET.{self.work_queue}", {"seq": seq})
+            except JetStreamAPIError as e:
+                if e.err_code != ERR_NO_MESSAGE_FOUND:
+                    log.debug("%s: checking ack of %d: %s", self.member_name, seq, e)
+                return
+            if time.monotonic() > deadline:
+                log.warning("%s: ack of work-queue message %d not applied after %.1fs", self.member_name, seq,
+                            self.template.ack_wait)
+                return
+            await asyncio.sleep(0.002)
 
     async def _join(self) -> None:
         cfg = self._consumer_config(self.desired)
@@ -484,29 +513,44 @@ class ElasticInstance(ConsumerInstance):
             [f for f in have if f in self.desired]
         if target == have:
             return  # wait for the partitions we gain to be released
+        if not target:
+            # We keep none of our partitions and those we gain are still held elsewhere. An update to
+            # no filter subjects would make the consumer match the whole work queue: release it.
+            await self._release_all()
+            return
         started = time.monotonic()
-        self.session.partitions = set(self.partitions) & _partitions_of(have)
-        await self.session.drain()
-        await self.api.create_consumer(self.work_queue, self._consumer_config(target), action="update")
+        session = self.session
+        # Hand out nothing more of what we give up; let running handlers finish (their acks applied).
+        # Pulls go on meanwhile, so the pin stays with us and nothing waits for a pull to expire.
+        session.partitions = set(self.partitions) & _partitions_of(have)
+        await session.quiesce()
+        await self._acks_applied(session)
         stream = await self.api.stream_info(self.work_queue)
         first = stream.get("state", {}).get("first_seq", 0)
-        if first:
-            await self.api.reset(self.work_queue, self.member_name, first)
+
+        async def update() -> None:
+            await self.api.create_consumer(self.work_queue, self._consumer_config(target), action="update")
+
+        # Update the filters, then RESET to the first message: what was buffered is dropped and comes
+        # again in stream order (to us for kept partitions, to the new owner for the others), and the
+        # older messages of gained partitions are delivered too.
+        session.partitions = _partitions_of(target)
+        await session.reset_and_resume(first, before_reset=update)
         self.current = list(target)
-        self.session.partitions = _partitions_of(target)
-        self.session.resume()
         log.info("%s: consumer filters changed to %s (paused %.3fs)", self.member_name, target,
                  time.monotonic() - started)
 
     async def _release_all(self) -> None:
         """Our member owns nothing now: drain and delete its consumer (when it is ours to delete)."""
-        if self.session is None:
+        session = self.session
+        if session is None:
             return
-        info = await self._consumer_info()
-        may = info is None or self._may_change(info)
         await self._stop_session(drain=True)
         self.current = None
-        if info is not None and may:
+        await self._acks_applied(session)
+        # Decided after the drain: the pin may have moved to another instance of ours meanwhile.
+        info = await self._consumer_info()
+        if info is not None and self._may_change(info, session):
             await self.api.delete_consumer(self.work_queue, self.member_name)
 
     async def _check_alive(self) -> None:
