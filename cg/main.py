@@ -27,6 +27,7 @@ from .static import static_app
 from .status import ALIASES as STATUS_ALIASES
 from .status import register as register_status
 from .demo import register as register_demo
+from .prompt import register as register_prompt
 from .tools import tools_app
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ app.add_typer(tools_app, name="tools", hidden=True)  # behind scripts/*.sh; not 
 
 register_status(static_app, elastic_app)   # `status` (alias `describe`) for both flavours
 register_demo(app)                          # `cg demo`
+register_prompt(static_app, elastic_app)   # `prompt`: the interactive shell of each flavour
 
 # Other commands plug in here, each from its own module.
 # Put every option on the leaf command (nats drops non-global options of groups), don't reuse a
