@@ -1,0 +1,709 @@
+"""Automatic membership for elastic groups: instances join a group by starting and leave by stopping
+(or dying); the partitions rebalance by themselves, with the fewest moves.
+
+Each instance keeps a **lease**, the KV key ``<stream>.<group>.<member>.<instance>`` in the bucket
+``pcgroups-leases`` (history 1, per-message TTL, limit markers, so an expired key shows up in a watch
+as a purge). It is created with ``Nats-Expected-Last-Subject-Sequence: 0`` and renewed every TTL/3
+by a compare-and-set publish carrying ``Nats-TTL`` (nats-py's ``kv.put``/``kv.update`` take no TTL,
+and its ``kv.get``/``kv.create`` mishandle the server's TTL markers, so neither is used here).
+
+The membership is the set of members with at least one live lease. Every instance watches its
+group's leases and config; ``debounce`` seconds after the last change it computes the sticky
+assignment (:func:`pcgroups.sticky.sticky_assignment`, previous = the config's mappings or the
+balanced assignment of its members) and writes it as ``member_mappings`` with compare-and-set. The
+computation is deterministic and a fixed point, so there is no coordinator: concurrent writers write
+the same value or find it written; joins and leaves close together make one rebalance. Go members
+read the result as ordinary mappings.
+
+Consuming is the regular :func:`pcgroups.elastic.elastic_consume` for the instance's member, which
+follows the config (drain before hand-off, standbys, step-down). A member name given by the user
+makes its instances hot standbys of each other (one pinned); without one, each instance is a member
+of its own (``auto-<8 hex>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from .config import ElasticConfig, MemberMapping, parse_elastic_config, validate_name
+from .elastic import elastic_consume, work_queue_name
+from .errors import ConfigError, NotFoundError, PCGroupsError
+from .instance import member_template
+from .jsapi import ConsumerConfig, JetStreamApi, pinned_client_id
+from .session import Handler
+from .sticky import moved_partitions, previous_assignment, sticky_mappings
+from .store import ELASTIC_BUCKET, _domain, group_key, open_bucket, update
+
+log = logging.getLogger("pcgroups")
+
+__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "elastic_consume_auto", "lease_key",
+           "list_leases", "open_lease_bucket"]
+
+LEASE_BUCKET = "pcgroups-leases"
+LEASE_STREAM = f"KV_{LEASE_BUCKET}"
+MARKER_TTL = 1.0            # how long the server's expiry marker stays (its minimum): keeps the bucket small
+MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
+DEFAULT_LEASE_TTL = 5.0
+DEFAULT_DEBOUNCE = 0.4
+ERR_WRONG_LAST_SEQUENCE = 10071
+_AUTO_NAME_RE = re.compile(r"auto-[0-9a-f]{8}")
+
+
+def auto_member_name() -> str:
+    """A fresh member name for an instance started without one: ``auto-<8 hex>``."""
+    return f"auto-{secrets.token_hex(4)}"
+
+
+def lease_key(stream: str, group: str, member: str, instance: str) -> str:
+    return f"{stream}.{group}.{member}.{instance}"
+
+
+def _ttl_header(ttl: float) -> str:
+    return f"{max(int(MIN_LEASE_TTL * 1000), int(round(ttl * 1000)))}ms"
+
+
+@dataclass
+class Lease:
+    """A live lease: one running instance of ``member`` (what ``cg elastic status`` shows)."""
+
+    member: str
+    instance: str
+    expires_in: float        # seconds until it expires unless renewed (the server's clock vs ours)
+    ttl: float
+    host: str = ""
+    pid: int = 0
+    revision: int = 0
+
+
+@dataclass
+class _Held:
+    """A lease seen in the watch."""
+
+    member: str
+    instance: str
+    ttl: float
+    created: datetime | None
+    revision: int
+    host: str = ""
+    pid: int = 0
+
+    def lease(self, now: datetime) -> Lease:
+        age = (now - self.created).total_seconds() if self.created is not None else 0.0
+        return Lease(self.member, self.instance, max(0.0, self.ttl - age), self.ttl, self.host, self.pid,
+                     self.revision)
+
+
+def _parse_entry(prefix: str, entry: Any) -> _Held | None:
+    """The lease of a watch entry, None for deletes, purges, expiry markers and foreign keys."""
+    if entry.operation is not None or not entry.value:
+        return None
+    rest = entry.key[len(prefix):] if entry.key.startswith(prefix) else ""
+    member, dot, instance = rest.partition(".")
+    if not dot or not member or not instance or "." in instance:
+        return None
+    try:
+        value = json.loads(entry.value)
+    except ValueError:
+        value = {}
+    if not isinstance(value, dict):
+        value = {}
+    try:
+        ttl = float(value.get("ttl", 0)) or DEFAULT_LEASE_TTL
+    except (TypeError, ValueError):
+        ttl = DEFAULT_LEASE_TTL
+    pid = value.get("pid")
+    return _Held(member, instance, ttl, entry.created, entry.revision or 0, str(value.get("host", "")),
+                 pid if type(pid) is int else 0)
+
+
+# --- the lease bucket ---------------------------------------------------------------------------
+async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas: int = 1) -> KeyValue:
+    """The lease bucket, created if missing (history 1, per-message TTL, 1 s limit markers)."""
+    js = api.nc.jetstream(domain=_domain(api))
+    try:
+        kv = await js.key_value(LEASE_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        if not create:
+            raise NotFoundError(f"the lease bucket doesn't exist: {LEASE_BUCKET}") from None
+        try:
+            kv = await js.create_key_value(KeyValueConfig(bucket=LEASE_BUCKET, history=1, replicas=replicas,
+                                                          storage=StorageType.FILE, limit_marker_ttl=MARKER_TTL,
+                                                          description="pcgroups instance leases"))
+        except nats.js.errors.BadRequestError:  # a concurrent creator won (or the config differs: checked below)
+            kv = await js.key_value(LEASE_BUCKET)
+    info = (await api.stream_info(LEASE_STREAM))["config"]
+    if not info.get("allow_msg_ttl") or not info.get("subject_delete_marker_ttl") \
+            or info.get("max_msgs_per_subject") != 1:
+        raise ConfigError(f"the lease bucket {LEASE_BUCKET} exists without per-message TTLs, limit markers or "
+                          "history 1: expired leases would not be seen; delete it (it is re-created)")
+    return kv
+
+
+async def _snapshot(kv: KeyValue, pattern: str, timeout: float = 5.0) -> list[Any]:
+    """The current entries of the keys matching ``pattern`` (a watch read up to its initial end)."""
+    watcher = await kv.watch(pattern)
+    out = []
+    try:
+        async def collect():
+            async for entry in watcher:
+                if entry is None:
+                    return
+                out.append(entry)
+        await asyncio.wait_for(collect(), timeout)
+    finally:
+        try:
+            await watcher.stop()
+        except Exception:  # noqa: BLE001 - closing a read-only watch
+            pass
+    return out
+
+
+async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> list[Lease]:
+    """The live leases of a group, by member then instance (empty when there is no lease bucket)."""
+    validate_name("stream", stream)
+    validate_name("group", group)
+    api = api if api is not None else JetStreamApi(nc)
+    try:
+        kv = await open_lease_bucket(api, create=False)
+    except NotFoundError:
+        return []
+    prefix = f"{stream}.{group}."
+    now = datetime.now(timezone.utc)
+    held = [h for h in (_parse_entry(prefix, e) for e in await _snapshot(kv, prefix + ">")) if h is not None]
+    return sorted((h.lease(now) for h in held), key=lambda x: (x.member, x.instance))
+
+
+# --- the instance -------------------------------------------------------------------------------
+async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Handler, *,
+                               member: str | None = None, lease_ttl: float = DEFAULT_LEASE_TTL,
+                               config: ConsumerConfig | None = None, debounce: float = DEFAULT_DEBOUNCE,
+                               api: JetStreamApi | None = None, **consume_kwargs: Any) -> "AutoInstance":
+    """Run an instance of an elastic group in automatic membership (see the module docs).
+
+    ``member``: a name shared by hot-standby instances; None gives a unique ``auto-<8 hex>``.
+    ``lease_ttl`` (>= 1 s): a dead instance's member is dropped this long after its last renewal.
+    ``config`` and ``consume_kwargs`` (batch, concurrency, key, retry, ...) go to ``elastic_consume``.
+    The group must exist (``create_elastic``); its membership is then managed by its instances.
+    """
+    validate_name("stream", stream)
+    validate_name("group", group)
+    user_named = bool(member)
+    member = member or auto_member_name()
+    validate_name("member", member)
+    if not isinstance(lease_ttl, (int, float)) or lease_ttl < MIN_LEASE_TTL:
+        raise ConfigError(f"the lease TTL must be at least {MIN_LEASE_TTL:g}s, got {lease_ttl!r}")
+    if debounce < 0:
+        raise ConfigError(f"debounce must be >= 0, got {debounce!r}")
+    api = api if api is not None else JetStreamApi(nc)
+    consumer = await elastic_consume(nc, stream, group, member, handler, config=config, api=api, **consume_kwargs)
+    try:
+        replicas = (await api.stream_info(stream))["config"].get("num_replicas", 1)
+        leases = await open_lease_bucket(api, replicas=replicas)
+        configs = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
+        inst = AutoInstance(nc, api, consumer, stream=stream, group=group, member=member, user_named=user_named,
+                            lease_ttl=float(lease_ttl), debounce=debounce, leases=leases, configs=configs,
+                            ack_wait=member_template(config).ack_wait)
+        await inst._start()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return inst
+
+
+class AutoInstance:
+    """An elastic instance in automatic membership: its lease, the group's membership, its consumer.
+
+    Mirrors the consume context: ``stop()``, ``await done()``, ``wait_for_consuming()``, ``pinned``,
+    ``member_name``, ``async with``. ``consumer`` is the underlying :class:`ElasticInstance`.
+    """
+
+    def __init__(self, nc: Client, api: JetStreamApi, consumer: Any, *, stream: str, group: str, member: str,
+                 user_named: bool, lease_ttl: float, debounce: float, leases: KeyValue, configs: KeyValue,
+                 ack_wait: float):
+        self.nc = nc
+        self.api = api
+        self.consumer = consumer
+        self.stream_name = stream
+        self.group_name = group
+        self.member_name = member
+        self.user_named = user_named
+        self.instance_id = secrets.token_hex(4)
+        self.lease_ttl = lease_ttl
+        self.debounce = debounce
+        self.ack_wait = ack_wait
+        self.rebalances = 0                  # membership changes this instance wrote
+        self.error: BaseException | None = None
+        self._leases_kv = leases
+        self._configs_kv = configs
+        self._js = nc.jetstream(domain=_domain(api))
+        self._prefix = f"{stream}.{group}."
+        self._key = lease_key(stream, group, member, self.instance_id)
+        self._subject = f"{leases._pre}{self._key}"
+        self._config_key = group_key(stream, group)
+        self._lease_rev = 0
+        self._leases: dict[str, _Held] = {}          # the group's live leases, by key (what the watch shows)
+        self._leases_ready = False                   # the watch's initial snapshot is in
+        self._expired: set[str] = set()              # members whose last lease expired (not deleted)
+        self._config: ElasticConfig | None = None    # the group's config, as last seen
+        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._renew_now = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._watchers: list[Any] = []
+        self._control_task: asyncio.Task | None = None
+        self._consumer_task: asyncio.Task | None = None
+        self._consumer_ended = False
+        self._lease_dropped = False
+        self._stopping = False
+
+    # --- public surface -------------------------------------------------------------------
+    @property
+    def pinned(self) -> bool:
+        """True while this instance holds its member's pin (gets the member's messages)."""
+        return not self._done.done() and self.consumer.pinned
+
+    @property
+    def consuming(self) -> bool:
+        """True while this instance is attached to its member's consumer (pinned or standby)."""
+        return not self._done.done() and self.consumer.consuming
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this instance's member owns under the current config."""
+        return self.consumer.partitions
+
+    @property
+    def live_members(self) -> list[str]:
+        """The members with at least one live lease, as this instance sees them."""
+        return sorted({h.member for h in self._leases.values()})
+
+    @property
+    def settled(self) -> bool:
+        """The config holds the membership this instance's view of the leases gives (nothing to write)."""
+        cfg = self._config
+        return (cfg is not None and self._leases_ready and self._key in self._leases and not cfg.members
+                and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
+
+    async def wait_for_consuming(self, timeout: float | None = None) -> None:
+        """Wait until the instance is attached to its consumer (an idle member never is: times out)."""
+        await self._race(self.consumer.wait_for_consuming(timeout))
+
+    async def wait_settled(self, timeout: float | None = None) -> None:
+        """Wait until the group's config holds the membership of the live leases (including this one)."""
+        async def poll():
+            while not self.settled:
+                await asyncio.sleep(0.02)
+        try:
+            await self._race(asyncio.wait_for(poll(), timeout))
+        except asyncio.TimeoutError:
+            raise asyncio.TimeoutError(f"{self.member_name}: membership not settled within {timeout}s") from None
+
+    def stop(self) -> asyncio.Future:
+        """Leave: drop the lease (the member leaves at once if this was its last instance; its
+        partitions are handed over after in-flight messages finish) and stop consuming. Idempotent,
+        safe from a handler; await the result to wait for the end."""
+        if not self._done.done() and not self._stopping:
+            self._stopping = True
+            self._events.put_nowait(("stop", None))
+        return asyncio.shield(self._done)
+
+    async def done(self) -> BaseException | None:
+        """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
+        return await asyncio.shield(self._done)
+
+    async def __aenter__(self) -> "AutoInstance":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return (f"<AutoInstance {self.stream_name}/{self.group_name} member={self.member_name} "
+                f"instance={self.instance_id} partitions={self.partitions}>")
+
+    async def _race(self, aw) -> None:
+        """Await ``aw``, but raise at once if the instance ends first."""
+        task = asyncio.ensure_future(aw)
+        try:
+            await asyncio.wait({task, self._done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+        if task.done() and not task.cancelled():
+            task.result()
+            return
+        raise self._done.result() or PCGroupsError("the instance ended")
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def _start(self) -> None:
+        self._value = json.dumps({"member": self.member_name, "instance": self.instance_id, "ttl": self.lease_ttl,
+                                  "host": socket.gethostname(), "pid": os.getpid()},
+                                 separators=(",", ":")).encode()
+        await self._write_lease(expected=0)
+        try:
+            lease_watch = await self._leases_kv.watch(self._prefix + ">")
+            self._watchers.append(lease_watch)
+            config_watch = await self._configs_kv.watch(self._config_key)
+            self._watchers.append(config_watch)
+        except BaseException:
+            await self._drop_lease()
+            for w in self._watchers:
+                await _quietly(w.stop())
+            raise
+        label = f"{self.member_name}/{self.instance_id}"
+        self._tasks = [
+            asyncio.create_task(self._pump(lease_watch, "lease"), name=f"pcg-leases-{label}"),
+            asyncio.create_task(self._pump(config_watch, "config"), name=f"pcg-config-{label}"),
+            asyncio.create_task(self._renew_loop(), name=f"pcg-renew-{label}"),
+        ]
+        self._consumer_task = asyncio.create_task(self._watch_consumer(), name=f"pcg-consumer-{label}")
+        self._tasks.append(self._consumer_task)
+        self._control_task = asyncio.create_task(self._control(), name=f"pcg-auto-{label}")
+        log.info("%s/%s: joined %s/%s with lease %s (TTL %gs)", self.member_name, self.instance_id,
+                 self.stream_name, self.group_name, self._key, self.lease_ttl)
+
+    async def _pump(self, watcher, kind: str) -> None:
+        try:
+            async for entry in watcher:
+                self._events.put_nowait((kind, entry))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported to the control loop
+            self._events.put_nowait(("watch-failed", (kind, e)))
+            return
+        self._events.put_nowait(("watch-failed", (kind, None)))
+
+    async def _watch_consumer(self) -> None:
+        result = await self.consumer.done()
+        self._consumer_ended = True
+        self._events.put_nowait(("consumer-done", result))
+
+    async def _control(self) -> None:
+        result: BaseException | None = None
+        due: float | None = None          # when to rebalance (debounced)
+        resync = max(self.lease_ttl, 1.0)  # also re-check this often, in case a write was lost
+        next_check = time.monotonic() + resync
+        try:
+            while True:
+                now = time.monotonic()
+                wake = min(due if due is not None else next_check, next_check)
+                try:
+                    kind, value = await asyncio.wait_for(self._events.get(), max(0.0, wake - now))
+                except asyncio.TimeoutError:
+                    kind, value = "tick", None
+                if kind == "lease":
+                    if self._apply_lease(value):
+                        due = time.monotonic() + self.debounce
+                elif kind == "config":
+                    if self._apply_config(value) and not self.settled:
+                        due = time.monotonic() + self.debounce
+                elif kind == "tick":
+                    now = time.monotonic()
+                    if due is not None and now >= due:
+                        due = None
+                        if not await self._rebalance():
+                            due = time.monotonic() + 1.0   # a failed write: try again
+                    if now >= next_check:
+                        next_check = now + resync
+                        if due is None and self._leases_ready and not self.settled:
+                            due = now + self.debounce
+                elif kind == "watch-failed":
+                    which, error = value
+                    await self._restart_watch(which, error)
+                elif kind == "stop":
+                    result = await self._leave()
+                    break
+                elif kind == "consumer-done":
+                    result = value
+                    log.info("%s/%s: consumer ended (%s)", self.member_name, self.instance_id, value or "normally")
+                    break
+        except asyncio.CancelledError:
+            result = None
+        except Exception as e:  # noqa: BLE001 - a bug or an unexpected answer: end, never idle as a zombie
+            log.exception("%s/%s: membership loop failed", self.member_name, self.instance_id)
+            result = e
+        await self._finish(result)
+
+    def _apply_lease(self, entry: Any) -> bool:
+        """Update the lease view; True when the membership (the set of live members) may have changed."""
+        if entry is None:
+            self._leases_ready = True
+            return True
+        before = self.live_members
+        held = _parse_entry(self._prefix, entry)
+        if held is None:
+            gone = self._leases.pop(entry.key, None)
+            if gone is not None:
+                if entry.operation == "PURGE":   # expired (the server's marker): the instance is dead or stalled
+                    self._expired.add(gone.member)
+                else:
+                    self._expired.discard(gone.member)
+            if entry.key == self._key and not self._stopping:
+                log.warning("%s/%s: our lease expired (the process stalled for longer than the lease TTL?); "
+                            "renewing", self.member_name, self.instance_id)
+                self._renew_now.set()
+            if gone is None:
+                return False
+        else:
+            self._leases[entry.key] = held
+            self._expired.discard(held.member)
+        return self._leases_ready and self.live_members != before
+
+    def _apply_config(self, entry: Any) -> bool:
+        if entry is None:
+            return False
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            self._config = None   # the group was deleted: our consumer ends, and so do we
+            return False
+        try:
+            self._config = parse_elastic_config(entry.value)
+        except ConfigError:
+            self._config = None   # the consumer ends with the error
+            return False
+        return True
+
+    async def _restart_watch(self, which: str, error: BaseException | None) -> None:
+        """A watch failed or closed: start it again (the lease view is rebuilt from the new snapshot)."""
+        log.warning("%s/%s: %s watch %s; restarting it", self.member_name, self.instance_id, which,
+                    f"failed: {error}" if error else "closed")
+        await asyncio.sleep(0.2)
+        if which == "lease":
+            watcher = await self._leases_kv.watch(self._prefix + ">")
+            self._leases.clear()
+            self._leases_ready = False
+        else:
+            watcher = await self._configs_kv.watch(self._config_key)
+        self._watchers.append(watcher)
+        self._tasks.append(asyncio.create_task(self._pump(watcher, which)))
+
+    async def _rebalance(self, live: list[str] | None = None) -> bool:
+        """Write the sticky assignment of ``live`` (default: the live leases) with compare-and-set.
+
+        True when done (written, or nothing to write); False when the write failed (retried later).
+        """
+        if live is None:
+            if not self._leases_ready:
+                return True
+            live = self.live_members
+        changed: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
+
+        async def change(entry):
+            if entry is None:
+                return None  # the group was deleted
+            try:
+                cfg = parse_elastic_config(entry.value)
+            except ConfigError:
+                return None  # our consumer ends with that error
+            mappings = sticky_mappings(cfg, live)
+            if not cfg.members and cfg.member_mappings == mappings:
+                return None
+            new = replace(cfg, members=[], member_mappings=mappings)
+            new.validate()
+            changed[:] = [(previous_assignment(cfg), _as_dict(mappings))]
+            return new.to_json()
+
+        try:
+            written = await _cas(self._configs_kv, self._config_key, change)
+        except (PCGroupsError, nats.errors.Error, asyncio.TimeoutError, OSError) as e:
+            log.warning("%s/%s: membership not written yet: %s", self.member_name, self.instance_id, e)
+            return False
+        dead = sorted(m for m in self._expired if m not in live)
+        self._expired.clear()
+        if written is not None and changed:
+            before, after = changed[0]
+            self.rebalances += 1
+            log.info("%s/%s: membership %s -> %s (%d partitions moved)", self.member_name, self.instance_id,
+                     sorted(before), sorted(after), len(moved_partitions(before, after)))
+            for m in dead:
+                if before.get(m):
+                    await self._delete_dead_consumer(m)
+        return True
+
+    async def _delete_dead_consumer(self, member: str) -> None:
+        """Delete the consumer of a member dropped because its leases expired, so the new owners of
+        its partitions need not wait for the server to reap it (inactive threshold). Only when nobody
+        holds its pin: a pinned client still pulls, and its partitions are released by itself."""
+        wq = work_queue_name(self.stream_name, self.group_name)
+        try:
+            info = await self.api.consumer_info(wq, member)
+            if pinned_client_id(info) is not None:
+                log.info("%s/%s: dropped member %s still has a pinned client; its consumer is left to the "
+                         "server's inactive threshold", self.member_name, self.instance_id, member)
+                return
+            await self.api.delete_consumer(wq, member)
+            log.info("%s/%s: deleted the consumer of dead member %s", self.member_name, self.instance_id, member)
+        except NotFoundError:
+            pass
+        except PCGroupsError as e:
+            log.warning("%s/%s: could not delete the consumer of dead member %s: %s", self.member_name,
+                        self.instance_id, member, e)
+
+    # --- the lease ------------------------------------------------------------------------
+    async def _write_lease(self, *, expected: int) -> None:
+        headers = {"Nats-TTL": _ttl_header(self.lease_ttl), "Nats-Expected-Last-Subject-Sequence": str(expected)}
+        ack = await self._js.publish(self._subject, self._value, headers=headers,
+                                     timeout=max(self.lease_ttl / 3, 1.0))
+        self._lease_rev = ack.seq
+
+    async def _renew(self) -> None:
+        try:
+            await self._write_lease(expected=self._lease_rev)
+        except nats.js.errors.APIError as e:
+            if e.err_code != ERR_WRONG_LAST_SEQUENCE:
+                raise
+            # The lease expired (the server's marker is the key's last message now), or vanished:
+            # take the key over at whatever is last, and the member joins again if it had left.
+            try:
+                last = (await self._js.get_last_msg(LEASE_STREAM, self._subject)).seq or 0
+            except nats.js.errors.NotFoundError:
+                last = 0
+            await self._write_lease(expected=last)
+            log.warning("%s/%s: lease was lost and is taken again", self.member_name, self.instance_id)
+
+    async def _renew_loop(self) -> None:
+        interval = self.lease_ttl / 3
+        while True:
+            try:
+                await asyncio.wait_for(self._renew_now.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+            self._renew_now.clear()
+            try:
+                await self._renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - disconnected or slow: try again next time
+                log.warning("%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
+
+    async def _drop_lease(self) -> None:
+        """Delete the lease now: the member leaves at once if this was its last instance."""
+        if self._lease_dropped:
+            return
+        self._lease_dropped = True
+        # A delete (not a purge: expiry shows as a purge, so watchers tell a leave from a death) that
+        # itself expires, so the bucket keeps nothing of this instance.
+        headers = {"KV-Operation": "DEL", "Nats-TTL": _ttl_header(MIN_LEASE_TTL)}
+        try:
+            await self._js.publish(self._subject, b"", headers=headers, timeout=2.0)
+        except Exception as e:  # noqa: BLE001 - it expires by itself anyway
+            log.warning("%s/%s: could not delete the lease (it expires in %gs): %s", self.member_name,
+                        self.instance_id, self.lease_ttl, e)
+
+    # --- leaving --------------------------------------------------------------------------
+    async def _leave(self) -> BaseException | None:
+        """stop(): drop the lease; as the member's last instance, write the membership without it
+        (after the same debounce as everyone, so leaves close together make one rebalance) and hand its
+        partitions over (drain, release) before the consumer stops."""
+        for t in self._tasks:
+            if t.get_name().startswith("pcg-renew-"):
+                t.cancel()
+        others = [h for k, h in self._leases.items() if k != self._key and h.member == self.member_name]
+        await self._drop_lease()
+        if not others and self._leases_ready and not self._consumer_ended:
+            held = bool(self.consumer.partitions) or self.consumer.consuming
+            await self._quiet_leases()
+            self._leases.pop(self._key, None)
+            if await self._rebalance(self.live_members) and held:
+                await self._cancel_tasks()
+                await self._wait_released()
+        await self._cancel_tasks()
+        await self.consumer.stop()
+        return await self.consumer.done()
+
+    async def _quiet_leases(self) -> None:
+        """Follow the lease watch until our own delete is seen and nothing changed for ``debounce``."""
+        limit = time.monotonic() + 3 * self.debounce + 1.0
+        quiet_from = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now >= limit or (self._key not in self._leases and now - quiet_from >= self.debounce):
+                return
+            wait = min(limit, quiet_from + self.debounce if self._key not in self._leases else limit) - now
+            try:
+                kind, value = await asyncio.wait_for(self._events.get(), max(0.01, wait))
+            except asyncio.TimeoutError:
+                continue
+            if kind == "lease":
+                if value is not None and value.key == self._key:
+                    self._leases.pop(self._key, None)
+                    quiet_from = time.monotonic()
+                elif self._apply_lease(value):
+                    quiet_from = time.monotonic()
+            elif kind == "config":
+                self._apply_config(value)
+            elif kind == "consumer-done":
+                self._events.put_nowait((kind, value))
+                return
+
+    async def _wait_released(self) -> None:
+        """Until our consumer has seen the new config and let go of its partitions (bounded)."""
+        deadline = time.monotonic() + 2 * self.ack_wait + 2.0
+        while time.monotonic() < deadline and not self._consumer_ended:
+            if not self.consumer.partitions and not self.consumer.consuming:
+                return
+            await asyncio.sleep(0.01)
+        if not self._consumer_ended:
+            log.warning("%s/%s: partitions not released in time; stopping anyway", self.member_name,
+                        self.instance_id)
+
+    async def _cancel_tasks(self) -> None:
+        """Stop renewing and watching (the task that waits for the consumer's end stays)."""
+        for t in self._tasks:
+            if t is not self._consumer_task:
+                t.cancel()
+        watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            await _quietly(w.stop())
+
+    async def _finish(self, result: BaseException | None) -> None:
+        """The end, whatever the cause: nothing of ours is left running, the lease is gone."""
+        self._stopping = True
+        try:
+            await self._cancel_tasks()
+            await self._drop_lease()
+            if not self._consumer_ended:
+                await self.consumer.stop()
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            self.error = result
+            if not self._done.done():
+                self._done.set_result(result)
+
+
+async def _cas(kv: KeyValue, key: str, change, attempts: int = 20) -> bytes | None:
+    """``store.update`` (compare-and-set), also retrying the conflicts it lets through: nats-py raises
+    a conflict as ``KeyWrongLastSequenceError``, which carries no ``err_code``."""
+    for attempt in range(attempts):
+        try:
+            return await update(kv, key, change)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            await asyncio.sleep(0.005 * (attempt + 1))
+    raise PCGroupsError(f"could not update {key}: too many concurrent changes ({attempts} attempts)")
+
+
+def _as_dict(mappings: list[MemberMapping]) -> dict[str, list[int]]:
+    return {m.member: list(m.partitions) for m in mappings}
+
+
+async def _quietly(aw) -> None:
+    try:
+        await asyncio.wait_for(aw, 2.0)
+    except Exception:  # noqa: BLE001 - best effort clean-up
+        pass
