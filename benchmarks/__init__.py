@@ -1,0 +1,1 @@
+"""pcgroups benchmarks: ``scripts/bench`` (``python -m benchmarks``). See BENCHMARKS.md."""

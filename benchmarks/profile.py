@@ -1,0 +1,71 @@
+"""Run one side of a benchmark alone, for a profiler:
+
+    py-spy record -r 500 -f raw -o p1.txt -- python -m benchmarks.profile p1 100000
+    python -m benchmarks.profile p1 100000 --pyinstrument
+
+Cases: ``p1`` (static member, ack only), ``p1-raw`` (the leanest raw pull loop), ``p6`` (K=8, many keys,
+10 ms of work), ``p6-k1``. The server is started before the measured part; what is printed is the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+
+from .common import publish_all, server_and_connection, static_stream
+
+
+async def publish_only(url: str, n: int) -> None:
+    from . import p1_throughput as p1
+    from .common import connect
+    nc = await connect(url)
+    try:
+        await publish_all(nc, [f"{p1.STREAM}.k{i % 100}" for i in range(n)])
+    finally:
+        await nc.close()
+
+
+async def main(case: str, n: int) -> None:
+    from . import p1_throughput as p1
+    from . import p6_keys as p6
+    async with server_and_connection() as (server, nc):
+        js = nc.jetstream()
+        if case.startswith("p1"):
+            await static_stream(js, p1.STREAM, 1)
+            # published by a child process, so the profile shows only consuming
+            subprocess.run([sys.executable, "-m", "benchmarks.profile", "publish", str(n), "--url", server.url],
+                           check=True)
+            t0 = time.perf_counter()
+            if case == "p1":
+                await p1.pcg_round(nc, "g", n)
+            else:
+                await p1.raw_round(nc, "raw", n)
+            print(f"{case}: {n / (time.perf_counter() - t0):,.0f} msg/s")
+        else:
+            k = 1 if case == "p6-k1" else 8
+            rate = await p6.throughput_round(nc, js, k, window=max(n / 1000, 2.0), group_suffix="prof")
+            print(f"{case}: {rate:,.0f} msg/s")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "publish"])
+    ap.add_argument("n", type=int, nargs="?", default=100_000)
+    ap.add_argument("--pyinstrument", action="store_true")
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.case == "publish":
+        asyncio.run(publish_only(a.url, a.n))
+        sys.exit(0)
+    if a.pyinstrument:
+        from pyinstrument import Profiler
+        prof = Profiler(async_mode="disabled", interval=0.0005)
+        prof.start()
+        asyncio.run(main(a.case, a.n))
+        prof.stop()
+        print(prof.output_text(unicode=False, color=False, show_all=False))
+    else:
+        asyncio.run(main(a.case, a.n))

@@ -1,0 +1,48 @@
+"""Smoke test of scripts/bench: the quick size of two scenarios runs and writes the JSON shape the
+table and BENCHMARKS.md are made from. No timing targets are asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW_KEYS = {"metric", "value", "unit", "baseline", "baseline_label", "ratio", "target", "met"}
+
+
+def test_quick_bench_writes_the_json_shape(tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "P5,P4", "--json", str(out),
+                           "--plain"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| id | metric | pcgroups |" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 1 and doc["size"] == "quick"
+    assert {"nproc", "python", "nats_py", "nats_server", "loadavg_at_start"} <= set(doc["machine"])
+    assert [s["id"] for s in doc["scenarios"]] == ["P5", "P4"]
+    for scenario in doc["scenarios"]:
+        assert scenario["error"] is None
+        assert scenario["title"] and scenario["rows"] and isinstance(scenario["details"], dict)
+        for row in scenario["rows"]:
+            assert set(row) == ROW_KEYS
+            for key in ("value", "baseline", "ratio"):
+                assert row[key] is None or isinstance(row[key], (int, float))
+            assert row["met"] in (True, False, None)
+            if row["met"] is not None:
+                assert row["target"]
+    assert any(r["met"] is not None for s in doc["scenarios"] for r in s["rows"])
+    summary = doc["summary"]
+    assert summary["rows"] == sum(len(s["rows"]) for s in doc["scenarios"])
+    assert summary["errors"] == []
+
+
+def test_unknown_scenario_is_a_usage_error(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P9", "--json", str(tmp_path / "x.json")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "unknown scenario" in proc.stderr
