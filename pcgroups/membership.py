@@ -62,6 +62,7 @@ MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
 ERR_WRONG_LAST_SEQUENCE = 10071
+WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
 _AUTO_NAME_RE = re.compile(r"auto-[0-9a-f]{8}")
 
 
@@ -271,6 +272,7 @@ class AutoInstance:
         self._consumer_ended = False
         self._lease_dropped = False
         self._stopping = False
+        self._watch_failures = 0
 
     # --- public surface -------------------------------------------------------------------
     @property
@@ -426,6 +428,8 @@ class AutoInstance:
                 elif kind == "watch-failed":
                     which, error = value
                     await self._restart_watch(which, error)
+                elif kind == "watch-retry":
+                    await self._restart_watch(value, None, retry=True)
                 elif kind == "stop":
                     result = await self._leave()
                     break
@@ -449,7 +453,7 @@ class AutoInstance:
         held = _parse_entry(self._prefix, entry)
         if held is None:
             gone = self._leases.pop(entry.key, None)
-            if gone is not None:
+            if gone is not None and entry.key != self._key:
                 if entry.operation == "PURGE":   # expired (the server's marker): the instance is dead or stalled
                     self._expired.add(gone.member)
                 else:
@@ -478,17 +482,28 @@ class AutoInstance:
             return False
         return True
 
-    async def _restart_watch(self, which: str, error: BaseException | None) -> None:
-        """A watch failed or closed: start it again (the lease view is rebuilt from the new snapshot)."""
-        log.warning("%s/%s: %s watch %s; restarting it", self.member_name, self.instance_id, which,
-                    f"failed: {error}" if error else "closed")
-        await asyncio.sleep(0.2)
-        if which == "lease":
-            watcher = await self._leases_kv.watch(self._prefix + ">")
-            self._leases.clear()
-            self._leases_ready = False
-        else:
-            watcher = await self._configs_kv.watch(self._config_key)
+    async def _restart_watch(self, which: str, error: BaseException | None, *, retry: bool = False) -> None:
+        """A watch failed or closed: start it again (the lease view is rebuilt from the new snapshot).
+        Retried with a growing delay; after ``WATCH_ATTEMPTS`` failures in a row the instance ends."""
+        if not retry:
+            log.warning("%s/%s: %s watch %s; restarting it", self.member_name, self.instance_id, which,
+                        f"failed: {error}" if error else "closed")
+            self._watch_failures = 0
+        try:
+            if which == "lease":
+                watcher = await self._leases_kv.watch(self._prefix + ">")
+                self._leases.clear()
+                self._leases_ready = False
+            else:
+                watcher = await self._configs_kv.watch(self._config_key)
+        except Exception as e:  # noqa: BLE001 - disconnected: try again shortly
+            self._watch_failures += 1
+            if self._watch_failures >= WATCH_ATTEMPTS:
+                raise PCGroupsError(f"the {which} watch of {self.stream_name}/{self.group_name} could not be "
+                                    f"restarted: {e}") from e
+            delay = min(0.2 * 2 ** self._watch_failures, 5.0)
+            asyncio.get_running_loop().call_later(delay, self._events.put_nowait, ("watch-retry", which))
+            return
         self._watchers.append(watcher)
         self._tasks.append(asyncio.create_task(self._pump(watcher, which)))
 
@@ -498,8 +513,8 @@ class AutoInstance:
         True when done (written, or nothing to write); False when the write failed (retried later).
         """
         if live is None:
-            if not self._leases_ready:
-                return True
+            if not self._leases_ready or (self._key not in self._leases and not self._stopping):
+                return True  # our own lease lapsed: renew it first (the others drop us meanwhile, if need be)
             live = self.live_members
         changed: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
 

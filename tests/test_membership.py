@@ -518,3 +518,35 @@ async def test_admin_mapping_change_is_brought_back_to_the_live_members(nc, js, 
         await set_member_mappings(nc, stream, group, [MemberMapping("a", [1, 3]), MemberMapping("b", [0, 2])])
         await asyncio.sleep(1.0)
         assert await assignment(nc, stream, group) == {"a": [1, 3], "b": [0, 2]}
+
+
+async def test_lapsed_lease_drops_the_member_and_renewal_takes_it_again(nc, js, uniq):
+    """An instance that misses its renewals for longer than the TTL (a stall) is dropped like a dead
+    one; when it renews again it takes its key over at the server's expiry marker and joins again."""
+    stream, group = uniq, "g"
+    await keyed_group(nc, js, stream, group, 2)
+
+    async def noop(msg):
+        await msg.ack()
+    async with Auto(nc) as auto:
+        a = await auto.start(stream, group, noop, member="a")
+        b = await auto.start(stream, group, noop, member="b")
+        for i in (a, b):
+            await i.wait_settled(10)
+        assert await assignment(nc, stream, group) == {"a": [0], "b": [1]}
+        renew = a._renew
+
+        async def stalled():
+            pass
+        a._renew = stalled
+        t0 = time.monotonic()
+
+        async def a_dropped():
+            return await assignment(nc, stream, group) == {"b": [0, 1]}
+        await wait_for(a_dropped, TTL + 3, what="a dropped after its lease lapsed")
+        print(f"\nlapsed lease: dropped {time.monotonic() - t0:.2f}s after the last renewal was skipped")
+        assert "a" not in b.live_members and not a.settled
+        a._renew = renew          # renewals resume: wrong last sequence -> take over at the marker
+        await a.wait_settled(TTL + 3)
+        assert await assignment(nc, stream, group) == {"a": [1], "b": [0]}   # sticky: b keeps its lowest
+        assert [x.member for x in await list_leases(nc, stream, group)] == ["a", "b"]
