@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -63,7 +62,6 @@ DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
 ERR_WRONG_LAST_SEQUENCE = 10071
 WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
-_AUTO_NAME_RE = re.compile(r"auto-[0-9a-f]{8}")
 
 
 def auto_member_name() -> str:
