@@ -271,12 +271,20 @@ async def elastic_member_step_down(nc: Client, stream: str, group: str, member: 
 async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
                           config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
-                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None) -> "ElasticInstance":
+                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
+                          auto: bool = False, lease_ttl: float = 5.0) -> "ElasticInstance":
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
-    is also the consumer's inactive threshold, so dead instances' consumers are reaped.
+    is also the consumer's inactive threshold, so dead instances' consumers are reaped. With
+    ``auto=True`` the membership follows the instances' leases (see :mod:`pcgroups.membership`);
+    ``member`` may then be empty for a generated name.
     """
+    if auto:
+        from .membership import elastic_consume_auto  # membership imports this module
+        return await elastic_consume_auto(nc, stream, group, handler, member=member or None, lease_ttl=lease_ttl,
+                                          config=config, api=api, batch=batch, auto_in_progress=auto_in_progress,
+                                          concurrency=concurrency, key=key, retry=retry)
     api = _api(nc, api)
     _names(stream, group)
     validate_name("member", member)

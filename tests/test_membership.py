@@ -550,3 +550,20 @@ async def test_lapsed_lease_drops_the_member_and_renewal_takes_it_again(nc, js, 
         await a.wait_settled(TTL + 3)
         assert await assignment(nc, stream, group) == {"a": [1], "b": [0]}   # sticky: b keeps its lowest
         assert [x.member for x in await list_leases(nc, stream, group)] == ["a", "b"]
+
+
+async def test_elastic_consume_auto_flag_is_the_same_entry(nc, js, uniq):
+    """``elastic_consume(..., auto=True)`` runs the automatic mode (a generated member without a name)."""
+    from pcgroups import elastic_consume
+    stream, group = uniq, "g"
+    await keyed_group(nc, js, stream, group, 2)
+
+    async def noop(msg):
+        await msg.ack()
+    inst = await elastic_consume(nc, stream, group, "", noop, auto=True, lease_ttl=2)
+    try:
+        assert inst.member_name.startswith("auto-")
+        await inst.wait_settled(10)
+        assert await assignment(nc, stream, group) == {inst.member_name: [0, 1]}
+    finally:
+        await asyncio.wait_for(inst.stop(), 10)
