@@ -11,6 +11,8 @@ last one, so the row is informational and shows that bound)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import time
 
@@ -31,7 +33,8 @@ def _name(prefix: str) -> str:
 
 
 async def latency_round(nc, js, k: int, burst: int, others: int, paced: bool) -> dict:
-    """Returns the other keys' latencies (publish -> handler start, publish -> acked) in seconds."""
+    """Returns the other keys' latencies (publish -> handler start, publish -> acked) in seconds, and how
+    many consumer RESETs the scheduler made."""
     stream = _name("P6L")
     await static_stream(js, stream, 1)
     await create_static(nc, stream, "g", 1, members=["m"])
@@ -48,30 +51,36 @@ async def latency_round(nc, js, k: int, burst: int, others: int, paced: bool) ->
         if key != "A":
             acked[key] = time.monotonic()
 
-    inst = await static_consume(nc, stream, "g", "m", handler, concurrency=k,
-                                config=ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=5))
-    try:
-        await inst.wait_for_consuming(10)
-        await publish_all(nc, [f"{stream}.A"] * burst)
-        names = [f"o{i}" for i in range(others)]
-        if paced:
-            next_at = time.monotonic()
-            for name in names:
-                published[name] = time.monotonic()
-                await js.publish(f"{stream}.{name}", b"x")
-                next_at += WORK
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-        else:
-            t = time.monotonic()
-            for name in names:
-                published[name] = t
-            await publish_all(nc, [f"{stream}.{name}" for name in names])
-        await wait_until(lambda: len(acked) == others, burst * WORK * 3 + 30, "the other keys' messages")
-    finally:
-        await inst.stop()
+    with counting_resets() as counter:
+        inst = await static_consume(nc, stream, "g", "m", handler, concurrency=k,
+                                    config=ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=5))
+        try:
+            await _latency_traffic(nc, js, inst, stream, burst, others, paced, published, acked)
+        finally:
+            await inst.stop()
     done = sorted(acked[n] - published[n] for n in acked)
     wait = sorted(started[n] - published[n] for n in started)
-    return {"acked": done, "started": wait}
+    return {"acked": done, "started": wait, "resets": counter.resets}
+
+
+async def _latency_traffic(nc, js, inst, stream: str, burst: int, others: int, paced: bool,
+                           published: dict[str, float], acked: dict[str, float]) -> None:
+    await inst.wait_for_consuming(10)
+    await publish_all(nc, [f"{stream}.A"] * burst)
+    names = [f"o{i}" for i in range(others)]
+    if paced:
+        next_at = time.monotonic()
+        for name in names:
+            published[name] = time.monotonic()
+            await js.publish(f"{stream}.{name}", b"x")
+            next_at += WORK
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    else:
+        t = time.monotonic()
+        for name in names:
+            published[name] = t
+        await publish_all(nc, [f"{stream}.{name}" for name in names])
+    await wait_until(lambda: len(acked) == others, burst * WORK * 3 + 30, "the other keys' messages")
 
 
 async def throughput_round(nc, js, k: int, window: float, group_suffix: str = "", keys: int = 1000,
@@ -102,6 +111,37 @@ async def throughput_round(nc, js, k: int, window: float, group_suffix: str = ""
     finally:
         await inst.stop()
     return counted / window
+
+
+class ResetCounter(logging.Handler):
+    """Counts the consumer RESETs the key-level scheduler logs when it takes a pin ("order restore");
+    WARNING and above still reach the root handlers."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.resets = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "reset to the ack floor" in record.getMessage():
+            self.resets += 1
+        if record.levelno >= logging.WARNING:
+            logging.getLogger().handle(record)
+
+
+@contextlib.contextmanager
+def counting_resets():
+    logger = logging.getLogger("pcgroups")
+    counter = ResetCounter()
+    saved = logger.level, logger.propagate
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+    logger.propagate = False
+    logger.addHandler(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeHandler(counter)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 async def run(size: Size) -> Result:
@@ -137,7 +177,8 @@ async def run(size: Size) -> Result:
         "burst": burst, "others": others, "work_s": WORK, "max_ack_pending": MAX_ACK_PENDING,
         "latency_s": {f"{'paced' if p else 'at_once'}_k{k}": {
             "acked_p50": pct(v["acked"], 50), "acked_p99": pct(v["acked"], 99), "acked_max": max(v["acked"]),
-            "started_p50": pct(v["started"], 50), "started_p99": pct(v["started"], 99)}
+            "started_p50": pct(v["started"], 50), "started_p99": pct(v["started"], 99),
+            "started_max": max(v["started"]), "consumer_resets": v["resets"]}
             for (p, k), v in lat.items()},
         "throughput_msgs_per_s": {f"k{k}": v for k, v in tput.items()},
     }
