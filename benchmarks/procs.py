@@ -25,6 +25,7 @@ class Worker:
         self.ready = asyncio.Event()
         self.last_start: float = 0.0
         self.starts: list[float] = []
+        self.start_events: list[dict] = []
         self.count = 0
         self._reader = asyncio.create_task(self._read())
 
@@ -45,6 +46,7 @@ class Worker:
                 continue
             kind = ev.get("ev")
             if kind == "start":
+                self.start_events.append(ev)
                 self.starts.append(ev["t"])
                 self.last_start = ev["t"]
             elif kind == "count":

@@ -64,7 +64,8 @@ async def main() -> None:
     async def handler(msg):
         nonlocal count
         if every:
-            emit(ev="start", seq=msg.sequence, partition=msg.partition, subject=msg.subject)
+            emit(ev="start", seq=msg.sequence, partition=msg.partition, subject=msg.subject,
+                 data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None)
         if args.work:
             await asyncio.sleep(args.work)
         await msg.ack()
