@@ -553,6 +553,10 @@ class ElasticInstance(ConsumerInstance):
         session = self.session
         if session is None:
             return
+        # Start no new handler first: PullSession.stop(drain=True) stops pulling but still dispatches
+        # what the open pull delivers meanwhile, and then cancels that handler mid-run (unacked, so
+        # the partition's next owner gets the message again).
+        await session.quiesce()
         await self._stop_session(drain=True)
         self.current = None
         await self._acks_applied(session)
