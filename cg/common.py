@@ -127,15 +127,21 @@ def parse_mappings(texts: Iterable[str]) -> list[MemberMapping]:
     return mappings
 
 
-def parse_sleep(text: str) -> float:
-    """A ``--sleep`` value: a Go duration (``20ms``, ``1.5s``), not negative."""
+def parse_duration_option(flag: str, text: str, *, minimum: float = 0.0) -> float:
+    """A duration option's value: a Go duration (``20ms``, ``1.5s``), at least ``minimum`` seconds."""
     try:
         seconds = parse_duration(text)
     except PCGroupsError as e:
-        raise CLIError(f"invalid --sleep: {e}") from None
-    if seconds < 0:
-        raise CLIError(f"invalid --sleep {text!r}: must not be negative")
+        raise CLIError(f"invalid {flag}: {e}") from None
+    if seconds < minimum:
+        allowed = "must not be negative" if minimum == 0 else f"must be at least {minimum:g}s"
+        raise CLIError(f"invalid {flag} {text!r}: {allowed}")
     return seconds
+
+
+def parse_sleep(text: str) -> float:
+    """A ``--sleep`` value: a Go duration, not negative."""
+    return parse_duration_option("--sleep", text)
 
 
 def check_static_config(cfg: StaticConfig) -> None:

@@ -76,8 +76,11 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
 
 
 async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, member: str,
-                  sleep: float) -> int:
-    """Run one member instance until the group is deleted, a signal, or an error (raised)."""
+                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0) -> int:
+    """Run one member instance until the group is deleted, a signal, or an error (raised).
+
+    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds.
+    """
     from pcgroups.connect import connect
     from pcgroups.jsapi import JetStreamApi
 
@@ -129,7 +132,8 @@ async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, m
             nonlocal nc
             nc = await connect(rc, reconnect=True)
             api = JetStreamApi(nc, domain=rc.js_domain, timeout=rc.timeout)
-            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api)
+            extra = {"auto": True, "lease_ttl": lease_ttl} if auto else {}
+            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)
         if inst is None:
@@ -139,6 +143,8 @@ async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, m
         done = asyncio.ensure_future(inst.done())
         await _wait_ready(inst, done, stop_requested)
         if not done.done() and not stop_requested.is_set():
+            if auto:
+                printer.write(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})\n")
             printer.write("consuming...\n")
         result = await done
         if result is not None:

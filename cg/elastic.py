@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from .common import (CLIError, ask, check_elastic_config, check_names, confirm_delete, options,
-                     parse_mappings, parse_sleep, parse_wildcards, partitioning_filters, run,
+                     parse_duration_option, parse_mappings, parse_sleep, parse_wildcards, partitioning_filters, run,
                      stdin_is_terminal, with_connection)
 from .output import go_list, go_mappings, out, print_groups, print_elastic_info, print_member_info
 from .static import Force, Group, Json, MaxMembers, Member, Sleep, Stream, _command
@@ -135,30 +135,36 @@ def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False
     with_connection(ctx, body)
 
 
-@_command(elastic_app, "add", [], "add members to a partitioned consumer group")
-def add(ctx: typer.Context, stream: Stream, name: Group, members: Members) -> None:
+Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as member mappings that move the "
+                                                     "fewest partitions (only the changed members' ones)")]
+
+
+def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
+                    add: bool) -> None:
     check_names(stream=stream, group=name, members=members)
 
     async def body(nc, api):
-        from pcgroups.elastic import add_members
+        from pcgroups.elastic import add_members, delete_members, get_elastic_config
 
-        return await add_members(nc, stream, name, list(members), api=api)
+        change = add_members if add else delete_members
+        result = await change(nc, stream, name, list(members), sticky=sticky, api=api)
+        mappings = (await get_elastic_config(nc, stream, name, api=api)).member_mappings if sticky else None
+        return result, mappings
 
-    result = with_connection(ctx, body)
-    out.line(f"added members: {go_list(result)}")
+    result, mappings = with_connection(ctx, body)
+    out.line(f"{'added' if add else 'dropped'} members: {go_list(result)}")
+    if sticky:
+        out.line(f"member mapping: {go_mappings(mappings)}")
+
+
+@_command(elastic_app, "add", [], "add members to a partitioned consumer group")
+def add(ctx: typer.Context, stream: Stream, name: Group, members: Members, sticky: Sticky = False) -> None:
+    _change_members(ctx, stream, name, members, sticky, add=True)
 
 
 @_command(elastic_app, "drop", [], "drop members from a partitioned consumer group")
-def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members) -> None:
-    check_names(stream=stream, group=name, members=members)
-
-    async def body(nc, api):
-        from pcgroups.elastic import delete_members
-
-        return await delete_members(nc, stream, name, list(members), api=api)
-
-    result = with_connection(ctx, body)
-    out.line(f"dropped members: {go_list(result)}")
+def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members, sticky: Sticky = False) -> None:
+    _change_members(ctx, stream, name, members, sticky, add=False)
 
 
 @_command(elastic_app, "create-mapping", ALIASES[("elastic", "create-mapping")],
@@ -215,13 +221,32 @@ def step_down(ctx: typer.Context, stream: Stream, name: Group, member: Member) -
     with_connection(ctx, body)
 
 
+OptionalMember = Annotated[Optional[str], typer.Argument(
+    help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
+         "instance is a member of its own)", show_default=False)]
+Auto = Annotated[bool, typer.Option("--auto", help="automatic membership: join the group by starting, leave it by "
+                                                   "stopping (instance leases; partitions rebalanced sticky)")]
+LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how long after its last renewal a dead "
+                                                           "instance's lease expires (at least 1s)",
+                                       metavar="DURATION")]
+
+
 @_command(elastic_app, "consume", ALIASES[("elastic", "consume")], "join a partitioned consumer group")
-def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sleep: Sleep = "20ms") -> None:
+def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMember = None,
+            sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s") -> None:
     from .consume import consume as run_consume
 
+    if not member and not auto:
+        raise CLIError("a member name is required (or join with --auto to get a generated one)")
+    lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
+    if member is None:
+        from pcgroups.membership import auto_member_name
+
+        member = auto_member_name()
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(sleep)
-    raise typer.Exit(run(run_consume, options(ctx), "elastic", stream, name, member, seconds))
+    raise typer.Exit(run(run_consume, options(ctx), "elastic", stream, name, member, seconds,
+                         auto=auto, lease_ttl=lease))
 
 
 # `cg elastic prompt` is added by the prompt module (see cg/main.py).

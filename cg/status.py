@@ -107,7 +107,27 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
     parts: list[RenderableType] = [table]
     if idle:
         parts.append(Text(f"members with no partitions: {' '.join(idle)}", style="dim"))
+    if status.leases:
+        leases = Table(title="leases (automatic membership)", title_justify="left")
+        for name, justify in zip(LEASE_COLUMNS, ("left", "left", "left", "right", "right")):
+            leases.add_column(name.lower(), justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for row in _lease_rows(status):
+            leases.add_row(*row)
+        parts.append(leases)
     return Group(*parts)
+
+
+LEASE_COLUMNS = ["MEMBER", "INSTANCE", "HOST", "PID", "EXPIRES-IN"]
+
+
+def _lease_rows(status: "GroupStatus") -> list[list[str]]:
+    return [[x.member, x.instance, x.host or "-", str(x.pid) if x.pid else "-", f"{x.expires_in:.1f}s"]
+            for x in status.leases]
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = None,
@@ -123,10 +143,9 @@ def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = 
         rows.append([str(p.partition), p.member, "yes" if p.active else "no", _pin_label(p.pinned_id, instances),
                      age(p.pinned_since, now), pending, _num(p.ack_pending), _num(p.redelivered),
                      _num(p.ack_floor)])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(PLAIN_COLUMNS))]
-    lines = [_title(status)]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append(_footer(status))
+    lines = [_title(status), *_aligned(rows), _footer(status)]
+    if status.leases:
+        lines += ["leases (automatic membership):", *_aligned([LEASE_COLUMNS, *_lease_rows(status)])]
     return lines
 
 

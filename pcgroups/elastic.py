@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from .config import ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                      NotAMemberError, NotFoundError, PCGroupsError)
+from .sticky import group_members, sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
                     pinned_client_id)
@@ -174,36 +175,62 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
     return result[0]
 
 
-async def add_members(nc: Client, stream: str, group: str, names: list[str], *,
+async def add_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
                       api: JetStreamApi | None = None) -> list[str]:
-    """Add members (existing order kept, new names appended as given); returns the new membership."""
+    """Add members (existing order kept, new names appended as given); returns the new membership.
+
+    ``sticky=True`` writes the result as ``member_mappings`` that move the fewest partitions (only to
+    the new members; see :mod:`pcgroups.sticky`); it also works on a group that already uses mappings.
+    """
+    names = _member_names(names)
+
+    def change(cfg: ElasticConfig) -> ElasticConfig:
+        if sticky:
+            return _sticky(cfg, add=names)
+        if cfg.member_mappings:
+            raise ConfigError("can't add members to an elastic consumer group that uses member mappings "
+                              "(add them with sticky mappings instead: --sticky)")
+        return replace(cfg, members=list(dict.fromkeys(cfg.members + names)))
+
+    return _membership(await _modify(nc, stream, group, api, change))
+
+
+async def delete_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
+                         api: JetStreamApi | None = None) -> list[str]:
+    """Drop members; returns the remaining membership.
+
+    ``sticky=True`` hands only the dropped members' partitions to the others, written as
+    ``member_mappings`` (see :func:`add_members`).
+    """
+    drop = set(_member_names(names))
+
+    def change(cfg: ElasticConfig) -> ElasticConfig:
+        if sticky:
+            return _sticky(cfg, drop=drop)
+        if cfg.member_mappings:
+            raise ConfigError("can't drop members from an elastic consumer group that uses member mappings "
+                              "(drop them with sticky mappings instead: --sticky)")
+        return replace(cfg, members=[m for m in cfg.members if m not in drop])
+
+    return _membership(await _modify(nc, stream, group, api, change))
+
+
+def _member_names(names: list[str]) -> list[str]:
     names = [n for n in names if n]
     if not names:
         raise ConfigError("no member names given")
     for n in names:
         validate_name("member", n)
-
-    def change(cfg: ElasticConfig) -> ElasticConfig:
-        if cfg.member_mappings:
-            raise ConfigError("can't add members to an elastic consumer group that uses member mappings")
-        return replace(cfg, members=list(dict.fromkeys(cfg.members + names)))
-
-    return (await _modify(nc, stream, group, api, change)).members
+    return names
 
 
-async def delete_members(nc: Client, stream: str, group: str, names: list[str], *,
-                         api: JetStreamApi | None = None) -> list[str]:
-    """Drop members; returns the remaining membership."""
-    if not [n for n in names if n]:
-        raise ConfigError("no member names given")
-    drop = set(names)
-
-    def change(cfg: ElasticConfig) -> ElasticConfig:
-        if cfg.member_mappings:
-            raise ConfigError("can't drop members from an elastic consumer group that uses member mappings")
-        return replace(cfg, members=[m for m in cfg.members if m not in drop])
-
-    return (await _modify(nc, stream, group, api, change)).members
+def _sticky(cfg: ElasticConfig, *, add: list[str] = (), drop: set[str] = frozenset()) -> ElasticConfig:
+    """The config after a sticky add/drop: the membership as mappings moving the fewest partitions."""
+    live = [m for m in dict.fromkeys([*group_members(cfg), *add]) if m not in drop]
+    if len(live) > cfg.max_members:
+        raise ConfigError(f"can't have {len(live)} members with sticky mappings: the group has "
+                          f"{cfg.max_members} partitions, so at most {cfg.max_members} members can own one")
+    return replace(cfg, members=[], member_mappings=sticky_change(cfg, add=add, drop=drop))
 
 
 async def set_member_mappings(nc: Client, stream: str, group: str, mappings: list[MemberMapping], *,

@@ -95,6 +95,7 @@ class GroupStatus:
     last_seq: int = 0                  # the consumer stream's last sequence
     messages: int = 0                  # messages in the consumer stream
     source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue
+    leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
     taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     requests: int = 0                  # JetStream API requests it took
 
@@ -326,9 +327,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
     for source in wq_info.get("sources") or []:
         if source.get("name") == stream:
             lag = int(source.get("lag") or 0)
+    from .membership import list_leases  # membership imports the elastic module, as this one does
+
+    leases = await list_leases(nc, stream, group, api=api)
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
                        max_members=cfg.max_members, mode=_mode(cfg),
                        filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
-                       messages=int(state.get("messages") or 0), source_lag=lag,
+                       messages=int(state.get("messages") or 0), source_lag=lag, leases=leases,
                        requests=counting.n + config_requests)
