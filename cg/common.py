@@ -145,14 +145,20 @@ def parse_sleep(text: str) -> float:
 
 
 def check_static_config(cfg: StaticConfig) -> None:
+    from pcgroups.config import validate_partition_count
+
     try:
+        validate_partition_count(cfg.max_members)
         cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
 
 
 def check_elastic_config(cfg: ElasticConfig) -> None:
+    from pcgroups.config import validate_partition_count
+
     try:
+        validate_partition_count(cfg.max_members)
         cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None

@@ -126,9 +126,13 @@ def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False
     check_names(stream=stream, group=name)
 
     async def body(nc, api):
+        from pcgroups.errors import ConfigError
         from pcgroups.elastic import delete_elastic, get_elastic_config
 
-        await get_elastic_config(nc, stream, name, api=api)  # "not found" before asking
+        try:
+            await get_elastic_config(nc, stream, name, api=api)  # "not found" before asking
+        except ConfigError:
+            pass  # it exists with an invalid config: deleting it is the way out
         await confirm_delete(force)
         await delete_elastic(nc, stream, name, api=api)
 

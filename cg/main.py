@@ -74,9 +74,9 @@ def _timeout(value: Optional[str]) -> Optional[float]:
     try:
         seconds = parse_duration(value)
     except PCGroupsError as e:
-        raise typer.BadParameter(str(e)) from None
+        raise CLIError(f"invalid --timeout: {e}") from None
     if seconds <= 0:
-        raise typer.BadParameter(f"invalid timeout {value!r}: must be positive")
+        raise CLIError(f"invalid --timeout {value!r}: must be positive")
     return seconds
 
 
@@ -134,8 +134,8 @@ def _usage_message(e) -> str:
         text = text[:-1]
     text = text[:1].lower() + text[1:]
     ctx = getattr(e, "ctx", None)
-    if ctx is not None:
-        text += f"\ntry '{ctx.command_path} -h' for help"
+    if ctx is not None:  # on the same line: an error is one line
+        text += f"; try '{ctx.command_path} -h' for help"
     return text
 
 

@@ -112,9 +112,13 @@ def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False
     check_names(stream=stream, group=name)
 
     async def body(nc, api):
+        from pcgroups.errors import ConfigError
         from pcgroups.static import delete_static, get_static_config
 
-        await get_static_config(nc, stream, name, api=api)  # "not found" before asking
+        try:
+            await get_static_config(nc, stream, name, api=api)  # "not found" before asking
+        except ConfigError:
+            pass  # it exists with an invalid config: deleting it is the way out
         await confirm_delete(force)
         await delete_static(nc, stream, name, api=api)
 

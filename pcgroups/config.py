@@ -180,6 +180,22 @@ def _decode(kind: str, data: bytes | str, build: Callable[[Any], T]) -> T:
 def _validate_max_members(max_members: Any) -> None:
     if type(max_members) is not int or max_members < 1:
         raise ConfigError(f"the max number of members must be >= 1, got {max_members!r}")
+    if max_members > _UINT64_MAX:  # Go's uint: a larger value could be written but never read back
+        raise ConfigError(f"the max number of members must be at most {_UINT64_MAX}, got {max_members}")
+
+
+#: The largest partition count the server's {{Partition(N,...)}} transform function accepts (a Go int32).
+MAX_PARTITIONS = 2**31 - 1
+
+
+def validate_partition_count(max_members: int) -> None:
+    """Checked when a group is created (not on reads, which follow the reference): more partitions than the
+    server's partition transform takes can never be used, by an elastic work queue or a static stream's transform."""
+    if type(max_members) is int and max_members > MAX_PARTITIONS:
+        raise ConfigError(
+            f"the max number of members must be between 1 and {MAX_PARTITIONS} (the largest partition count the "
+            f"server's partition transform takes), got {max_members}"
+        )
 
 
 def _validate_membership(max_members: int, members: list[str], mappings: list[MemberMapping]) -> None:

@@ -16,14 +16,15 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from .config import ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name
+from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
+                     validate_partition_count)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                      NotAMemberError, NotFoundError, PCGroupsError)
 from .sticky import group_members, sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
                     pinned_client_id)
-from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions
+from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .store import ELASTIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read, update
@@ -61,6 +62,15 @@ def _same_shape(a: ElasticConfig, b: ElasticConfig) -> bool:
             and a.max_buffered_msgs == b.max_buffered_msgs and a.max_buffered_bytes == b.max_buffered_bytes)
 
 
+def stored_config(stream: str, group: str, value: bytes) -> ElasticConfig:
+    """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
+    try:
+        return parse_elastic_config(value)
+    except ConfigError as e:
+        raise ConfigError(f"elastic consumer group {group} on stream {stream} has an invalid config: {e} "
+                          "(write a valid config or delete the group)") from None
+
+
 async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
     """The group's config, validated."""
     _names(stream, group)
@@ -68,7 +78,7 @@ async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStr
     entry = await read(kv, group_key(stream, group))
     if entry is None:
         raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
-    return parse_elastic_config(entry.value)
+    return stored_config(stream, group, entry.value)
 
 
 async def create_elastic(nc: Client, stream: str, group: str, max_members: int, *,
@@ -81,6 +91,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     cfg = ElasticConfig(max_members=max_members, partitioning_filters=partitioning_filters,
                         max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes)
     try:
+        validate_partition_count(max_members)
         cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
@@ -88,6 +99,11 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         info = await api.stream_info(stream)
     except NotFoundError:
         raise NotFoundError(f"the elastic consumer group's origin stream does not exist: {stream}") from None
+    unmatched = unmatched_filters([pf.filter for pf in partitioning_filters or []], info["config"])
+    if unmatched:
+        raise ConfigError(f"invalid elastic consumer group config: partitioning filter {unmatched[0]} matches none of "
+                          f"the subjects of stream {stream} ({', '.join(info['config']['subjects'])}); "
+                          "a filter must match some of them")
     replicas = info["config"].get("num_replicas", 1)
     storage = info["config"].get("storage", "file")
     kv = await open_or_create_bucket(api, ELASTIC_BUCKET, replicas=replicas)
@@ -96,8 +112,9 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     if existing is not None:
         try:
             current = ElasticConfig.from_json(existing.value)
-        except ConfigError:
-            raise GroupExistsError(f"elastic consumer group {group} already exists and is not valid JSON") from None
+        except ConfigError as e:
+            raise GroupExistsError(f"elastic consumer group {group} on stream {stream} already exists with an invalid "
+                                   f"config ({e}): delete it first") from None
         if not _same_shape(current, cfg):
             raise GroupExistsError("the existing elastic consumer group config can not be updated to the requested "
                                    "one, please delete the existing elastic consumer group and create a new one")
@@ -163,7 +180,7 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
     async def apply(entry):
         if entry is None:
             raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
-        new = change(parse_elastic_config(entry.value))
+        new = change(stored_config(stream, group, entry.value))
         try:
             new.validate()
         except ConfigError as e:
@@ -349,7 +366,7 @@ class ElasticInstance(ConsumerInstance):
         if entry is None:
             raise NotFoundError(f"can not get the current elastic consumer group's config: "
                                 f"{self.group_name} on stream {self.stream_name} not found")
-        self.config = parse_elastic_config(entry.value)
+        self.config = stored_config(self.stream_name, self.group_name, entry.value)
         self.desired = elastic_member_filters(self.config, self.member_name)
         self.current: list[str] | None = None    # the filters our consumer has, when attached
         self._retry_at = 0.0
@@ -393,7 +410,8 @@ class ElasticInstance(ConsumerInstance):
                 cfg = parse_elastic_config(value.value)
             except ConfigError as e:
                 await self._stop_session(drain=True)
-                return ConfigError(f"the elastic consumer group config is no longer valid: {e}")
+                return ConfigError(f"the config of elastic consumer group {self.group_name} on stream "
+                                   f"{self.stream_name} is no longer valid: {e}")
             if not _same_shape(cfg, self.config):
                 await self._stop_session(drain=True)
                 return ConfigChangedError(

@@ -151,3 +151,27 @@ def strip_partition(subject: str) -> tuple[int | None, str]:
     if not dot:
         return None, subject
     return (int(head) if head.isascii() and head.isdigit() else None), rest
+
+
+def subjects_intersect(a: str, b: str) -> bool:
+    """True if some subject matches both NATS subject filters (`*` one token, `>` one or more trailing tokens)."""
+    ta, tb = a.split("."), b.split(".")
+    for i, (x, y) in enumerate(zip(ta, tb)):
+        if x == ">" or y == ">":
+            return True  # the other has a token here, and `>` takes it and anything after it
+        if x != y and x != "*" and y != "*":
+            return False
+    return len(ta) == len(tb)
+
+
+def unmatched_filters(filters: list[str], stream_config: dict) -> list[str]:
+    """The filters that can match no message of a stream whose subjects are known from its config.
+
+    Only a plain stream is judged: one with `subjects` and no subject transform, sources or mirror (their stored
+    subjects are not simply the configured ones); otherwise nothing is reported.
+    """
+    subjects = stream_config.get("subjects") or []
+    if not subjects or stream_config.get("subject_transform") or stream_config.get("sources") \
+            or stream_config.get("mirror"):
+        return []
+    return [f for f in filters if not any(subjects_intersect(f, s) for s in subjects)]

@@ -8,7 +8,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from .config import MemberMapping, StaticConfig, parse_static_config, validate_name
+from .config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError,
                      JetStreamAPIError, NotAMemberError, NotFoundError)
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
@@ -36,6 +36,15 @@ async def _origin_info(api: JetStreamApi, stream: str) -> dict[str, Any]:
         raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
 
 
+def stored_config(stream: str, group: str, value: bytes) -> StaticConfig:
+    """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
+    try:
+        return parse_static_config(value)
+    except ConfigError as e:
+        raise ConfigError(f"static consumer group {group} on stream {stream} has an invalid config: {e} "
+                          "(write a valid config or delete the group)") from None
+
+
 async def get_static_config(nc: Client, stream: str, group: str, *,
                             api: JetStreamApi | None = None) -> StaticConfig:
     """The group's config, validated."""
@@ -45,7 +54,7 @@ async def get_static_config(nc: Client, stream: str, group: str, *,
     entry = await read(kv, group_key(stream, group))
     if entry is None:
         raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
-    return parse_static_config(entry.value)
+    return stored_config(stream, group, entry.value)
 
 
 async def create_static(nc: Client, stream: str, group: str, max_members: int, *,
@@ -64,6 +73,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     cfg = StaticConfig(max_members=max_members, filters=list(filters or []), members=list(members or []),
                        member_mappings=list(member_mappings or []))
     try:
+        validate_partition_count(max_members)
         cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
@@ -81,8 +91,9 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
                 raise
     try:
         current = StaticConfig.from_json(existing.value)
-    except ConfigError:
-        raise GroupExistsError(f"static consumer group {group} already exists and is not valid JSON") from None
+    except ConfigError as e:
+        raise GroupExistsError(f"static consumer group {group} on stream {stream} already exists with an invalid "
+                               f"config ({e}): delete it first") from None
     if current != cfg:
         raise GroupExistsError(f"the existing static consumer group config doesn't match ours: "
                                f"{current.to_json().decode()}")
@@ -102,8 +113,10 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
     try:
         names = _members_of(StaticConfig.from_json(entry.value))
-    except ConfigError:
-        names = []
+    except ConfigError as e:
+        names = []  # nothing says which consumers are its members': running instances delete their own
+        log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
+                    "members' consumers", group, stream, e)
     await kv.delete(key)
     for member in names:
         await api.delete_consumer(stream, static_consumer_name(group, member))
@@ -176,7 +189,7 @@ class StaticInstance(ConsumerInstance):
         if entry is None:
             raise NotFoundError(f"can not get the current static consumer group's config: "
                                 f"{self.group_name} on stream {self.stream_name} not found")
-        self.config = parse_static_config(entry.value)
+        self.config = stored_config(self.stream_name, self.group_name, entry.value)
         watcher = await kv.watch(self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
@@ -218,7 +231,8 @@ class StaticInstance(ConsumerInstance):
                 cfg = parse_static_config(value.value)
             except ConfigError as e:
                 await self._leave()
-                return ConfigError(f"the static consumer group config is no longer valid: {e}")
+                return ConfigError(f"the config of static consumer group {self.group_name} on stream "
+                                   f"{self.stream_name} is no longer valid: {e}")
             if cfg != self.config:
                 await self._leave()
                 return ConfigChangedError("static consumer group config watcher received a change in the "
