@@ -27,7 +27,8 @@ from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerCon
 from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
-from .store import ELASTIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read, update
+from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
+                    open_or_create_bucket, read, update)
 
 log = logging.getLogger("pcgroups")
 
@@ -74,10 +75,7 @@ def stored_config(stream: str, group: str, value: bytes) -> ElasticConfig:
 async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
     """The group's config, validated."""
     _names(stream, group)
-    kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
-    entry = await read(kv, group_key(stream, group))
-    if entry is None:
-        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
+    _, entry = await group_entry(_api(nc, api), ELASTIC_BUCKET, "elastic", stream, group)
     return stored_config(stream, group, entry.value)
 
 
@@ -148,9 +146,12 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     """Delete the config (instances end normally), then the work-queue stream."""
     api = _api(nc, api)
     _names(stream, group)
-    kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
+    try:
+        kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
+    except NotFoundError:
+        kv = None
     key = group_key(stream, group)
-    had_key = await read(kv, key) is not None
+    had_key = kv is not None and await read(kv, key) is not None
     if had_key:
         await kv.delete(key)
     try:
@@ -158,7 +159,8 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     except JetStreamAPIError as e:
         raise PCGroupsError(f"could not delete the elastic consumer group's stream: {e}") from None
     if not had_key and not had_stream:
-        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
+        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found"
+                            + await flavour_hint(api, "elastic", stream, group))
 
 
 async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
@@ -174,7 +176,7 @@ async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | No
 async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None, change) -> ElasticConfig:
     """Compare-and-set ``change(cfg) -> cfg`` on the group's config, retrying on conflicts."""
     _names(stream, group)
-    kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
+    kv, _ = await group_entry(_api(nc, api), ELASTIC_BUCKET, "elastic", stream, group)
     result: list[ElasticConfig] = []
 
     async def apply(entry):
@@ -358,7 +360,8 @@ class ElasticInstance(ConsumerInstance):
         try:
             await self.api.stream_info(self.work_queue)
         except NotFoundError:
-            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}") from None
+            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}"
+                                + await flavour_hint(self.api, "elastic", self.stream_name, self.group_name)) from None
         kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)

@@ -16,7 +16,8 @@ from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
 from .partitions import static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import STATIC_BUCKET, group_key, keys_of_stream, open_bucket, open_or_create_bucket, read
+from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
+                    open_or_create_bucket, read)
 
 log = logging.getLogger("pcgroups")
 
@@ -50,10 +51,7 @@ async def get_static_config(nc: Client, stream: str, group: str, *,
     """The group's config, validated."""
     validate_name("stream", stream)
     validate_name("group", group)
-    kv = await open_bucket(_api(nc, api), STATIC_BUCKET, kind="static")
-    entry = await read(kv, group_key(stream, group))
-    if entry is None:
-        raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
+    _, entry = await group_entry(_api(nc, api), STATIC_BUCKET, "static", stream, group)
     return stored_config(stream, group, entry.value)
 
 
@@ -106,11 +104,8 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
     validate_name("stream", stream)
     validate_name("group", group)
     await _origin_info(api, stream)
-    kv = await open_bucket(api, STATIC_BUCKET, kind="static")
+    kv, entry = await group_entry(api, STATIC_BUCKET, "static", stream, group)
     key = group_key(stream, group)
-    entry = await read(kv, key)
-    if entry is None:
-        raise NotFoundError(f"static consumer group {group} on stream {stream} not found")
     try:
         names = _members_of(StaticConfig.from_json(entry.value))
     except ConfigError as e:
@@ -182,13 +177,11 @@ class StaticInstance(ConsumerInstance):
 
     async def _setup(self) -> None:
         await _origin_info(self.api, self.stream_name)
-        kv = await open_bucket(self.api, STATIC_BUCKET, kind="static")
+        kv, entry = await group_entry(self.api, STATIC_BUCKET, "static", self.stream_name, self.group_name,
+                                      f"can not get the current static consumer group's config: "
+                                      f"{self.group_name} on stream {self.stream_name} not found")
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
-        entry = await read(kv, self._key)
-        if entry is None:
-            raise NotFoundError(f"can not get the current static consumer group's config: "
-                                f"{self.group_name} on stream {self.stream_name} not found")
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
         watcher = await kv.watch(self._key)
         try:

@@ -113,3 +113,28 @@ async def keys_of_stream(kv: KeyValue, stream: str) -> list[str]:
         if len(parts) >= 2 and parts[0] == stream:
             out.append(parts[1])
     return out
+
+
+async def flavour_hint(api: JetStreamApi, kind: str, stream: str, group: str) -> str:
+    """For a group of ``kind`` that was not found: " (<group> is an elastic consumer group)" when the other kind
+    has it (a command of the wrong flavour), else ""."""
+    other, bucket = ("elastic", ELASTIC_BUCKET) if kind == "static" else ("static", STATIC_BUCKET)
+    try:
+        entry = await read(await open_bucket(api, bucket, kind=other), group_key(stream, group))
+    except Exception:  # noqa: BLE001 - only a hint for an error already being reported
+        return ""
+    return f" ({group} is {'an' if other == 'elastic' else 'a'} {other} consumer group)" if entry else ""
+
+
+async def group_entry(api: JetStreamApi, bucket: str, kind: str, stream: str, group: str,
+                      not_found: str | None = None) -> tuple[KeyValue, Entry]:
+    """The group's bucket and current entry; NotFoundError (with a wrong-flavour hint) when there is none."""
+    try:
+        kv = await open_bucket(api, bucket, kind=kind)
+        entry = await read(kv, group_key(stream, group))
+    except NotFoundError:
+        entry = None
+    if entry is None:
+        message = not_found or f"{kind} consumer group {group} on stream {stream} not found"
+        raise NotFoundError(message + await flavour_hint(api, kind, stream, group))
+    return kv, entry
