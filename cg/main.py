@@ -129,7 +129,13 @@ def print_model() -> None:
 
 
 def _usage_message(e) -> str:
-    text = e.format_message().strip()
+    import re
+
+    name = getattr(e, "option_name", None)
+    if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
+        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be >= 1)"
+    else:
+        text = e.format_message().strip()
     if text.endswith("."):
         text = text[:-1]
     text = text[:1].lower() + text[1:]
