@@ -1,0 +1,296 @@
+"""Bad input (issue 5, part 3): malformed ``cg`` invocations and corrupted KV values, on a real server.
+
+The table: every row runs the real ``cg`` (in-process through ``cg.main.main``, or as a subprocess where
+the process matters: connection failures, contexts, and a sample of the others) and must give exit
+status 1, exactly one stderr line ``cg: error: ...`` naming what is wrong and what is allowed, nothing
+on stdout but a confirmation prompt, no traceback, and no change at all to the groups' KV entries
+(values and revisions), to the streams or to their consumers (no lost or half-written state).
+
+Corrupted KV values written under running instances. Decisions (SPEC §3: "an instance that gets a
+fatal error (... config invalid) ends with that error on done(), never idles as a zombie"; ref §1.6:
+validation runs on every config read and every watched update):
+
+* every instance of the corrupted group ends, and ``done()`` returns a ``ConfigError`` naming the
+  group, its stream and what is wrong; it does not keep running on the last good config (a group
+  whose stored config nobody can read has no agreed membership, so consuming on would risk two
+  owners for a partition). A ``cg ... consume`` instance exits 1 with one ``cg: error:`` line.
+* the process does not crash, and other groups (same stream, same process, same connection) keep
+  consuming.
+* ``cg ... info`` (and the other commands that need the config) fail with one clear ``cg: error:``
+  line saying the group has an invalid config and what to do; ``cg ... ls`` lists group *names* from
+  the bucket's keys without reading values, so it still lists every group, the bad one included, and
+  exits 0 (its output stays the reference's format; ``info`` is where the problem is reported).
+* ``cg ... delete`` works on a corrupted group (it is the way out), ``create`` over one refuses and
+  says to delete it first.
+* writing a valid config back makes the group usable again: ``info`` works and new instances consume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+import nats
+import nats.js.errors
+import pytest
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import ConsumerConfig, PartitioningFilter
+from pcgroups.errors import ConfigError
+from tests.support import wait_for
+from tests.test_cli_common import Result, acg, cg_env, closed_port_url, procs, run_cg
+
+STATIC_BUCKET = "static-consumer-groups"
+ELASTIC_BUCKET = "elastic-consumer-groups"
+
+
+# ====================================================================== the table
+
+
+@dataclass
+class World:
+    url: str
+    S: str   # static stream: subjects S.*, partition transform into 4 partitions
+    E: str   # elastic origin stream: subjects E.*
+    names: dict = field(default_factory=dict)
+
+
+async def _setup(url: str, w: World) -> None:
+    from pcgroups import (MemberMapping, add_members, create_elastic, create_static, set_member_mappings,
+                          static_consume)
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=w.S, subjects=[f"{w.S}.*"], subject_transform=SubjectTransform(
+            src=f"{w.S}.*", dest=f"{{{{partition(4,1)}}}}.{w.S}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(StreamConfig(name=w.E, subjects=[f"{w.E}.*"]))
+        await create_static(nc, w.S, "sg", 4, members=["m1", "m2"])
+        await create_static(nc, w.S, "sm", 4, member_mappings=[MemberMapping("m1", [0, 1]), MemberMapping("m2", [2, 3])])
+        await create_elastic(nc, w.E, "eg", 4, partitioning_filters=[PartitioningFilter(f"{w.E}.*", [1])])
+        await add_members(nc, w.E, "eg", ["a", "b"])
+        await create_elastic(nc, w.E, "em", 4)
+        await set_member_mappings(nc, w.E, "em", [MemberMapping("x", [0, 1]), MemberMapping("y", [2, 3])])
+        # a durable member consumer that must survive every failed command (static consumers outlive instances)
+        inst = await static_consume(nc, w.S, "sg", "m1", lambda msg: None, config=ConsumerConfig(ack_wait=1.0))
+        await inst.wait_for_consuming(10)
+        assert await inst.stop() is None
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="module")
+def world(nats_server) -> World:
+    tag = uuid.uuid4().hex[:6]
+    w = World(url=nats_server.url, S=f"bis{tag}", E=f"bie{tag}")
+    asyncio.run(_setup(nats_server.url, w))
+    return w
+
+
+async def snapshot(nc, w: World) -> dict:
+    """Everything a failed command must leave alone: our KV entries (value and revision), streams and consumers."""
+    js = nc.jetstream()
+    state: dict = {}
+    for bucket in (STATIC_BUCKET, ELASTIC_BUCKET):
+        kv = await js.key_value(bucket)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            keys = []
+        for key in sorted(keys):
+            if key.split(".")[0] in (w.S, w.E):
+                entry = await kv.get(key)
+                state[(bucket, key)] = (entry.revision, entry.value)
+    streams = sorted(s.config.name for s in await js.streams_info() if s.config.name.startswith((w.S, w.E)))
+    state["streams"] = streams
+    for s in streams:
+        state[("consumers", s)] = sorted(c.name for c in await js.consumers_info(s))
+    return state
+
+
+@dataclass
+class Row:
+    id: str
+    args: list[str]
+    wants: list[str]           # substrings of the error line: what is wrong, what is allowed
+    proc: bool = False         # run the real executable as a subprocess
+    input: str = ""
+    env: dict | None = None
+
+
+R = Row
+BAD = closed_port_url()
+
+ROWS = [
+    # ---- names
+    R("static-group-dot", ["static", "create", "balanced", "{S}", "g.x", "2", "m1"],
+      ['invalid group name "g.x"', "only letters, digits, '-' and '_'"]),
+    R("static-group-star", ["static", "create", "balanced", "{S}", "g*", "2", "m1"],
+      ['invalid group name "g*"', "only letters, digits, '-' and '_'"], proc=True),
+    R("static-group-gt", ["static", "create", "mapped", "{S}", "g>", "2", "m1:0,1"],
+      ['invalid group name "g>"', "only letters, digits"]),
+    R("static-group-space", ["static", "info", "{S}", "my group"], ['invalid group name "my group"', "only letters"]),
+    R("static-group-empty", ["static", "create", "balanced", "{S}", "", "2", "m1"],
+      ['invalid group name ""', "must not be empty"]),
+    R("static-member-star", ["static", "create", "balanced", "{S}", "g", "2", "m1", "m*"],
+      ['invalid member name "m*"', "only letters"]),
+    R("static-stream-dot", ["static", "ls", "a.b"], ['invalid stream name "a.b"', "may not contain '.'"]),
+    R("elastic-stream-gt", ["elastic", "info", "a>", "eg"], ['invalid stream name "a>"', "'>'"], proc=True),
+    R("elastic-member-space", ["elastic", "add", "{E}", "eg", "new member"],
+      ['invalid member name "new member"', "only letters"]),
+    R("elastic-member-empty", ["elastic", "drop", "{E}", "eg", ""], ['invalid member name ""', "must not be empty"]),
+    R("elastic-mapping-member-dot", ["elastic", "create-mapping", "{E}", "eg", "a.b:0,1,2,3"],
+      ['invalid member name "a.b"', "only letters"]),
+    # ---- max_members
+    R("static-max-zero", ["static", "create", "balanced", "{S}", "g", "0", "m1"],
+      ["the max number of members must be >= 1, got 0"]),
+    R("static-max-negative", ["static", "create", "balanced", "{S}", "g", "-1", "m1"],
+      ["invalid argument -1", "negative numbers are not allowed", "must be >= 1"]),
+    R("static-max-huge", ["static", "create", "balanced", "{S}", "g", "99999999999999999999999", "m1"],
+      ["the max number of members must be between 1 and 2147483647", "got 99999999999999999999999"], proc=True),
+    R("static-max-not-integer", ["static", "create", "mapped", "{S}", "g", "2.5", "m1:0"],
+      ["invalid value for 'max_members'", "valid integer"]),
+    R("elastic-max-zero", ["elastic", "create", "{E}", "g", "0"], ["the max number of members must be >= 1, got 0"]),
+    R("elastic-max-too-many-partitions", ["elastic", "create", "{E}", "g", "2147483648"],
+      ["between 1 and 2147483647", "partition transform", "got 2147483648"]),
+    R("elastic-max-not-integer", ["elastic", "create", "{E}", "g", "ten"],
+      ["invalid value for 'max_members'", "valid integer"]),
+    # ---- mappings
+    R("static-mapping-overlap", ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1", "m2:1,2,3"],
+      ["partition numbers must be used only once", "partition 1 is mapped more than once"]),
+    R("static-mapping-missing-partitions", ["static", "create", "mapped", "{S}", "g", "4", "m1:0", "m2:1"],
+      ["every partition must be assigned", "partitions 2, 3 are not"]),
+    R("static-mapping-out-of-range", ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1,2,3,4"],
+      ["partition 4 is out of range", "between 0 and 3"]),
+    R("static-mapping-negative", ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m2:-1"],
+      ['invalid member mapping "m2:-1"', "partitions must be >= 0"]),
+    R("static-mapping-syntax", ["static", "create", "mapped", "{S}", "g", "2", "m1=0,1"],
+      ["missing ':'", "member:p1,p2,..."]),
+    R("static-mapping-same-member", ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m1:1"],
+      ["member names must be unique", '"m1"']),
+    R("elastic-mapping-overlap", ["elastic", "create-mapping", "{E}", "eg", "a:0,1", "b:1,2,3"],
+      ["partition numbers must be used only once", "partition 1"], proc=True),
+    R("elastic-mapping-out-of-range", ["elastic", "cm", "{E}", "eg", "a:0,1", "b:2,3,7"],
+      ["partition 7 is out of range", "between 0 and 3"]),
+    R("elastic-mapping-missing", ["elastic", "create-mapping", "{E}", "em", "x:0", "y:1"],
+      ["every partition must be assigned", "partitions 2, 3 are not"]),
+    R("elastic-mapping-not-integer", ["elastic", "create-mapping", "{E}", "eg", "a:0,one"],
+      ['partition "one" is not an integer', "member:p1,p2,..."]),
+    # ---- elastic filters
+    R("elastic-filter-no-wildcard", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.x"],
+      ["at least one * wildcard or end with > wildcard"]),
+    R("elastic-filter-not-matching-stream", ["elastic", "create", "{E}", "g", "2", "--filter", "other.*"],
+      ["partitioning filter other.* matches none of the subjects of stream {E} ({E}.*)"]),
+    R("elastic-filters-overlap", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*", "--filter", "{E}.>"],
+      ["can't create the elastic consumer group's stream", "source filters can not overlap"], proc=True),
+    R("elastic-wildcard-out-of-range", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*",
+                                        "--wildcards", "2"],
+      ["2 is out of range 1..1", "{E}.*"]),
+    R("elastic-wildcards-unpaired", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*",
+                                     "--wildcards", "1", "--wildcards", "1"],
+      ["2 --wildcards given for 1 --filter", "each --wildcards pairs with one --filter"]),
+    R("elastic-buffer-not-integer", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "1e3"],
+      ["invalid value for '--max-buffered-msgs'", "valid integer"]),
+    # ---- missing streams and groups
+    R("static-create-missing-stream", ["static", "create", "balanced", "no{S}", "g", "2", "m1"],
+      ["the static consumer group's stream does not exist: no{S}"]),
+    R("elastic-create-missing-stream", ["elastic", "create", "no{E}", "g", "2"],
+      ["the elastic consumer group's origin stream does not exist: no{E}"]),
+    R("static-consume-missing-stream", ["static", "consume", "no{S}", "sg", "m1"],
+      ["stream does not exist: no{S}"]),
+    R("elastic-delete-mapping-missing-group", ["elastic", "delete-mapping", "{E}", "nope"],
+      ["elastic consumer group nope on stream {E} not found"]),
+    R("static-delete-missing-group", ["static", "rm", "{S}", "nope", "-f"],
+      ["static consumer group nope on stream {S} not found"]),
+    # ---- existing groups: changes that are not allowed
+    R("static-create-different", ["static", "create", "balanced", "{S}", "sg", "4", "m1", "m3"],
+      ["the existing static consumer group config doesn't match ours"]),
+    R("elastic-create-different", ["elastic", "create", "{E}", "eg", "5"],
+      ["can not be updated to the requested one", "delete the existing elastic consumer group"]),
+    R("elastic-add-to-mapped", ["elastic", "add", "{E}", "em", "z"],
+      ["can't add members to an elastic consumer group that uses member mappings", "--sticky"]),
+    # ---- wrong flavour
+    R("static-info-on-elastic", ["static", "info", "{E}", "eg"],
+      ["static consumer group eg on stream {E} not found", "(eg is an elastic consumer group)"]),
+    R("static-delete-on-elastic", ["static", "delete", "{E}", "eg", "--force"],
+      ["(eg is an elastic consumer group)"], proc=True),
+    R("static-step-down-on-elastic", ["static", "step-down", "{E}", "em", "x"], ["(em is an elastic consumer group)"]),
+    R("elastic-consume-on-static", ["elastic", "consume", "{S}", "sg", "m1"],
+      ["(sg is a static consumer group)"], proc=True),
+    R("elastic-member-info-on-static", ["elastic", "member-info", "{S}", "sm", "m1"],
+      ["elastic consumer group sm on stream {S} not found", "(sm is a static consumer group)"]),
+    R("elastic-delete-on-static", ["elastic", "rm", "{S}", "sg", "-f"], ["(sg is a static consumer group)"]),
+    # ---- members, consume options
+    R("static-member-info-bad-member", ["static", "minfo", "{S}", "sg", "m 1"],
+      ['invalid member name "m 1"', "only letters"]),
+    R("static-step-down-non-member", ["static", "step-down", "{S}", "sg", "m9"],
+      ["member m9 is not part of static consumer group sg"]),
+    R("elastic-step-down-non-member", ["elastic", "sd", "{E}", "eg", "zz"],
+      ["member zz is not part of elastic consumer group eg"]),
+    R("static-consume-non-member", ["static", "consume", "{S}", "sg", "m9"],
+      ["not in the current static consumer group membership"], proc=True),
+    R("static-consume-bad-sleep", ["static", "join", "{S}", "sg", "m1", "--sleep", "-5ms"],
+      ["invalid --sleep '-5ms'", "must not be negative"]),
+    R("elastic-consume-no-member", ["elastic", "consume", "{E}", "eg"],
+      ["a member name is required", "--auto"]),
+    # ---- delete confirmation
+    R("static-delete-answer-no", ["static", "delete", "{S}", "sg"], ["operation canceled"], input="n\n"),
+    R("elastic-delete-no-answer", ["elastic", "delete", "{E}", "eg"], ["operation canceled"], proc=True),
+    # ---- connection, contexts, usage
+    R("unreachable-server", ["-s", BAD, "elastic", "ls", "{E}"], ["can't connect to " + BAD, "connection refused"],
+      proc=True),
+    R("unreachable-server-env", ["static", "info", "{S}", "sg"], ["can't connect to " + BAD], proc=True,
+      env={"NATS_URL": BAD}),
+    R("unknown-context-option", ["--context", "nosuchctx", "static", "ls", "{S}"],
+      ['unknown context "nosuchctx" (--context)', "nosuchctx.json"], proc=True),
+    R("unknown-context-env", ["elastic", "ls", "{E}"], ['unknown context "envctx" (NATS_CONTEXT)'], proc=True,
+      env={"NATS_CONTEXT": "envctx"}),
+    R("bad-timeout", ["--timeout", "soon", "static", "ls", "{S}"], ["invalid --timeout", "use e.g. 5s"]),
+    R("zero-timeout", ["static", "ls", "{S}", "--timeout", "0s"], ["invalid --timeout '0s': must be positive"]),
+    R("unknown-command", ["elastic", "shrink", "{E}", "eg"], ["no such command 'shrink'", "cg elastic -h"]),
+    R("unknown-option", ["static", "info", "{S}", "sg", "--verbose"], ["no such option: --verbose"]),
+    R("missing-argument", ["elastic", "add", "{E}", "eg"], ["missing argument 'members'", "cg elastic add -h"]),
+]
+
+
+def _fmt(text: str, w: World) -> str:
+    return text.replace("{S}", w.S).replace("{E}", w.E)
+
+
+async def _run(row: Row, w: World) -> Result:
+    args = [_fmt(a, w) for a in row.args]
+    if row.proc or row.env:
+        env = cg_env(w.url, **{k: _fmt(v, w) for k, v in (row.env or {}).items()})
+        return await acg(*args, env=env, input=row.input)
+    return await run_cg(*args, url=w.url, input=row.input)
+
+
+def test_the_table_is_large_and_covers_every_command_family():
+    assert len(ROWS) >= 40 and len({r.id for r in ROWS}) == len(ROWS)
+    aliases = {"rm": "delete", "cm": "create-mapping", "sd": "step-down", "join": "consume", "minfo": "member-info"}
+    covered = {(r.args[i], aliases.get(r.args[i + 1], r.args[i + 1]))
+               for r in ROWS for i in range(len(r.args) - 1) if r.args[i] in ("static", "elastic")}
+    common = {"create", "delete", "member-info", "step-down", "info", "consume", "ls"}
+    wanted = {("static", c) for c in common} | {("elastic", c) for c in common | {
+        "add", "drop", "create-mapping", "delete-mapping"}}
+    assert wanted <= covered, wanted - covered
+    assert sum(r.proc or bool(r.env) for r in ROWS) >= 10
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+async def test_bad_invocation(row: Row, world: World, nc):
+    before = await snapshot(nc, world)
+    r = await _run(row, world)
+    where = f"cg {' '.join(_fmt(a, world) for a in row.args)}\nexit {r.code}\nstdout: {r.out!r}\nstderr: {r.err!r}"
+    assert r.code == 1, where
+    assert "Traceback" not in r.err and "Traceback" not in r.out, where
+    lines = r.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cg: error: "), where
+    for want in row.wants:
+        assert _fmt(want, world) in lines[0], f"{want!r} missing\n{where}"
+    assert r.out in ("", "WARNING: this operation will cause all existing consumer members to terminate consuming "
+                         "are you sure? (y/n): "), where
+    assert await snapshot(nc, world) == before, f"state changed\n{where}"
