@@ -109,7 +109,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     existing = await read(kv, key)
     if existing is not None:
         try:
-            current = ElasticConfig.from_json(existing.value)
+            current = parse_elastic_config(existing.value)
         except ConfigError as e:
             raise GroupExistsError(f"elastic consumer group {group} on stream {stream} already exists with an invalid "
                                    f"config ({e}): delete it first") from None

@@ -88,7 +88,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
             if existing is None:
                 raise
     try:
-        current = StaticConfig.from_json(existing.value)
+        current = parse_static_config(existing.value)
     except ConfigError as e:
         raise GroupExistsError(f"static consumer group {group} on stream {stream} already exists with an invalid "
                                f"config ({e}): delete it first") from None

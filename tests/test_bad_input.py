@@ -294,3 +294,154 @@ async def test_bad_invocation(row: Row, world: World, nc):
     assert r.out in ("", "WARNING: this operation will cause all existing consumer members to terminate consuming "
                          "are you sure? (y/n): "), where
     assert await snapshot(nc, world) == before, f"state changed\n{where}"
+
+
+# ====================================================================== corrupted KV values under running instances
+
+
+MAPPINGS_OVERLAP = (b'{"max_members":4,"member_mappings":[{"member":"m1","partitions":[0,1]},'
+                    b'{"member":"m2","partitions":[1,2,3]}]}')
+CORRUPTIONS = [
+    ("garbage-bytes", b"\xff\xfe\x00{garbage", "not valid JSON"),
+    ("wrong-types", b'{"max_members":"4","members":"m1"}', 'max_members must be a non-negative integer, got the string "4"'),
+    ("negative-number", b'{"max_members":-4,"members":["m1","m2"]}', "max_members must be a non-negative integer, got -4"),
+    ("missing-fields", b'{"members":["m1","m2"]}', "the max number of members must be >= 1, got 0"),
+    ("valid-json-invalid-config", MAPPINGS_OVERLAP, "partition numbers must be used only once"),
+    ("wrong-nested-type", b'{"max_members":4,"members":["m1",2]}', "members[1] must be a string, got 2"),
+]
+
+
+async def _two_groups(nc, js, kind: str, stream: str) -> None:
+    """Group T (members m1, m2) and group O (member m1, owning every partition) on one stream."""
+    from pcgroups import add_members, create_elastic, create_static
+
+    if kind == "static":
+        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"], subject_transform=SubjectTransform(
+            src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+        await create_static(nc, stream, "T", 4, members=["m1", "m2"])
+        await create_static(nc, stream, "O", 4, members=["m1"])
+    else:
+        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"]))
+        for group, members in (("T", ["m1", "m2"]), ("O", ["m1"])):
+            await create_elastic(nc, stream, group, 4)
+            await add_members(nc, stream, group, members)
+
+
+def _one_error_line(r: Result, *wants: str) -> str:
+    where = f"exit {r.code}\nstdout: {r.out!r}\nstderr: {r.err!r}"
+    assert r.code == 1 and "Traceback" not in r.err + r.out, where
+    lines = r.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cg: error: "), where
+    for want in wants:
+        assert want in lines[0], f"{want!r} missing\n{where}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+@pytest.mark.parametrize("bad,want", [c[1:] for c in CORRUPTIONS], ids=[c[0] for c in CORRUPTIONS])
+async def test_corrupted_config_ends_that_groups_instances_only(kind, bad, want, nats_server, nc, js, uniq, caplog):
+    """A corrupted value under running instances of group T (two members, in this process, plus a
+    ``cg consume`` subprocess for garbage bytes): T's instances end with a ConfigError naming the
+    group and the problem; O, on the same stream and connection, keeps consuming; ``info`` on T is one
+    ``cg: error:`` line, ``ls`` still lists both; ``create`` over it refuses; a good value written back
+    makes T work again for new instances."""
+    from pcgroups import elastic_consume, static_consume
+
+    caplog.set_level(logging.WARNING, logger="pcgroups")
+    url, stream = nats_server.url, uniq
+    consume = static_consume if kind == "static" else elastic_consume
+    bucket = STATIC_BUCKET if kind == "static" else ELASTIC_BUCKET
+    await _two_groups(nc, js, kind, stream)
+    got: dict[str, set[str]] = {"T": set(), "O": set()}
+
+    def handler(label: str):
+        async def h(msg) -> None:
+            got[label].add(msg.subject)
+            await msg.ack_sync()
+        return h
+
+    async def publish(prefix: str) -> set[str]:
+        subjects = {f"{stream}.{prefix}{i}" for i in range(8)}
+        for s in sorted(subjects):
+            await js.publish(s, b"x")
+        return subjects
+
+    from cg.consume import consumer_template
+
+    template = consumer_template()  # the same consumer as `cg consume`'s, so both kinds of instance share it
+    instances = []
+
+    async def start(group: str, member: str):
+        inst = await consume(nc, stream, group, member, handler(group), config=template)
+        instances.append(inst)
+        await inst.wait_for_consuming(10)
+        return inst
+
+    try:
+        t1, t2, o1 = await start("T", "m1"), await start("T", "m2"), await start("O", "m1")
+        async with procs() as run:
+            cg_proc = None
+            if bad == CORRUPTIONS[0][1]:
+                cg_proc = await run(kind, "consume", stream, "T", "m1", url=url)
+                await cg_proc.wait_text("consuming...")
+            sent = await publish("a")
+            await wait_for(lambda: sent <= got["T"] and sent <= got["O"], 15, what="both groups consuming")
+
+            kv = await js.key_value(bucket)
+            good = (await kv.get(f"{stream}.T")).value
+            await kv.put(f"{stream}.T", bad)
+            for inst in (t1, t2):
+                err = await asyncio.wait_for(inst.done(), 10)
+                assert isinstance(err, ConfigError), repr(err)
+                assert f"{kind} consumer group T on stream {stream} is no longer valid" in str(err), str(err)
+                assert want in str(err), str(err)
+            if cg_proc is not None:
+                _one_error_line(await cg_proc.wait(15), "cg: error: the config of", "is no longer valid", want)
+
+            sent = await publish("b")
+            await wait_for(lambda: sent <= got["O"], 15, what="group O still consuming")
+            assert o1.consuming and not o1._done.done()
+
+            _one_error_line(await run_cg(kind, "info", stream, "T", url=url),
+                            f"{kind} consumer group T on stream {stream} has an invalid config", want,
+                            "write a valid config or delete the group")
+            _one_error_line(await run_cg(kind, "member-info", stream, "T", "m1", url=url), "has an invalid config")
+            create = ["create", "balanced", stream, "T", "4", "m1", "m2"] if kind == "static" else \
+                ["create", stream, "T", "4"]
+            _one_error_line(await run_cg(kind, *create, url=url), "already exists with an invalid config",
+                            "delete it first")
+            r = (await run_cg(kind, "ls", stream, "--json", url=url)).ok()
+            assert sorted(json.loads(r.out)["groups"]) == ["O", "T"]
+            assert (await kv.get(f"{stream}.T")).value == bad  # nothing above rewrote it
+
+            await kv.put(f"{stream}.T", good)
+            r = (await run_cg(kind, "info", stream, "T", "--json", url=url)).ok()
+            assert json.loads(r.out)["config"]["members"] == ["m1", "m2"]
+            await start("T", "m1"), await start("T", "m2")
+            sent = await publish("c")
+            await wait_for(lambda: sent <= got["T"] and sent <= got["O"], 15, what="group T consuming again")
+    finally:
+        for inst in instances:
+            await asyncio.wait_for(inst.stop(), 10)
+    assert o1._done.result() is None
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not failures, [r.getMessage() for r in failures]
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_delete_removes_a_corrupted_group(kind, nats_server, nc, js, uniq):
+    """The way out of a corrupted config: ``cg ... delete -f`` succeeds (exit 0) and removes the
+    key (and an elastic group's work-queue stream); the other group stays."""
+    url, stream = nats_server.url, uniq
+    await _two_groups(nc, js, kind, stream)
+    kv = await js.key_value(STATIC_BUCKET if kind == "static" else ELASTIC_BUCKET)
+    await kv.put(f"{stream}.T", b"\x00not json")
+    r = await run_cg(kind, "delete", stream, "T", "-f", url=url)
+    assert r.code == 0 and "Traceback" not in r.err, r
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get(f"{stream}.T")
+    r = (await run_cg(kind, "ls", stream, url=url)).ok()
+    assert r.out == f"{kind} consumer groups: [O]\n"
+    if kind == "elastic":
+        names = {s.config.name for s in await js.streams_info()}
+        assert f"{stream}-T" not in names and f"{stream}-O" in names
