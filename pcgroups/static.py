@@ -233,8 +233,19 @@ class StaticInstance(ConsumerInstance):
             return _CONTINUE
         if kind == "gone":
             await self._stop_session(drain=False)
-            if await read(self._kv, self._key) is None:
+            entry = await read(self._kv, self._key)
+            if entry is None:
                 return None  # the group was deleted: its consumers go with it
+            # Another instance of ours may have seen a config change first and deleted the consumer: report
+            # the cause, as the watch event (maybe still queued) would.
+            try:
+                cfg = parse_static_config(entry.value)
+            except ConfigError as e:
+                return ConfigError(f"the config of static consumer group {self.group_name} on stream "
+                                   f"{self.stream_name} is no longer valid: {e}")
+            if cfg != self.config:
+                return ConfigChangedError("static consumer group config watcher received a change in the "
+                                          "configuration, terminating")
             return ConsumerGoneError(f"the member's consumer {self.consumer_name} went away: {value}")
         return _CONTINUE
 
