@@ -399,6 +399,10 @@ class ElasticConfig:
     def validate(self) -> None:
         """Raise ConfigError unless the config passes the reference's rules: max_members, filters, then membership."""
         _validate_max_members(self.max_members)
+        for name, value in (("messages", self.max_buffered_msgs), ("bytes", self.max_buffered_bytes)):
+            if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:  # Go's int64
+                raise ConfigError(f"the max number of buffered {name} must be a 64-bit integer (-1 or 0 for no "
+                                  f"limit), got {value!r}")
         for pf in self.partitioning_filters or []:
             _validate_partitioning_filter(pf)
         _validate_membership(self.max_members, self.members, self.member_mappings)

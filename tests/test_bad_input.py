@@ -192,6 +192,8 @@ ROWS = [
     R("elastic-wildcards-unpaired", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*",
                                      "--wildcards", "1", "--wildcards", "1"],
       ["2 --wildcards given for 1 --filter", "each --wildcards pairs with one --filter"]),
+    R("elastic-buffer-too-large", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "99999999999999999999"],
+      ["the max number of buffered messages must be a 64-bit integer", "got 99999999999999999999"]),
     R("elastic-buffer-not-integer", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "1e3"],
       ["invalid value for '--max-buffered-msgs'", "valid integer"]),
     # ---- missing streams and groups

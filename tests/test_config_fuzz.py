@@ -159,6 +159,8 @@ def model_static(cfg: StaticConfig) -> str | None:
 def model_elastic(cfg: ElasticConfig) -> str | None:
     if not 1 <= cfg.max_members <= UINT64_MAX:
         return "max"
+    if not (INT64[0] <= cfg.max_buffered_msgs <= INT64[1] and INT64[0] <= cfg.max_buffered_bytes <= INT64[1]):
+        return "buffered"
     for pf in cfg.partitioning_filters or []:
         broken = model_filter(pf.filter, pf.partitioning_wildcards)
         if broken:
@@ -168,6 +170,7 @@ def model_elastic(cfg: ElasticConfig) -> str | None:
 
 PHRASES = {  # the reference's phrase that names each rule
     "max": "the max number of members must be",
+    "buffered": "the max number of buffered",
     "both": "either members or member mappings must be provided, not both",
     "count": "the number of member mappings must be between 1 and the max number of members",
     "unique-names": "member names must be unique",
@@ -229,11 +232,14 @@ def _filters(draw) -> PartitioningFilter:
     return PartitioningFilter(".".join(tokens), draw(st.none() | indexes))
 
 
+_buffered = st.sampled_from([0, -1, 1000, INT64[0], INT64[1], INT64[0] - 1, INT64[1] + 1])
+
+
 @FUZZ
-@given(_max, _membership_parts(), st.none() | st.lists(_filters(), max_size=3))
-def test_elastic_validation_agrees_with_the_model(n, parts, pfs):
+@given(_max, _membership_parts(), st.none() | st.lists(_filters(), max_size=3), _buffered, _buffered)
+def test_elastic_validation_agrees_with_the_model(n, parts, pfs, msgs, size):
     members, mappings = parts
-    cfg = ElasticConfig(n, pfs, 0, 0, members, mappings)
+    cfg = ElasticConfig(n, pfs, msgs, size, members, mappings)
     check_against_model(cfg, model_elastic(cfg))
 
 
