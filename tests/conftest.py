@@ -9,6 +9,7 @@ import uuid
 import nats
 import pytest
 
+from pcgroups.cluster import EmbeddedCluster
 from pcgroups.server import EmbeddedServer
 
 
@@ -24,6 +25,14 @@ def fresh_server():
     """A server of the test's own, for tests that stop, kill or restart it."""
     with EmbeddedServer() as server:
         yield server
+
+
+@pytest.fixture
+def nats_cluster():
+    """A 3-node JetStream cluster of the test's own (127.0.0.1, routes between the nodes, a store each),
+    for tests that kill and restart nodes; every node is stopped and its store removed afterwards."""
+    with EmbeddedCluster(size=3) as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -1,8 +1,13 @@
 """A member instance in its own process, for failover tests: prints one JSON line per event.
 
-usage: python -m tests.member_proc URL static|elastic STREAM GROUP MEMBER [--ack-wait S] [--work S]
-       [--concurrency K] [--max-ack-pending N]
-Lines: {"ev":"ready"}, {"ev":"start"|"end","seq":..,"subject":..,"partition":..,"pin":..,"t":..}, {"ev":"done","error":..}
+usage: python -m tests.member_proc URL[,URL...] static|elastic STREAM GROUP MEMBER [--ack-wait S] [--work S]
+       [--concurrency K] [--max-ack-pending N] [--instance NAME] [--context FILE] [--ack sync|plain]
+Lines: {"ev":"ready"}, {"ev":"start"|"end","seq":..,"subject":..,"partition":..,"pin":..,"t":..}, {"ev":"done","error":..},
+{"ev":"connected","server":NAME} (on connect and each reconnect), {"ev":"disconnected"}.
+start/end lines also carry member, instance, key and order (the origin stream sequence), so that
+:meth:`pcgroups.checker.Recorder.feed` takes them as they are. Several comma-separated URLs are a
+cluster's servers; ``--context FILE`` connects through :func:`pcgroups.connect.connect` with that
+NATS context file instead (URL is then ignored).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -17,6 +23,8 @@ import time
 import nats
 
 from pcgroups import ConsumerConfig, elastic_consume, static_consume
+from pcgroups.checker import origin_of
+from pcgroups.connect import ConnectionOptions, connect
 
 
 def emit(**fields) -> None:
@@ -38,16 +46,44 @@ async def main() -> None:
     p.add_argument("--work", type=float, default=0.0)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--max-ack-pending", type=int, default=1)
+    p.add_argument("--instance", default="")
+    p.add_argument("--context", default=None)
+    p.add_argument("--ack", choices=["sync", "plain"], default="sync",
+                   help="sync: wait for the server's confirmation (then print end); plain: print end once the "
+                        "ack is handed to the client, as the checker wants when instances take over from each other")
     args = p.parse_args()
-    nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    instance = args.instance or f"{args.member}-{os.getpid()}"
+
+    def server_name() -> str:
+        info = getattr(nc, "_server_info", None) or {}
+        return str(info.get("server_name") or "")
+
+    async def on_reconnect() -> None:
+        emit(ev="connected", server=server_name())
+
+    async def on_disconnect() -> None:
+        emit(ev="disconnected")
+
+    if args.context:
+        nc = await connect(ConnectionOptions(context=args.context), reconnected_cb=on_reconnect,
+                           disconnected_cb=on_disconnect)
+    else:
+        nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+                                reconnected_cb=on_reconnect, disconnected_cb=on_disconnect)
+    emit(ev="connected", server=server_name())
 
     async def handler(msg):
         meta = msg.metadata
-        emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id)
+        _, origin = origin_of(msg)
+        ids = dict(member=args.member, instance=instance, key=origin, order=origin)
+        emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id, **ids)
         if args.work:
             await asyncio.sleep(args.work)
-        await msg.ack_sync()
-        emit(ev="end", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id)
+        if args.ack == "sync":
+            await msg.ack_sync()
+        else:
+            await msg.ack()
+        emit(ev="end", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id, **ids)
 
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, args.member, handler,
