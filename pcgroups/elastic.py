@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client
 
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
@@ -431,12 +432,16 @@ class ElasticInstance(ConsumerInstance):
         if kind == "gone":
             await self._stop_session(drain=False)
             self.current = None
-            if await read(self._kv, self._key) is None:
-                return None
             try:
+                if await read(self._kv, self._key) is None:
+                    return None
                 await self.api.stream_info(self.work_queue)
             except NotFoundError:
                 return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
+            except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
+                log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
+                            "joining again later", self.member_name, value, e)
+                return _CONTINUE  # not joined: the next reconcile (RETRY_FAST) tries again
             log.info("%s: consumer went away (%s), joining again", self.member_name, value)
             self.recovered_errors += 1
             await self._reconcile()

@@ -21,6 +21,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
+from .errors import NotFoundError
 from .jsapi import JetStreamApi, pull_request
 from .scheduler import KeyedDispatcher, KeyFunc, RetryPolicy, key_by_subject
 
@@ -401,10 +402,28 @@ class PullSession:
             self._pending = 0
             self._wake.set()
         elif status == "503":
-            self._gone("no responders: the consumer or its stream does not exist")
+            # No responders: the consumer is gone, or (in a cluster) has no leader right now. Pulls go on
+            # (one per heartbeat); only the consumer's "not found" ends the session.
+            self._pending = 0
+            if not any(t.get_name() == "pcg-503" and not t.done() for t in self._tasks):
+                self._tasks.append(asyncio.create_task(self._check_consumer(), name="pcg-503"))
         else:
             self._pending = 0
             self._gone(f"pull failed: {status} {description}".strip())
+
+    async def _check_consumer(self) -> None:
+        """After a pull without responders: end the session only when the consumer does not exist."""
+        try:
+            await self.api.consumer_info(self.stream, self.consumer)
+        except NotFoundError:
+            if not self.closed:
+                self._gone("no responders: the consumer or its stream does not exist")
+            return
+        except Exception as e:  # no leader yet, a timeout, reconnecting: the consumer may well be there
+            log.info("%s: consumer not answering (%s), pulling again", self.label, e)
+            return
+        log.info("%s: a pull found no responders but the consumer exists (a leader change?), pulling again",
+                 self.label)
 
     def _gone(self, reason: str) -> None:
         self._pulling = False
