@@ -215,13 +215,16 @@ class FaultResult:
     takeover: dict[str, float]          # flavour -> the slowest partition's first handler start after the kill
     first: dict[str, float]             # flavour -> the first handler start after the kill, any partition
     publish_stall: float                # the longest a publish waited for its ack around the fault
+    latency: dict[str, float]           # flavour -> the longest from sending a message (after the kill) to its handler
     reconnects: int                     # instances that reconnected to another node
 
     def line(self) -> str:
         return (f"{self.fault}: killed {self.node} ({', '.join(self.roles) or 'no leader'}); "
                 + "; ".join(f"{f} take-over {self.takeover[f]:.2f}s (first call {self.first[f]:.2f}s)"
                             for f in sorted(self.takeover))
-                + f"; publish stall {self.publish_stall:.2f}s; {self.reconnects} instance(s) reconnected")
+                + f"; publish stall {self.publish_stall:.2f}s; latency "
+                + ", ".join(f"{f} {self.latency[f]:.2f}s" for f in sorted(self.latency))
+                + f"; {self.reconnects} instance(s) reconnected")
 
 
 class Chaos:
@@ -236,6 +239,7 @@ class Chaos:
         self.recorders = {"static": Recorder(), "elastic": Recorder()}
         self.expected: dict[str, set[int]] = {"static": set(), "elastic": set()}
         self.published: list[tuple[float, float]] = []     # (sent, acked) times
+        self.sent: dict[str, dict[int, float]] = {"static": {}, "elastic": {}}   # stream seq -> first sent
         self.publishing = True
         self.nc = None
 
@@ -251,7 +255,7 @@ class Chaos:
                                          SubjectTransform(src=f"{s}.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
         e = self.elastic_stream
         await js.add_stream(StreamConfig(name=e, subjects=[f"{e}.*"], num_replicas=3, duplicate_window=60))
-        await create_static(self.nc, s, "sg", 2, members=["m1", "m2"])
+        await create_static(self.nc, s, "sg", PARTITIONS, members=["m1", "m2"])
         await create_elastic(self.nc, e, "eg", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{e}.*", [1])])
         await add_members(self.nc, e, "eg", ["e1", "e2"])
         for flavour, member, n in (("static", "m1", 2), ("static", "m2", 1), ("elastic", "e1", 2), ("elastic", "e2", 1)):
@@ -260,6 +264,22 @@ class Chaos:
         await wait_for(lambda: all(i.ready or i.ended for i in self.instances), 60, what="instances ready")
         assert not [i.ended for i in self.instances if i.ended], "an instance ended at start"
 
+    def _log(self, name: str) -> str:
+        return os.path.join(os.path.dirname(self.context), f"{name}.log")
+
+    def describe(self) -> str:
+        """Each instance's state and the end of its log: for a failing test's message."""
+        out = []
+        for i in self.instances:
+            starts = [e for e in i.events if e["ev"] == "start"]
+            out.append(f"{i.name}: server={i.server} starts={len(starts)} last={i.last_start():.2f} ended={i.ended}")
+            try:
+                with open(self._log(i.name), encoding="utf-8") as f:
+                    out += ["    " + line.rstrip() for line in f.readlines()[-8:]]
+            except OSError:
+                pass
+        return "\n".join(out)
+
     def spawn(self, flavour: str, member: str, name: str) -> None:
         stream = self.static_stream if flavour == "static" else self.elastic_stream
         group = "sg" if flavour == "static" else "eg"
@@ -267,7 +287,7 @@ class Chaos:
         how = ["--context", self.context] if flavour == "static" else []
         proc = subprocess.Popen([sys.executable, "-m", "tests.member_proc", self.cluster.url, flavour, stream, group,
                                  member, "--instance", name, "--ack-wait", str(ACK_WAIT), "--ack", "plain", *how],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=open(self._log(name), "w"), text=True, cwd=ROOT,
                                 env=_clean_env(os.path.dirname(self.context)))
         inst = Instance(flavour, member, name, proc)
         inst.reader = asyncio.ensure_future(self._read(inst))
@@ -307,6 +327,7 @@ class Chaos:
                 else:
                     raise AssertionError(f"publish {flavour}-{i} failed for 2 minutes")
                 self.expected[flavour].add(ack.seq)
+                self.sent[flavour].setdefault(ack.seq, sent)
                 self.published.append((sent, time.time()))
             i += 1
             await asyncio.sleep(1 / RATE)
@@ -354,7 +375,12 @@ class Chaos:
         for flavour, rec in self.recorders.items():
             def resumed() -> bool:
                 return all(rec.first_start(after=t0, partition=p) is not None for p in range(PARTITIONS))
-            await wait_for(resumed, 60, what=f"{flavour}: every partition handled again after killing {node}")
+            try:
+                await wait_for(resumed, 60, what=f"{flavour}: every partition handled again after killing {node}")
+            except AssertionError as e:
+                raise AssertionError(f"{e} at {t0:.2f}; partitions: "
+                                     f"{[rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)]}\n"
+                                     f"{self.describe()}") from None
             takeover[flavour] = max(rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)) - t0
             first[flavour] = rec.first_start(after=t0) - t0
         await asyncio.sleep(max(0.0, t0 + down - time.time()))
@@ -363,7 +389,17 @@ class Chaos:
         await wait_for(self._current(node), 60, what=f"{node} current again")
         stall = max((acked - sent for sent, acked in self.published if acked >= t0), default=0.0)
         reconnects = sum(1 for i in self.instances if i.server != servers_before[i.name])
-        return FaultResult(fault, node, roles, takeover, first, stall, reconnects)
+        latency = {f: self._latency(f, t0, t0 + down) for f in self.recorders}
+        return FaultResult(fault, node, roles, takeover, first, stall, latency, reconnects)
+
+    def _latency(self, flavour: str, since: float, until: float) -> float:
+        """The longest wait from sending a message in [since, until] to the first start of its handler."""
+        first: dict[int, float] = {}
+        for c in list(self.recorders[flavour].calls):
+            if c.key not in first or c.start < first[c.key]:
+                first[c.key] = c.start
+        return max((first[k] - t for k, t in self.sent[flavour].items() if since <= t <= until and k in first),
+                   default=0.0)
 
     def _current(self, node: str):
         async def check() -> bool:
