@@ -14,7 +14,12 @@ What it does, all on a throwaway nats-server (free loopback port, temporary stor
    handler call with :mod:`pcgroups.checker`: no loss, order of success per partition, no two
    instances on one partition at once, redeliveries within a bound. Any failure: exit status 1.
 
-Every phase scales with ``--duration`` (default 36 s; 12 s still runs every phase). Into a pipe it
+With ``--cluster`` the server is a 3-node JetStream cluster (:class:`pcgroups.cluster.EmbeddedCluster`), the
+streams have three replicas, every instance connects with the three URLs, and one more phase SIGKILLs the
+node leading the ``orders`` stream, times how long until every partition of both groups is handled again
+(a JetStream leader election: 4-9 s), and restarts the node.
+
+Every phase scales with ``--duration`` (default 36 s, 60 s with ``--cluster``; 12 s still runs every phase). Into a pipe it
 prints progress lines instead of the live view. Every process it started, and the server, are
 stopped on the way out, Ctrl-C included.
 """
@@ -44,6 +49,8 @@ from rich.text import Text
 from pcgroups.checker import Recorder, Report
 
 DEFAULT_DURATION = 36.0
+CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election takes 4-9 s
+ELECTION = 9.0                # nats-server's longest raft election timeout
 MIN_DURATION = 8.0
 DEFAULT_RATE = 150.0          # messages per second, both streams together
 
@@ -61,6 +68,7 @@ INSTANCES = [("static", "m1", "m1-a"), ("static", "m1", "m1-b"), ("static", "m2"
 KILL_STATIC_MEMBER, KILL_ELASTIC_MEMBER = "m1", "e2"
 
 PHASES = ["setup", "traffic", "kill m1's pinned", "kill e2's pinned", "add e3", "drop e1", "catch up", "summary"]
+CLUSTER_PHASES = PHASES[:-2] + ["kill a node"] + PHASES[-2:]
 
 
 @dataclass
@@ -76,11 +84,18 @@ class Plan:
     add_member: float = 0.0
     drop_member: float = 0.0
     stop_traffic: float = 0.0
+    kill_node: float | None = None     # --cluster: SIGKILL the orders stream's leader node
 
     @classmethod
-    def make(cls, span: float, *, rate: float, ack_wait: float | None, work: float) -> "Plan":
+    def make(cls, span: float, *, rate: float, ack_wait: float | None, work: float,
+             cluster: bool = False) -> "Plan":
         span = max(span, MIN_DURATION - 1)
         aw = ack_wait if ack_wait else min(3.0, max(1.0, round(span / 12 * 2) / 2))
+        if cluster:  # the changes first, then the node kill with an election's time left before the traffic stops
+            aw = ack_wait if ack_wait else 2.0
+            return cls(span=span, ack_wait=aw, rate=rate, work=work, kill_static=0.10 * span,
+                       kill_elastic=0.20 * span, add_member=0.30 * span, drop_member=0.40 * span,
+                       kill_node=0.52 * span, stop_traffic=max(0.86 * span, 0.52 * span + ELECTION + 2))
         return cls(span=span, ack_wait=aw, rate=rate, work=work, kill_static=0.18 * span,
                    kill_elastic=0.34 * span, add_member=0.50 * span, drop_member=0.64 * span,
                    stop_traffic=0.86 * span)
@@ -88,7 +103,7 @@ class Plan:
     @property
     def grace(self) -> float:
         """How long the catch-up may run past the span (failover and hand-over bounds)."""
-        return 2 * self.ack_wait + 3
+        return 2 * self.ack_wait + 3 + (2 * ELECTION if self.kill_node is not None else 0)
 
 
 @dataclass
@@ -239,8 +254,12 @@ class Worker:
 
 class Demo:
     def __init__(self, *, duration: float, console: Console, rate: float, ack_wait: float | None, work: float,
-                 live: bool | None):
+                 live: bool | None, cluster: bool = False):
         self.duration = max(duration, MIN_DURATION)
+        self.cluster_mode = cluster
+        self.cluster = None                # the EmbeddedCluster with --cluster
+        self.url = ""
+        self.phases = CLUSTER_PHASES if cluster else PHASES
         self.console = console
         self.rate = rate
         self.ack_wait_opt = ack_wait
@@ -286,22 +305,33 @@ class Demo:
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import (JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static)
+        from pcgroups.cluster import EmbeddedCluster
         from pcgroups.server import EmbeddedServer
 
-        self.server = EmbeddedServer()
-        await asyncio.to_thread(self.server.start)
-        self.log_dir = self.server.store_dir
-        self.event(f"nats-server on {self.server.url} (store {self.server.store_dir})")
-        self.nc = await nats.connect(self.server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+        if self.cluster_mode:
+            self.cluster = EmbeddedCluster(size=3)
+            await asyncio.to_thread(self.cluster.start)
+            self.url = self.cluster.url
+            self.log_dir = self.cluster._tmp.name if self.cluster._tmp else ""
+            self.event(f"3-node nats-server cluster on {self.url} (meta leader {self.cluster.meta_leader()}, "
+                       f"stores under {self.log_dir})")
+        else:
+            self.server = EmbeddedServer()
+            await asyncio.to_thread(self.server.start)
+            self.url = self.server.url
+            self.log_dir = self.server.store_dir
+            self.event(f"nats-server on {self.server.url} (store {self.server.store_dir})")
+        self.nc = await nats.connect(servers=self.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
                                      name="cg-demo")
         self.api = JetStreamApi(self.nc)
         js = self.nc.jetstream()
+        replicas = 3 if self.cluster_mode else 1
         await js.add_stream(StreamConfig(
-            name=STATIC_STREAM, subjects=[f"{STATIC_STREAM}.*"],
+            name=STATIC_STREAM, subjects=[f"{STATIC_STREAM}.*"], num_replicas=replicas,
             subject_transform=SubjectTransform(
                 src=f"{STATIC_STREAM}.*",
                 dest=f"{{{{partition({STATIC_PARTITIONS},1)}}}}.{STATIC_STREAM}.{{{{wildcard(1)}}}}")))
-        await js.add_stream(StreamConfig(name=ELASTIC_STREAM, subjects=[f"{ELASTIC_STREAM}.*"]))
+        await js.add_stream(StreamConfig(name=ELASTIC_STREAM, subjects=[f"{ELASTIC_STREAM}.*"], num_replicas=replicas))
         await create_static(self.nc, STATIC_STREAM, STATIC_GROUP, STATIC_PARTITIONS, members=STATIC_MEMBERS,
                             api=self.api)
         await create_elastic(self.nc, ELASTIC_STREAM, ELASTIC_GROUP, ELASTIC_PARTITIONS,
@@ -312,10 +342,11 @@ class Demo:
         self.event(f"stream {ELASTIC_STREAM}, elastic group {ELASTIC_GROUP} ({ELASTIC_PARTITIONS} partitions): "
                    f"members {' '.join(ELASTIC_FIRST)}")
         span = self.duration - self.elapsed() - 1.5     # what is left after setup and the instances' start
-        self.plan = Plan.make(span, rate=self.rate, ack_wait=self.ack_wait_opt, work=self.work)
+        self.plan = Plan.make(span, rate=self.rate, ack_wait=self.ack_wait_opt, work=self.work,
+                              cluster=self.cluster_mode)
         for flavour, member, name in INSTANCES:
             self.workers[name] = Worker(self, flavour, member, name)
-        await asyncio.gather(*(w.start(self.server.url, self.log_dir, self.plan) for w in self.workers.values()))
+        await asyncio.gather(*(w.start(self.url, self.log_dir, self.plan) for w in self.workers.values()))
         try:
             await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in self.workers.values())), 20)
         except asyncio.TimeoutError:
@@ -459,6 +490,41 @@ class Demo:
         self._tasks.append(asyncio.create_task(self._watch_takeover(take, ELASTIC_DROPPED, exclude=others,
                                                                     partitions=had, flavour="elastic")))
 
+    async def kill_node(self) -> None:
+        """--cluster: SIGKILL the node leading the orders stream; once every partition of both groups is
+        handled again, restart it."""
+        from pcgroups.cluster import stream_leader
+
+        assert self.cluster is not None
+        try:
+            name = stream_leader(await self.api.stream_info(STATIC_STREAM)) or self.cluster.meta_leader()
+        except Exception:  # noqa: BLE001 - any node will do
+            name = None
+        node = self.cluster.node(name) if name else self.cluster.nodes[0]
+        at = time.time()
+        self.cluster.kill(node)
+        self.event(f"SIGKILL nats-server {node.name} (port {node.port}), the leader of stream {STATIC_STREAM}",
+                   "bold red")
+        take = Takeover(f"node {node.name}", at, victim=node.name)
+        self.takeovers.append(take)
+        self._tasks.append(asyncio.create_task(self._watch_node(take, node)))
+
+    async def _watch_node(self, take: Takeover, node: Any) -> None:
+        parts = {"static": STATIC_PARTITIONS, "elastic": ELASTIC_PARTITIONS}
+        while True:
+            firsts = [self.recorders[f].first_start(after=take.at, partition=p) for f, n in parts.items()
+                      for p in range(n)]
+            if all(t is not None for t in firsts):
+                take.after = max(firsts) - take.at
+                take.by = "every partition"
+                self.event(f"every partition of both groups handled again {take.after:.2f}s after the node kill "
+                           f"(new leaders elected)", "bold green")
+                break
+            await asyncio.sleep(0.05)
+        assert self.cluster is not None
+        await asyncio.to_thread(self.cluster.restart, node)
+        self.event(f"nats-server {node.name} restarted on port {node.port}: it catches up and rejoins", "yellow")
+
     # --- the run --------------------------------------------------------------------------
     def caught_up(self) -> bool:
         return all(set(self.expected[f]) <= self.recorders[f].acked_keys() for f in ("static", "elastic"))
@@ -492,6 +558,10 @@ class Demo:
         await at(plan.drop_member)
         self.set_phase("drop e1")
         await self.drop_member()
+        if plan.kill_node is not None:
+            await at(plan.kill_node)
+            self.set_phase("kill a node")
+            await self.kill_node()
         await at(plan.stop_traffic)
         self.publishing = False
         await publisher
@@ -534,6 +604,8 @@ class Demo:
                 pass
         if self.server is not None:
             await asyncio.to_thread(self.server.close)
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.close)
 
     # --- checks ---------------------------------------------------------------------------
     def check(self) -> DemoResult:
@@ -541,8 +613,11 @@ class Demo:
         failures: list[str] = []
         kills = Counter(t.what.split()[0] for t in self.takeovers if t.victim and not t.what.startswith(("add", "drop")))
         changes = sum(1 for t in self.takeovers if t.what.startswith(("add", "drop")))
+        node_kills = kills.get("node", 0)
         for flavour in ("static", "elastic"):
-            bound = kills.get(flavour, 0) + (changes if flavour == "elastic" else 0)
+            # a node kill may lose the acks in flight: at most one message per partition again
+            partitions = STATIC_PARTITIONS if flavour == "static" else ELASTIC_PARTITIONS
+            bound = kills.get(flavour, 0) + (changes if flavour == "elastic" else 0) + node_kills * partitions
             report = self.recorders[flavour].check(self.expected[flavour], redelivery_bound=bound)
             reports[flavour] = report
             failures += [f"{flavour}: {f}" for f in report.failures]
@@ -550,6 +625,8 @@ class Demo:
         for take in self.takeovers:
             if take.what.startswith(("static", "elastic")) and take.after is None:
                 failures.append(f"{take.what}: no standby took over after {take.victim} was killed")
+            if take.what.startswith("node") and take.after is None:
+                failures.append(f"{take.what}: not every partition was handled again after the node was killed")
         if not any(t.what.startswith("static") for t in self.takeovers):
             failures.append("the static pinned instance was not killed")
         if not self.expected["static"] or not self.expected["elastic"]:
@@ -641,15 +718,19 @@ class Demo:
         header.append("cg demo", style="bold")
         if self.server is not None:
             header.append(f"  nats-server {self.server.url}", style="dim")
+        elif self.cluster is not None:
+            up = " ".join(n.name if n.running else f"{n.name}(down)" for n in self.cluster.nodes)
+            header.append(f"  3-node cluster: {up}", style="dim")
         header.append(f"  {self.elapsed():5.1f}s / {self.duration:g}s")
         if plan is not None:
             header.append(f"  {plan.rate:g} msg/s" if self.publishing else "  not publishing", style="dim")
         steps = Text()
-        current = PHASES.index(self.phase) if self.phase in PHASES else 0
-        for i, name in enumerate(PHASES):
+        phases = self.phases
+        current = phases.index(self.phase) if self.phase in phases else 0
+        for i, name in enumerate(phases):
             style = "green" if i < current else "bold reverse" if i == current else "dim"
             steps.append(f" {name} ", style=style)
-            if i < len(PHASES) - 1:
+            if i < len(phases) - 1:
                 steps.append("›", style="dim")
         width, height = self.console.size
         wide = width >= 150
@@ -758,10 +839,13 @@ class Demo:
 
 
 async def demo(*, duration: float = DEFAULT_DURATION, console: Console | None = None, rate: float = DEFAULT_RATE,
-               ack_wait: float | None = None, work: float = 0.005, live: bool | None = None) -> DemoResult:
-    """Run the demo; returns what it found. ``live``: the live view (default: the console is a terminal)."""
+               ack_wait: float | None = None, work: float = 0.005, live: bool | None = None,
+               cluster: bool = False) -> DemoResult:
+    """Run the demo; returns what it found. ``live``: the live view (default: the console is a terminal);
+    ``cluster``: on a 3-node cluster, with a node kill."""
     console = console or Console()
-    d = Demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, work=work, live=live)
+    d = Demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, work=work, live=live,
+             cluster=cluster)
     live_ctx = None
     refresher: asyncio.Task | None = None
     try:
@@ -792,11 +876,13 @@ async def demo(*, duration: float = DEFAULT_DURATION, console: Console | None = 
 
 
 async def run_demo(*, duration: float = DEFAULT_DURATION, console: Console | None = None,
-                   rate: float = DEFAULT_RATE, ack_wait: float | None = None, live: bool | None = None) -> int:
+                   rate: float = DEFAULT_RATE, ack_wait: float | None = None, live: bool | None = None,
+                   cluster: bool = False) -> int:
     """Run the demo and return its exit code: 0 when every check passed, 1 otherwise."""
     console = console or Console()
     try:
-        result = await demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, live=live)
+        result = await demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, live=live,
+                            cluster=cluster)
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise
     except Exception as e:  # setup failed (no nats-server binary, a port, ...): one clear line
@@ -821,14 +907,20 @@ def _seconds(text: str) -> float:
 
 
 def demo_command(
-    duration: Annotated[str, typer.Option("--duration", metavar="DURATION",
-                                          help="how long the demo runs (seconds or a Go duration like 40s; every "
-                                               "phase scales with it; at least 8s)")] = f"{DEFAULT_DURATION:g}s",
+    duration: Annotated[str | None, typer.Option("--duration", metavar="DURATION",
+                                                 help="how long the demo runs (seconds or a Go duration like 40s; "
+                                                      "every phase scales with it; at least 8s; default "
+                                                      f"{DEFAULT_DURATION:g}s, {CLUSTER_DURATION:g}s with "
+                                                      "--cluster)")] = None,
     rate: Annotated[float, typer.Option("--rate", help="messages per second to publish, both streams together",
                                         min=10, max=2000)] = DEFAULT_RATE,
+    cluster: Annotated[bool, typer.Option("--cluster", help="run on a 3-node JetStream cluster (R3 streams) and "
+                                                            "also SIGKILL the stream leader's node")] = False,
 ) -> None:
     """Run partitioned consumer groups on an embedded nats-server: a live view, a SIGKILL failover, elastic
     membership changes, and a summary that checks order, exclusivity and no loss."""
+    if duration is None:
+        duration = f"{CLUSTER_DURATION if cluster else DEFAULT_DURATION:g}s"
     seconds = _seconds(duration)
     if seconds < MIN_DURATION:
         raise typer.BadParameter(f"--duration must be at least {MIN_DURATION:g}s, got {duration}")
@@ -836,7 +928,7 @@ def demo_command(
     if not console.is_terminal:
         console = Console(highlight=False, width=140)  # a log or a pipe: never truncate the summary
     try:
-        code = asyncio.run(run_demo(duration=seconds, console=console, rate=rate))
+        code = asyncio.run(run_demo(duration=seconds, console=console, rate=rate, cluster=cluster))
     except KeyboardInterrupt:
         sys.stderr.write("cg demo: interrupted (every process it started was stopped)\n")
         raise typer.Exit(130) from None

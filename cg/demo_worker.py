@@ -1,6 +1,6 @@
 """One member instance of ``cg demo`` in its own process, reporting on stdout in JSON lines.
 
-usage: python -m cg.demo_worker URL static|elastic STREAM GROUP MEMBER INSTANCE [--ack-wait S] [--work S]
+usage: python -m cg.demo_worker URL[,URL...] static|elastic STREAM GROUP MEMBER INSTANCE [--ack-wait S] [--work S]
 
 Lines: ``{"ev":"ready"}``; ``{"ev":"pin","pin":..}`` when its pin changes (null: not pinned);
 ``start``/``end`` of each handler call as :func:`pcgroups.checker.event_line` writes them (the
@@ -43,7 +43,7 @@ async def main() -> int:
     from pcgroups import ConsumerConfig, elastic_consume, static_consume
     from pcgroups.checker import event_line
 
-    nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance)
+    nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance)
     member, instance = args.member, args.instance
 
     async def handler(msg) -> None:

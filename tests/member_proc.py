@@ -76,7 +76,9 @@ async def main() -> None:
         meta = msg.metadata
         _, origin = origin_of(msg)
         ids = dict(member=args.member, instance=instance, key=origin, order=origin)
-        emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id, **ids)
+        deliveries = meta.num_delivered or 1
+        emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id,
+             deliveries=deliveries, **ids)
         if args.work:
             await asyncio.sleep(args.work)
         if args.ack == "sync":

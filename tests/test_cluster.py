@@ -498,6 +498,6 @@ async def test_groups_survive_a_node_kill_under_traffic(nats_cluster, uniq, tmp_
             assert report.ok, f"{flavour}: {report.failures} {[v.message for v in report.examples]}"
         for result in results:
             for flavour, took in result.takeover.items():
-                assert took < 30, f"{flavour} took {took:.1f}s to handle every partition again"
+                assert took < 60, f"{flavour} took {took:.1f}s to handle every partition again"
     finally:
         await chaos.close()
