@@ -168,10 +168,9 @@ async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | No
     """Names of the elastic groups defined on ``stream`` (empty when there is no bucket yet)."""
     validate_name("stream", stream)
     try:
-        kv = await open_bucket(_api(nc, api), ELASTIC_BUCKET, kind="elastic")
+        return await keys_of_stream(_api(nc, api), ELASTIC_BUCKET, stream)
     except NotFoundError:
         return []
-    return await keys_of_stream(kv, stream)
 
 
 async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None, change) -> ElasticConfig:

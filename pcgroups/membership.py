@@ -47,7 +47,7 @@ from .instance import member_template
 from .jsapi import ConsumerConfig, JetStreamApi, pinned_client_id
 from .session import Handler
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import ELASTIC_BUCKET, _domain, group_key, open_bucket, update
+from .store import ELASTIC_BUCKET, _domain, group_key, open_bucket, snapshot, update
 
 log = logging.getLogger("pcgroups")
 
@@ -154,37 +154,18 @@ async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas:
     return kv
 
 
-async def _snapshot(kv: KeyValue, pattern: str, timeout: float = 5.0) -> list[Any]:
-    """The current entries of the keys matching ``pattern`` (a watch read up to its initial end)."""
-    watcher = await kv.watch(pattern)
-    out = []
-    try:
-        async def collect():
-            async for entry in watcher:
-                if entry is None:
-                    return
-                out.append(entry)
-        await asyncio.wait_for(collect(), timeout)
-    finally:
-        try:
-            await watcher.stop()
-        except Exception:  # noqa: BLE001 - closing a read-only watch
-            pass
-    return out
-
-
 async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> list[Lease]:
     """The live leases of a group, by member then instance (empty when there is no lease bucket)."""
     validate_name("stream", stream)
     validate_name("group", group)
     api = api if api is not None else JetStreamApi(nc)
+    prefix = f"{stream}.{group}."
     try:
-        kv = await open_lease_bucket(api, create=False)
+        entries = await snapshot(api, LEASE_BUCKET, prefix + ">")
     except NotFoundError:
         return []
-    prefix = f"{stream}.{group}."
     now = datetime.now(timezone.utc)
-    held = [h for h in (_parse_entry(prefix, e) for e in await _snapshot(kv, prefix + ">")) if h is not None]
+    held = [h for h in (_parse_entry(prefix, e) for e in entries) if h is not None]
     return sorted((h.lease(now) for h in held), key=lambda x: (x.member, x.instance))
 
 

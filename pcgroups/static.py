@@ -16,7 +16,7 @@ from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
 from .partitions import static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
+from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream,
                     open_or_create_bucket, read)
 
 log = logging.getLogger("pcgroups")
@@ -125,10 +125,9 @@ async def list_static_groups(nc: Client, stream: str, *, api: JetStreamApi | Non
     """Names of the static groups defined on ``stream`` (empty when there is no bucket yet)."""
     validate_name("stream", stream)
     try:
-        kv = await open_bucket(_api(nc, api), STATIC_BUCKET, kind="static")
+        return await keys_of_stream(_api(nc, api), STATIC_BUCKET, stream)
     except NotFoundError:
         return []
-    return await keys_of_stream(kv, stream)
 
 
 async def list_static_active_members(nc: Client, stream: str, group: str, *,

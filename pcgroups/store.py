@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import logging
+import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
-from .jsapi import ERR_STREAM_NAME_IN_USE, JetStreamApi, kv_bucket_config
+from .config import go_json
+from .jsapi import ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ConsumerConfig, JetStreamApi, kv_bucket_config
 
 log = logging.getLogger("pcgroups")
 
@@ -20,6 +23,7 @@ STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
+SNAPSHOT_BATCH = 256
 
 
 @dataclass
@@ -101,18 +105,66 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
     raise PCGroupsError(f"could not update {key}: too many concurrent changes ({attempts} attempts)")
 
 
-async def keys_of_stream(kv: KeyValue, stream: str) -> list[str]:
-    """Group names with a config for ``stream`` (the second part of ``<stream>.<group>`` keys)."""
+async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
+                   timeout: float = 5.0) -> list[KeyValue.Entry]:
+    """The current entries of the keys of ``bucket`` matching ``pattern``; deletes, purges and expiry markers
+    left out.
+
+    Not ``kv.keys()`` or a watch: nats-py ends their initial read when consumer info reports nothing pending,
+    and that reply can overtake the messages, so under load they return an empty or partial list. Here an
+    ephemeral pull consumer (last per subject, no acks) is drained with ``no_wait`` pulls: the server says
+    when nothing is left.
+    """
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    name = f"pcg_snap_{uuid.uuid4().hex[:16]}"
+    config = ConsumerConfig(name=name, deliver_policy="last_per_subject", ack_policy="none",
+                            filter_subject=prefix + pattern, inactive_threshold=max(timeout, 5.0),
+                            num_replicas=1, mem_storage=True)
     try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
-    out = []
-    for key in keys:
-        parts = key.split(".")
-        if len(parts) >= 2 and parts[0] == stream:
-            out.append(parts[1])
-    return out
+        await api.create_consumer(stream, config)
+    except JetStreamAPIError as e:
+        if e.err_code == ERR_STREAM_NOT_FOUND:
+            raise NotFoundError(f"KV bucket {bucket} not found") from None
+        raise
+    inbox = api.nc.new_inbox()
+    sub = await api.nc.subscribe(inbox)
+    out: list[KeyValue.Entry] = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        while True:
+            await api.nc.publish(f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
+                                 go_json({"batch": SNAPSHOT_BATCH, "no_wait": True}), reply=inbox)
+            got = 0
+            while got < SNAPSHOT_BATCH:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise PCGroupsError(f"reading KV bucket {bucket} timed out after {timeout:g}s")
+                try:
+                    msg = await sub.next_msg(timeout=left)
+                except nats.errors.TimeoutError:
+                    continue
+                headers = msg.headers or {}
+                if "Status" in headers:   # 404 no messages / 408: nothing left
+                    return out
+                got += 1
+                op = headers.get("KV-Operation")
+                if op in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
+                    continue
+                meta = msg.metadata
+                out.append(KeyValue.Entry(bucket=bucket, key=msg.subject[len(prefix):], value=msg.data,
+                                          revision=meta.sequence.stream, delta=meta.num_pending,
+                                          created=meta.timestamp, operation=None))
+    finally:
+        await sub.unsubscribe()
+        try:
+            await api.delete_consumer(stream, name)
+        except Exception:  # noqa: BLE001 - it goes away by itself after its inactive threshold
+            pass
+
+
+async def keys_of_stream(api: JetStreamApi, bucket: str, stream: str) -> list[str]:
+    """Group names with a config for ``stream`` (the second part of ``<stream>.<group>`` keys)."""
+    return [e.key.split(".", 1)[1] for e in await snapshot(api, bucket, f"{stream}.*")]
 
 
 async def flavour_hint(api: JetStreamApi, kind: str, stream: str, group: str) -> str:

@@ -39,7 +39,9 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import ConsumerConfig, PartitioningFilter
+from pcgroups import store
 from pcgroups.errors import ConfigError
+from pcgroups.jsapi import JetStreamApi
 from tests.support import wait_for
 from tests.test_cli_common import Result, acg, cg_env, closed_port_url, procs, run_cg
 
@@ -95,15 +97,9 @@ async def snapshot(nc, w: World) -> dict:
     js = nc.jetstream()
     state: dict = {}
     for bucket in (STATIC_BUCKET, ELASTIC_BUCKET):
-        kv = await js.key_value(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            keys = []
-        for key in sorted(keys):
-            if key.split(".")[0] in (w.S, w.E):
-                entry = await kv.get(key)
-                state[(bucket, key)] = (entry.revision, entry.value)
+        for entry in await store.snapshot(JetStreamApi(nc), bucket):
+            if entry.key.split(".")[0] in (w.S, w.E):
+                state[(bucket, entry.key)] = (entry.revision, entry.value)
     streams = sorted(s.config.name for s in await js.streams_info() if s.config.name.startswith((w.S, w.E)))
     state["streams"] = streams
     for s in streams:
