@@ -240,6 +240,7 @@ class PullSession:
         self._tasks: list[asyncio.Task] = []
         self._pull_subject = api.pull_subject(stream, consumer)
         self._paused = False            # quiesce(): no new handler starts
+        self._stopping = False          # stop(): no new handler starts, for good
         self._await_reset = False       # after a RESET: drop stragglers until consumer sequence 1 arrives
         self._keyed: KeyedDispatcher | None = None
         if concurrency > 1:
@@ -309,7 +310,7 @@ class PullSession:
             self._await_reset = False
             raise
         finally:
-            self._paused = False
+            self._paused = self._stopping
             self._queued.set()
             if self._keyed is not None:
                 self._keyed.slot.set()
@@ -320,16 +321,20 @@ class PullSession:
             self._wake.set()
 
     async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
-        """End the instance: by default let the in-flight handler finish first (bounded by AckWait)."""
+        """End the instance: by default let the handlers in flight finish first (bounded by AckWait).
+
+        No handler starts once stop() is called: what the still-open pull delivers meanwhile stays
+        buffered and is nak'd after the subscription is gone (so it is not delivered to us again)."""
         if self.closed:
             return
-        if drain:
-            self._pulling = False
-            self._drop_queued(nak=True)
-            await self._wait_inflight(timeout if timeout is not None else self.ack_wait)
-        self.closed = True
+        # First of all: nothing more is dispatched (the open pull may still deliver).
+        self._stopping = self._paused = True
         self._pulling = False
-        self._drop_queued(nak=True)
+        if drain:
+            limit = timeout if timeout is not None else self.ack_wait
+            if not await self.quiesce(limit):
+                log.warning("%s: handler still running after %.1fs, stopping anyway", self.label, limit)
+        self.closed = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -342,12 +347,11 @@ class PullSession:
                 await self._sub.unsubscribe()
             except Exception:  # connection already closed
                 pass
-
-    async def _wait_inflight(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except asyncio.TimeoutError:
-            log.warning("%s: handler still running after %.1fs, stopping anyway", self.label, timeout)
+        dropped = list(self._queue) + (self._keyed.drop_queued() if self._keyed is not None else [])
+        self._queue.clear()
+        if not self.nc.is_closed:
+            for m in dropped:
+                await self._nak_quietly(m)
 
     # --- receiving ------------------------------------------------------------------------
     async def _on_msg(self, msg: NatsMsg) -> None:
