@@ -123,6 +123,13 @@ class Report:
             out.append(f"{self.redelivered} redeliveries, more than the bound of {self.redelivery_bound}")
         return out
 
+    def assert_ok(self) -> "Report":
+        """Raise AssertionError naming every failed check and the first offending calls (for tests)."""
+        if not self.ok:
+            lines = self.failures + [f"  {v.kind}: {v.message}" for v in self.examples]
+            raise AssertionError("invariants violated:\n" + "\n".join(lines))
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ok"] = self.ok
@@ -286,6 +293,9 @@ class Recorder:
         return n
 
     # --- views ----------------------------------------------------------------------------
+    def acked_calls(self) -> list[Call]:
+        return [c for c in list(self.calls) if c.outcome == ACK]
+
     def acked_keys(self) -> set[Hashable]:
         return {c.key for c in self.calls if c.outcome == ACK}
 
@@ -309,6 +319,22 @@ class Recorder:
         starts = [c.start for c in list(self.calls) if c.start > after and (member is None or c.member == member)
                   and (instance is None or c.instance == instance) and (partition is None or c.partition == partition)]
         return min(starts) if starts else None
+
+    def owners(self, partition: int, *, since: float = float("-inf")) -> list[str]:
+        """The members that handled ``partition`` (calls started at or after ``since``), in order of first call."""
+        seen: dict[str, None] = {}
+        for c in self.by_partition().get(partition, []):
+            if c.start >= since:
+                seen.setdefault(c.member, None)
+        return list(seen)
+
+    def longest_pause(self, *, partitions: Iterable[int] | None = None, member: str | None = None,
+                      since: float = float("-inf"), until: float = float("inf")) -> float:
+        """The longest time between consecutive call starts in [since, until] (calls filtered)."""
+        wanted = set(partitions) if partitions is not None else None
+        starts = sorted(c.start for c in list(self.calls) if since <= c.start <= until
+                        and (wanted is None or c.partition in wanted) and (member is None or c.member == member))
+        return max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
 
     # --- checks ---------------------------------------------------------------------------
     def check(self, expected: Iterable[Hashable] | None = None, *, redelivery_bound: int | None = None,

@@ -222,3 +222,21 @@ def test_report_to_dict_is_json():
     d = rec.check(range(21)).to_dict()
     json.dumps(d)
     assert d["ok"] is False and d["lost"] == 1 and d["overlaps"] == 1 and d["examples"]
+
+
+def test_assert_ok_names_the_failures_and_views_for_tests():
+    rec = Recorder()
+    rec.record("m1", "a", 0, 1, 0.0, 1.0)
+    rec.record("m2", "b", 0, 2, 3.0, 4.0)
+    rec.record("m1", "a", 1, 3, 0.5, 0.6)
+    assert rec.check([1, 2, 3]).assert_ok().ok
+    assert rec.owners(0) == ["m1", "m2"] and rec.owners(0, since=2.0) == ["m2"]
+    assert rec.longest_pause(partitions=[0]) == 3.0 and rec.longest_pause() == 2.5
+    assert [c.key for c in rec.acked_calls()] == [1, 2, 3]
+    rec.record("m3", "c", 0, 4, 3.5, 3.6)
+    try:
+        rec.check([1, 2, 3, 4, 5]).assert_ok()
+    except AssertionError as e:
+        assert "1 of 5 messages never acked" in str(e) and "overlap" in str(e)
+    else:
+        raise AssertionError("assert_ok passed a failing report")
