@@ -48,21 +48,16 @@ async def _noop() -> None:
     return None
 
 
-def _consumer_seq(reply: str) -> int:
-    tokens = reply.split(".")
-    return int(tokens[6] if len(tokens) == 9 else tokens[-4])
-
-
-def _stream_seq(reply: str) -> int:
-    """The stream sequence in a JetStream ack subject (v1 and v2 ``$JS.ACK`` forms)."""
-    tokens = reply.split(".")
-    return int(tokens[5] if len(tokens) == 9 else tokens[-5])
-
-
-def _already_acked(reply: str, recent: "_RecentSet") -> bool:
-    tokens = reply.split(".")
-    delivered = tokens[4] if len(tokens) == 9 else tokens[-6]
-    return delivered != "1" and _stream_seq(reply) in recent
+def _ack_numbers(reply: str) -> tuple[int, int, int]:
+    """(deliveries, stream sequence, consumer sequence) of a JetStream ack subject (v1 and v2 forms),
+    zeros when it is not one."""
+    tokens = reply.split(".") if reply else ()
+    try:
+        if len(tokens) == 9:
+            return int(tokens[4]), int(tokens[5]), int(tokens[6])
+        return int(tokens[-6]), int(tokens[-5]), int(tokens[-4])
+    except (ValueError, IndexError):
+        return 0, 0, 0
 
 
 class _RecentSet:
@@ -96,19 +91,21 @@ class Msg:
     """
 
     __slots__ = ("_msg", "_session", "subject", "partition", "pin_id", "_done", "_meta", "_retry", "received",
-                 "_last_wpi")
+                 "_last_wpi", "_deliveries", "_stream_seq", "_consumer_seq")
 
-    def __init__(self, msg: NatsMsg, session: "PullSession", pin_id: str | None):
+    def __init__(self, msg: NatsMsg, session: "PullSession", pin_id: str | None, now: float | None = None):
         self._msg = msg
         self._session = session
         self.pin_id = pin_id
+        # The ack subject is parsed once: the delivery count and the sequences serve dedup, resets and acks.
+        self._deliveries, self._stream_seq, self._consumer_seq = _ack_numbers(msg.reply)
         token, _, rest = msg.subject.partition(".")
         self.subject = rest if _ else msg.subject
         self.partition = int(token) if _ and token.isdigit() else -1
         self._done = False
         self._meta = None
         self._retry: float | None = None
-        self.received = self._last_wpi = time.monotonic()
+        self.received = self._last_wpi = time.monotonic() if now is None else now
 
     # --- what the handler reads ---------------------------------------------------------
     @property
@@ -136,13 +133,15 @@ class Msg:
 
     @property
     def sequence(self) -> int:
-        return self.metadata.sequence.stream
+        return self._stream_seq or self.metadata.sequence.stream
 
     @property
     def superseded(self) -> bool:
-        """True once this instance lost the pin it received the message with: another instance may
-        now own the partition, so a long handler should stop and not ack."""
-        return self._session.pin_id != self.pin_id or self._session.closed
+        """True once this instance lost the pin it received the message with, or may have lost it (it
+        sent no pull carrying the pin for nearly PinnedTTL: the process was paused or its event loop
+        blocked): another instance may now own the partition, so a long handler should stop and not ack."""
+        s = self._session
+        return s.pin_id != self.pin_id or s.closed or s._pin_doubtful()
 
     # --- acks ---------------------------------------------------------------------------
     def ack(self):
@@ -182,7 +181,7 @@ class Msg:
         if not self._done:
             self._done = True
             if acked:
-                self._session._recent_acks.add(_stream_seq(self._msg.reply))
+                self._session._recent_acks.add(self._stream_seq)
 
     @property
     def settled(self) -> bool:
@@ -242,6 +241,11 @@ class PullSession:
         self._paused = False            # quiesce(): no new handler starts
         self._stopping = False          # stop(): no new handler starts, for good
         self._await_reset = False       # after a RESET: drop stragglers until consumer sequence 1 arrives
+        # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
+        # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
+        self._pin_margin = pinned_ttl(ack_wait) * 0.9
+        self._pin_doubt = False
+        self._pin_confirmed = 0.0
         self._keyed: KeyedDispatcher | None = None
         if concurrency > 1:
             self._keyed = KeyedDispatcher(self, concurrency=concurrency, key=key or key_by_subject,
@@ -355,7 +359,7 @@ class PullSession:
 
     # --- receiving ------------------------------------------------------------------------
     async def _on_msg(self, msg: NatsMsg) -> None:
-        self._last_seen = time.monotonic()
+        self._last_seen = now = time.monotonic()
         headers = msg.headers
         status = headers.get("Status") if headers else None
         if status and not msg.data and not msg.reply:
@@ -371,14 +375,15 @@ class PullSession:
             if self.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
             self.pin_id = pin
+        m = Msg(msg, self, pin, now)
         if self._await_reset:
-            if _consumer_seq(msg.reply) != 1:
+            if m._consumer_seq != 1:
                 return  # delivered before the RESET: it comes again
             self._await_reset = False
-        if self._recent_acks and _already_acked(msg.reply, self._recent_acks):
+        if m._deliveries > 1 and m._stream_seq in self._recent_acks:
             return  # a redelivery of something this instance acked already (ack crossed ack_wait)
         self.delivered += 1
-        self._queue.append(Msg(msg, self, pin))
+        self._queue.append(m)
         self._idle.clear()
         self._queued.set()
 
@@ -471,7 +476,41 @@ class PullSession:
             except asyncio.TimeoutError:
                 pass
 
+    def _pin_doubtful(self) -> bool:
+        if self.pin_id is None:
+            return False
+        if self._pin_doubt:
+            return True
+        return time.monotonic() - max(self._last_pull, self._pin_confirmed) > self._pin_margin
+
+    async def _confirm_pin(self) -> bool:
+        """After a gap in the pulls: True if consumer info still shows our pin; if another (or none)
+        is pinned, forget the pin and what was buffered under it (not handled, not nak'd: those
+        messages are redelivered to the new pin holder)."""
+        pin = self.pin_id
+        try:
+            info = await self.api.consumer_info(self.stream, self.consumer)
+        except Exception as e:  # disconnected, no leader: ask again shortly, start nothing meanwhile
+            log.info("%s: cannot confirm the pin after a pause (%s)", self.label, e)
+            await asyncio.sleep(0.1)
+            return False
+        if self.pin_id != pin:
+            return False
+        pinned = {g.get("pinned_client_id") for g in info.get("priority_groups") or []}
+        self._pin_doubt = False
+        if pin in pinned:
+            self._pin_confirmed = time.monotonic()
+            return True
+        log.info("%s: the pin moved while this instance was paused; dropping %d buffered message(s)", self.label,
+                 len(self._queue))
+        self.pin_id = None
+        self._queue.clear()
+        self._wake.set()
+        return False
+
     async def _pull(self, n: int) -> None:
+        if self.pin_id is not None and time.monotonic() - self._last_pull > self._pin_margin:
+            self._pin_doubt = True  # the first pull after a gap: the pin may be gone, confirm before handling
         body = pull_request(batch=n, expires=self.expires, heartbeat=self.heartbeat, pin_id=self.pin_id)
         try:
             await self.nc.publish(self._pull_subject, body, reply=self._inbox)
@@ -497,6 +536,10 @@ class PullSession:
                 if self._inflight is None and not self._queue:
                     self._idle.set()
                 await self._queued.wait()
+                continue
+            if self._pin_doubtful() and not await self._confirm_pin():
+                continue
+            if not self._queue:
                 continue
             m = self._queue.popleft()
             if m.pin_id != self.pin_id:
