@@ -65,6 +65,7 @@ class ConsumerInstance:
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._consuming = asyncio.Event()
+        self._stop_requested = False
         self._task: asyncio.Task | None = None
         self._watcher = None
         self._watch_task: asyncio.Task | None = None
@@ -95,6 +96,9 @@ class ConsumerInstance:
     def stop(self) -> asyncio.Future:
         """Ask the instance to end (idempotent, safe from a handler). Await the result to wait for it."""
         if not self._done.done():
+            self._stop_requested = True
+            if self.session is not None:
+                self.session.halt()  # no handler starts from now on; the control loop drains and ends it
             self._events.put_nowait(("stop", None))
         return asyncio.shield(self._done)
 
@@ -173,6 +177,8 @@ class ConsumerInstance:
                               on_gone=lambda r: self._events.put_nowait(("gone", r)),
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry)
+        if self._stop_requested:
+            session.halt()
         await session.start()
         self.session = session
         self._consuming.set()

@@ -324,6 +324,12 @@ class PullSession:
             self._pulling = True
             self._wake.set()
 
+    def halt(self) -> None:
+        """Start no new handler from now on and pull no more: the first step of :meth:`stop`, for callers
+        that stop the session a little later (what arrives meanwhile waits, and is nak'd by stop())."""
+        self._stopping = self._paused = True
+        self._pulling = False
+
     async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """End the instance: by default let the handlers in flight finish first (bounded by AckWait).
 
@@ -331,9 +337,7 @@ class PullSession:
         buffered and is nak'd after the subscription is gone (so it is not delivered to us again)."""
         if self.closed:
             return
-        # First of all: nothing more is dispatched (the open pull may still deliver).
-        self._stopping = self._paused = True
-        self._pulling = False
+        self.halt()  # first of all: nothing more is dispatched (the open pull may still deliver)
         if drain:
             limit = timeout if timeout is not None else self.ack_wait
             if not await self.quiesce(limit):
