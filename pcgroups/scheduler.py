@@ -92,8 +92,11 @@ class KeyedDispatcher:
         self.running: dict[str, Msg] = {}
         self.started: dict[int, float] = {}
         self.tasks: set[asyncio.Task] = set()
-        self.slot = asyncio.Event()
+        # The dispatcher waits on one event: set when messages arrive, when dispatching resumes and when a
+        # handler task ends (a slot is free).
+        self.slot = session._queued
         self.checked_pin: str | None = None
+        self.checking = False   # _restore_order is asking: no task takes a message meanwhile (a reset drops them)
 
     @property
     def busy(self) -> bool:
@@ -125,43 +128,51 @@ class KeyedDispatcher:
                 m = s._queue.popleft()
                 if m.pin_id is not None and m.pin_id != self.checked_pin and m.pin_id == s.pin_id:
                     self.checked_pin = m.pin_id
-                    if await self._restore_order(m):
+                    self.checking = True
+                    try:
+                        reset = await self._restore_order(m)
+                    finally:
+                        self.checking = False
+                    if reset:
                         break
                 if m.pin_id != s.pin_id:
                     await s._nak_quietly(m)
                 elif s.partitions is None or m.partition in s.partitions:
                     self._admit(m)
-            while self.ready and len(self.running) < self.concurrency and not s._paused:
-                k = self.ready.popleft()
-                q = self.keys.get(k)
-                if not q:
-                    self.keys.pop(k, None)
-                    continue
-                m = q.popleft()
-                if not q:
-                    del self.keys[k]
-                self.running[k] = m
-                task = asyncio.create_task(self._run_one(k, m))
+            while (taken := self._take()) is not None:
+                task = asyncio.create_task(self._run_one(*taken))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
             if not self.busy and not s._queue:
                 s._idle.set()
-            self.slot.clear()
             s._queued.clear()
             if s._queue:
                 continue
-            waiter = asyncio.ensure_future(s._queued.wait())
-            slot = asyncio.ensure_future(self.slot.wait())
-            try:
-                await asyncio.wait({waiter, slot}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-                slot.cancel()
+            await s._queued.wait()
+
+    def _take(self) -> "tuple[str, Msg] | None":
+        """The next ready key (round-robin) and its next message, marked running; None when
+        ``concurrency`` handlers run, no key is ready, or dispatching is paused."""
+        s = self.s
+        while (self.ready and len(self.running) < self.concurrency and not s._paused and not s.closed
+               and not self.checking):
+            k = self.ready.popleft()
+            q = self.keys.get(k)
+            if not q:
+                self.keys.pop(k, None)
+                continue
+            m = q.popleft()
+            if not q:
+                del self.keys[k]
+            self.running[k] = m
+            return k, m
+        return None
 
     async def _restore_order(self, first: "Msg") -> bool:
-        """On taking the pin with messages unacked (an earlier owner's, redelivered after AckWait out
-        of order, or still pending), RESET the consumer to its ack floor: everything comes again in
-        stream order at once. Returns True when it reset (what was buffered is dropped)."""
+        """On taking the pin with an earlier owner's messages unacked (redelivered after AckWait out of
+        order, or still pending), RESET the consumer to its ack floor: everything comes again in stream
+        order at once. A fresh pin (first delivery, nothing unacked below it) needs no reset. Returns
+        True when it reset (what was buffered is dropped)."""
         s = self.s
         try:
             info = await s.api.consumer_info(s.stream, s.consumer)
@@ -170,6 +181,14 @@ class KeyedDispatcher:
             return False
         if info.get("num_ack_pending", 0) == 0:
             return False
+        # What is pending may be only what was just delivered to us (the first message included): then
+        # a first delivery with the ack floor right below it means no earlier owner's message is
+        # outstanding, and no reset is needed. A redelivery, or a gap between the floor and our first
+        # consumer sequence, still resets (a take-over with messages in flight).
+        if first._deliveries == 1:
+            floor = (info.get("ack_floor") or {}).get("consumer_seq", 0)
+            if floor >= first._consumer_seq - 1:
+                return False
         # From here on what arrives is dropped until the first delivery after the reset (consumer
         # sequence 1): the reset may redeliver before its own reply reaches us.
         s._await_reset = True
@@ -186,42 +205,55 @@ class KeyedDispatcher:
         return True
 
     async def _run_one(self, k: str, m: "Msg") -> None:
+        """Handle ``m`` of key ``k``, then chain: while a slot is free this task takes the next ready
+        key itself (same round-robin, same ``running`` bookkeeping), without a round trip through the
+        dispatcher. The dispatcher is woken only when the task ends, i.e. when a slot really frees."""
+        try:
+            while True:
+                try:
+                    await self._attempts(k, m)
+                finally:
+                    self.started.pop(id(m), None)
+                    del self.running[k]
+                    if k in self.keys:
+                        self.ready.append(k)
+                taken = self._take()
+                if taken is None:
+                    return
+                k, m = taken
+        finally:
+            self.slot.set()
+
+    async def _attempts(self, k: str, m: "Msg") -> None:
         s = self.s
         attempt = 0
-        try:
-            while not s.closed:
-                attempt += 1
-                self.started[id(m)] = time.monotonic()
-                m._retry = None
-                error: BaseException | None = None
-                try:
-                    if s._is_async:
-                        await s.handler(m)
-                    else:
-                        await asyncio.to_thread(s.handler, m)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    error = e
-                if error is None and m._retry is None:
-                    return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
-                reason = repr(error) if error is not None else "nak"
-                deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
-                if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
-                    await self._dead_letter(m, reason, deliveries)
-                    return
-                delay = m._retry if m._retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
-                log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", s.label, k, m.sequence,
-                         reason, attempt, delay)
-                await asyncio.sleep(delay)
-                if m.superseded:
-                    return  # the pin moved: the new owner has it
-        finally:
-            self.started.pop(id(m), None)
-            del self.running[k]
-            if k in self.keys:
-                self.ready.append(k)
-            self.slot.set()
+        while not s.closed:
+            attempt += 1
+            self.started[id(m)] = time.monotonic()
+            m._retry = None
+            error: BaseException | None = None
+            try:
+                if s._is_async:
+                    await s.handler(m)
+                else:
+                    await asyncio.to_thread(s.handler, m)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                error = e
+            if error is None and m._retry is None:
+                return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
+            reason = repr(error) if error is not None else "nak"
+            deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
+            if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
+                await self._dead_letter(m, reason, deliveries)
+                return
+            delay = m._retry if m._retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+            log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", s.label, k, m.sequence,
+                     reason, attempt, delay)
+            await asyncio.sleep(delay)
+            if m.superseded:
+                return  # the pin moved: the new owner has it
 
     async def _dead_letter(self, m: "Msg", reason: str, deliveries: int) -> None:
         s = self.s

@@ -4,16 +4,18 @@ fairness under a burst, retries in place, dead-lettering."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume
+from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume, static_member_step_down
 
 from .support import wait_for
 
 WINDOW = ConsumerConfig(max_ack_pending=2000, ack_wait=2)
+RESET_LOGGED = "reset to the ack floor"   # what KeyedDispatcher._restore_order logs when it RESETs
 
 
 async def one_partition_group(js, nc, stream: str) -> None:
@@ -22,8 +24,8 @@ async def one_partition_group(js, nc, stream: str) -> None:
     await create_static(nc, stream, "g", 1, members=["m"])
 
 
-async def publish(js, stream: str, keys: list[str]) -> None:
-    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys)]
+async def publish(js, stream: str, keys: list[str], start: int = 0) -> None:
+    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys, start)]
     await asyncio.wait_for(asyncio.gather(*futs), 30)
 
 
@@ -151,24 +153,91 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
+async def test_a_fresh_pin_does_not_reset_the_consumer(nc, js, uniq, caplog):
+    """Taking a pin with nothing of an earlier owner outstanding (start-up over a backlog, then a
+    step-down after everything was acked) needs no RESET: each message is delivered once."""
+    caplog.set_level(logging.INFO, logger="pcgroups")
+    await one_partition_group(js, nc, uniq)
+    keys = [f"k{i % 25}" for i in range(500)]
+    await publish(js, uniq, keys)   # a backlog before any instance pulls
+    done: dict[str, list[int]] = {}
+    deliveries: list[int] = []
+    pins: list[str] = []
 
-def _spawn(url, stream, *extra):
+    async def handler(msg):
+        deliveries.append(msg.metadata.num_delivered)
+        pins.append(msg.pin_id)
+        await asyncio.sleep(0.001)
+        done.setdefault(msg.subject, []).append(int(msg.data))
+        await msg.ack()
+
+    a = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=8)
+    b = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=8)
+    try:
+        await wait_for(lambda: len(deliveries) == len(keys), 20, what="the backlog processed")
+        first_pins = set(pins)
+        await static_member_step_down(nc, uniq, "g", "m")
+        more = [f"k{i % 25}" for i in range(len(keys), len(keys) + 200)]
+        await publish(js, uniq, more, start=len(keys))
+        keys += more
+        await wait_for(lambda: len(deliveries) == len(keys), 20, what="the rest processed")
+    finally:
+        await a.stop()
+        await b.stop()
+    assert len(first_pins) == 1 and not set(pins[-len(more):]) & first_pins, "the step-down moved the pin"
+    resets = [r.getMessage() for r in caplog.records if RESET_LOGGED in r.getMessage()]
+    assert resets == [], resets
+    assert deliveries == [1] * len(keys)
+    for k, got in done.items():
+        assert got == [i for i, kk in enumerate(keys) if kk == k], f"key {k} out of order"
+
+
+async def test_stop_starts_no_new_handler_with_key_concurrency(nc, js, uniq):
+    """stop() with K handlers running: they finish (acked), and no task chains into a next key."""
+    await one_partition_group(js, nc, uniq)
+    await publish(js, uniq, [f"k{i % 10}" for i in range(400)])
+    runs: list[list] = []   # [start, end or None]
+
+    async def handler(msg):
+        run = [time.monotonic(), None]
+        runs.append(run)
+        await asyncio.sleep(0.02)
+        await msg.ack()
+        run[1] = time.monotonic()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=4)
+    try:
+        await wait_for(lambda: sum(r[1] is not None for r in runs) >= 20, 10, what="processing")
+        t = time.monotonic()
+        await asyncio.wait_for(inst.stop(), 5)
+        took = time.monotonic() - t
+    finally:
+        await asyncio.wait_for(inst.stop(), 5)
+    assert [r for r in runs if r[1] is None] == [], "a handler was cancelled mid-run"
+    started_after = [r for r in runs if r[0] > t]
+    assert not started_after and took < 0.5, f"{len(started_after)} handlers started after stop(); took {took:.2f}s"
+
+
+def _spawn(url, stream, *extra, stderr=None):
     import os
     import subprocess
     import sys
     return subprocess.Popen([sys.executable, "-m", "tests.member_proc", url, "static", stream, "g", "m", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
+                            stdout=subprocess.PIPE, stderr=stderr if stderr is not None else subprocess.DEVNULL,
+                            text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
-async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server):
+async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server, tmp_path):
+    """The survivor takes the pin with the victim's messages unacked: it RESETs the consumer (the victim,
+    pinned on a fresh consumer, did not) and every key keeps its order."""
     import json
     import signal
     import subprocess
 
     await one_partition_group(js, nc, uniq)
     args = ("--concurrency", "4", "--max-ack-pending", "500", "--work", "0.02", "--ack-wait", "1")
-    procs = [_spawn(nats_server.url, uniq, *args) for _ in range(2)]
+    logs = [open(tmp_path / f"proc{i}.log", "w") for i in range(2)]
+    procs = [_spawn(nats_server.url, uniq, *args, stderr=f) for f in logs]
     events: list[list[dict]] = [[], []]
     loop = asyncio.get_running_loop()
 
@@ -215,6 +284,9 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
         for k in set(keys):
             seqs = [s for s in sorted(first, key=first.get) if keys[s - 1] == k]
             assert seqs == sorted(seqs), f"key {k}: first successes out of order"
+        resets = [(tmp_path / f"proc{i}.log").read_text().count(RESET_LOGGED) for i in range(2)]
+        assert resets[victim] == 0, "the first pin on a fresh consumer needs no reset"
+        assert resets[1 - victim] >= 1, "the take-over with unacked messages resets to the ack floor"
     finally:
         for p in procs:
             if p.poll() is None:
@@ -226,3 +298,5 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
                 p.kill()
         for r in readers:
             await asyncio.wait_for(r, 5)
+        for f in logs:
+            f.close()
