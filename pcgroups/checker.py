@@ -66,7 +66,9 @@ class Call:
 
     def show(self) -> str:
         end = f"{self.end:.3f}" if self.end is not None else "running"
-        return (f"{self.member}/{self.instance} p{self.partition} #{self.key} "
+        extra = f" seq {self.seq}" if self.seq and self.seq != self.key else ""
+        extra += f" delivery {self.deliveries}" if self.deliveries > 1 else ""
+        return (f"{self.member}/{self.instance} p{self.partition} #{self.key}{extra} "
                 f"[{self.start:.3f}..{end}] {self.outcome or 'open'}")
 
 

@@ -379,6 +379,8 @@ class PullSession:
             if self.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
             self.pin_id = pin
+            self._pin_confirmed = time.monotonic()   # the server just gave it: its TTL starts now
+            self._pin_doubt = False
         m = Msg(msg, self, pin, now)
         if self._await_reset:
             if m._consumer_seq != 1:
@@ -513,7 +515,7 @@ class PullSession:
         return False
 
     async def _pull(self, n: int) -> None:
-        if self.pin_id is not None and time.monotonic() - self._last_pull > self._pin_margin:
+        if self.pin_id is not None and time.monotonic() - max(self._last_pull, self._pin_confirmed) > self._pin_margin:
             self._pin_doubt = True  # the first pull after a gap: the pin may be gone, confirm before handling
         body = pull_request(batch=n, expires=self.expires, heartbeat=self.heartbeat, pin_id=self.pin_id)
         try:

@@ -1,0 +1,938 @@
+"""Chaos scenarios against real nats-servers, every member instance its own process (issue 5).
+
+usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
+       python -m tests.chaos worker URL static|elastic STREAM GROUP MEMBER INSTANCE [options]   (one instance)
+       python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
+
+Each scenario starts its own nats-server (file storage, 127.0.0.1), creates its groups, starts member
+instances as subprocesses (``worker`` below), publishes continuously, injects its fault ``runs`` times,
+then stops publishing, waits until every published message was acked, stops every process it started
+and checks the record of all handler calls with :class:`pcgroups.checker.Recorder`: nothing lost, order
+of success per partition, no two calls overlapping on one partition, redeliveries within the stated
+bound. Every wait is bounded; a scenario that overruns its limit fails.
+
+Scenarios (CI size / ``--long`` size, in fault injections):
+
+- ``sigkill-static``, ``sigkill-elastic``: SIGKILL of member m1's pinned instance under traffic, a new
+  instance started each time (3 / 20);
+- ``sigstop-static``, ``sigstop-elastic``: SIGSTOP of m1's pinned instance for 2.5 x PinnedTTL, then
+  SIGCONT: the paused instance must start nothing once resumed (its pin moved); the overlap of its
+  in-flight handler with the successor is measured (1 / 10); ``sigstop-buffered``: the same with
+  max_ack_pending 8, so that the paused instance holds buffered messages (1 / 5);
+- ``server-restart``: the nats-server (file storage) stopped and started again mid-run, SIGTERM and
+  SIGKILL alternately; static and elastic instances reconnect and continue (2 / 6);
+- ``membership``: add, drop and member-mapping changes of an elastic group under traffic (12 / 50);
+- ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
+- ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
+  off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 16 messages each).
+
+Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
+being back) until every affected partition has started a handler call again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACK_WAIT = 1.0            # PinnedTTL = max(AckWait, 1 s) = 1 s
+PARTITIONS = 4
+RATE = 40.0               # messages per second per group
+GROUP = "g"
+
+
+# ============================================================== the member instance (a subprocess)
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def worker_main(argv: list[str]) -> None:
+    import nats
+
+    from pcgroups import ConsumerConfig, elastic_consume, static_consume
+    from pcgroups.checker import event_line, origin_of
+
+    p = argparse.ArgumentParser(prog="python -m tests.chaos worker")
+    p.add_argument("url")
+    p.add_argument("flavour", choices=["static", "elastic"])
+    p.add_argument("stream")
+    p.add_argument("group")
+    p.add_argument("member")
+    p.add_argument("instance")
+    p.add_argument("--ack-wait", type=float, default=ACK_WAIT)
+    p.add_argument("--work", type=float, default=0.0, help="seconds each handler call works")
+    p.add_argument("--window", type=int, default=1, help="max_ack_pending")
+    p.add_argument("--progress", choices=["auto", "call", "none"], default="auto",
+                   help="auto: pcgroups sends +WPI; call: the handler calls msg.in_progress() (auto off); "
+                        "none: neither")
+    args = p.parse_args(argv)
+    member, instance = args.member, args.instance
+    import logging
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+
+    async def on_reconnect() -> None:
+        _emit(json.dumps({"ev": "reconnected", "t": time.time()}))
+
+    nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, connect_timeout=2,
+                            reconnected_cb=on_reconnect, name=instance)
+
+    async def handler(msg) -> None:
+        subject, origin = origin_of(msg)
+        # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
+        ids = dict(member=member, instance=instance, partition=msg.partition, key=origin, order=origin,
+                   seq=msg.sequence, subject=subject)
+        _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
+        deadline = time.monotonic() + args.work
+        last_wpi = time.monotonic()
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(0.05, left))
+            if msg.superseded:
+                break
+            if args.progress == "call" and time.monotonic() - last_wpi >= args.ack_wait / 3:
+                await msg.in_progress()
+                last_wpi = time.monotonic()
+        if msg.superseded:
+            # our pin moved (or may have, after a pause): the new pin holder handles it; no ack
+            _emit(event_line("end", **ids, outcome="superseded"))
+            return
+        await msg.ack()
+        # printed once the ack is handed to the client, before the server can see it
+        _emit(event_line("end", **ids, outcome="ack"))
+
+    consume = static_consume if args.flavour == "static" else elastic_consume
+    inst = await consume(nc, args.stream, args.group, member, handler,
+                         config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
+                         auto_in_progress=args.progress == "auto")
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
+    _emit(json.dumps({"ev": "ready", "t": time.time()}))
+    err = await inst.done()
+    _emit(json.dumps({"ev": "done", "error": str(err) if err else None, "t": time.time()}))
+    await nc.close()
+
+
+# ============================================================== the harness
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(-(-q * len(s) // 100)) - 1))
+    return s[k]
+
+
+@dataclass
+class Result:
+    """One scenario's figures (a table row) and its checker report."""
+
+    scenario: str
+    runs: int = 0                      # fault injections
+    messages: int = 0                  # messages published (each must be acked)
+    lost: int = 0
+    redelivered: int = 0               # handler calls beyond the first per message
+    redelivery_bound: int | None = None
+    duplicates: int = 0                # messages acked more than once
+    overlaps: int = 0
+    order_violations: int = 0
+    takeover: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    overlap_note: str = ""             # what the overlaps (or order violations) are, when they are expected
+    redelivered_note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def takeover_p50(self) -> float | None:
+        return percentile(self.takeover, 50)
+
+    @property
+    def takeover_p99(self) -> float | None:
+        return percentile(self.takeover, 99)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(takeover_p50=self.takeover_p50, takeover_p99=self.takeover_p99, ok=self.ok)
+        return d
+
+
+class Worker:
+    """One member instance process and what it printed."""
+
+    def __init__(self, group: "Group", member: str, name: str, proc: asyncio.subprocess.Process):
+        self.group, self.member, self.name, self.proc = group, member, name, proc
+        self.ready = asyncio.Event()
+        self.ended: str | None = None     # the 'done' line's error, or why it ended
+        self.killed_at: float | None = None
+        self.stopped = False
+        self.reconnects = 0
+        self.reader: asyncio.Task | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and self.killed_at is None
+
+
+class Group:
+    """One consumer group under test: its stream, the record of its handler calls, what was published."""
+
+    def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
+                 progress: str):
+        from pcgroups.checker import Recorder
+        self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
+        self.work, self.window, self.progress = work, window, progress
+        self.rec = Recorder()
+        self.expected: set[int] = set()
+        self.workers: list[Worker] = []
+        self.keys = self._keys()
+        self.sent = 0
+
+    def _keys(self) -> list[str]:
+        """Subject keys, 4 per partition, in round-robin partition order (every partition gets traffic)."""
+        from pcgroups import partition_of_subject
+        by: dict[int, list[str]] = {p: [] for p in range(self.partitions)}
+        i = 0
+        while min(len(v) for v in by.values()) < 4:
+            by[partition_of_subject(f"{self.stream}.k{i}", self.partitions, [1], f"{self.stream}.*")].append(f"k{i}")
+            i += 1
+        return [by[p][j] for j in range(4) for p in range(self.partitions)]
+
+    def alive(self, member: str | None = None) -> list[Worker]:
+        return [w for w in self.workers if w.alive and (member is None or w.member == member)]
+
+    def active(self, member: str) -> Worker | None:
+        """The member's instance that started the latest call (the pinned one, with max_ack_pending 1)."""
+        live = {w.name: w for w in self.alive(member)}
+        for c in reversed(list(self.rec.calls)):
+            if c.instance in live:
+                return live[c.instance]
+        return None
+
+    def partitions_of(self, member: str, *, window: float = 2.0) -> set[int]:
+        """Partitions whose latest call (within ``window`` s) was the member's."""
+        since = time.time() - window
+        latest: dict[int, Any] = {}
+        for c in list(self.rec.calls):
+            if c.start >= since:
+                latest[c.partition] = c
+        return {p for p, c in latest.items() if c.member == member}
+
+    def first_start(self, partition: int, after: float, *, exclude: str | None = None) -> float | None:
+        starts = [c.start for c in list(self.rec.calls)
+                  if c.partition == partition and c.start > after and c.instance != exclude]
+        return min(starts) if starts else None
+
+
+class Env:
+    """A nats-server of its own, groups on it, member processes, a publisher; everything cleaned up."""
+
+    def __init__(self, name: str, *, verbose: bool = False):
+        self.name = name
+        self.verbose = verbose
+        self.tmp = tempfile.TemporaryDirectory(prefix=f"pcg-chaos-{name}-")
+        self.server = None
+        self.nc = None
+        self.groups: list[Group] = []
+        self.publishing = False
+        self._pub_task: asyncio.Task | None = None
+        self.pub_stalled = 0.0
+        self._n = 0
+
+    # --- lifecycle --------------------------------------------------------------------------
+    async def __aenter__(self) -> "Env":
+        import nats
+
+        from pcgroups.server import EmbeddedServer
+        self.server = EmbeddedServer(store_dir=os.path.join(self.tmp.name, "server"))
+        os.makedirs(self.server.store_dir, exist_ok=True)
+        await asyncio.to_thread(self.server.start)
+        async def quiet(e: Exception) -> None:   # the restart scenario's reconnects are expected
+            self.log(f"harness connection: {e!r}")
+
+        self.nc = await nats.connect(self.server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                                     connect_timeout=2, error_cb=quiet)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.publishing = False
+        if self._pub_task is not None:
+            self._pub_task.cancel()
+            await asyncio.gather(self._pub_task, return_exceptions=True)
+        await self.stop_workers()
+        try:
+            await self.nc.close()
+        except Exception:
+            pass
+        await asyncio.to_thread(self.server.close)
+        self.tmp.cleanup()
+
+    def log(self, text: str) -> None:
+        if self.verbose:
+            print(f"  [{self.name} {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    # --- groups and instances ---------------------------------------------------------------
+    async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
+                    work: float = 0.002, window: int = 1, progress: str = "auto",
+                    add: list[str] | None = None) -> Group:
+        """A group on a stream of its own: ``members`` maps member -> instance count (all started)."""
+        from nats.js.api import StreamConfig, SubjectTransform
+
+        from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
+        self._n += 1
+        s = f"{self.name.replace('-', '')}{self._n}"
+        js = self.nc.jetstream()
+        if flavour == "static":
+            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
+                                             subject_transform=SubjectTransform(
+                                                 src=f"{s}.*", dest=f"{{{{partition({partitions},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
+            await create_static(self.nc, s, GROUP, partitions, members=list(members))
+        else:
+            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120))
+            await create_elastic(self.nc, s, GROUP, partitions,
+                                 partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
+            await add_members(self.nc, s, GROUP, list(members) if add is None else add)
+        g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress)
+        self.groups.append(g)
+        for member, count in members.items():
+            for _ in range(count):
+                await self.spawn(g, member)
+        await self.wait_ready(g.workers)
+        return g
+
+    async def spawn(self, g: Group, member: str) -> Worker:
+        name = f"{member}-{sum(1 for w in g.workers if w.member == member)}"
+        err = open(self.log_path(g, name), "w")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.chaos", "worker", self.server.url, g.flavour, g.stream, GROUP, member, name,
+            "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--window", str(g.window),
+            "--progress", g.progress, stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
+        err.close()
+        w = Worker(g, member, name, proc)
+        w.reader = asyncio.create_task(self._read(w))
+        g.workers.append(w)
+        return w
+
+    def log_path(self, g: Group, name: str) -> str:
+        return os.path.join(self.tmp.name, f"{g.stream}-{name}.log")
+
+    def log_of(self, w: Worker) -> str:
+        try:
+            with open(self.log_path(w.group, w.name), encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    async def _read(self, w: Worker) -> None:
+        while True:
+            line = await w.proc.stdout.readline()
+            if not line:
+                break
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            kind = ev.get("ev")
+            if kind in ("start", "end"):
+                w.group.rec.feed(ev)
+            elif kind == "ready":
+                w.ready.set()
+            elif kind == "reconnected":
+                w.reconnects += 1
+            elif kind == "done":
+                w.ended = ev.get("error") or "ended"
+        if w.ended is None and w.killed_at is None:
+            w.ended = f"exited ({await w.proc.wait()})"
+
+    async def wait_ready(self, workers: list[Worker], timeout: float = 30.0) -> None:
+        await bounded(asyncio.gather(*(w.ready.wait() for w in workers)), timeout, "instances ready")
+
+    async def kill(self, w: Worker) -> float:
+        """SIGKILL; its running call ends now (recorded as killed)."""
+        t = time.time()
+        w.killed_at = t
+        w.proc.send_signal(signal.SIGKILL)
+        await w.proc.wait()
+        w.group.rec.close_instance(w.name, t=t)
+        return t
+
+    async def stop_workers(self) -> None:
+        workers = [w for g in self.groups for w in g.workers]
+        for w in workers:
+            if w.proc.returncode is None:
+                if w.stopped:
+                    w.proc.send_signal(signal.SIGCONT)
+                w.proc.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                await asyncio.wait_for(w.proc.wait(), 15)
+            except asyncio.TimeoutError:
+                w.proc.kill()
+                await w.proc.wait()
+            if w.reader is not None:
+                try:
+                    await asyncio.wait_for(w.reader, 5)
+                except (asyncio.TimeoutError, Exception):
+                    w.reader.cancel()
+
+    # --- traffic ----------------------------------------------------------------------------
+    def start_publishing(self, rate: float = RATE) -> None:
+        self.publishing = True
+        self._pub_task = asyncio.create_task(self._publish(rate))
+
+    async def _publish(self, rate: float) -> None:
+        """Every group's stream at ``rate`` msg/s; a failed publish is retried with its msg id (dedup)."""
+        js = self.nc.jetstream()
+        i = 0
+        next_at = time.monotonic()
+        while self.publishing:
+            for g in self.groups:
+                subject = f"{g.stream}.{g.keys[i % len(g.keys)]}"
+                t0 = time.monotonic()
+                while True:
+                    try:
+                        ack = await js.publish(subject, str(i).encode(), timeout=1.0,
+                                               headers={"Nats-Msg-Id": f"{g.stream}-{i}"})
+                        break
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        if time.monotonic() - t0 > 60:
+                            raise
+                        await asyncio.sleep(0.1)
+                self.pub_stalled = max(self.pub_stalled, time.monotonic() - t0)
+                g.expected.add(ack.seq)
+                g.sent += 1
+            i += 1
+            next_at += 1 / rate
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                next_at = time.monotonic()
+
+    async def stop_publishing(self) -> None:
+        self.publishing = False
+        if self._pub_task is not None:
+            await bounded(self._pub_task, 70, "the publisher to stop")
+            self._pub_task = None
+
+    async def publish_batch(self, g: Group, count: int) -> None:
+        js = self.nc.jetstream()
+        for i in range(count):
+            ack = await js.publish(f"{g.stream}.{g.keys[i % len(g.keys)]}", str(i).encode())
+            g.expected.add(ack.seq)
+            g.sent += 1
+
+    # --- waiting ----------------------------------------------------------------------------
+    async def progress(self, count: int = 20, timeout: float = 20.0) -> None:
+        """Wait until every group acked ``count`` more calls."""
+        targets = [(g, g.rec.count() + count) for g in self.groups]
+        await wait_until(lambda: all(g.rec.count() >= n for g, n in targets), timeout, f"{count} more acks")
+
+    async def resumed(self, g: Group, partitions: set[int], after: float, timeout: float = 30.0,
+                      exclude: str | None = None) -> float:
+        """Wait until each partition started a call after ``after``; the take-over time (s)."""
+        def starts():
+            return [g.first_start(p, after, exclude=exclude) for p in sorted(partitions)]
+        await wait_until(lambda: all(s is not None for s in starts()), timeout,
+                         f"{g.flavour} partitions {sorted(partitions)} handled again")
+        return max(starts()) - after
+
+    async def drained(self, timeout: float = 60.0) -> None:
+        for g in self.groups:
+            await wait_until(lambda g=g: g.expected <= g.rec.acked_keys(), timeout,
+                             f"every message of {g.stream} acked "
+                             f"({len(g.expected - g.rec.acked_keys())} of {len(g.expected)} left)")
+
+    def result(self, name: str, g: Group, runs: int, *, bound: int | None, takeover: list[float],
+               t0: float, **extra: Any) -> Result:
+        report = g.rec.check(g.expected, redelivery_bound=bound)
+        r = Result(name, runs=runs, messages=len(g.expected), lost=report.lost, redelivered=report.redelivered,
+                   redelivery_bound=bound, duplicates=report.duplicates, overlaps=report.overlaps,
+                   order_violations=report.order_violations, takeover=[round(x, 3) for x in takeover],
+                   seconds=round(time.time() - t0, 1), extra=extra, failures=list(report.failures),
+                   examples=[f"{v.kind}: {v.message}" for v in report.examples])
+        ended = [(w.name, w.ended) for w in g.workers if w.ended and w.killed_at is None]
+        if ended:
+            r.failures.append(f"instances ended: {ended}")
+        return r
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def bounded(aw: Awaitable, timeout: float, what: str):
+    try:
+        return await asyncio.wait_for(aw, timeout)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}") from None
+
+
+# ============================================================== scenarios
+async def sigkill(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """SIGKILL of m1's pinned instance (m1: 2 instances, m2: 1), a replacement started each time."""
+    t_start = time.time()
+    async with Env(f"kill-{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2, "m2": 1})
+        env.start_publishing()
+        await env.progress(30)
+        takeover = []
+        for run in range(runs):
+            victim = g.active("m1")
+            parts = g.partitions_of("m1")
+            t = await env.kill(victim)
+            takeover.append(await env.resumed(g, parts, t))
+            env.log(f"killed {victim.name}: partitions {sorted(parts)} handled again after {takeover[-1]:.2f}s")
+            await env.wait_ready([await env.spawn(g, "m1")])
+            await env.progress(10)
+        await env.stop_publishing()
+        await env.drained()
+        # each kill costs at most the one message of m1's consumer in flight (max_ack_pending 1)
+        return env.result(f"sigkill-{flavour}", g, runs, bound=runs, takeover=takeover, t0=t_start,
+                          publish_stall=round(env.pub_stalled, 2))
+
+
+async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int = 1,
+                  name: str | None = None) -> Result:
+    """SIGSTOP m1's pinned instance for 2.5 x PinnedTTL, SIGCONT; it must start nothing afterwards
+    (until it is pinned again, in the next run when the other instance is paused)."""
+    name = name or f"sigstop-{flavour}"
+    t_start = time.time()
+    async with Env(name.replace("sigstop", "stop"), verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2, "m2": 1}, work=0.05, window=window)
+        env.start_publishing()
+        await env.progress(30)
+        takeover, overlap_ms, late_starts, superseded, inflight = [], [], 0, 0, []
+        for run in range(runs):
+            victim = g.active("m1")
+            parts = g.partitions_of("m1")
+            t_stop = time.time()
+            victim.stopped = True
+            victim.proc.send_signal(signal.SIGSTOP)
+            takeover.append(await env.resumed(g, parts, t_stop, exclude=victim.name))
+            await asyncio.sleep(max(0.0, t_stop + 2.5 * ACK_WAIT - time.time()))   # the pause itself
+            t_cont = time.time()
+            victim.proc.send_signal(signal.SIGCONT)
+            victim.stopped = False
+            await env.progress(15)
+            await asyncio.sleep(0.5)   # the resumed instance had time to start something, if it would
+            t_next = time.time()
+            calls = [c for c in list(g.rec.calls) if c.instance == victim.name]
+            late = [c for c in calls if t_cont <= c.start <= t_next]
+            late_starts += len(late)
+            # its call in flight when paused: how long it overlapped the successor's calls on that partition
+            for c in calls:
+                if c.start < t_stop and (c.end is None or c.end > t_stop):
+                    inflight.append(c)
+                    if c.outcome == "superseded":
+                        superseded += 1
+                    others = [o.start for o in list(g.rec.calls)
+                              if o.partition == c.partition and o.instance != victim.name and o.start > c.start]
+                    end = c.end if c.end is not None else time.time()
+                    if others and min(others) < end:
+                        overlap_ms.append(round((end - min(others)) * 1000))
+            env.log("victim log: " + " | ".join(env.log_of(victim).splitlines()[-6:]))
+            env.log(f"paused {victim.name}: take-over {takeover[-1]:.2f}s, {len(late)} starts after SIGCONT, "
+                    f"in-flight overlap {overlap_ms[-1:] or '-'} ms")
+        await env.stop_publishing()
+        await env.drained()
+        # what the paused instances had buffered when their pin moved, dropped unhandled (pcgroups' log)
+        import re
+        dropped = sum(int(n) for w in g.workers
+                      for n in re.findall(r"pin moved while this instance was paused; dropping (\d+)", env.log_of(w)))
+        # Every overlap must be a paused instance's call in flight (frozen, it cannot stop: its handler
+        # learns it was superseded once it runs again): without those calls, none may overlap.
+        from pcgroups.checker import Recorder
+        rest = Recorder()
+        rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
+        unexplained = rest.check().overlaps
+        r = env.result(name, g, runs, bound=runs * window, takeover=takeover, t0=t_start,
+                       starts_after_resume=late_starts, paused_inflight_calls=len(inflight),
+                       paused_inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
+                       inflight_overlaps_ms=overlap_ms, other_overlaps=unexplained, window=window,
+                       buffered_dropped=dropped)
+        r.overlap_note = f"all {len(inflight)} paused call(s) in flight" if r.overlaps and not unexplained else ""
+        if late_starts:
+            r.failures.append(f"{late_starts} handler calls started by a paused instance after SIGCONT")
+        if r.extra["paused_inflight_acked"]:
+            r.failures.append(f"{r.extra['paused_inflight_acked']} paused call(s) acked after their pin moved")
+        if not unexplained:
+            r.failures = [f for f in r.failures if "overlapping" not in f]
+        if window > 1 and r.order_violations:
+            # SPEC §1.2: with a window > 1 JetStream redelivers a lost pin's pending messages behind newer ones
+            r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (SPEC §1.2)"
+            r.failures = [f for f in r.failures if "out of publish order" not in f]
+        return r
+
+
+async def server_restart(runs: int, verbose: bool = False) -> list[Result]:
+    """Stop (SIGTERM; SIGKILL on odd runs) and restart the nats-server (same store) under traffic."""
+    t_start = time.time()
+    async with Env("restart", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 2, "m2": 1})
+        ge = await env.group("elastic", {"e1": 2, "e2": 1})
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        crashes: list[float] = []
+        for run in range(runs):
+            how = "SIGKILL" if run % 2 else "SIGTERM"
+            if run % 2:
+                crashes.append(time.time())
+            await asyncio.to_thread(env.server.kill if run % 2 else env.server.stop)
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(env.server.start)
+            t_up = time.time()
+            for g in (gs, ge):
+                takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_up, timeout=60))
+            env.log(f"restart ({how}): handled again after " +
+                    ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await env.progress(20, timeout=60)
+        await env.stop_publishing()
+        await env.drained()
+        out = []
+        for g in (gs, ge):
+            # A restart may redeliver what each consumer had in flight (3 consumers per group, window 1).
+            # After a crash (SIGKILL) the server may also have lost recent acks and, for the elastic work
+            # queue, the position of its source: messages acked before the crash come again (a server limit,
+            # docs/RELIABILITY.md). Those are counted apart; the bound holds for the rest.
+            crash = _crash_redeliveries(g, crashes)
+            r = env.result(f"server-restart-{g.flavour}", g, runs, bound=3 * runs + crash, takeover=takeover[g.flavour],
+                           t0=t_start, publish_stall=round(env.pub_stalled, 2), crashes=len(crashes),
+                           after_crash=crash, resourced=_resourced(g), reconnects=sum(w.reconnects for w in g.workers))
+            if crash:
+                r.redelivered_note = f"{crash} after a server SIGKILL"
+            out.append(r)
+        return out
+
+
+def _crash_redeliveries(g: Group, crashes: list[float]) -> int:
+    """Calls of messages acked before a server crash and handled again after it."""
+    by_key: dict[Any, list] = {}
+    for c in list(g.rec.calls):
+        by_key.setdefault(c.key, []).append(c)
+    n = 0
+    for calls in by_key.values():
+        for t in crashes:
+            if any(c.acked and c.end is not None and c.end < t for c in calls):
+                n += sum(1 for c in calls if c.start > t)
+                break
+    return n
+
+
+def _resourced(g: Group) -> int:
+    """Messages delivered again under a new work-queue sequence (sourced twice into the work queue)."""
+    seqs: dict[Any, set[int]] = {}
+    for c in list(g.rec.calls):
+        seqs.setdefault(c.key, set()).add(c.seq)
+    return sum(1 for s in seqs.values() if len(s) > 1) if g.flavour == "elastic" else 0
+
+
+async def membership(runs: int, verbose: bool = False, seed: int = 5) -> Result:
+    """``runs`` membership changes of an elastic group (6 partitions, members m1..m4 with one instance
+    each): add, drop, set mappings, mappings changed, back to members."""
+    from pcgroups import MemberMapping, add_members, delete_member_mappings, delete_members, set_member_mappings
+    rnd = random.Random(seed)
+    names = ["m1", "m2", "m3", "m4"]
+    t_start = time.time()
+    async with Env("members", verbose=verbose) as env:
+        g = await env.group("elastic", {m: 1 for m in names}, partitions=6, add=["m1", "m2"])
+        s, nc = g.stream, env.nc
+        members, mapped = {"m1", "m2"}, False
+        env.start_publishing(RATE * 1.5)
+        await env.progress(30)
+        takeover, kinds = [], {}
+        for run in range(runs):
+            t = time.time()
+            if mapped:
+                if rnd.random() < 0.5:
+                    kind = "remap"
+                    await set_member_mappings(nc, s, GROUP, _mappings(rnd, names, g.partitions, MemberMapping))
+                else:
+                    kind = "unmap"
+                    members = set(rnd.sample(names, rnd.randint(1, 4)))
+                    await delete_member_mappings(nc, s, GROUP)
+                    await add_members(nc, s, GROUP, sorted(members))
+                    mapped = False
+            else:
+                choices = (["add"] if len(members) < 4 else []) + (["drop"] if len(members) > 1 else []) + ["map"]
+                kind = rnd.choice(choices)
+                if kind == "add":
+                    new = rnd.choice(sorted(set(names) - members))
+                    members.add(new)
+                    await add_members(nc, s, GROUP, [new])
+                elif kind == "drop":
+                    gone = rnd.choice(sorted(members))
+                    members.discard(gone)
+                    await delete_members(nc, s, GROUP, [gone])
+                else:
+                    await set_member_mappings(nc, s, GROUP, _mappings(rnd, names, g.partitions, MemberMapping))
+                    mapped = True
+            kinds[kind] = kinds.get(kind, 0) + 1
+            takeover.append(await env.resumed(g, set(range(g.partitions)), t))
+            env.log(f"change {run + 1} ({kind}): every partition handled again after {takeover[-1]:.2f}s")
+            await env.progress(10)
+        await env.stop_publishing()
+        await env.drained()
+        return env.result("membership", g, runs, bound=runs, takeover=takeover, t0=t_start, changes=kinds)
+
+
+def _mappings(rnd: random.Random, names: list[str], partitions: int, MemberMapping) -> list:
+    chosen = rnd.sample(names, rnd.randint(2, 3))
+    parts = list(range(partitions))
+    rnd.shuffle(parts)
+    out = {m: [] for m in chosen}
+    for i, p in enumerate(parts):
+        out[chosen[i % len(chosen)]].append(p)
+    return [MemberMapping(m, sorted(ps)) for m, ps in out.items()]
+
+
+async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
+    """Step-downs of m1 (3 instances) in static and elastic groups, each right after the last took effect."""
+    from pcgroups import elastic_member_step_down, static_member_step_down
+    t_start = time.time()
+    rnd = random.Random(7)
+    async with Env("stepdown", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 3, "m2": 1})
+        ge = await env.group("elastic", {"m1": 3, "m2": 1})
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        for run in range(runs):
+            parts = {g.flavour: g.partitions_of("m1") for g in (gs, ge)}
+            t = time.time()
+            await asyncio.gather(static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
+                                 elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"))
+            for g in (gs, ge):
+                takeover[g.flavour].append(await env.resumed(g, parts[g.flavour], t))
+            env.log(f"step-down {run + 1}: " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await asyncio.sleep(rnd.uniform(0.0, 0.2))
+        await env.stop_publishing()
+        await env.drained()
+        # a call in flight at a step-down sees msg.superseded and does not ack: redelivered once
+        return [env.result(f"stepdown-{g.flavour}", g, runs, bound=runs, takeover=takeover[g.flavour], t0=t_start,
+                           pins=len({c.instance for c in g.rec.calls if c.member == "m1"}))
+                for g in (gs, ge)]
+
+
+async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
+    """Handlers running 1.6 x AckWait (2 partitions, a member each, max_ack_pending 1), ``count``
+    messages per group: calling in_progress(), relying on automatic +WPI, and neither."""
+    t_start = time.time()
+    async with Env("slow", verbose=verbose) as env:
+        groups = {}
+        for progress in ("call", "auto", "none"):
+            groups[progress] = await env.group("static", {"m1": 1, "m2": 1}, partitions=2, work=1.6 * ACK_WAIT,
+                                               progress=progress)
+        for g in groups.values():
+            await env.publish_batch(g, count)
+        await env.drained(timeout=20 + count * 4 * ACK_WAIT)
+        names = {"call": "slow-in-progress", "auto": "slow-auto-progress", "none": "slow-no-progress"}
+        out = []
+        for progress, g in groups.items():
+            # with +WPI nothing is redelivered; without it each message may be handled again after AckWait
+            # (sequentially on its instance), and what waits behind it too
+            bound = 0 if progress != "none" else None
+            out.append(env.result(names[progress], g, count, bound=bound, takeover=[], t0=t_start,
+                                  work_s=g.work, ack_wait_s=ACK_WAIT))
+        return out
+
+
+# ============================================================== evidence: a server limit, without pcgroups
+async def wq_source_crash_evidence() -> list[str]:
+    """A plain work-queue stream W sourcing a stream O, one durable consumer acking everything (nats-py
+    only, no pcgroups). Twice: publish 30 to O, consume and ack them from W, restart the server. When a
+    graceful restart (SIGTERM) is followed by a crash (SIGKILL), W sources again the 30 messages it had
+    sourced since the graceful restart: they are delivered and handled a second time."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig, StreamSource
+
+    from pcgroups.server import EmbeddedServer
+
+    async def quiet(e: Exception) -> None:
+        pass
+
+    lines = []
+    for first, second in (("SIGTERM", "SIGKILL"), ("SIGKILL", "SIGKILL"), ("SIGTERM", "SIGTERM")):
+        srv = EmbeddedServer()
+        await asyncio.to_thread(srv.start)
+        try:
+            nc = await nats.connect(srv.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, error_cb=quiet)
+            js = nc.jetstream()
+            await js.add_stream(StreamConfig(name="O", subjects=["o.*"]))
+            await js.add_stream(StreamConfig(name="W", retention=RetentionPolicy.WORK_QUEUE,
+                                             sources=[StreamSource(name="O")]))
+            await js.add_consumer("W", ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT))
+            sub = await js.pull_subscribe_bind("c", "W")
+            steps = []
+            for phase, how in ((1, first), (2, second)):
+                for i in range(30):
+                    await js.publish(f"o.{phase}x{i}", b"x")
+                got = 0
+                while got < 30:
+                    for m in await sub.fetch(30 - got, timeout=5):
+                        await m.ack_sync()
+                        got += 1
+                before = await js.stream_info("W")
+                await asyncio.to_thread(srv.kill if how == "SIGKILL" else srv.stop)
+                await asyncio.to_thread(srv.start)
+                await wait_until(lambda: not nc.is_reconnecting and nc.is_connected, 20, "reconnected")
+                await asyncio.sleep(2)
+                after = await bounded(js.stream_info("W"), 10, "stream info")
+                ci = await bounded(js.consumer_info("W", "c"), 10, "consumer info")
+                steps.append(f"{how}: W last seq {before.state.last_seq} -> {after.state.last_seq}, "
+                             f"{after.state.messages} messages, {ci.num_pending} pending for the consumer")
+            lines.append(f"{first} then {second}: " + "; ".join(steps))
+            await nc.close()
+        finally:
+            await asyncio.to_thread(srv.close)
+    return lines
+
+
+# ============================================================== running them
+SIZES = {  # scenario -> (CI size, --long size)
+    "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
+    "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5),
+    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 16),
+}
+LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
+          "slow-handler": 8}   # seconds allowed per run (plus setup)
+
+
+async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
+    """Run one scenario at ``size`` runs, bounded in time; its result rows."""
+    if name.startswith("sigkill-"):
+        coro = sigkill(name.split("-", 1)[1], size, verbose)
+    elif name == "sigstop-buffered":
+        coro = sigstop("static", size, verbose, window=8, name=name)
+    elif name.startswith("sigstop-"):
+        coro = sigstop(name.split("-", 1)[1], size, verbose)
+    elif name == "server-restart":
+        coro = server_restart(size, verbose)
+    elif name == "membership":
+        coro = membership(size, verbose)
+    elif name == "stepdown-storm":
+        coro = stepdown_storm(size, verbose)
+    elif name == "slow-handler":
+        coro = slow_handler(size, verbose)
+    else:
+        raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SIZES)}")
+    per_run = next(v for k, v in LIMITS.items() if name.startswith(k))
+    out = await bounded(coro, 60 + per_run * size, f"scenario {name}")
+    return out if isinstance(out, list) else [out]
+
+
+def machine() -> dict[str, Any]:
+    from pcgroups.server import nats_server_binary
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    try:
+        server = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except Exception as e:
+        server = f"unknown ({e})"
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory": mem, "python": platform.python_version(),
+            "os": platform.platform(), "nats_server": server, "loadavg_start": os.getloadavg()}
+
+
+def fmt_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def table(results: list[Result]) -> str:
+    head = ("scenario", "runs", "messages", "lost", "redelivered", "overlaps", "order violations",
+            "takeover p50 s", "takeover p99 s", "ok")
+    rows = [head] + [(r.scenario, str(r.runs), str(r.messages), str(r.lost),
+                      f"{r.redelivered}" + (f" (≤{r.redelivery_bound})" if r.redelivery_bound is not None else "")
+                      + (f" ({r.redelivered_note})" if r.redelivered_note else ""),
+                      str(r.overlaps) + (f" ({r.overlap_note.split(';')[0]})" if r.overlap_note.split(';')[0] else ""),
+                      str(r.order_violations), fmt_s(r.takeover_p50), fmt_s(r.takeover_p99),
+                      "yes" if r.ok else "NO") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+async def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
+    p.add_argument("--long", action="store_true", help="the long size (20 kills, 50 membership changes, ...)")
+    p.add_argument("--only", default="", help="comma-separated scenarios: " + ", ".join(SIZES))
+    p.add_argument("--json", default="", help="write the results and the machine here")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per fault on stderr")
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SIZES)
+    for n in names:
+        if n not in SIZES:
+            p.error(f"unknown scenario {n!r}; one of {', '.join(SIZES)}")
+    info = machine()
+    print(f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
+          f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}", flush=True)
+    results: list[Result] = []
+    t0 = time.time()
+    for n in names:
+        size = SIZES[n][1 if args.long else 0]
+        print(f"{n}: {size} runs ...", flush=True)
+        try:
+            rows = await run_scenario(n, size, args.verbose)
+        except AssertionError as e:
+            rows = [Result(n, runs=size, failures=[f"did not finish: {e}"])]
+        for r in rows:
+            print(f"  {r.scenario}: {r.messages} messages, lost {r.lost}, redelivered {r.redelivered}, "
+                  f"overlaps {r.overlaps}, order violations {r.order_violations}, takeover p50 "
+                  f"{fmt_s(r.takeover_p50)} s p99 {fmt_s(r.takeover_p99)} s, {r.seconds:.0f} s"
+                  + (f", {r.extra}" if r.extra else "") + ("" if r.ok else f"\n    FAILED: {r.failures}"
+                                                           f"\n    {r.examples[:5]}"), flush=True)
+        results.extend(rows)
+    info["loadavg_end"] = os.getloadavg()
+    info["seconds"] = round(time.time() - t0)
+    print()
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"size": "long" if args.long else "ci", "machine": info,
+                       "results": [r.to_dict() for r in results]}, f, indent=1)
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        asyncio.run(worker_main(sys.argv[2:]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "evidence":
+        print("\n".join(asyncio.run(wq_source_crash_evidence())))
+    else:
+        sys.exit(asyncio.run(main(sys.argv[1:])))
