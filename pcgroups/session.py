@@ -554,6 +554,8 @@ class PullSession:
                 continue
             if self.partitions is not None and m.partition not in self.partitions:
                 continue  # a partition this member gave up: its new owner handles it
+            if m._deliveries > 1 and m._stream_seq in self._recent_acks:
+                continue  # redelivered while it waited here (AckWait ran out), and acked meanwhile
             self._inflight, self._inflight_since = m, time.monotonic()
             try:
                 if self._is_async:

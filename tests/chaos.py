@@ -462,6 +462,14 @@ class Env:
                              f"every message of {g.stream} acked "
                              f"({len(g.expected - g.rec.acked_keys())} of {len(g.expected)} left)")
 
+    async def server_redeliveries(self, g: Group) -> int:
+        """Deliveries beyond one per message: the consumers' delivered consumer sequences (every delivery,
+        redeliveries included) less the messages published (for groups whose consumers were never re-created)."""
+        from pcgroups import JetStreamApi, work_queue_name
+        stream = g.stream if g.flavour == "static" else work_queue_name(g.stream, GROUP)
+        infos = await JetStreamApi(self.nc).list_consumers(stream)
+        return sum(int((c.get("delivered") or {}).get("consumer_seq", 0)) for c in infos) - len(g.expected)
+
     def result(self, name: str, g: Group, runs: int, *, bound: int | None, takeover: list[float],
                t0: float, **extra: Any) -> Result:
         report = g.rec.check(g.expected, redelivery_bound=bound)
@@ -525,7 +533,7 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
         g = await env.group(flavour, {"m1": 2, "m2": 1}, work=0.05, window=window)
         env.start_publishing()
         await env.progress(30)
-        takeover, overlap_ms, late_starts, superseded, inflight = [], [], 0, 0, []
+        takeover, overlap_ms, late_starts, superseded, inflight, repinned_starts = [], [], 0, 0, [], 0
         for run in range(runs):
             victim = g.active("m1")
             parts = g.partitions_of("m1")
@@ -541,7 +549,11 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             await asyncio.sleep(0.5)   # the resumed instance had time to start something, if it would
             t_next = time.time()
             calls = [c for c in list(g.rec.calls) if c.instance == victim.name]
+            # a start after SIGCONT is allowed only under a pin given to it again (the log says 'pinned')
+            repins = [t for t, line in _log_lines(env.log_of(victim)) if t >= t_cont and "pinned (" in line]
             late = [c for c in calls if t_cont <= c.start <= t_next]
+            repinned_starts += sum(1 for c in late if any(t <= c.start for t in repins))
+            late = [c for c in late if not any(t <= c.start for t in repins)]
             late_starts += len(late)
             # its call in flight when paused: how long it overlapped the successor's calls on that partition
             for c in calls:
@@ -554,7 +566,11 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
                     end = c.end if c.end is not None else time.time()
                     if others and min(others) < end:
                         overlap_ms.append(round((end - min(others)) * 1000))
-            env.log("victim log: " + " | ".join(env.log_of(victim).splitlines()[-6:]))
+            env.log("victim log since the pause: " + " | ".join(
+                line for line in env.log_of(victim).splitlines()
+                if line[:19] >= time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_stop))))
+            for c in late:
+                env.log(f"started after SIGCONT: {c.show()} (SIGCONT at {t_cont:.3f})")
             env.log(f"paused {victim.name}: take-over {takeover[-1]:.2f}s, {len(late)} starts after SIGCONT, "
                     f"in-flight overlap {overlap_ms[-1:] or '-'} ms")
         await env.stop_publishing()
@@ -568,12 +584,14 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
         from pcgroups.checker import Recorder
         rest = Recorder()
         rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
-        unexplained = rest.check().overlaps
+        rest_report = rest.check()
+        unexplained = rest_report.overlaps
         r = env.result(name, g, runs, bound=runs * window, takeover=takeover, t0=t_start,
                        starts_after_resume=late_starts, paused_inflight_calls=len(inflight),
                        paused_inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
                        inflight_overlaps_ms=overlap_ms, other_overlaps=unexplained, window=window,
-                       buffered_dropped=dropped)
+                       buffered_dropped=dropped, starts_after_repin=repinned_starts,
+                       other_overlap_examples=[v.message for v in rest_report.examples if v.kind == "overlap"])
         r.overlap_note = f"all {len(inflight)} paused call(s) in flight" if r.overlaps and not unexplained else ""
         if late_starts:
             r.failures.append(f"{late_starts} handler calls started by a paused instance after SIGCONT")
@@ -586,6 +604,18 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (SPEC §1.2)"
             r.failures = [f for f in r.failures if "out of publish order" not in f]
         return r
+
+
+def _log_lines(text: str) -> list[tuple[float, str]]:
+    """(epoch seconds, line) of a worker log's lines (logging's default asctime, local time)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            t = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+        except ValueError:
+            continue
+        out.append((t, line))
+    return out
 
 
 async def server_restart(runs: int, verbose: bool = False) -> list[Result]:
@@ -753,11 +783,10 @@ async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
         names = {"call": "slow-in-progress", "auto": "slow-auto-progress", "none": "slow-no-progress"}
         out = []
         for progress, g in groups.items():
-            # with +WPI nothing is redelivered; without it each message may be handled again after AckWait
-            # (sequentially on its instance), and what waits behind it too
-            bound = 0 if progress != "none" else None
-            out.append(env.result(names[progress], g, count, bound=bound, takeover=[], t0=t_start,
-                                  work_s=g.work, ack_wait_s=ACK_WAIT))
+            # With +WPI nothing is redelivered. Without it the server redelivers each message after AckWait
+            # while its handler runs; the instance drops that copy once the original is acked.
+            out.append(env.result(names[progress], g, count, bound=0, takeover=[], t0=t_start, work_s=g.work,
+                                  ack_wait_s=ACK_WAIT, server_redeliveries=await env.server_redeliveries(g)))
         return out
 
 
@@ -816,7 +845,7 @@ async def wq_source_crash_evidence() -> list[str]:
 SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5),
-    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 16),
+    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
 }
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
           "slow-handler": 8}   # seconds allowed per run (plus setup)

@@ -91,13 +91,16 @@ async def test_step_down_storm():
 @pytest.mark.timeout(90)
 async def test_handler_slower_than_ack_wait():
     """With in_progress() (or pcgroups' automatic +WPI) a handler 1.6 x AckWait long is never redelivered;
-    with neither, messages are handled again (never concurrently, never out of order, nothing lost)."""
+    with neither, the server redelivers while it runs, but no message is handled twice."""
     rows = {r.scenario: r for r in await _run("slow-handler")}
     for r in rows.values():
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-    assert rows["slow-in-progress"].redelivered == 0 and rows["slow-auto-progress"].redelivered == 0
-    assert rows["slow-no-progress"].redelivered > 0
+        assert r.redelivered == 0   # no handler call for a message twice
+    assert rows["slow-in-progress"].extra["server_redeliveries"] == 0
+    assert rows["slow-auto-progress"].extra["server_redeliveries"] == 0
+    # without +WPI the server redelivers while the handler runs; the copy is dropped once the original is acked
+    assert rows["slow-no-progress"].extra["server_redeliveries"] > 0
 
 
 def test_percentile_nearest_rank():
