@@ -218,6 +218,38 @@ async def test_stop_starts_no_new_handler_with_key_concurrency(nc, js, uniq):
     assert not started_after and took < 0.5, f"{len(started_after)} handlers started after stop(); took {took:.2f}s"
 
 
+async def test_a_copy_redelivered_while_it_waited_is_not_handled_again(nc, js, uniq):
+    """Without +WPI a message waiting behind its key's slow handler is redelivered after AckWait; the
+    copy queues behind it and, once the first copy is acked, is acked again but not handled again."""
+    await one_partition_group(js, nc, uniq)
+    handled: list[int] = []
+    deliveries: list[int] = []
+
+    async def handler(msg):
+        deliveries.append(msg.metadata.num_delivered)
+        if int(msg.data) == 0:
+            await asyncio.sleep(1.5)   # past AckWait, and no in_progress()
+        handled.append(int(msg.data))
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=ConsumerConfig(max_ack_pending=100, ack_wait=1),
+                                concurrency=2, auto_in_progress=False)
+    try:
+        await publish(js, uniq, ["A", "A"])
+
+        async def settled():
+            info = await js.consumer_info(uniq, "g-m")
+            return (info.num_ack_pending == 0 and info.delivered.consumer_seq >= 3   # a copy came, all acked
+                    and not inst.session.busy)
+        deadline = time.monotonic() + 10
+        while not await settled():
+            assert time.monotonic() < deadline, f"not settled: handled {handled}"
+            await asyncio.sleep(0.05)
+    finally:
+        await inst.stop()
+    assert handled == [0, 1] and deliveries == [1, 1], (handled, deliveries)
+
+
 def _spawn(url, stream, *extra, stderr=None):
     import os
     import subprocess
