@@ -3,6 +3,8 @@
 usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos worker URL static|elastic STREAM GROUP MEMBER INSTANCE [options]   (one instance)
        python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
+       PCG_CHAOS_UNFENCED=1 python -m tests.chaos --only sigstop-buffered   (workers without the check of
+       the pin after a pause, for comparison)
 
 Each scenario starts its own nats-server (file storage, 127.0.0.1), creates its groups, starts member
 instances as subprocesses (``worker`` below), publishes continuously, injects its fault ``runs`` times,
@@ -24,7 +26,7 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``membership``: add, drop and member-mapping changes of an elastic group under traffic (12 / 50);
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
-  off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 16 messages each).
+  off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 
 Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
 being back) until every affected partition has started a handler call again.
@@ -112,6 +114,11 @@ async def worker_main(argv: list[str]) -> None:
         await msg.ack()
         # printed once the ack is handed to the client, before the server can see it
         _emit(event_line("end", **ids, outcome="ack"))
+
+    if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
+        # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
+        from pcgroups.session import PullSession
+        PullSession._pin_doubtful = lambda self: False
 
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, member, handler,
