@@ -387,7 +387,11 @@ class PullSession:
                 return  # delivered before the RESET: it comes again
             self._await_reset = False
         if m._deliveries > 1 and m._stream_seq in self._recent_acks:
-            return  # a redelivery of something this instance acked already (ack crossed ack_wait)
+            # A redelivery of something this instance acked already: the ack crossed AckWait, or was lost
+            # (a reconnect). Not handled again, but acked again: else it comes back after every AckWait and,
+            # with max_ack_pending 1, nothing else is ever delivered.
+            await self._reack(m)
+            return
         self.delivered += 1
         self._queue.append(m)
         self._idle.clear()
@@ -397,6 +401,7 @@ class PullSession:
         if status == "100":
             return
         description = headers.get("Description", "")
+        log.debug("%s: pull status %s %s (pending %d)", self.label, status, description, self._pending)
         if status in ("408", "409"):
             left = headers.get("Nats-Pending-Messages")
             self._pending = self._pending - int(left) if left and left.isdigit() else 0
@@ -457,6 +462,12 @@ class PullSession:
                 asyncio.ensure_future(self._nak_quietly(m))
         if not self.busy:
             self._idle.set()
+
+    async def _reack(self, m: Msg) -> None:
+        try:
+            await self.nc.publish(m.reply, b"+ACK")
+        except Exception:  # disconnected: it is redelivered, and acked again, later
+            pass
 
     async def _nak_quietly(self, m: Msg) -> None:
         try:
@@ -526,6 +537,7 @@ class PullSession:
         if self._pending <= 0:
             self._last_seen = time.monotonic()
         self._pending += n
+        log.debug("%s: pulled %d (pending %d, pin %s)", self.label, n, self._pending, self.pin_id)
         self._last_pull = time.monotonic()
 
     # --- dispatching ----------------------------------------------------------------------
@@ -555,7 +567,8 @@ class PullSession:
             if self.partitions is not None and m.partition not in self.partitions:
                 continue  # a partition this member gave up: its new owner handles it
             if m._deliveries > 1 and m._stream_seq in self._recent_acks:
-                continue  # redelivered while it waited here (AckWait ran out), and acked meanwhile
+                await self._reack(m)  # redelivered while it waited here (AckWait ran out), and acked meanwhile
+                continue
             self._inflight, self._inflight_since = m, time.monotonic()
             try:
                 if self._is_async:

@@ -299,3 +299,35 @@ async def test_sigkill_of_the_pinned_instance_fails_over_to_the_standby(nc, js, 
                 p.kill()
         for r in readers:
             await asyncio.wait_for(r, 5)
+
+
+async def test_a_lost_ack_is_acked_again_when_the_message_comes_back(nc, js, uniq):
+    """An ack that never reached the server (sent just before a disconnect: the client counts it as acked):
+    the message comes back after AckWait. The instance does not handle it again, and acks it again; before,
+    it dropped the redelivery silently, and with max_ack_pending 1 the member then got nothing, for good."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
+        src=f"{uniq}.*", dest="{{partition(1,1)}}.{{wildcard(1)}}")))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    handled: list[str] = []
+
+    async def handler(msg):
+        handled.append(msg.subject)
+        if len(handled) == 1:
+            msg._settled(acked=True)   # the ack is lost on the way
+        else:
+            await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m1", handler, config=FAST)   # AckWait 1 s, max_ack_pending 1
+    try:
+        for i in range(5):
+            await js.publish(f"{uniq}.k{i}", b"x")
+        await wait_for(lambda: len(handled) == 5, 10, what="every message handled after the lost ack")
+        assert handled == [f"k{i}" for i in range(5)]   # the first one once, not again
+        await wait_for(lambda: _acked_all(nc, uniq), 5, what="the consumer's ack floor at the last message")
+    finally:
+        await inst.stop()
+
+
+async def _acked_all(nc, stream: str) -> bool:
+    info = await JetStreamApi(nc).consumer_info(stream, "g-m1")
+    return info["num_ack_pending"] == 0 and info["ack_floor"]["stream_seq"] == 5
