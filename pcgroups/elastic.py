@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import replace
 from typing import Any
@@ -35,6 +36,12 @@ log = logging.getLogger("pcgroups")
 
 ERR_NO_MESSAGE_FOUND = 10037
 RETRY_FAST = 0.1   # while a change is under way (waiting for another member to release partitions)
+# Sourcing watchdog (clustered work queues): nats-server retries a failed source after 10 s, 20 s, 30 s ...
+# (up to 2 min). After a node failure that failed the source's consumer that leaves the work queue empty for
+# 20-60 s while the origin has new messages. A work-queue leader step-down sets the source up again at once.
+SOURCE_STALL = 4.0       # a source inactive this long (after the origin answers again) is stalled
+SOURCE_CHECK = 1.0       # how often to look while it may be stalled
+STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
 
 
 def work_queue_name(stream: str, group: str) -> str:
@@ -373,6 +380,10 @@ class ElasticInstance(ConsumerInstance):
         self.desired = elastic_member_filters(self.config, self.member_name)
         self.current: list[str] | None = None    # the filters our consumer has, when attached
         self._retry_at = 0.0
+        self._source_stalled_since: float | None = None
+        self._next_stepdown = 0.0
+        self._stall_limit = SOURCE_STALL + random.uniform(0, 2)   # instances of a group do not all act at once
+        self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
         watcher = await kv.watch(self._key)
         self._start(watcher)
         self._events.put_nowait(("reconcile", None))
@@ -394,6 +405,8 @@ class ElasticInstance(ConsumerInstance):
 
     async def _next_event(self) -> tuple[str, Any]:
         timeout = RETRY_FAST if self._unsettled() else self.template.ack_wait + 0.5
+        if self._source_stalled_since is not None:
+            timeout = min(timeout, SOURCE_CHECK)
         try:
             return await asyncio.wait_for(self._events.get(), timeout)
         except asyncio.TimeoutError:
@@ -618,9 +631,53 @@ class ElasticInstance(ConsumerInstance):
             await self.api.delete_consumer(self.work_queue, self.member_name)
 
     async def _check_alive(self) -> None:
-        """Periodic: our consumer must still exist (a deleted one is re-created)."""
+        """Periodic: our consumer must still exist (a deleted one is re-created); the sourcing must work."""
         if await self._consumer_info() is None:
             self._events.put_nowait(("gone", "consumer not found"))
+            return
+        await self._check_sourcing()
+
+    async def _check_sourcing(self) -> None:
+        """Step the work queue's leader down when its source from the origin stays inactive (see SOURCE_STALL).
+
+        Only for a replicated work queue, and only once the origin answers (while the origin has no leader a
+        new source could not start either). A healthy source reports activity well under a second old.
+        """
+        info = await self.api.stream_info(self.work_queue)
+        sources = info.get("sources") or []
+        if not (info.get("cluster") or {}).get("replicas") or not sources:
+            self._source_stalled_since = None
+            return
+        now = time.monotonic()
+        if not _source_stalled(info):
+            self._source_stalled_since = None
+            return
+        if self._source_stalled_since is None:
+            self._source_stalled_since = now
+            return
+        if now - self._source_stalled_since < self._stall_limit or now < self._next_stepdown:
+            return
+        await self.api.stream_info(self.stream_name)   # the origin answers (else JetStreamAPIError: later)
+        self._next_stepdown = now + STEPDOWN_COOLDOWN
+        # Other instances of the group may act at the same moment: wait a little, and step down only if the
+        # leader is still the one with the stalled source.
+        leader = (info.get("cluster") or {}).get("leader")
+        await asyncio.sleep(random.uniform(0, 1.0))
+        again = await self.api.stream_info(self.work_queue)
+        if (again.get("cluster") or {}).get("leader") != leader or not _source_stalled(again):
+            self._source_stalled_since = None
+            return
+        log.warning("%s: sourcing into %s has been inactive for %.1fs; asking its leader to step down so that "
+                    "the source starts again", self.member_name, self.work_queue, now - self._source_stalled_since)
+        self._source_stalled_since = None
+        await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}")
+        self.source_stepdowns += 1
+
+
+def _source_stalled(info: dict[str, Any]) -> bool:
+    """A source of this stream info has no consumer (active -1) or nothing from it for SOURCE_STALL."""
+    return any(src.get("active", 0) < 0 or src.get("active", 0) > SOURCE_STALL * 1e9
+               for src in info.get("sources") or [])
 
 
 def _partitions_of(filters: list[str]) -> set[int]:

@@ -35,7 +35,8 @@ def emit(**fields) -> None:
 
 async def main() -> None:
     import logging
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(created).3f %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pcgroups").setLevel(logging.DEBUG)
     p = argparse.ArgumentParser()
     p.add_argument("url")
     p.add_argument("flavour", choices=["static", "elastic"])
@@ -59,9 +60,11 @@ async def main() -> None:
         return str(info.get("server_name") or "")
 
     async def on_reconnect() -> None:
+        logging.getLogger("member").info("reconnected to %s", server_name())
         emit(ev="connected", server=server_name())
 
     async def on_disconnect() -> None:
+        logging.getLogger("member").info("disconnected")
         emit(ev="disconnected")
 
     if args.context:

@@ -217,6 +217,7 @@ class FaultResult:
     publish_stall: float                # the longest a publish waited for its ack around the fault
     latency: dict[str, float]           # flavour -> the longest from sending a message (after the kill) to its handler
     reconnects: int                     # instances that reconnected to another node
+    sourcing: float                     # the first time after the kill the work queue got a new message (sourcing on)
 
     def line(self) -> str:
         return (f"{self.fault}: killed {self.node} ({', '.join(self.roles) or 'no leader'}); "
@@ -224,7 +225,7 @@ class FaultResult:
                             for f in sorted(self.takeover))
                 + f"; publish stall {self.publish_stall:.2f}s; latency "
                 + ", ".join(f"{f} {self.latency[f]:.2f}s" for f in sorted(self.latency))
-                + f"; {self.reconnects} instance(s) reconnected")
+                + f"; {self.reconnects} instance(s) reconnected; work queue sourcing again after {self.sourcing:.2f}s")
 
 
 class Chaos:
@@ -337,7 +338,8 @@ class Chaos:
         out = []
         if self.cluster.meta_leader() == node:
             out.append("meta leader")
-        for stream in (self.static_stream, self.work_queue, "KV_static-consumer-groups", "KV_elastic-consumer-groups"):
+        for stream in (self.static_stream, self.elastic_stream, self.work_queue, "KV_static-consumer-groups",
+                       "KV_elastic-consumer-groups"):
             try:
                 if stream_leader(await api.stream_info(stream)) == node:
                     out.append(f"leader of {stream}")
@@ -371,6 +373,7 @@ class Chaos:
         servers_before = {i.name: i.server for i in self.instances}
         t0 = time.time()
         self.cluster.kill(node)
+        sourcing = asyncio.ensure_future(self._sourcing_resumed(t0))
         takeover, first = {}, {}
         for flavour, rec in self.recorders.items():
             def resumed() -> bool:
@@ -384,13 +387,30 @@ class Chaos:
             takeover[flavour] = max(rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)) - t0
             first[flavour] = rec.first_start(after=t0) - t0
         await asyncio.sleep(max(0.0, t0 + down - time.time()))
+        sourced = await asyncio.wait_for(sourcing, 10)
         self.cluster.restart(node)
         self.cluster.wait_meta_leader(timeout=30)
         await wait_for(self._current(node), 60, what=f"{node} current again")
         stall = max((acked - sent for sent, acked in self.published if acked >= t0), default=0.0)
         reconnects = sum(1 for i in self.instances if i.server != servers_before[i.name])
         latency = {f: self._latency(f, t0, t0 + down) for f in self.recorders}
-        return FaultResult(fault, node, roles, takeover, first, stall, latency, reconnects)
+        return FaultResult(fault, node, roles, takeover, first, stall, latency, reconnects, sourced)
+
+    async def _sourcing_resumed(self, t0: float) -> float:
+        """Seconds from ``t0`` until the work queue's last sequence grows (its sourcing from the origin works)."""
+        api = JetStreamApi(self.nc, timeout=0.5)
+        start = None
+        while True:
+            try:
+                last = (await api.stream_info(self.work_queue))["state"]["last_seq"]
+            except Exception:  # no leader yet
+                last = None
+            if last is not None:
+                if start is None:
+                    start = last
+                elif last > start:
+                    return time.time() - t0
+            await asyncio.sleep(0.1)
 
     def _latency(self, flavour: str, since: float, until: float) -> float:
         """The longest wait from sending a message in [since, until] to the first start of its handler."""
