@@ -266,6 +266,16 @@ class PullSession:
         return self.pin_id is not None
 
     @property
+    def _paused(self) -> bool:
+        """No new handler starts: quiesce() or stop(); with key-level concurrency also while the pin is in
+        doubt after a gap in the pulls (the pull loop confirms it; the one-handler loop checks it itself)."""
+        return self._hold or (self._keyed is not None and self._pin_doubtful())
+
+    @_paused.setter
+    def _paused(self, value: bool) -> None:
+        self._hold = value
+
+    @property
     def busy(self) -> bool:
         return (self._inflight is not None or bool(self._queue)
                 or (self._keyed is not None and self._keyed.busy))
@@ -478,6 +488,9 @@ class PullSession:
     # --- pulling --------------------------------------------------------------------------
     async def _pull_loop(self) -> None:
         while not self.closed:
+            if self._keyed is not None and self._pin_doubtful():
+                await self._confirm_pin()   # the keyed dispatcher starts nothing meanwhile (_paused)
+                self._keyed.slot.set()
             now = time.monotonic()
             if self._pulling:
                 if self._pending > 0 and now - self._last_seen > 3 * self.heartbeat:
@@ -514,6 +527,8 @@ class PullSession:
         if self.pin_id != pin:
             return False
         pinned = {g.get("pinned_client_id") for g in info.get("priority_groups") or []}
+        if pin not in pinned and self._keyed is not None:
+            self._keyed.drop_queued()
         self._pin_doubt = False
         if pin in pinned:
             self._pin_confirmed = time.monotonic()

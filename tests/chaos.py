@@ -20,7 +20,8 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``sigstop-static``, ``sigstop-elastic``: SIGSTOP of m1's pinned instance for 2.5 x PinnedTTL, then
   SIGCONT: the paused instance must start nothing once resumed (its pin moved); the overlap of its
   in-flight handler with the successor is measured (1 / 10); ``sigstop-buffered``: the same with
-  max_ack_pending 8, so that the paused instance holds buffered messages (1 / 5);
+  max_ack_pending 8, so that the paused instance holds buffered messages (1 / 5); ``sigstop-keyed``: the
+  same with key-level concurrency 4 (exclusivity and order checked per key) (1 / 5);
 - ``server-restart``: the nats-server (file storage) stopped and started again mid-run, SIGTERM and
   SIGKILL alternately; static and elastic instances reconnect and continue (2 / 6);
 - ``membership``: add, drop and member-mapping changes of an elastic group under traffic (12 / 50);
@@ -78,6 +79,9 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("--ack-wait", type=float, default=ACK_WAIT)
     p.add_argument("--work", type=float, default=0.0, help="seconds each handler call works")
     p.add_argument("--window", type=int, default=1, help="max_ack_pending")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="key-level concurrency (keys: the subjects); calls are then recorded per key, not per "
+                        "partition (partition 1000 x p + key number), the unit of exclusivity and order")
     p.add_argument("--progress", choices=["auto", "call", "none"], default="auto",
                    help="auto: pcgroups sends +WPI; call: the handler calls msg.in_progress() (auto off); "
                         "none: neither")
@@ -95,7 +99,8 @@ async def worker_main(argv: list[str]) -> None:
     async def handler(msg) -> None:
         subject, origin = origin_of(msg)
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
-        ids = dict(member=member, instance=instance, partition=msg.partition, key=origin, order=origin,
+        unit = msg.partition if args.concurrency == 1 else 1000 * msg.partition + int(subject.rsplit(".k", 1)[1])
+        ids = dict(member=member, instance=instance, partition=unit, key=origin, order=origin,
                    seq=msg.sequence, subject=subject)
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
         deadline = time.monotonic() + args.work
@@ -123,7 +128,7 @@ async def worker_main(argv: list[str]) -> None:
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, member, handler,
                          config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
-                         auto_in_progress=args.progress == "auto")
+                         auto_in_progress=args.progress == "auto", concurrency=args.concurrency)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
     _emit(json.dumps({"ev": "ready", "t": time.time()}))
     err = await inst.done()
@@ -201,10 +206,10 @@ class Group:
     """One consumer group under test: its stream, the record of its handler calls, what was published."""
 
     def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
-                 progress: str):
+                 progress: str, concurrency: int = 1):
         from pcgroups.checker import Recorder
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
-        self.work, self.window, self.progress = work, window, progress
+        self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
         self.rec = Recorder()
         self.expected: set[int] = set()
         self.workers: list[Worker] = []
@@ -297,7 +302,7 @@ class Env:
     # --- groups and instances ---------------------------------------------------------------
     async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
                     work: float = 0.002, window: int = 1, progress: str = "auto",
-                    add: list[str] | None = None) -> Group:
+                    add: list[str] | None = None, concurrency: int = 1) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started)."""
         from nats.js.api import StreamConfig, SubjectTransform
 
@@ -315,7 +320,8 @@ class Env:
             await create_elastic(self.nc, s, GROUP, partitions,
                                  partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
-        g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress)
+        g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress,
+                  concurrency=concurrency)
         self.groups.append(g)
         for member, count in members.items():
             for _ in range(count):
@@ -329,7 +335,7 @@ class Env:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.chaos", "worker", self.server.url, g.flavour, g.stream, GROUP, member, name,
             "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--window", str(g.window),
-            "--progress", g.progress, stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
+            "--progress", g.progress, "--concurrency", str(g.concurrency), stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
         err.close()
         w = Worker(g, member, name, proc)
@@ -531,13 +537,13 @@ async def sigkill(flavour: str, runs: int, verbose: bool = False) -> Result:
 
 
 async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int = 1,
-                  name: str | None = None) -> Result:
+                  name: str | None = None, concurrency: int = 1) -> Result:
     """SIGSTOP m1's pinned instance for 2.5 x PinnedTTL, SIGCONT; it must start nothing afterwards
     (until it is pinned again, in the next run when the other instance is paused)."""
     name = name or f"sigstop-{flavour}"
     t_start = time.time()
     async with Env(name.replace("sigstop", "stop"), verbose=verbose) as env:
-        g = await env.group(flavour, {"m1": 2, "m2": 1}, work=0.05, window=window)
+        g = await env.group(flavour, {"m1": 2, "m2": 1}, work=0.05, window=window, concurrency=concurrency)
         env.start_publishing()
         await env.progress(30)
         takeover, overlap_ms, late_starts, superseded, inflight, repinned_starts = [], [], 0, 0, [], 0
@@ -851,9 +857,10 @@ async def wq_source_crash_evidence() -> list[str]:
 # ============================================================== running them
 SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
-    "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5),
+    "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
     "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
 }
+EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
           "slow-handler": 8}   # seconds allowed per run (plus setup)
 
@@ -862,6 +869,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
     """Run one scenario at ``size`` runs, bounded in time; its result rows."""
     if name.startswith("sigkill-"):
         coro = sigkill(name.split("-", 1)[1], size, verbose)
+    elif name == "sigstop-keyed":
+        coro = sigstop("static", size, verbose, window=8, name=name, concurrency=4)
     elif name == "sigstop-buffered":
         coro = sigstop("static", size, verbose, window=8, name=name)
     elif name.startswith("sigstop-"):
@@ -932,16 +941,17 @@ async def main(argv: list[str]) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="one line per fault on stderr")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SIZES)
+    sizes = SIZES | EXTRA
     for n in names:
-        if n not in SIZES:
-            p.error(f"unknown scenario {n!r}; one of {', '.join(SIZES)}")
+        if n not in sizes:
+            p.error(f"unknown scenario {n!r}; one of {', '.join(sizes)}")
     info = machine()
     print(f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
           f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}", flush=True)
     results: list[Result] = []
     t0 = time.time()
     for n in names:
-        size = SIZES[n][1 if args.long else 0]
+        size = sizes[n][1 if args.long else 0]
         print(f"{n}: {size} runs ...", flush=True)
         try:
             rows = await run_scenario(n, size, args.verbose)

@@ -42,7 +42,7 @@ async def test_sigkill_of_the_pinned_instance_repeated(flavour):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("name", ["sigstop-static", "sigstop-elastic", "sigstop-buffered"])
+@pytest.mark.parametrize("name", ["sigstop-static", "sigstop-elastic", "sigstop-buffered", "sigstop-keyed"])
 async def test_sigstop_longer_than_pinned_ttl_then_sigcont(name):
     """A paused pinned instance loses its pin; once resumed it starts nothing, drops what it buffered, and
     its handler in flight learns it was superseded (it does not ack). The only overlap is that frozen call."""
