@@ -527,14 +527,13 @@ class PullSession:
         if self.pin_id != pin:
             return False
         pinned = {g.get("pinned_client_id") for g in info.get("priority_groups") or []}
-        if pin not in pinned and self._keyed is not None:
-            self._keyed.drop_queued()
         self._pin_doubt = False
         if pin in pinned:
             self._pin_confirmed = time.monotonic()
             return True
+        dropped = len(self._queue) + (len(self._keyed.drop_queued()) if self._keyed is not None else 0)
         log.info("%s: the pin moved while this instance was paused; dropping %d buffered message(s)", self.label,
-                 len(self._queue))
+                 dropped)
         self.pin_id = None
         self._queue.clear()
         self._wake.set()
