@@ -102,6 +102,10 @@ async def worker_main(argv: list[str]) -> None:
         unit = msg.partition if args.concurrency == 1 else 1000 * msg.partition + int(subject.rsplit(".k", 1)[1])
         ids = dict(member=member, instance=instance, partition=unit, key=origin, order=origin,
                    seq=msg.sequence, subject=subject)
+        # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
+        sess = msg._session
+        since = sess._inflight_since if sess._keyed is None else sess._keyed.started.get(id(msg), time.monotonic())
+        _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - since)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
         deadline = time.monotonic() + args.work
         last_wpi = time.monotonic()
@@ -195,6 +199,7 @@ class Worker:
         self.killed_at: float | None = None
         self.stopped = False
         self.reconnects = 0
+        self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
         self.reader: asyncio.Task | None = None
 
     @property
@@ -365,6 +370,8 @@ class Env:
             kind = ev.get("ev")
             if kind in ("start", "end"):
                 w.group.rec.feed(ev)
+            elif kind == "dispatch":
+                w.dispatched[ev.get("key")] = float(ev.get("t", 0.0))
             elif kind == "ready":
                 w.ready.set()
             elif kind == "reconnected":
@@ -564,13 +571,15 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             calls = [c for c in list(g.rec.calls) if c.instance == victim.name]
             # a start after SIGCONT is allowed only under a pin given to it again (the log says 'pinned')
             repins = [t for t, line in _log_lines(env.log_of(victim)) if t >= t_cont and "pinned (" in line]
-            late = [c for c in calls if t_cont <= c.start <= t_next]
+            late = [c for c in calls if t_cont <= c.start <= t_next
+                    and not victim.dispatched.get(c.key, c.start) < t_stop]   # handed out before the pause
             repinned_starts += sum(1 for c in late if any(t <= c.start for t in repins))
             late = [c for c in late if not any(t <= c.start for t in repins)]
             late_starts += len(late)
             # its call in flight when paused: how long it overlapped the successor's calls on that partition
             for c in calls:
-                if c.start < t_stop and (c.end is None or c.end > t_stop):
+                if (c.start < t_stop and (c.end is None or c.end > t_stop)) or (
+                        t_cont <= c.start and victim.dispatched.get(c.key, c.start) < t_stop):
                     inflight.append(c)
                     if c.outcome == "superseded":
                         superseded += 1
