@@ -227,6 +227,7 @@ class PullSession:
         self._pulling = False
         self._last_seen = time.monotonic()
         self._last_pull = 0.0
+        self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
         self._wake = asyncio.Event()
         self._queue: deque[Msg] = deque()
         self._queued = asyncio.Event()
@@ -496,7 +497,16 @@ class PullSession:
                 if self._pending > 0 and now - self._last_seen > 3 * self.heartbeat:
                     log.debug("%s: no heartbeat for %.1fs, pulling again", self.label, now - self._last_seen)
                     self._pending = 0
+                elif self._pending > 0 and now - self._last_refill > self.expires + 2 * self.heartbeat:
+                    # Every pull has ended by now (expired, with a 408 that says what it had left): what is
+                    # still counted belongs to pulls lost with a connection. The keep-alive pulls' messages
+                    # and heartbeats hide that from the check above, and one message per keep-alive is all
+                    # that would come.
+                    log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
+                              self._pending)
+                    self._pending = 0
                 if self._pending <= self.batch // 2:
+                    self._last_refill = now
                     await self._pull(self.batch - max(self._pending, 0))
                 elif self.pin_id is not None and now - self._last_pull >= self.keepalive:
                     await self._pull(1)
