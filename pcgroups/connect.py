@@ -644,7 +644,7 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
             detail = "; ".join(dict.fromkeys(failures))
         if detail == "timed out":
             detail = f"timed out after {rc.timeout:g}s"
-        if rc.uses_tls and not rc.tls_cert and ("reset" in detail or "empty response" in detail):
+        if rc.uses_tls and not rc.tls_cert and any(w in detail for w in ("reset", "empty response", "broken pipe")):
             detail += " (does the server want a client certificate? see --tlscert/--tlskey)"
         raise rc.error(detail) from None
     connecting = False
