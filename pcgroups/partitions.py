@@ -5,6 +5,10 @@ from __future__ import annotations
 from .config import ElasticConfig, MemberMapping, StaticConfig
 from .errors import ConfigError
 
+#: The most filter subjects one member's consumer gets (one per partition and filter): they travel in one JetStream
+#: API request, which must fit the server's max_payload (1 MB by default).
+MAX_MEMBER_FILTERS = 20_000
+
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
 
@@ -36,6 +40,25 @@ def balanced_assignment(members: list[str], max_members: int) -> dict[str, list[
     return result
 
 
+def _balanced_share(members: list[str], max_members: int, member: str) -> list[int]:
+    """One member's partitions under :func:`balanced_assignment`, without walking every partition of the group."""
+    ranked = sorted(dict.fromkeys(members))[: max(max_members, 0)]
+    if member not in ranked:
+        return []
+    n, k = len(ranked), ranked.index(member)
+    per = max_members // n
+    owned = (per + 1) if n * per + k < max_members else per
+    _check_share(member, owned, max_members)
+    return list(range(k * per, (k + 1) * per)) + ([n * per + k] if owned > per else [])
+
+
+def _check_share(member: str, owned: int, max_members: int, per_partition: int = 1) -> None:
+    if owned * per_partition > MAX_MEMBER_FILTERS:
+        raise ConfigError(f"member {member} would own {owned} of the group's {max_members} partitions, and its "
+                          f"consumer takes at most {MAX_MEMBER_FILTERS} filter subjects ({per_partition} per "
+                          f"partition): use fewer partitions (max_members) or more members")
+
+
 def _mapped(member_mappings: list[MemberMapping], member: str) -> list[int]:
     """The member's mapped partitions in mapping order, de-duplicated."""
     return list(dict.fromkeys(p for m in member_mappings if m.member == member for p in m.partitions))
@@ -46,7 +69,7 @@ def member_partitions(
 ) -> list[int]:
     """The partitions one member owns, ascending: balanced when there are members (they win), else from the mappings."""
     if members:
-        return balanced_assignment(members, max_members).get(member, [])
+        return _balanced_share(members, max_members, member)
     return sorted(_mapped(member_mappings, member))
 
 
@@ -64,9 +87,12 @@ def partition_filters(
     filters while giving its exact result with one filter or none.
     """
     if members:
-        owned = balanced_assignment(members, max_members).get(member, [])
+        owned = _balanced_share(members, max_members, member)
+        _check_share(member, len(owned), max_members, len(filters or [">"]))
         return [f"{p}.{f}" for f in (filters or [">"]) for p in owned]
-    return [f"{p}.>" for p in _mapped(member_mappings, member)]
+    owned = _mapped(member_mappings, member)
+    _check_share(member, len(owned), max_members)
+    return [f"{p}.>" for p in owned]
 
 
 def static_member_filters(cfg: StaticConfig, member: str) -> list[str]:

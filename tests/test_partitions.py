@@ -7,7 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
+from pcgroups.errors import ConfigError
 from pcgroups.partitions import (
+    MAX_MEMBER_FILTERS,
     balanced_assignment,
     elastic_member_filters,
     elastic_subject_transforms,
@@ -145,6 +147,29 @@ def test_assignment_ignores_order_and_duplicates(members, max_members, rnd):
     shuffled = members + rnd.sample(members, k=len(members) // 2)
     rnd.shuffle(shuffled)
     assert balanced_assignment(shuffled, max_members) == balanced_assignment(members, max_members)
+
+
+@given(_members, st.integers(1, 60), st.sampled_from(["a", "b", "é", "zz"]))
+def test_one_members_share_is_its_part_of_the_whole_assignment(members, max_members, member):
+    """member_partitions computes one share without walking the group's partitions: the same answer."""
+    assert member_partitions(max_members=max_members, members=members, member_mappings=[], member=member) == \
+        balanced_assignment(members, max_members).get(member, [])
+
+
+def test_a_share_larger_than_a_consumer_takes_is_a_clear_error_at_once():
+    """max_members up to 2^31-1 is valid, but one member's consumer takes one filter subject per partition (and
+    filter) in one API request: beyond MAX_MEMBER_FILTERS a clear error, before anything is built."""
+    with pytest.raises(ConfigError, match=r"member a would own 1000000000 of the group's 2000000000 partitions, "
+                                          r"and its consumer takes at most 20000 filter subjects"):
+        partition_filters(max_members=2_000_000_000, members=["a", "b"], member_mappings=[], member="a", filters=None)
+    with pytest.raises(ConfigError, match=r"at most 20000 filter subjects \(2 per partition\)"):
+        partition_filters(max_members=30_000, members=["a", "b"], member_mappings=[], member="b",
+                          filters=["x.*", "y.*"])
+    assert len(partition_filters(max_members=40_000, members=["a", "b"], member_mappings=[], member="b",
+                                 filters=None)) == MAX_MEMBER_FILTERS
+    with pytest.raises(ConfigError, match="member m would own 20001"):
+        partition_filters(max_members=30_000, members=[], member="m", filters=None,
+                          member_mappings=[MemberMapping("m", list(range(20_001)))])
 
 
 def test_assignment_sorts_byte_wise():

@@ -331,3 +331,13 @@ async def test_a_lost_ack_is_acked_again_when_the_message_comes_back(nc, js, uni
 async def _acked_all(nc, stream: str) -> bool:
     info = await JetStreamApi(nc).consumer_info(stream, "g-m1")
     return info["num_ack_pending"] == 0 and info["ack_floor"]["stream_seq"] == 5
+
+
+async def test_a_member_share_too_large_for_one_consumer_is_a_clear_error(nc, js, uniq):
+    """A valid but huge max_members (here 10^9, one member): consuming ends at once with a clear error instead of
+    building a billion filter subjects."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    await create_static(nc, uniq, "g", 10**9, members=["m1"])
+    with pytest.raises(ConfigError, match="member m1 would own 1000000000 of the group's 1000000000 partitions"):
+        await asyncio.wait_for(static_consume(nc, uniq, "g", "m1", counter({}, "m1"), config=FAST), 10)
+    assert await JetStreamApi(nc).list_consumers(uniq) == []
