@@ -495,6 +495,37 @@ async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
     assert await list_leases(nc, stream, group) == []
 
 
+@pytest.mark.parametrize("bad,want", [(b"\xff\xfe\x00{garbage", "not valid JSON"),
+                                      (b'{"max_members":-4,"members":["a"]}', "got -4")],
+                         ids=["garbage-bytes", "negative-number"])
+async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, js, uniq, bad, want):
+    """A corrupted config under auto instances: each ends with a ConfigError naming the group, none of them
+    writes a membership over the bad value (it stays for an admin to fix or delete), and their leases go."""
+    stream, group = uniq, "g"
+    await keyed_group(nc, js, stream, group, 2)
+
+    async def noop(msg):
+        await msg.ack()
+    async with Auto(nc) as auto:
+        insts = [await auto.start(stream, group, noop) for _ in range(2)]
+        for i in insts:
+            await i.wait_settled(10)
+        kv = await js.key_value(ELASTIC_BUCKET)
+        await kv.put(f"{stream}.{group}", bad)
+        for i in insts:
+            err = await asyncio.wait_for(i.done(), 10)
+            assert isinstance(err, ConfigError), repr(err)
+            assert f"elastic consumer group {group} on stream {stream} is no longer valid" in str(err), str(err)
+            assert want in str(err), str(err)
+        await wait_for(lambda: _no_leases(nc, stream, group), 10, what="the leases released")
+        entry = await kv.get(f"{stream}.{group}")
+        assert entry.value == bad and entry.operation is None   # nothing rewrote it
+
+
+async def _no_leases(nc, stream: str, group: str) -> bool:
+    return await list_leases(nc, stream, group) == []
+
+
 async def test_admin_mapping_change_is_brought_back_to_the_live_members(nc, js, uniq):
     """An admin writes mappings naming a member with no lease: the instances put the live members back
     (and a mapping that already fits the live members is left alone)."""
