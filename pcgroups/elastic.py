@@ -39,8 +39,9 @@ RETRY_FAST = 0.1   # while a change is under way (waiting for another member to 
 # Sourcing watchdog (clustered work queues): nats-server retries a failed source after 10 s, 20 s, 30 s ...
 # (up to 2 min). After a node failure that failed the source's consumer that leaves the work queue empty for
 # 20-60 s while the origin has new messages. A work-queue leader step-down sets the source up again at once.
-SOURCE_STALL = 4.0       # a source inactive this long (after the origin answers again) is stalled
+SOURCE_STALL = 3.0       # a source inactive this long (after the origin answers again) is stalled
 SOURCE_CHECK = 1.0       # how often to look while it may be stalled
+SOURCE_CHECK_TIMEOUT = 1.0   # the checks' requests: during an election JetStream does not answer at all
 STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
 
 
@@ -382,7 +383,7 @@ class ElasticInstance(ConsumerInstance):
         self._retry_at = 0.0
         self._source_stalled_since: float | None = None
         self._next_stepdown = 0.0
-        self._stall_limit = SOURCE_STALL + random.uniform(0, 2)   # instances of a group do not all act at once
+        self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
         watcher = await kv.watch(self._key)
         self._start(watcher)
@@ -631,11 +632,18 @@ class ElasticInstance(ConsumerInstance):
             await self.api.delete_consumer(self.work_queue, self.member_name)
 
     async def _check_alive(self) -> None:
-        """Periodic: our consumer must still exist (a deleted one is re-created); the sourcing must work."""
+        """Periodic: the sourcing must work; our consumer must still exist (a deleted one is re-created)."""
+        await self._check_sourcing()
         if await self._consumer_info() is None:
             self._events.put_nowait(("gone", "consumer not found"))
-            return
-        await self._check_sourcing()
+
+    async def _quick_info(self, stream: str) -> dict[str, Any] | None:
+        """Stream info with a short timeout; None when JetStream does not answer (an election)."""
+        try:
+            return await self.api.request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
+        except JetStreamAPIError as e:
+            log.debug("%s: stream info of %s: %s", self.member_name, stream, e)
+            return None
 
     async def _check_sourcing(self) -> None:
         """Step the work queue's leader down when its source from the origin stays inactive (see SOURCE_STALL).
@@ -643,7 +651,9 @@ class ElasticInstance(ConsumerInstance):
         Only for a replicated work queue, and only once the origin answers (while the origin has no leader a
         new source could not start either). A healthy source reports activity well under a second old.
         """
-        info = await self.api.stream_info(self.work_queue)
+        info = await self._quick_info(self.work_queue)
+        if info is None:
+            return
         sources = info.get("sources") or []
         if not (info.get("cluster") or {}).get("replicas") or not sources:
             self._source_stalled_since = None
@@ -653,24 +663,30 @@ class ElasticInstance(ConsumerInstance):
             self._source_stalled_since = None
             return
         if self._source_stalled_since is None:
-            self._source_stalled_since = now
+            inactive = max(src.get("active", 0) for src in sources) / 1e9   # -1 ns: no source consumer at all
+            self._source_stalled_since = now - max(inactive, 0.0)
+        stalled = now - self._source_stalled_since
+        if stalled < self._stall_limit or now < self._next_stepdown:
             return
-        if now - self._source_stalled_since < self._stall_limit or now < self._next_stepdown:
-            return
-        await self.api.stream_info(self.stream_name)   # the origin answers (else JetStreamAPIError: later)
+        if await self._quick_info(self.stream_name) is None:
+            return   # the origin does not answer yet: a new source could not start either
         self._next_stepdown = now + STEPDOWN_COOLDOWN
         # Other instances of the group may act at the same moment: wait a little, and step down only if the
         # leader is still the one with the stalled source.
         leader = (info.get("cluster") or {}).get("leader")
         await asyncio.sleep(random.uniform(0, 1.0))
-        again = await self.api.stream_info(self.work_queue)
-        if (again.get("cluster") or {}).get("leader") != leader or not _source_stalled(again):
+        again = await self._quick_info(self.work_queue)
+        if again is None or (again.get("cluster") or {}).get("leader") != leader or not _source_stalled(again):
             self._source_stalled_since = None
             return
         log.warning("%s: sourcing into %s has been inactive for %.1fs; asking its leader to step down so that "
-                    "the source starts again", self.member_name, self.work_queue, now - self._source_stalled_since)
+                    "the source starts again", self.member_name, self.work_queue, stalled)
         self._source_stalled_since = None
-        await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}")
+        try:
+            await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}", timeout=SOURCE_CHECK_TIMEOUT)
+        except JetStreamAPIError as e:
+            log.warning("%s: step-down of %s not done: %s", self.member_name, self.work_queue, e)
+            return
         self.source_stepdowns += 1
 
 
