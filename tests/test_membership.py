@@ -479,16 +479,22 @@ async def test_generated_names_lease_bucket_and_stop_deletes_the_lease(nc, js, u
     assert not cfg.members and not cfg.member_mappings
 
 
-async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
-    stream, group = uniq, "g"
+async def _two_settled(auto: "Auto", nc, js, stream: str, group: str) -> list:
+    """A 2-partition group with two settled auto instances that ack everything."""
     await keyed_group(nc, js, stream, group, 2)
 
     async def noop(msg):
         await msg.ack()
+    insts = [await auto.start(stream, group, noop) for _ in range(2)]
+    for i in insts:
+        await i.wait_settled(10)
+    return insts
+
+
+async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
+    stream, group = uniq, "g"
     async with Auto(nc) as auto:
-        insts = [await auto.start(stream, group, noop) for _ in range(2)]
-        for i in insts:
-            await i.wait_settled(10)
+        insts = await _two_settled(auto, nc, js, stream, group)
         await delete_elastic(nc, stream, group)
         for i in insts:
             assert await asyncio.wait_for(i.done(), 10) is None
@@ -502,14 +508,8 @@ async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, 
     """A corrupted config under auto instances: each ends with a ConfigError naming the group, none of them
     writes a membership over the bad value (it stays for an admin to fix or delete), and their leases go."""
     stream, group = uniq, "g"
-    await keyed_group(nc, js, stream, group, 2)
-
-    async def noop(msg):
-        await msg.ack()
     async with Auto(nc) as auto:
-        insts = [await auto.start(stream, group, noop) for _ in range(2)]
-        for i in insts:
-            await i.wait_settled(10)
+        insts = await _two_settled(auto, nc, js, stream, group)
         kv = await js.key_value(ELASTIC_BUCKET)
         await kv.put(f"{stream}.{group}", bad)
         for i in insts:
