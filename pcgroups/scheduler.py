@@ -229,10 +229,7 @@ class KeyedDispatcher:
         if m._deliveries > 1 and m._stream_seq in s._recent_acks:
             # Redelivered while it waited here (AckWait ran out), and acked meanwhile: not handled again.
             # Acked once more, in case the first ack was lost (else it would come back after every AckWait).
-            try:
-                await m._publish(b"+ACK", True)
-            except Exception:
-                pass
+            await s._reack(m)
             return
         attempt = 0
         while not s.closed:
