@@ -40,15 +40,16 @@ def balanced_assignment(members: list[str], max_members: int) -> dict[str, list[
     return result
 
 
-def _balanced_share(members: list[str], max_members: int, member: str) -> list[int]:
-    """One member's partitions under :func:`balanced_assignment`, without walking every partition of the group."""
+def _balanced_share(members: list[str], max_members: int, member: str, per_partition: int = 1) -> list[int]:
+    """One member's partitions under :func:`balanced_assignment`, without walking every partition of the group;
+    checked against MAX_MEMBER_FILTERS (``per_partition`` subjects each) before anything is built."""
     ranked = sorted(dict.fromkeys(members))[: max(max_members, 0)]
     if member not in ranked:
         return []
     n, k = len(ranked), ranked.index(member)
     per = max_members // n
     owned = (per + 1) if n * per + k < max_members else per
-    _check_share(member, owned, max_members)
+    _check_share(member, owned, max_members, per_partition)
     return list(range(k * per, (k + 1) * per)) + ([n * per + k] if owned > per else [])
 
 
@@ -87,8 +88,7 @@ def partition_filters(
     filters while giving its exact result with one filter or none.
     """
     if members:
-        owned = _balanced_share(members, max_members, member)
-        _check_share(member, len(owned), max_members, len(filters or [">"]))
+        owned = _balanced_share(members, max_members, member, len(filters or [">"]))
         return [f"{p}.{f}" for f in (filters or [">"]) for p in owned]
     owned = _mapped(member_mappings, member)
     _check_share(member, len(owned), max_members)

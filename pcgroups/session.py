@@ -366,8 +366,7 @@ class PullSession:
                 await self._sub.unsubscribe()
             except Exception:  # connection already closed
                 pass
-        dropped = list(self._queue) + (self._keyed.drop_queued() if self._keyed is not None else [])
-        self._queue.clear()
+        dropped = self._take_buffered()
         if not self.nc.is_closed:
             for m in dropped:
                 await self._nak_quietly(m)
@@ -390,7 +389,7 @@ class PullSession:
             if self.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
             self.pin_id = pin
-            self._pin_confirmed = time.monotonic()   # the server just gave it: its TTL starts now
+            self._pin_confirmed = now   # the server just gave it: its TTL starts now
             self._pin_doubt = False
         m = Msg(msg, self, pin, now)
         if self._await_reset:
@@ -462,13 +461,17 @@ class PullSession:
         if self.on_gone is not None:
             self.on_gone(reason)
 
-    def _drop_queued(self, *, nak: bool) -> None:
-        """Forget buffered messages no handler started; nak them so they come back at once."""
+    def _take_buffered(self) -> list[Msg]:
+        """Empty the buffer (and the key queues): the messages no handler started."""
         dropped = list(self._queue)
         self._queue.clear()
         if self._keyed is not None:
             dropped += self._keyed.drop_queued()
-        for m in dropped:
+        return dropped
+
+    def _drop_queued(self, *, nak: bool) -> None:
+        """Forget buffered messages no handler started; nak them so they come back at once."""
+        for m in self._take_buffered():
             if nak and not self.nc.is_closed:
                 asyncio.ensure_future(self._nak_quietly(m))
         if not self.busy:
@@ -541,16 +544,14 @@ class PullSession:
         if pin in pinned:
             self._pin_confirmed = time.monotonic()
             return True
-        dropped = len(self._queue) + (len(self._keyed.drop_queued()) if self._keyed is not None else 0)
         log.info("%s: the pin moved while this instance was paused; dropping %d buffered message(s)", self.label,
-                 dropped)
+                 len(self._take_buffered()))
         self.pin_id = None
-        self._queue.clear()
         self._wake.set()
         return False
 
     async def _pull(self, n: int) -> None:
-        if self.pin_id is not None and time.monotonic() - max(self._last_pull, self._pin_confirmed) > self._pin_margin:
+        if self._pin_doubtful():
             self._pin_doubt = True  # the first pull after a gap: the pin may be gone, confirm before handling
         body = pull_request(batch=n, expires=self.expires, heartbeat=self.heartbeat, pin_id=self.pin_id)
         try:
