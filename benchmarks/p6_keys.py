@@ -1,4 +1,4 @@
-"""P6 (issue 9): key-level concurrency. One partition, a burst of 1,000 messages on key A, then one
+"""P6: key-level concurrency. One partition, a burst of 1,000 messages on key A, then one
 message on each of 50 other keys, 10 ms of work per message: latency (publish -> acked) of the
 other keys' messages with K = 8 vs K = 1 (partition order); and throughput with many keys, K = 8 vs
 K = 1.

@@ -1,4 +1,4 @@
-"""Recording handler calls and checking a group's guarantees (SPEC §1) on the record.
+"""Recording handler calls and checking a group's guarantees (docs/DESIGN.md, *Guarantees*) on the record.
 
 A :class:`Recorder` keeps one :class:`Call` per handler invocation: who ran it (member, instance),
 on which partition, which message (``key``: a message id, or the stream sequence), its publish

@@ -59,7 +59,7 @@ def _names(stream: str, group: str) -> None:
 
 
 def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str) -> StreamConfig:
-    """The work-queue stream exactly as the reference creates it (SPEC §2)."""
+    """The work-queue stream exactly as the reference creates it (docs/DESIGN.md, *Wire contract*)."""
     transforms = [{"src": src, "dest": dest} for src, dest in elastic_subject_transforms(cfg)]
     return StreamConfig(name=work_queue_name(stream, group), retention="workqueue", max_msgs=cfg.max_buffered_msgs,
                         max_bytes=cfg.max_buffered_bytes, discard="new", storage=storage, num_replicas=replicas,

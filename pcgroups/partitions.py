@@ -22,7 +22,7 @@ def fnv1a32(data: bytes) -> int:
 
 
 def balanced_assignment(members: list[str], max_members: int) -> dict[str, list[int]]:
-    """Each listed member's partitions under the reference's balanced distribution (ref §4), ascending.
+    """Each listed member's partitions under the reference's balanced distribution, ascending.
 
     Members are de-duplicated and sorted (code point order, which is UTF-8 byte order like Go's), the first
     `max_members` get contiguous blocks of N // n partitions and the leftover high partitions go one each to the first
@@ -82,7 +82,7 @@ def partition_filters(
     member: str,
     filters: list[str] | None,
 ) -> list[str]:
-    """The member's consumer filter subjects (SPEC §2): `<p>.<filter>` per filter, then partition; or mapped `<p>.>`.
+    """The member's consumer filter subjects (docs/DESIGN.md, *Wire contract*): `<p>.<filter>` per filter, then partition; or mapped `<p>.>`.
 
     Mapping mode ignores the filters and de-duplicates, which fixes the reference's duplicate subjects with several
     filters while giving its exact result with one filter or none.
@@ -118,7 +118,7 @@ def elastic_member_filters(cfg: ElasticConfig, member: str) -> list[str]:
 
 
 def transform_destination(filter: str, wildcards: list[int] | None, max_members: int) -> str:
-    """The work-queue source transform destination of a partitioning filter (ref §3.1 getPartitioningTransformDest)."""
+    """The work-queue source transform destination of a partitioning filter (the reference's getPartitioningTransformDest)."""
     tokens = filter.split(".")
     k = 0
     for i, token in enumerate(tokens):
@@ -171,7 +171,7 @@ def partition_of_subject(
 def strip_partition(subject: str) -> tuple[int | None, str]:
     """Split a partitioned subject into its partition number (None if the first token is not one) and the rest.
 
-    The rest is everything after the first `.`, or the whole subject when it has no `.` (what handlers see, ref §2.6).
+    The rest is everything after the first `.`, or the whole subject when it has no `.` (what handlers see).
     """
     head, dot, rest = subject.partition(".")
     if not dot:

@@ -1,4 +1,4 @@
-"""Chaos scenarios against real nats-servers, every member instance its own process (issue 5).
+"""Chaos scenarios against real nats-servers, every member instance its own process.
 
 usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos worker URL static|elastic STREAM GROUP MEMBER INSTANCE [options]   (one instance)
@@ -622,8 +622,8 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
         if not unexplained:
             r.failures = [f for f in r.failures if "overlapping" not in f]
         if window > 1 and r.order_violations:
-            # SPEC §1.2: with a window > 1 JetStream redelivers a lost pin's pending messages behind newer ones
-            r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (SPEC §1.2)"
+            # docs/DESIGN.md, Guarantees 2: with a window > 1 JetStream redelivers a lost pin's pending messages behind newer ones
+            r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (docs/DESIGN.md, Guarantees 2)"
             r.failures = [f for f in r.failures if "out of publish order" not in f]
         return r
 

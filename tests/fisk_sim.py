@@ -2,7 +2,7 @@
 
 - :func:`check_fisk_model` applies the rules nats enforces when it loads a plugin model (a broken
   model disables the plugin, some clashes break every nats command) plus the order-safety rule.
-- :func:`nats_argv` builds the argv nats would run the plugin with (ref plugin §1.4): command path
+- :func:`nats_argv` builds the argv nats would run the plugin with (the nats CLI's plugin protocol): command path
   (aliases resolved), non-cumulative positionals in Go-map (random) order, leaf flags as
   ``--name=value``, proxied globals as ``--name=value``, cumulative positionals last in typed order.
   :func:`all_nats_argvs` gives every order nats could produce.

@@ -1,4 +1,4 @@
-"""Bad input (issue 5, part 3): malformed ``cg`` invocations and corrupted KV values, on a real server.
+"""Bad input: malformed ``cg`` invocations and corrupted KV values, on a real server.
 
 The table: every row runs the real ``cg`` (in-process through ``cg.main.main``, or as a subprocess where
 the process matters: connection failures, contexts, and a sample of the others) and must give exit
@@ -6,8 +6,8 @@ status 1, exactly one stderr line ``cg: error: ...`` naming what is wrong and wh
 on stdout but a confirmation prompt, no traceback, and no change at all to the groups' KV entries
 (values and revisions), to the streams or to their consumers (no lost or half-written state).
 
-Corrupted KV values written under running instances. Decisions (SPEC §3: "an instance that gets a
-fatal error (... config invalid) ends with that error on done(), never idles as a zombie"; ref §1.6:
+Corrupted KV values written under running instances. Decisions (docs/DESIGN.md, *Behaviour beyond the reference*: "an instance that gets a
+fatal error (... config invalid) ends with that error on done(), never idles as a zombie"; as in the reference,
 validation runs on every config read and every watched update):
 
 * every instance of the corrupted group ends, and ``done()`` returns a ``ConfigError`` naming the

@@ -1,5 +1,5 @@
 """``cg elastic consume --auto``, ``cg elastic add/drop --sticky`` and the leases in ``cg elastic status``,
-against a real server, the way a new user tries them (issue 8)."""
+against a real server, the way a new user tries them."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ async def test_consume_needs_a_member_unless_auto_and_a_sane_lease_ttl(nats_serv
 
 async def test_three_auto_instances_spread_the_partitions_and_a_killed_one_moves_within_the_lease_ttl(
         nats_server, js, uniq):
-    """Issue 8's 'done when', through cg: `cg elastic consume foo cg --auto` three times."""
+    """The new user's first try, through cg: `cg elastic consume foo cg --auto` three times."""
     url, s, ttl = nats_server.url, uniq, 2.0
     await make_stream(js, s)
     (await run_cg("elastic", "create", s, "cg", "6", "--filter", f"{s}.*", url=url)).ok()

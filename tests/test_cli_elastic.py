@@ -11,21 +11,13 @@ import signal
 
 import pytest
 
+from tests.support import WIRE_VECTORS
 from tests.test_cli_common import (acg, assert_cli_error, cg_argv, cg_env, kv_value, make_stream,
                                    message_lines, procs, run_cg)
 
 BUCKET = "elastic-consumer-groups"
 PROMPT = ("WARNING: this operation will cause all existing consumer members to terminate consuming "
           "are you sure? (y/n): ")
-
-
-def _vectors():
-    from pathlib import Path
-
-    path = Path("/work/shared/reference/wire-vectors.json")
-    if not path.exists():
-        pytest.skip("wire-vectors.json not available")
-    return json.loads(path.read_text())["elastic"]
 
 
 @pytest.fixture
@@ -60,7 +52,7 @@ async def test_ls_without_a_bucket_prints_an_empty_list(fresh_server):
 async def test_wire_vectors(nats_server, js, stream):
     """Exact KV values, the work-queue stream's source transforms, and `add m2 m1 m3` order."""
     url = nats_server.url
-    for v in _vectors():
+    for v in WIRE_VECTORS["elastic"]:
         group = v["cli"][3]
         args = _cli_args(v, stream)
         r = (await run_cg(*args, url=url)).ok()  # stdin is not a terminal: no prompts

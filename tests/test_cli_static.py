@@ -10,20 +10,11 @@ import time
 
 import pytest
 
-from tests.support import wait_for
+from tests.support import WIRE_VECTORS, wait_for
 from tests.test_cli_common import (acg, assert_cli_error, cg_env, kv_value, make_stream,
                                    message_lines, partition_transform, procs, run_cg, SCRIPTS)
 
 BUCKET = "static-consumer-groups"
-
-def _vectors():
-    from pathlib import Path
-
-    path = Path("/work/shared/reference/wire-vectors.json")
-    if not path.exists():
-        pytest.skip("wire-vectors.json not available")
-    return json.loads(path.read_text())
-
 
 @pytest.fixture
 async def stream(js, uniq):
@@ -45,7 +36,7 @@ async def test_ls_without_a_bucket_prints_an_empty_list(fresh_server):
 async def test_wire_vectors_give_the_exact_kv_values(nats_server, js, stream):
     """The reference's CLI invocations (stream renamed) store byte-identical configs; create is
     idempotent and a different config for the same group is an error."""
-    vectors = _vectors()["static"]
+    vectors = WIRE_VECTORS["static"]
     for v in vectors:
         args = [stream if a == "foo" else a for a in v["cli"]]
         (await run_cg(*args, url=nats_server.url)).ok()

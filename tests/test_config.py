@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -22,7 +21,7 @@ from pcgroups.config import (
 )
 from pcgroups.errors import ConfigError
 
-VECTORS = json.loads(Path("/work/shared/reference/wire-vectors.json").read_text())
+from tests.support import WIRE_VECTORS as VECTORS
 ADDED = ["m2", "m1", "m3"]  # the member order of every `kv_after_add`
 
 
@@ -210,7 +209,7 @@ def test_parse_validates():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Validation (ref §9 TestBaseFunctions and §1.6)
+# Validation (the reference's TestBaseFunctions and validation rules, docs/DESIGN.md)
 
 
 def _elastic(max_members: int, members=(), mappings: dict[str, list[int]] | list[tuple[str, list[int]]] = ()):

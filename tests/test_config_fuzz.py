@@ -1,8 +1,8 @@
-"""Hypothesis fuzzing of config decoding and validation (issue 5, part 3).
+"""Hypothesis fuzzing of config decoding and validation.
 
 * Decoding anything (bytes, JSON-like text with odd numbers, duplicate keys and deep nesting,
   arbitrary JSON values, near-miss configs) raises nothing but ConfigError.
-* Validation agrees with a small independent model of the reference's rules (ref §1.6), including
+* Validation agrees with a small independent model of the reference's rules (docs/DESIGN.md), including
   which rule fails first.
 * Configs whose fields are in range round-trip: encode -> decode gives the same config, and the JSON
   is Go's (no spaces, `<`, `>`, `&` escaped).
@@ -106,7 +106,7 @@ def test_decoding_json_values_raises_only_config_errors(value):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Validation agrees with an independent model of the rules (ref §1.6), rule by rule
+# Validation agrees with an independent model of the rules (docs/DESIGN.md), rule by rule
 
 
 def model_membership(n: int, members: list, mappings: list) -> str | None:

@@ -8,7 +8,6 @@ import asyncio
 import os
 import json
 import time
-from pathlib import Path
 
 import nats
 import pytest
@@ -21,7 +20,7 @@ from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, ConsumerG
 from pcgroups.store import ELASTIC_BUCKET
 
 from pcgroups.checker import Recorder as _Recorder, origin_of
-from .support import wait_for
+from .support import WIRE_VECTORS as VECTORS, wait_for
 
 def Recorder() -> _Recorder:
     """The checker's recorder on the monotonic clock (the tests' times), messages keyed (subject, origin seq)."""
@@ -33,7 +32,6 @@ def handler_of(rec: _Recorder, member: str, instance: str, work=None):
 
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
-VECTORS = json.loads(Path("/work/shared/reference/wire-vectors.json").read_text())
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -633,7 +631,7 @@ async def test_work_queue_deleted_under_waiting_non_member_ends_it(nc, js, uniq)
 
 
 async def test_stop_starts_no_new_handler(nc, js, uniq):
-    """stop() lets the handler in flight finish and starts no other (SPEC §5: exits after the handler in
+    """stop() lets the handler in flight finish and starts no other (docs/DESIGN.md, *The CLI contract*: exits after the handler in
     flight finishes)."""
     stream, group = uniq, "g"
     filter_, keys = await keyed_group(nc, js, stream, group, 2)

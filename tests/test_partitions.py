@@ -187,7 +187,7 @@ def test_fnv1a32_vectors():
 
 
 def test_static_test_digits_split_by_parity():
-    # ref §9 TestStatic: `*.*` -> {{partition(2,2)}}...: odd digits land in partition 0, even digits in partition 1.
+    # the reference's TestStatic: `*.*` -> {{partition(2,2)}}...: odd digits land in partition 0, even digits in partition 1.
     for digit in range(10):
         assert fnv1a32(str(digit).encode()) % 2 == (0 if digit % 2 else 1)
         assert partition_of_subject(f"foo.{digit}", 2, [2], "*.*") == (0 if digit % 2 else 1)

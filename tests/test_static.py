@@ -60,7 +60,7 @@ async def test_reference_static_scenario(nc, js, uniq):
 
 
 async def test_wire_bytes_match_the_reference(nc, js, uniq):
-    """KV value, consumer create, pulls and unpin: the reference's bytes (reference/wire-log.md)."""
+    """KV value, consumer create, pulls and unpin: the reference's bytes (tests/data/wire-log.md)."""
     stream = uniq
     await js.add_stream(StreamConfig(
         name=stream, subjects=[f"{stream}.*"],

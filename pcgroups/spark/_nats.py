@@ -162,7 +162,7 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
                               f"{n} partitions")
         count = n
         if opts.group_type == "static":
-            # what the group's members see (SPEC §2): balanced members filter on <p>.<filter>,
+            # what the group's members see (docs/DESIGN.md, *Wire contract*): balanced members filter on <p>.<filter>,
             # mapped members on <p>.>
             if cfg.get("filters") and not cfg.get("member_mappings"):
                 filters = tuple(cfg["filters"])

@@ -1,0 +1,85 @@
+"""The repository stands on its own: no tracked file points outside it.
+
+A clone on another machine has none of the development workspace around it, so a tracked file that
+names a path there (the checkout's parent directory, a sibling reference folder) breaks on that
+machine or leaves its reader with a dead link. Citations of the project's own tracker or of an
+outside specification go stale the same way; docs/DESIGN.md is the contract the code cites.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Built from parts so that this file does not match itself.
+_FORBIDDEN = [
+    ("a sibling reference folder", re.compile(re.escape("../" + "shared"))),
+    ("a spec section", re.compile(r"\b(?:SPEC|ref|ref plugin)" + r" §")),
+    ("a tracker issue number", re.compile(r"\b[Ii]ssue" + r" #?\d+\b")),
+]
+
+# Absolute paths into the development machine's workspace or root's home (a reader's machine has neither).
+_ABSOLUTE = re.compile(r"(?<![\w.~])/(?:work|root)/")
+
+
+def _tracked_text_files() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = []
+    for name in out.decode().split("\0"):
+        path = ROOT / name
+        if name and path.is_file():
+            files.append(path)
+    return files
+
+
+def _text(path: Path) -> str | None:
+    data = path.read_bytes()
+    if b"\0" in data[:4096]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def test_no_tracked_file_names_a_path_outside_the_repository():
+    outside = [_ABSOLUTE, _FORBIDDEN[0][1]]
+    if len(ROOT.parent.parts) > 1:  # the checkout's own surroundings, wherever it is
+        outside.append(re.compile(re.escape(str(ROOT.parent) + "/")))
+    bad = []
+    for path in _tracked_text_files():
+        text = _text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if any(p.search(line) for p in outside):
+                bad.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not bad, "tracked files name paths outside the repository:\n" + "\n".join(bad)
+
+
+def test_no_tracked_file_cites_the_tracker_or_an_outside_spec():
+    bad = []
+    for path in _tracked_text_files():
+        text = _text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for what, pattern in _FORBIDDEN[1:]:
+                if pattern.search(line):
+                    bad.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:120]}")
+    assert not bad, "cite docs/DESIGN.md instead:\n" + "\n".join(bad)
+
+
+def test_the_check_finds_what_it_looks_for():
+    """The patterns match the lines they exist to catch (a check that cannot fail is no check)."""
+    samples = {"a sibling reference folder": "see " + "../" + "shared/SPEC.md",
+               "a spec section": "(ref" + " §1.6)", "a tracker issue number": "asked for by " + "issue 7"}
+    for what, pattern in _FORBIDDEN:
+        assert pattern.search(samples[what]), what
+    assert not _FORBIDDEN[2][1].search("the issue of ordering")
+    assert _ABSOLUTE.search("open " + "/wo" + "rk/main/README.md") and not _ABSOLUTE.search("nats://h1:4222/")
