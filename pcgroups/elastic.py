@@ -12,10 +12,11 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
@@ -24,11 +25,13 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      NotAMemberError, NotFoundError, PCGroupsError)
 from .sticky import group_members, sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
-from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
-                    pinned_client_id)
-from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions, unmatched_filters
+from .jsapi import (ERR_CONSUMER_EXISTS, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
+                    JetStreamApi, StreamConfig, pinned_client_id)
+from .partitions import elastic_member_filters, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
+from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, layout_of, resolve_start,
+                      source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
                     open_or_create_bucket, read, update)
 
@@ -58,20 +61,6 @@ def _names(stream: str, group: str) -> None:
     validate_name("group", group)
 
 
-def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str) -> StreamConfig:
-    """The work-queue stream exactly as the reference creates it (docs/DESIGN.md, *Wire contract*)."""
-    transforms = [{"src": src, "dest": dest} for src, dest in elastic_subject_transforms(cfg)]
-    return StreamConfig(name=work_queue_name(stream, group), retention="workqueue", max_msgs=cfg.max_buffered_msgs,
-                        max_bytes=cfg.max_buffered_bytes, discard="new", storage=storage, num_replicas=replicas,
-                        sources=[{"name": stream, "subject_transforms": transforms}], allow_direct=True)
-
-
-def _same_shape(a: ElasticConfig, b: ElasticConfig) -> bool:
-    """Partition count, filters and buffer limits equal (what can never change on a live group)."""
-    return (a.max_members == b.max_members and (a.partitioning_filters or []) == (b.partitioning_filters or [])
-            and a.max_buffered_msgs == b.max_buffered_msgs and a.max_buffered_bytes == b.max_buffered_bytes)
-
-
 def stored_config(stream: str, group: str, value: bytes) -> ElasticConfig:
     """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
     try:
@@ -88,11 +77,120 @@ async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStr
     return stored_config(stream, group, entry.value)
 
 
+def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str,
+                      layout: Layout | None = None) -> StreamConfig:
+    """The work-queue stream as the reference creates it (docs/DESIGN.md, *Wire contract*), with one
+    source per stream of ``layout`` (default: the group's own stream, as the reference has it)."""
+    layout = layout or Layout((SourceStream(stream, tuple(cfg.partitioning_filters or ())),))
+    return StreamConfig(name=work_queue_name(stream, group), retention="workqueue", max_msgs=cfg.max_buffered_msgs,
+                        max_bytes=cfg.max_buffered_bytes, discard="new", storage=storage, num_replicas=replicas,
+                        sources=[source_config(s, cfg.max_members) for s in layout.streams], allow_direct=True)
+
+
+def _shape_differences(now: ElasticConfig, asked: ElasticConfig) -> list[str]:
+    out = []
+    if now.max_members != asked.max_members:
+        out.append(f"partitions: {now.max_members} now, {asked.max_members} asked")
+    if (now.partitioning_filters or []) != (asked.partitioning_filters or []):
+        out.append(f"partitioning filters: {_show_filters(now)} now, {_show_filters(asked)} asked")
+    if now.max_buffered_msgs != asked.max_buffered_msgs:
+        out.append(f"buffered messages: {now.max_buffered_msgs} now, {asked.max_buffered_msgs} asked")
+    if now.max_buffered_bytes != asked.max_buffered_bytes:
+        out.append(f"buffered bytes: {now.max_buffered_bytes} now, {asked.max_buffered_bytes} asked")
+    return out
+
+
+def _show_filters(cfg: ElasticConfig) -> str:
+    pfs = cfg.partitioning_filters or []
+    if not pfs:
+        return "none"
+    return "[" + ", ".join(pf.filter + (f" by {','.join(map(str, pf.partitioning_wildcards))}"
+                                        if pf.partitioning_wildcards else "") for pf in pfs) + "]"
+
+
+def _layout_differences(now: Layout, asked: Layout) -> list[str]:
+    if now.shape() == asked.shape():
+        return []
+    return [f"streams: [{', '.join(s.describe() for s in now.streams)}] now, "
+            f"[{', '.join(s.describe() for s in asked.streams)}] asked"]
+
+
+def _exists_error(differences: list[str]) -> GroupExistsError:
+    return GroupExistsError("the existing elastic consumer group config can not be updated to the requested one ("
+                            + "; ".join(differences) + "), please delete the existing elastic consumer group and "
+                            "create a new one")
+
+
+async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, str]) -> dict[str, dict[str, Any]]:
+    infos = {}
+    for name in names:
+        try:
+            infos[name] = await api.stream_info(name)
+        except NotFoundError:
+            raise NotFoundError(f"the elastic consumer group's {roles[name]} does not exist: {name}") from None
+    return infos
+
+
+def _plan_streams(stream: str, cfg: ElasticConfig, sources: list[str], partition_streams: list[str]
+                  ) -> tuple[list[str], dict[str, str]]:
+    """The streams a create asks for, with the role each plays (for messages); checks their count and names."""
+    if partition_streams:
+        if cfg.partitioning_filters:
+            raise ConfigError("a group of partition streams takes no partitioning filters: each stream is one "
+                              "partition, sourced whole")
+        if sources:
+            raise ConfigError("a group of partition streams takes no other sources: list every stream as a "
+                              "partition stream")
+        if len(partition_streams) != cfg.max_members:
+            raise ConfigError(f"{len(partition_streams)} partition streams given for {cfg.max_members} partitions: "
+                              "give exactly one stream per partition, in partition order")
+        names = list(partition_streams)
+        roles = {n: f"partition stream {i}" for i, n in enumerate(names)}
+    else:
+        names = [stream, *sources]
+        roles = {stream: "origin stream", **{s: "source stream" for s in sources}}
+    for n in names:
+        validate_name("stream", n)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"stream {repeated[0]} is listed more than once: each stream can be sourced once")
+    return names, roles
+
+
+@dataclass
+class ElasticSpec:
+    """The shape of an elastic group, as :func:`create_elastic` takes it (for joining by name:
+    ``elastic_consume(..., auto=True, create=ElasticSpec(...))``)."""
+
+    max_members: int
+    partitioning_filters: list[PartitioningFilter] | None = None
+    max_buffered_msgs: int = 0
+    max_buffered_bytes: int = 0
+    sources: list[str] | None = None
+    partition_streams: list[str] | None = None
+    start: "str | Start | dict[str, str | Start] | None" = None
+
+    async def create(self, nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
+        return await create_elastic(nc, stream, group, self.max_members, partitioning_filters=self.partitioning_filters,
+                                    max_buffered_msgs=self.max_buffered_msgs, max_buffered_bytes=self.max_buffered_bytes,
+                                    sources=self.sources, partition_streams=self.partition_streams, start=self.start,
+                                    api=api)
+
+
 async def create_elastic(nc: Client, stream: str, group: str, max_members: int, *,
                          partitioning_filters: list[PartitioningFilter] | None = None,
                          max_buffered_msgs: int = 0, max_buffered_bytes: int = 0,
+                         sources: list[str] | None = None, partition_streams: list[str] | None = None,
+                         start: "str | Start | dict[str, str | Start] | None" = None,
                          api: JetStreamApi | None = None) -> ElasticConfig:
-    """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing)."""
+    """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing).
+
+    ``sources``: further streams the group consumes besides ``stream`` (an aggregate group); each
+    partitioning filter must match subjects of exactly one of the streams. ``partition_streams``:
+    stream *i* is partition *i* (their count is ``max_members``; ``stream`` is then only the group's
+    name and need not exist). ``start``: where sourcing begins, ``all`` (default), ``new``, ``seq:N``
+    or ``time:RFC3339``, for every stream or as a dict by stream name. See :mod:`pcgroups.sources`.
+    """
     api = _api(nc, api)
     _names(stream, group)
     cfg = ElasticConfig(max_members=max_members, partitioning_filters=partitioning_filters,
@@ -100,19 +198,14 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     try:
         validate_partition_count(max_members)
         cfg.validate()
+        names, roles = _plan_streams(stream, cfg, list(sources or []), list(partition_streams or []))
+        starts = starts_by_stream(start, names)
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
-    try:
-        info = await api.stream_info(stream)
-    except NotFoundError:
-        raise NotFoundError(f"the elastic consumer group's origin stream does not exist: {stream}") from None
-    unmatched = unmatched_filters([pf.filter for pf in partitioning_filters or []], info["config"])
-    if unmatched:
-        raise ConfigError(f"invalid elastic consumer group config: partitioning filter {unmatched[0]} matches none of "
-                          f"the subjects of stream {stream} ({', '.join(info['config']['subjects'])}); "
-                          "a filter must match some of them")
-    replicas = info["config"].get("num_replicas", 1)
-    storage = info["config"].get("storage", "file")
+    infos = await _stream_infos(api, names, roles)
+    layout = _layout(stream, cfg, names, infos, starts, partition_streams=bool(partition_streams))
+    first = infos[names[0]]["config"]
+    replicas = max(i["config"].get("num_replicas", 1) for i in infos.values())
     kv = await open_or_create_bucket(api, ELASTIC_BUCKET, replicas=replicas)
     key = group_key(stream, group)
     existing = await read(kv, key)
@@ -122,33 +215,124 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         except ConfigError as e:
             raise GroupExistsError(f"elastic consumer group {group} on stream {stream} already exists with an invalid "
                                    f"config ({e}): delete it first") from None
-        if not _same_shape(current, cfg):
-            raise GroupExistsError("the existing elastic consumer group config can not be updated to the requested "
-                                   "one, please delete the existing elastic consumer group and create a new one")
+        differences = _shape_differences(current, cfg)
+        if differences:
+            raise _exists_error(differences)
         cfg = current
-    wq = work_queue_config(stream, group, cfg, replicas=replicas, storage=storage)
-    created_stream = False
-    try:
-        await api.stream_info(wq.name)
-    except NotFoundError:
-        try:
-            await api.create_stream(wq)
-        except JetStreamAPIError as e:
-            raise PCGroupsError(f"can't create the elastic consumer group's stream: {e}") from None
-        created_stream = True
+    wq = work_queue_config(stream, group, cfg, replicas=replicas, storage=first.get("storage", "file"), layout=layout)
+    created_stream = await _ensure_work_queue(api, wq, cfg, layout)
+    if created_stream:
+        await _settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
     if existing is None:
         try:
             await kv.create(key, cfg.to_json())
-        except Exception:
-            if created_stream:
-                await api.delete_stream(wq.name)
-            current_entry = await read(kv, key)
-            if current_entry is None:
+        except nats.js.errors.BadRequestError:
+            if await read(kv, key) is None:
+                if created_stream:
+                    await api.delete_stream(wq.name)
                 raise
+            # Created concurrently (instances joining by name at once): compare with theirs.
             return await create_elastic(nc, stream, group, max_members, partitioning_filters=partitioning_filters,
                                         max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
-                                        api=api)
+                                        sources=sources, partition_streams=partition_streams, start=start, api=api)
+        except BaseException:
+            if created_stream:
+                await api.delete_stream(wq.name)
+            raise
     return cfg
+
+
+def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, dict[str, Any]],
+            starts: dict[str, Start], *, partition_streams: bool) -> Layout:
+    """The layout a create asks for: each stream with its filters (or partition) and resolved start.
+
+    With several streams every start is explicit (``all`` is the stream's first sequence): nats-server
+    sets each source up 100-200 ms after the next, and one set up after the members consumed what an
+    earlier one brought would start at the work queue's last message time, skipping its backlog.
+    """
+    resolve = explicit_start if len(names) > 1 else resolve_start
+    if partition_streams:
+        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n])) for i, n in enumerate(names)))
+    filters = list(cfg.partitioning_filters or [])
+    if len(names) == 1:
+        unmatched = unmatched_filters([pf.filter for pf in filters], infos[stream]["config"])
+        if unmatched:
+            raise ConfigError(f"invalid elastic consumer group config: partitioning filter {unmatched[0]} matches "
+                              f"none of the subjects of stream {stream} "
+                              f"({', '.join(infos[stream]['config']['subjects'])}); a filter must match some of them")
+    try:
+        assigned = assign_filters(filters, {n: infos[n]["config"] for n in names})
+    except ConfigError as e:
+        raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n])) for n in names))
+
+
+async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticConfig, layout: Layout) -> bool:
+    """Create the work queue unless it exists with the same layout; True when this call created it."""
+    for _ in range(2):
+        try:
+            info = await api.stream_info(wq.name)
+        except NotFoundError:
+            try:
+                await api.create_stream(wq)
+                return True
+            except JetStreamAPIError as e:
+                if e.err_code != ERR_STREAM_NAME_IN_USE:
+                    raise PCGroupsError(f"can't create the elastic consumer group's stream: {e}") from None
+                continue   # created concurrently with another start position: compare with theirs
+        differences = _layout_differences(layout_of(info["config"], cfg.partitioning_filters), layout)
+        if differences:
+            raise _exists_error(differences)
+        return False
+    raise PCGroupsError(f"can't create the elastic consumer group's stream {wq.name}: it keeps changing")
+
+
+async def _settle_starts(api: JetStreamApi, work_queue: str, names: list[str], timeout: float = 10.0) -> None:
+    """Once the sources ``names`` have started (at their explicit start), drop their start from the
+    work queue's config: the start is history, and a kept ``opt_start_seq`` would make nats-server
+    source the stream again from there whenever it restarts the source with none of its messages
+    left in the work queue (after a restart or a leader change). Without it, the work queue's config
+    is the reference's. A source that does not start in time keeps its start (logged)."""
+    if not names:
+        return
+    info = await _sources_active(api, work_queue, names, timeout)
+    active = {src.get("name") for src in info.get("sources") or [] if src.get("active", -1) >= 0}
+    late = [n for n in names if n not in active]
+    if late:
+        log.warning("%s: sourcing of %s has not started yet; its start position stays in the work queue's config",
+                    work_queue, ", ".join(late))
+    cfg = info["config"]
+    sources = [{k: v for k, v in src.items() if k not in ("opt_start_seq", "opt_start_time")}
+               if src.get("name") in active and src.get("name") in names else src for src in cfg.get("sources", [])]
+    if sources != cfg.get("sources"):
+        await _update_stream(api, dict(cfg, sources=sources))
+
+
+async def _sources_active(api: JetStreamApi, work_queue: str, names: list[str], timeout: float) -> dict[str, Any]:
+    """The work queue's info once each of the sources ``names`` has its source consumer (active >= 0),
+    or when ``timeout`` ran out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await api.stream_info(work_queue)
+        started = {src.get("name") for src in info.get("sources") or [] if src.get("active", -1) >= 0}
+        if set(names) <= started or time.monotonic() >= deadline:
+            return info
+        await asyncio.sleep(0.05)
+
+
+async def get_elastic_layout(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> Layout:
+    """The streams the group consumes, as its work queue sources them (see :mod:`pcgroups.sources`)."""
+    api = _api(nc, api)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    return layout_of((await _work_queue_info(api, stream, group))["config"], cfg.partitioning_filters)
+
+
+async def _work_queue_info(api: JetStreamApi, stream: str, group: str) -> dict[str, Any]:
+    try:
+        return await api.stream_info(work_queue_name(stream, group))
+    except NotFoundError:
+        raise NotFoundError(f"the elastic consumer group's stream does not exist: "
+                            f"{work_queue_name(stream, group)}") from None
 
 
 async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
@@ -200,6 +384,158 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
 
     await update(kv, group_key(stream, group), apply)
     return result[0]
+
+
+# --- the group's streams ------------------------------------------------------------------------
+async def add_source(nc: Client, stream: str, group: str, source: str, *,
+                     partitioning_filters: list[PartitioningFilter] | None = None,
+                     start: "str | Start" = "all", api: JetStreamApi | None = None) -> Layout:
+    """Add ``source`` to an elastic group's streams (an aggregate group); returns the new layout.
+
+    Running members follow without a restart: the filters of the new stream's subjects are added to
+    the config first (each member updates its consumer and restarts delivery at the work queue's first
+    message, so nothing queued is skipped or repeated), then the work queue starts sourcing it from
+    ``start``. Go members end with their config-change error (restart them). Re-running a partly done
+    call completes it.
+    """
+    api = _api(nc, api)
+    _names(stream, group)
+    validate_name("stream", source)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    wq = await _work_queue_info(api, stream, group)
+    layout = _streams_of(layout_of(wq["config"], cfg.partitioning_filters), stream, group, "added to")
+    if source in layout.names:
+        raise ConfigError(f"stream {source} is already a stream of elastic consumer group {group}")
+    infos = await _stream_infos(api, [*layout.names, source], {**{n: "stream" for n in layout.names},
+                                                               source: "stream to add"})
+    new = [pf for pf in partitioning_filters or [] if pf not in (cfg.partitioning_filters or [])]
+    _check_added_filters(cfg, group, source, new, partitioning_filters or [], infos)
+    seq, when = explicit_start(Start.parse(start), infos[source])
+    # A source the work queue has not set up yet would, once our source's messages were handled, start at the
+    # work queue's last message time (see _layout): let every source start first.
+    wq = await _sources_active(api, wq["config"]["name"], layout.names, 10.0)
+    if new:
+        await _modify(nc, stream, group, api, lambda c: replace(c, partitioning_filters=[
+            *(c.partitioning_filters or []), *(pf for pf in new if pf not in (c.partitioning_filters or []))]))
+    added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when)
+    body = dict(wq["config"], sources=[*wq["config"].get("sources", []), source_config(added, cfg.max_members)])
+    await _update_stream(api, body)
+    await _settle_starts(api, body["name"], [source])
+    return layout_of((await api.stream_info(body["name"]))["config"], [*(cfg.partitioning_filters or []), *new])
+
+
+def _streams_of(layout: Layout, stream: str, group: str, verb: str) -> Layout:
+    if layout.kind == "partition-streams":
+        raise ConfigError(f"elastic consumer group {group} on {stream} is a group of partition streams (one stream "
+                          f"per partition): streams cannot be {verb} it")
+    return layout
+
+
+def _check_added_filters(cfg: ElasticConfig, group: str, source: str, new: list[PartitioningFilter],
+                         given: list[PartitioningFilter], infos: dict[str, dict[str, Any]]) -> None:
+    """The filters given for an added stream: present when the group partitions by filters, matching its subjects
+    and no other stream's, and valid together with the group's."""
+    if cfg.partitioning_filters and not given:
+        raise ConfigError(f"elastic consumer group {group} partitions by filters ({_show_filters(cfg)}): give the "
+                          f"filters of {source}'s subjects (--filter, with --wildcards)")
+    if given and not cfg.partitioning_filters:
+        raise ConfigError(f"elastic consumer group {group} partitions whole subjects (it has no partitioning filters): "
+                          f"a stream added to it takes no --filter")
+    try:
+        assigned = assign_filters(given, {n: i["config"] for n, i in infos.items()}, every_stream=False)
+        wrong = [pf.filter for n, pfs in assigned.items() if n != source for pf in pfs]
+        if wrong:
+            raise ConfigError(f"partitioning filter {wrong[0]} matches subjects of another stream of the group, "
+                              f"not of {source}")
+        replace(cfg, partitioning_filters=[*(cfg.partitioning_filters or []), *new]).validate()
+    except ConfigError as e:
+        raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+
+
+async def remove_source(nc: Client, stream: str, group: str, source: str, *, discard: bool = False,
+                        timeout: float = 30.0, api: JetStreamApi | None = None) -> Layout:
+    """Remove ``source`` from an elastic group's streams; returns the new layout.
+
+    The work queue stops sourcing it first. Its messages already queued are then handled by the
+    running members (waited for up to ``timeout`` seconds) or, with ``discard=True``, purged; only
+    then are its filters taken out of the config (members follow without a restart). The other
+    streams' messages are neither lost nor repeated. A call that timed out can be re-run.
+    """
+    api = _api(nc, api)
+    _names(stream, group)
+    validate_name("stream", source)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    wq = await _work_queue_info(api, stream, group)
+    layout = _streams_of(layout_of(wq["config"], cfg.partitioning_filters), stream, group, "removed from")
+    leaving = layout.stream(source) or _removed_earlier(layout, cfg, source)
+    if leaving is None:
+        raise NotFoundError(f"stream {source} is not a stream of elastic consumer group {group} (its streams: "
+                            f"{', '.join(layout.names)})")
+    rest = Layout(tuple(s for s in layout.streams if s.name != source))
+    if not rest.streams:
+        raise ConfigError(f"stream {source} is the only stream of elastic consumer group {group}: delete the group "
+                          "instead")
+    if source in layout.names:
+        body = dict(wq["config"], sources=[s for s in wq["config"].get("sources", []) if s.get("name") != source])
+        await _update_stream(api, body)
+    subjects = [f"*.{pf.filter}" for pf in leaving.filters] or await _whole_subjects(api, source)
+    wq_name = work_queue_name(stream, group)
+    if discard:
+        for subject in subjects:
+            await api.request(f"STREAM.PURGE.{wq_name}", {"filter": subject})
+    elif not await _drained(api, wq_name, subjects, timeout):
+        raise PCGroupsError(f"stream {source} is no longer sourced, but messages of it are still queued for elastic "
+                            f"consumer group {group} after {timeout:g}s (are its members running?): run the removal "
+                            "again to wait longer, or discard them")
+    if leaving.filters:
+        await _modify(nc, stream, group, api, lambda c: replace(c, partitioning_filters=[
+            pf for pf in c.partitioning_filters or [] if pf not in leaving.filters]))
+    return rest
+
+
+def _removed_earlier(layout: Layout, cfg: ElasticConfig, source: str) -> SourceStream | None:
+    """A stream a timed-out removal took out of the work queue already: the filters no stream has any more."""
+    kept = {pf.filter for s in layout.streams for pf in s.filters}
+    orphans = tuple(pf for pf in cfg.partitioning_filters or [] if pf.filter not in kept)
+    return SourceStream(source, orphans) if orphans else None
+
+
+async def _whole_subjects(api: JetStreamApi, source: str) -> list[str]:
+    try:
+        subjects = (await api.stream_info(source))["config"].get("subjects") or []
+    except NotFoundError:
+        subjects = []
+    if not subjects:
+        raise ConfigError(f"stream {source} has no subjects to tell its queued messages apart: remove it while "
+                          "its messages are all handled, or delete the group")
+    return [f"*.{s}" for s in subjects]
+
+
+async def _drained(api: JetStreamApi, work_queue: str, subjects: list[str], timeout: float) -> bool:
+    """Wait until no message of ``subjects`` is left in the work queue."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = False
+        for subject in subjects:
+            try:
+                await api.request(f"STREAM.MSG.GET.{work_queue}", {"seq": 1, "next_by_subj": subject})
+                left = True
+                break
+            except JetStreamAPIError as e:
+                if e.err_code != ERR_NO_MESSAGE_FOUND:
+                    raise
+        if not left:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
+async def _update_stream(api: JetStreamApi, config: dict[str, Any]) -> None:
+    try:
+        await api.request(f"STREAM.UPDATE.{config['name']}", config)
+    except JetStreamAPIError as e:
+        raise PCGroupsError(f"can't update the elastic consumer group's stream: {e}") from None
 
 
 async def add_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
@@ -326,19 +662,26 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
-                          auto: bool = False, lease_ttl: float = 5.0) -> "ElasticInstance":
+                          auto: bool = False, lease_ttl: float = 5.0,
+                          create: "ElasticSpec | None" = None) -> "ElasticInstance":
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
     is also the consumer's inactive threshold, so dead instances' consumers are reaped. With
     ``auto=True`` the membership follows the instances' leases (see :mod:`pcgroups.membership`);
-    ``member`` may then be empty for a generated name.
+    ``member`` may then be empty for a generated name, and ``create`` (an :class:`ElasticSpec`)
+    joins the group by name: it is created with that shape if it does not exist (an existing group
+    of another shape is a ``GroupExistsError``).
     """
+    if create is not None and not auto:
+        raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
+                          "a named member of a new group would wait forever to be added")
     if auto:
         from .membership import elastic_consume_auto  # membership imports this module
         return await elastic_consume_auto(nc, stream, group, handler, member=member or None, lease_ttl=lease_ttl,
-                                          config=config, api=api, batch=batch, auto_in_progress=auto_in_progress,
-                                          concurrency=concurrency, key=key, retry=retry)
+                                          config=config, api=api, create=create, batch=batch,
+                                          auto_in_progress=auto_in_progress, concurrency=concurrency, key=key,
+                                          retry=retry)
     api = _api(nc, api)
     _names(stream, group)
     validate_name("member", member)
@@ -379,6 +722,7 @@ class ElasticInstance(ConsumerInstance):
                                 f"{self.group_name} on stream {self.stream_name} not found")
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
         self.desired = elastic_member_filters(self.config, self.member_name)
+        self._partition_key = _partitioning_key(self.config)
         self.current: list[str] | None = None    # the filters our consumer has, when attached
         self._retry_at = 0.0
         self._source_stalled_since: float | None = None
@@ -394,8 +738,7 @@ class ElasticInstance(ConsumerInstance):
         return self.work_queue
 
     def _default_key(self) -> KeyFunc:
-        return key_by_partitioning([(pf.filter, pf.partitioning_wildcards)
-                                    for pf in self.config.partitioning_filters or []])
+        return lambda msg: self._partition_key(msg)   # follows the filters when a stream is added or removed
 
     @property
     def partitions(self) -> list[int]:
@@ -429,12 +772,14 @@ class ElasticInstance(ConsumerInstance):
                 await self._stop_session(drain=True)
                 return ConfigError(f"the config of elastic consumer group {self.group_name} on stream "
                                    f"{self.stream_name} is no longer valid: {e}")
-            if not _same_shape(cfg, self.config):
+            if not _followable(self.config, cfg):
                 await self._stop_session(drain=True)
                 return ConfigChangedError(
                     f"elastic consumer group {self.group_name} member {self.member_name} received a bad change in "
                     "the configuration: max number of members, buffered messages, filter or partitioning "
                     "wildcards changed")
+            if cfg.partitioning_filters != self.config.partitioning_filters:
+                self._partition_key = _partitioning_key(cfg)   # a stream was added or removed
             self.config = cfg
             desired = elastic_member_filters(cfg, self.member_name)
             if desired == self.desired and (self.current == desired or not desired):
@@ -668,8 +1013,9 @@ class ElasticInstance(ConsumerInstance):
         stalled = now - self._source_stalled_since
         if stalled < self._stall_limit or now < self._next_stepdown:
             return
-        if await self._quick_info(self.stream_name) is None:
-            return   # the origin does not answer yet: a new source could not start either
+        for origin in {src.get("name", "") for src in sources}:
+            if await self._quick_info(origin) is None:
+                return   # an origin does not answer yet: a new source could not start either
         self._next_stepdown = now + STEPDOWN_COOLDOWN
         # Other instances of the group may act at the same moment: wait a little, and step down only if the
         # leader is still the one with the stalled source.
@@ -688,6 +1034,21 @@ class ElasticInstance(ConsumerInstance):
             log.warning("%s: step-down of %s not done: %s", self.member_name, self.work_queue, e)
             return
         self.source_stepdowns += 1
+
+
+def _followable(old: ElasticConfig, new: ElasticConfig) -> bool:
+    """A change a running instance follows: the membership, or whole partitioning filters added or
+    removed (a stream added to or removed from the group); any other change of shape ends it."""
+    if (old.max_members, old.max_buffered_msgs, old.max_buffered_bytes) != \
+            (new.max_members, new.max_buffered_msgs, new.max_buffered_bytes):
+        return False
+    before = {pf.filter: pf.partitioning_wildcards or [] for pf in old.partitioning_filters or []}
+    after = {pf.filter: pf.partitioning_wildcards or [] for pf in new.partitioning_filters or []}
+    return bool(before) == bool(after) and all(after[f] == w for f, w in before.items() if f in after)
+
+
+def _partitioning_key(cfg: ElasticConfig) -> KeyFunc:
+    return key_by_partitioning([(pf.filter, pf.partitioning_wildcards) for pf in cfg.partitioning_filters or []])
 
 
 def _source_stalled(info: dict[str, Any]) -> bool:

@@ -41,7 +41,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from .config import ElasticConfig, MemberMapping, parse_elastic_config, validate_name
-from .elastic import elastic_consume, work_queue_name
+from .elastic import ElasticSpec, elastic_consume, work_queue_name
 from .errors import ConfigError, NotFoundError, PCGroupsError
 from .instance import member_template
 from .jsapi import ConsumerConfig, JetStreamApi, pinned_client_id
@@ -173,13 +173,16 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
 async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Handler, *,
                                member: str | None = None, lease_ttl: float = DEFAULT_LEASE_TTL,
                                config: ConsumerConfig | None = None, debounce: float = DEFAULT_DEBOUNCE,
-                               api: JetStreamApi | None = None, **consume_kwargs: Any) -> "AutoInstance":
+                               api: JetStreamApi | None = None, create: "ElasticSpec | None" = None,
+                               **consume_kwargs: Any) -> "AutoInstance":
     """Run an instance of an elastic group in automatic membership (see the module docs).
 
     ``member``: a name shared by hot-standby instances; None gives a unique ``auto-<8 hex>``.
     ``lease_ttl`` (>= 1 s): a dead instance's member is dropped this long after its last renewal.
     ``config`` and ``consume_kwargs`` (batch, concurrency, key, retry, ...) go to ``elastic_consume``.
-    The group must exist (``create_elastic``); its membership is then managed by its instances.
+    The group must exist (``create_elastic``), or ``create`` (an ``ElasticSpec``) gives the shape it is
+    created with when it does not (joining by name; instances starting together make one group). Its
+    membership is then managed by its instances.
     """
     validate_name("stream", stream)
     validate_name("group", group)
@@ -191,9 +194,12 @@ async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Han
     if debounce < 0:
         raise ConfigError(f"debounce must be >= 0, got {debounce!r}")
     api = api if api is not None else JetStreamApi(nc)
+    if create is not None:
+        await create.create(nc, stream, group, api=api)
     consumer = await elastic_consume(nc, stream, group, member, handler, config=config, api=api, **consume_kwargs)
     try:
-        replicas = (await api.stream_info(stream))["config"].get("num_replicas", 1)
+        # the work queue's replicas: the group's name need not be a stream (partition streams)
+        replicas = (await api.stream_info(work_queue_name(stream, group)))["config"].get("num_replicas", 1)
         leases = await open_lease_bucket(api, replicas=replicas)
         configs = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
         inst = AutoInstance(nc, api, consumer, stream=stream, group=group, member=member, user_named=user_named,

@@ -129,16 +129,6 @@ def transform_destination(filter: str, wildcards: list[int] | None, max_members:
     return f"{{{{Partition({args})}}}}." + ".".join(tokens)
 
 
-def elastic_subject_transforms(cfg: ElasticConfig) -> list[tuple[str, str]]:
-    """(src, dest) of the work-queue stream's source transforms, one per partitioning filter; none: `>` as a whole."""
-    if not cfg.partitioning_filters:
-        return [(">", transform_destination(">", None, cfg.max_members))]
-    return [
-        (pf.filter, transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
-        for pf in cfg.partitioning_filters
-    ]
-
-
 def partition_of_subject(
     subject: str,
     max_members: int,

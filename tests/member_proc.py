@@ -1,7 +1,7 @@
 """A member instance in its own process, for failover tests: prints one JSON line per event.
 
 usage: python -m tests.member_proc URL[,URL...] static|elastic STREAM GROUP MEMBER [--ack-wait S] [--work S]
-       [--concurrency K] [--max-ack-pending N] [--instance NAME] [--context FILE] [--ack sync|plain]
+       [--concurrency K] [--max-ack-pending N] [--instance NAME] [--context FILE] [--ack sync|plain] [--key origin|stream]
 Lines: {"ev":"ready"}, {"ev":"start"|"end","seq":..,"subject":..,"partition":..,"pin":..,"t":..}, {"ev":"done","error":..},
 {"ev":"connected","server":NAME} (on connect and each reconnect), {"ev":"disconnected"}.
 start/end lines also carry member, instance, key and order (the origin stream sequence), so that
@@ -49,6 +49,9 @@ async def main() -> None:
     p.add_argument("--max-ack-pending", type=int, default=1)
     p.add_argument("--instance", default="")
     p.add_argument("--context", default=None)
+    p.add_argument("--key", choices=["origin", "stream"], default="origin",
+                   help="origin: key and order are the origin stream sequence; stream: the key is STREAM:SEQ of the "
+                        "origin and the order the work-queue sequence (arrival order, for groups over several streams)")
     p.add_argument("--ack", choices=["sync", "plain"], default="sync",
                    help="sync: wait for the server's confirmation (then print end); plain: print end once the "
                         "ack is handed to the client, as the checker wants when instances take over from each other")
@@ -79,6 +82,9 @@ async def main() -> None:
         meta = msg.metadata
         _, origin = origin_of(msg)
         ids = dict(member=args.member, instance=instance, key=origin, order=origin)
+        if args.key == "stream":
+            source = ((msg.headers or {}).get("Nats-Stream-Source") or "?").split(" ")[0]
+            ids.update(key=f"{source}:{origin}", order=meta.sequence.stream)
         deliveries = meta.num_delivered or 1
         emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id,
              deliveries=deliveries, **ids)

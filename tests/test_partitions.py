@@ -12,7 +12,6 @@ from pcgroups.partitions import (
     MAX_MEMBER_FILTERS,
     balanced_assignment,
     elastic_member_filters,
-    elastic_subject_transforms,
     fnv1a32,
     member_partitions,
     partition_filters,
@@ -21,6 +20,7 @@ from pcgroups.partitions import (
     strip_partition,
     transform_destination,
 )
+from pcgroups.sources import SourceStream, source_config
 from tests.test_config import ADDED, VECTORS, elastic_from_cli, static_from_cli
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def test_static_vector_consumers(vector):
 def test_elastic_vector_consumers_and_transforms(vector):
     _, cfg = elastic_from_cli(vector["cli"], vector["stdin"])
     (source,) = vector["stream_sources"]
-    assert [(t["src"], t["dest"]) for t in source["subject_transforms"]] == elastic_subject_transforms(cfg)
+    assert source == source_config(SourceStream(source["name"], tuple(cfg.partitioning_filters or ())), cfg.max_members)
     assert all(elastic_member_filters(cfg, m) == [] for m in ADDED)  # no members yet
     cfg.members = list(ADDED)
     assert {m: elastic_member_filters(cfg, m) for m in ADDED} == {m: vector["consumers"].get(m, []) for m in ADDED}
@@ -113,8 +113,9 @@ def test_no_members_no_mappings_owns_nothing():
 def test_elastic_without_filters():
     cfg = ElasticConfig(3, None, members=["a"])
     assert elastic_member_filters(cfg, "a") == ["0.>", "1.>", "2.>"]
-    assert elastic_subject_transforms(cfg) == [(">", "{{Partition(3)}}.>")]
-    assert elastic_subject_transforms(ElasticConfig(3, [])) == [(">", "{{Partition(3)}}.>")]
+    for c in (cfg, ElasticConfig(3, [])):
+        assert source_config(SourceStream("s", tuple(c.partitioning_filters or ())), 3) == {
+            "name": "s", "subject_transforms": [{"src": ">", "dest": "{{Partition(3)}}.>"}]}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
