@@ -261,6 +261,46 @@ async def test_elastic_group_reads_its_work_queue_stream(nats_server, uniq):
     assert (await stream_state(url, f"{uniq}-eg"))["messages"] == 40   # reading took nothing away
 
 
+async def test_aggregate_and_partition_stream_groups_read_through_their_work_queue(nats_server, uniq):
+    """Groups over several streams read like any elastic group: one Spark partition per group partition,
+    every message of every stream once; the ``Nats-Stream-Source`` header names each row's stream."""
+    from pcgroups import PartitioningFilter, create_elastic
+
+    url = nats_server.url
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=f"{uniq}O", subjects=[f"{uniq}.orders.*"])
+        await js.add_stream(name=f"{uniq}P", subjects=[f"{uniq}.payments.*"])
+        for i in range(3):
+            await js.add_stream(name=f"{uniq}L{i}", subjects=[f"{uniq}.p{i}.>"])
+        sent = {}
+        for i in range(30):
+            for stream, subject in ((f"{uniq}O", f"{uniq}.orders.c{i % 6}"), (f"{uniq}P", f"{uniq}.payments.c{i % 6}"),
+                                    (f"{uniq}L{i % 3}", f"{uniq}.p{i % 3}.host.{i}")):
+                sent.setdefault(stream, []).append((await js.publish(subject, b"x")).seq)
+        await create_elastic(nc, f"{uniq}O", "agg", 3, sources=[f"{uniq}P"], partitioning_filters=[
+            PartitioningFilter(f"{uniq}.orders.*", [1]), PartitioningFilter(f"{uniq}.payments.*", [1])])
+        await create_elastic(nc, f"{uniq}LOGS", "ps", 3, partition_streams=[f"{uniq}L{i}" for i in range(3)])
+        for name, group, streams in ((f"{uniq}O", "agg", [f"{uniq}O", f"{uniq}P"]),
+                                     (f"{uniq}LOGS", "ps", [f"{uniq}L{i}" for i in range(3)])):
+            want = sum(len(sent[s]) for s in streams)
+            while (await stream_state(url, f"{name}-{group}"))["messages"] < want:
+                await asyncio.sleep(0.02)
+            plan = await _nats.resolve(nc, src(url, stream=name, group=group, groupType="elastic",
+                                               failOnDataLoss="false"))
+            got: dict[str, list[int]] = {}
+            for p in range(3):
+                for subject, _, headers, _, _ in await _read_all(nc, url, plan, p, 1, want + 1):
+                    origin, seq = dict(headers)["Nats-Stream-Source"].split(" ")[:2]
+                    got.setdefault(origin, []).append(int(seq))
+                    if group == "ps":
+                        assert origin == f"{uniq}L{p}"           # stream i is partition i
+            assert {s: sorted(v) for s, v in got.items()} == {s: sent[s] for s in streams}
+    finally:
+        await nc.close()
+
+
 async def test_seq_at_time(nats_server, uniq):
     url = nats_server.url
     await make_stream(url, uniq, uniq, 2)
