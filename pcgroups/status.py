@@ -94,7 +94,8 @@ class GroupStatus:
     partitions: list[PartitionStatus]
     last_seq: int = 0                  # the consumer stream's last sequence
     messages: int = 0                  # messages in the consumer stream
-    source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue
+    source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue (all streams)
+    source_lags: dict[str, int] = field(default_factory=dict)   # elastic: the same, by stream
     leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
     taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     requests: int = 0                  # JetStream API requests it took
@@ -323,10 +324,7 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
     for row in rows:
         row.pending = per_partition.get(row.partition, 0)
         row.pending_exact = True
-    lag = None
-    for source in wq_info.get("sources") or []:
-        if source.get("name") == stream:
-            lag = int(source.get("lag") or 0)
+    source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
     from .membership import list_leases  # membership imports the elastic module, as this one does
 
     leases = await list_leases(nc, stream, group, api=api)
@@ -334,5 +332,7 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
                        max_members=cfg.max_members, mode=_mode(cfg),
                        filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
-                       messages=int(state.get("messages") or 0), source_lag=lag, leases=leases,
+                       messages=int(state.get("messages") or 0),
+                       source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
+                       leases=leases,
                        requests=counting.n + config_requests)
