@@ -399,11 +399,7 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     call completes it.
     """
     api = _api(nc, api)
-    _names(stream, group)
-    validate_name("stream", source)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    wq = await _work_queue_info(api, stream, group)
-    layout = _streams_of(layout_of(wq["config"], cfg.partitioning_filters), stream, group, "added to")
+    cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "added to")
     if source in layout.names:
         raise ConfigError(f"stream {source} is already a stream of elastic consumer group {group}")
     infos = await _stream_infos(api, [*layout.names, source], {**{n: "stream" for n in layout.names},
@@ -424,11 +420,18 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     return layout_of((await api.stream_info(body["name"]))["config"], [*(cfg.partitioning_filters or []), *new])
 
 
-def _streams_of(layout: Layout, stream: str, group: str, verb: str) -> Layout:
+async def _group_streams(nc: Client, api: JetStreamApi, stream: str, group: str, source: str, verb: str
+                         ) -> tuple[ElasticConfig, dict[str, Any], Layout]:
+    """The config, work-queue info and layout of a group whose streams change (not a partition-stream group)."""
+    _names(stream, group)
+    validate_name("stream", source)
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    wq = await _work_queue_info(api, stream, group)
+    layout = layout_of(wq["config"], cfg.partitioning_filters)
     if layout.kind == "partition-streams":
         raise ConfigError(f"elastic consumer group {group} on {stream} is a group of partition streams (one stream "
                           f"per partition): streams cannot be {verb} it")
-    return layout
+    return cfg, wq, layout
 
 
 def _check_added_filters(cfg: ElasticConfig, group: str, source: str, new: list[PartitioningFilter],
@@ -462,11 +465,7 @@ async def remove_source(nc: Client, stream: str, group: str, source: str, *, dis
     streams' messages are neither lost nor repeated. A call that timed out can be re-run.
     """
     api = _api(nc, api)
-    _names(stream, group)
-    validate_name("stream", source)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    wq = await _work_queue_info(api, stream, group)
-    layout = _streams_of(layout_of(wq["config"], cfg.partitioning_filters), stream, group, "removed from")
+    cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "removed from")
     leaving = layout.stream(source) or _removed_earlier(layout, cfg, source)
     if leaving is None:
         raise NotFoundError(f"stream {source} is not a stream of elastic consumer group {group} (its streams: "

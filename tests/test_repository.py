@@ -47,31 +47,29 @@ def _text(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def test_no_tracked_file_names_a_path_outside_the_repository():
-    outside = [_ABSOLUTE, _FORBIDDEN[0][1]]
-    if len(ROOT.parent.parts) > 1:  # the checkout's own surroundings, wherever it is
-        outside.append(re.compile(re.escape(str(ROOT.parent) + "/")))
+def _offending_lines(patterns: list[tuple[str, re.Pattern[str]]]) -> list[str]:
     bad = []
     for path in _tracked_text_files():
         text = _text(path)
         if text is None:
             continue
         for number, line in enumerate(text.splitlines(), 1):
-            if any(p.search(line) for p in outside):
-                bad.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+            for what, pattern in patterns:
+                if pattern.search(line):
+                    bad.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:120]}")
+    return bad
+
+
+def test_no_tracked_file_names_a_path_outside_the_repository():
+    outside = [("an absolute workspace path", _ABSOLUTE), _FORBIDDEN[0]]
+    if len(ROOT.parent.parts) > 1:  # the checkout's own surroundings, wherever it is
+        outside.append(("the checkout's parent directory", re.compile(re.escape(str(ROOT.parent) + "/"))))
+    bad = _offending_lines(outside)
     assert not bad, "tracked files name paths outside the repository:\n" + "\n".join(bad)
 
 
 def test_no_tracked_file_cites_the_tracker_or_an_outside_spec():
-    bad = []
-    for path in _tracked_text_files():
-        text = _text(path)
-        if text is None:
-            continue
-        for number, line in enumerate(text.splitlines(), 1):
-            for what, pattern in _FORBIDDEN[1:]:
-                if pattern.search(line):
-                    bad.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:120]}")
+    bad = _offending_lines(_FORBIDDEN[1:])
     assert not bad, "cite docs/DESIGN.md instead:\n" + "\n".join(bad)
 
 
