@@ -9,6 +9,8 @@ The commands run interleaved (one of each per round, so a load change hits them 
 figure is the median of the rounds (8 quick, 20 full). ``cg`` is the console script next to the
 interpreter when it is installed there, else ``python -c 'from cg.main import main; ...'``, with
 this checkout first on ``PYTHONPATH``, no ``NATS_*`` variables and an empty nats context folder.
+Byte-code caching is on (``PYTHONDONTWRITEBYTECODE`` removed): the warm-up run writes the ``.pyc``
+files an installed package has, so no round compiles source.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def commands(url: str) -> dict[str, list[str]]:
 
 
 def environment(config_home: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CG_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NATS_", "CG_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["XDG_CONFIG_HOME"] = config_home
     return env
