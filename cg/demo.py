@@ -36,7 +36,7 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -46,7 +46,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pcgroups.checker import Recorder, Report
+if TYPE_CHECKING:
+    from pcgroups.checker import Recorder, Report
 
 DEFAULT_DURATION = 36.0
 CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election takes 4-9 s
@@ -255,6 +256,8 @@ class Worker:
 class Demo:
     def __init__(self, *, duration: float, console: Console, rate: float, ack_wait: float | None, work: float,
                  live: bool | None, cluster: bool = False):
+        from pcgroups.checker import Recorder
+
         self.duration = max(duration, MIN_DURATION)
         self.cluster_mode = cluster
         self.cluster = None                # the EmbeddedCluster with --cluster
