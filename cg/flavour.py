@@ -232,8 +232,8 @@ def _status(flavour: Flavour) -> tuple[Fn, str]:
 
         check_names(stream=stream, group=name)
         seconds = _interval(interval)
-        raise typer.Exit(run_status(runtime(ctx), flavour, stream, name, as_json=json, watching=watch,
-                                    interval=seconds, **options))
+        raise typer.Exit(run_status(runtime(ctx), flavour.calls().status, stream, name, as_json=json,
+                                    watching=watch, interval=seconds, **options))
 
     if flavour.per_partition_status:
         def status(ctx: typer.Context, stream: Stream, name: Group, json: StatusJson = False, watch: Watch = False,

@@ -22,7 +22,6 @@ from rich.text import Text
 if TYPE_CHECKING:
     from pcgroups.status import GroupStatus
 
-    from .flavour import Flavour
     from .runtime import Runtime
 
 PLAIN_COLUMNS = ["PARTITION", "MEMBER", "ACTIVE", "PINNED-ID", "PINNED-SINCE", "PENDING", "ACK-PENDING",
@@ -203,19 +202,17 @@ async def watch(fetch: Callable[[], Awaitable["GroupStatus"]], console: Console,
 # ---------------------------------------------------------------- the command
 
 
-def run_status(rt: Runtime, flavour: Flavour, stream: str, group: str, *, as_json: bool = False,
-               watching: bool = False, interval: float = 2.0, **options: Any) -> int:
+def run_status(rt: Runtime, status_of: Callable[..., Awaitable[GroupStatus]], stream: str, group: str, *,
+               as_json: bool = False, watching: bool = False, interval: float = 2.0, **options: Any) -> int:
     """Run one ``status`` command (declared in cg/flavour.py): print once or watch; returns the exit
-    code. ``options`` go to the flavour's status function (static: ``per_partition``). Ctrl-C ends
-    a watch with 0; errors propagate to the caller."""
+    code. ``status_of(nc, stream, group, api=, **options)`` is the flavour's library function
+    (static's takes ``per_partition``). Ctrl-C ends a watch with 0; errors propagate to the caller."""
     from .output import out
 
     console, pretty = out.console, out.pretty
 
     async def main() -> int:
         async with rt.connection() as (nc, api):
-            status_of = flavour.calls().status
-
             async def fetch() -> GroupStatus:
                 return await status_of(nc, stream, group, api=api, **options)
 
