@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from .errors import Canceled, fail, report, usage_message
-from .runtime import Runtime, close_quietly, read_answer_async
+from .runtime import Runtime, close_quietly, read_answer_async, stdin_is_terminal
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -377,7 +377,7 @@ class Repl:
         self._input = input
         self._output = output
         self._history_file = Path(history_file) if history_file is not None else None
-        self.interactive = input is not None or _stdin_is_terminal()
+        self.interactive = input is not None or stdin_is_terminal()
         self._main_session: Any = None
         self._ask_session: Any = None
 
@@ -484,7 +484,6 @@ class Repl:
             return _CANCEL
         except EOFError:
             return _EOF
-
 
     async def ask(self, question: str, source: Callable[[], Awaitable[list[str]]] | None = None) -> str | None:
         """Ask one value; None at end of input; Ctrl-C raises :class:`_Cancel`."""
@@ -777,13 +776,6 @@ class Repl:
                 f.flush()
             except Exception:  # noqa: BLE001
                 pass
-
-
-def _stdin_is_terminal() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (ValueError, OSError):
-        return False
 
 
 __all__ = ["Repl", "SessionRuntime", "history_path"]

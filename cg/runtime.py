@@ -108,10 +108,7 @@ class Runtime:
     # -------------------------------------------------------- the user
 
     def stdin_is_terminal(self) -> bool:
-        try:
-            return sys.stdin is not None and sys.stdin.isatty()
-        except (ValueError, OSError):
-            return False
+        return stdin_is_terminal()
 
     def ask(self, prompt: str) -> str | None:
         """Write ``prompt`` (no newline) to stdout and read one line from stdin; None at end of input."""
@@ -134,6 +131,13 @@ def runtime(ctx: typer.Context) -> Runtime:
     """The runtime the root callback stored (a plain one when a command runs without the root)."""
     obj = ctx.find_root().obj
     return obj if isinstance(obj, Runtime) else Runtime()
+
+
+def stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
 
 
 async def close_quietly(nc: Client) -> None:
@@ -188,4 +192,4 @@ async def read_answer_async(prompt: str) -> str | None:
     return await answer
 
 
-__all__ = ["DELETE_WARNING", "Runtime", "close_quietly", "read_answer", "read_answer_async", "runtime"]
+__all__ = ["DELETE_WARNING", "Runtime", "close_quietly", "read_answer", "read_answer_async", "runtime", "stdin_is_terminal"]
