@@ -119,6 +119,8 @@ async def run(size: Size) -> Result:
         row("cg --fisk-introspect", "cg --fisk-introspect"),
         row("cg static ls STREAM (local server)", "cg static ls", "<= 8", 8.0),
         row("floor: import nats + connect + one request", "floor"),
+        Row("cg static ls STREAM vs the floor", med["cg static ls"], "s", med["floor"], "floor",
+            ratio(med["cg static ls"], med["floor"])),
     ]
     res.details = {"median_s": med, "samples_s": samples, "rounds": rounds, "cg": cg_argv()}
     return res
