@@ -43,7 +43,7 @@ class Calls:
     membership: Fn      # (nc, stream, group, member, api=) -> (in the membership, active)
     delete: Fn
     step_down: Fn
-    status: Fn
+    status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,19 @@ class Flavour:
         return f"{'an' if self.name[0] in 'aeiou' else 'a'} {self.name}"
 
 
+def _imported_when_called(module: str, name: str) -> Fn:
+    """The async function ``module.name``, imported on its first call."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return await getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
+
+
 def _static_calls() -> Calls:
     from pcgroups import static as lib
-    from pcgroups.status import static_status
 
     async def membership(nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi
                          ) -> tuple[bool, bool]:
@@ -74,17 +84,18 @@ def _static_calls() -> Calls:
 
     return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
                  list_active_members=lib.list_static_active_members, membership=membership,
-                 delete=lib.delete_static, step_down=lib.static_member_step_down, status=static_status)
+                 delete=lib.delete_static, step_down=lib.static_member_step_down,
+                 status=_imported_when_called("pcgroups.status", "static_status"))
 
 
 def _elastic_calls() -> Calls:
     from pcgroups import elastic as lib
-    from pcgroups.status import elastic_status
 
     return Calls(list_groups=lib.list_elastic_groups, get_config=lib.get_elastic_config,
                  list_active_members=lib.list_elastic_active_members,
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
-                 step_down=lib.elastic_member_step_down, status=elastic_status)
+                 step_down=lib.elastic_member_step_down,
+                 status=_imported_when_called("pcgroups.status", "elastic_status"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),

@@ -110,7 +110,8 @@ def test_an_admin_command_imports_only_its_own_path(nats_server, uniq):
     modules = _cg_modules("--server", nats_server.url, "static", "ls", uniq)
     assert {"cg.static", "pcgroups.static", "nats"} <= modules
     assert not _top(modules) & {"rich", "prompt_toolkit", "pydantic", "pyspark"}, sorted(_top(modules))
-    assert not modules & {"cg.elastic", "cg.demo", "cg.prompt", "cg.status", "cg.tools", "cg.consume"}
+    assert not modules & {"cg.elastic", "cg.demo", "cg.prompt", "cg.status", "cg.tools", "cg.consume",
+                          "pcgroups.status", "pcgroups.checker", "pcgroups.server"}
 
 
 # ---------------------------------------------------------------- cheap coercion
