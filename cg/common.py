@@ -1,104 +1,25 @@
-"""What every ``cg`` command shares: connection options, running a coroutine, errors, argument checks.
+"""What the ``cg`` commands share besides their runtime (cg/runtime.py) and errors (cg/errors.py):
+the version, argument checks that need no server, and logging.
 
-Heavy imports (nats-py, the pcgroups library) happen inside functions, so ``cg --help`` and
-``cg --fisk-introspect`` stay fast and never touch the network.
+Nothing here imports Typer, nats-py or rich; the library (``pcgroups``) only inside the checks that
+use it, so building the command tree, ``cg --help`` and ``cg --fisk-introspect`` stay fast.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import typer
-
-from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
-from pcgroups.connect import ConnectionOptions, parse_duration
-from pcgroups.errors import ConfigError, PCGroupsError
+from .errors import CLIError, debugging
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
-
-    from pcgroups.connect import ResolvedConnection
-    from pcgroups.jsapi import JetStreamApi
-
-T = TypeVar("T")
+    from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
 
 VERSION = "0.1.0"
 APP_HELP = "Partitioned Consumer Group CLI tool"
-CLOSE_TIMEOUT = 2.0  # seconds to wait for a clean nats-py close
-
-
-class CLIError(PCGroupsError):
-    """An error the CLI reports as ``cg: error: <message>`` (exit status 1)."""
-
-
-class Canceled(CLIError):
-    """The user answered anything but ``y`` to a confirmation."""
-
-    def __init__(self) -> None:
-        super().__init__("operation canceled")
-
-
-# ---------------------------------------------------------------- connection options
-
-
-def options(ctx: typer.Context) -> ConnectionOptions:
-    """The connection options the root callback stored (defaults when run without it)."""
-    root = ctx.find_root()
-    opts = root.obj
-    return opts if isinstance(opts, ConnectionOptions) else ConnectionOptions()
-
-
-def resolve_connection(opts: ConnectionOptions) -> "ResolvedConnection":
-    """Options > env > context > default, without any network (context errors surface here)."""
-    from pcgroups.connect import resolve
-
-    return resolve(opts)
-
-
-@asynccontextmanager
-async def connected(opts: ConnectionOptions, *, reconnect: bool = False
-                    ) -> AsyncIterator[tuple["Client", "JetStreamApi"]]:
-    """A connection and a JetStream API (honouring the JS domain) for the body of a command."""
-    from pcgroups.connect import connect
-    from pcgroups.jsapi import JetStreamApi
-
-    rc = resolve_connection(opts)
-    nc = await connect(rc, reconnect=reconnect)
-    try:
-        yield nc, JetStreamApi(nc, domain=rc.js_domain, timeout=rc.timeout)
-    finally:
-        await close_quietly(nc)
-
-
-async def close_quietly(nc: Any) -> None:
-    """Close (flushing pending acks) without letting a slow or failed close hide the result."""
-    try:
-        await asyncio.wait_for(nc.close(), CLOSE_TIMEOUT)
-    except Exception:  # noqa: BLE001 - the command's own outcome matters, not the close
-        pass
-
-
-def run(coro_fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-    """Run an async command body to completion on a fresh event loop."""
-    return asyncio.run(coro_fn(*args, **kwargs))
-
-
-def with_connection(ctx: typer.Context, body: Callable[["Client", "JetStreamApi"], Awaitable[T]]) -> T:
-    """Connect with the command line's options, run ``body(nc, api)``, close."""
-    opts = options(ctx)
-
-    async def main() -> T:
-        async with connected(opts) as (nc, api):
-            return await body(nc, api)
-
-    return run(main)
 
 
 # ---------------------------------------------------------------- argument checks (no network)
@@ -127,12 +48,18 @@ def parse_mappings(texts: Iterable[str]) -> list[MemberMapping]:
     return mappings
 
 
-def parse_duration_option(flag: str, text: str, *, minimum: float = 0.0) -> float:
-    """A duration option's value: a Go duration (``20ms``, ``1.5s``), at least ``minimum`` seconds."""
+def parse_duration_option(flag: str, text: str, *, minimum: float = 0.0, positive: bool = False) -> float:
+    """A duration option's value: a Go duration (``20ms``, ``1.5s``), at least ``minimum`` seconds
+    (``positive``: more than zero)."""
+    from pcgroups.connect import parse_duration
+    from pcgroups.errors import PCGroupsError
+
     try:
         seconds = parse_duration(text)
     except PCGroupsError as e:
         raise CLIError(f"invalid {flag}: {e}") from None
+    if positive and seconds <= 0:
+        raise CLIError(f"invalid {flag} {text!r}: must be positive")
     if seconds < minimum:
         allowed = "must not be negative" if minimum == 0 else f"must be at least {minimum:g}s"
         raise CLIError(f"invalid {flag} {text!r}: {allowed}")
@@ -144,24 +71,16 @@ def parse_sleep(text: str) -> float:
     return parse_duration_option("--sleep", text)
 
 
-def check_static_config(cfg: StaticConfig) -> None:
+def check_config(kind: str, cfg: StaticConfig | ElasticConfig) -> None:
+    """The reference's validation of a ``kind`` (static, elastic) group's config, before connecting."""
     from pcgroups.config import validate_partition_count
+    from pcgroups.errors import ConfigError
 
     try:
         validate_partition_count(cfg.max_members)
         cfg.validate()
     except ConfigError as e:
-        raise ConfigError(f"invalid static consumer group config: {e}") from None
-
-
-def check_elastic_config(cfg: ElasticConfig) -> None:
-    from pcgroups.config import validate_partition_count
-
-    try:
-        validate_partition_count(cfg.max_members)
-        cfg.validate()
-    except ConfigError as e:
-        raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+        raise ConfigError(f"invalid {kind} consumer group config: {e}") from None
 
 
 _WILDCARD_SPLIT = re.compile(r"[,\s]+")
@@ -194,69 +113,14 @@ def partitioning_filters(filters: list[str], wildcards: list[str]) -> list[Parti
     if len(wildcards) > len(filters):
         raise CLIError(f"{len(wildcards)} --wildcards given for {len(filters)} --filter: "
                        "each --wildcards pairs with one --filter, in order")
+    from pcgroups.config import PartitioningFilter
+
     out = []
     for i, f in enumerate(filters):
         if not f:
             raise CLIError("a --filter can't be empty")
         out.append(PartitioningFilter(f, parse_wildcards(wildcards[i] if i < len(wildcards) else None, f)))
     return out
-
-
-# ---------------------------------------------------------------- stdin
-
-
-def stdin_is_terminal() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (ValueError, OSError):
-        return False
-
-
-def ask(prompt: str) -> str | None:
-    """Write ``prompt`` (no newline) to stdout and read one line from stdin; None at end of input."""
-    from cg.output import out
-
-    out.write(prompt)
-    try:
-        line = sys.stdin.readline() if sys.stdin is not None else ""
-    except (OSError, ValueError):
-        return None
-    if line == "":
-        return None
-    return line.rstrip("\r\n")
-
-
-async def ask_async(prompt: str) -> str | None:
-    """:func:`ask` from a coroutine: stdin is read by a daemon thread, so the connection keeps
-    answering server pings while the user thinks, and Ctrl-C is not held up by a pending read."""
-    import threading
-
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future = loop.create_future()
-
-    def read() -> None:
-        try:
-            value = ask(prompt)
-        except BaseException as e:  # noqa: BLE001 - handed to the waiting coroutine
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_exception(e))
-        else:
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(value))
-
-    threading.Thread(target=read, name="cg-stdin", daemon=True).start()
-    return await answer
-
-
-DELETE_WARNING = ("WARNING: this operation will cause all existing consumer members to terminate "
-                  "consuming are you sure? (y/n): ")
-
-
-async def confirm_delete(force: bool) -> None:
-    """The reference's delete confirmation: only exactly ``y`` proceeds."""
-    if force:
-        return
-    answer = await ask_async(DELETE_WARNING)
-    if answer is None or answer.strip() != "y":
-        raise Canceled()
 
 
 # ---------------------------------------------------------------- logging
@@ -282,7 +146,7 @@ class _GoLogFormatter(logging.Formatter):
 
 def setup_logging() -> None:
     """Library warnings on stderr with a Go-like timestamp; ``CG_DEBUG=1`` shows debug and tracebacks."""
-    debug = os.environ.get("CG_DEBUG", "") not in ("", "0", "false")
+    debug = debugging()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_GoLogFormatter(debug))
     root = logging.getLogger()

@@ -13,12 +13,13 @@ import asyncio
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pcgroups.connect import ConnectionOptions
-
-from .common import CLIError, close_quietly, resolve_connection
+from .errors import CLIError
 from .output import go_duration, line_buffered_stdout, out
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 ACK_WAIT = 2.0          # the reference cg's consumer template: AckWait 2s, MaxAckPending 1, explicit
 MAX_ACK_PENDING = 1
@@ -75,15 +76,13 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
     return handler
 
 
-async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, member: str,
+async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
-    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds.
+    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds. The
+    connection is the runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
-    from pcgroups.connect import connect
-    from pcgroups.jsapi import JetStreamApi
-
     if kind == "static":
         from pcgroups.static import static_consume as start
     else:
@@ -126,12 +125,9 @@ async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, m
     handler = make_handler(member, sleep, printer, on_broken)
     nc = None
     try:
-        rc = resolve_connection(opts)
-
         async def setup():
             nonlocal nc
-            nc = await connect(rc, reconnect=True)
-            api = JetStreamApi(nc, domain=rc.js_domain, timeout=rc.timeout)
+            nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl} if auto else {}
             return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
 
@@ -156,7 +152,7 @@ async def consume(opts: ConnectionOptions, kind: str, stream: str, group: str, m
         if inst is not None:
             await inst.stop()  # idempotent: returns at once when it has ended
         if nc is not None:
-            await close_quietly(nc)
+            await rt.close(nc)
         for sig in installed:
             loop.remove_signal_handler(sig)
         if printer.broken:

@@ -36,17 +36,16 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.table import Table
+    from rich.text import Text
 
-from pcgroups.checker import Recorder, Report
+    from pcgroups.checker import Recorder, Report
 
 DEFAULT_DURATION = 36.0
 CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election takes 4-9 s
@@ -255,6 +254,8 @@ class Worker:
 class Demo:
     def __init__(self, *, duration: float, console: Console, rate: float, ack_wait: float | None, work: float,
                  live: bool | None, cluster: bool = False):
+        from pcgroups.checker import Recorder
+
         self.duration = max(duration, MIN_DURATION)
         self.cluster_mode = cluster
         self.cluster = None                # the EmbeddedCluster with --cluster
@@ -292,6 +293,8 @@ class Demo:
         return time.monotonic() - self.started
 
     def event(self, text: str, style: str = "") -> None:
+        from rich.text import Text
+
         self.events.append((self.elapsed(), Text(text, style=style)))
         if not self.live_view:
             self.console.print(Text(f"[{self.elapsed():6.1f}s] {text}"), soft_wrap=True)
@@ -647,6 +650,10 @@ class Demo:
         return rates
 
     def _group_table(self, flavour: str) -> Table:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
         from pcgroups.partitions import balanced_assignment
 
         if flavour == "static":
@@ -694,6 +701,10 @@ class Demo:
         return table
 
     def _instances_table(self) -> Table:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(title="instances (one process each)", title_justify="left", box=box.SIMPLE_HEAD,
                       padding=(0, 1))
         for col in ("instance", "member", "pid", "state", "acked"):
@@ -713,6 +724,11 @@ class Demo:
         return table
 
     def render(self) -> RenderableType:
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
         plan = self.plan
         header = Text()
         header.append("cg demo", style="bold")
@@ -771,6 +787,8 @@ class Demo:
         return Group(*parts)
 
     def progress_line(self) -> None:
+        from rich.text import Text
+
         now = time.monotonic()
         if self.phase == "setup" or now - self._last_progress < 2.0:
             return
@@ -796,6 +814,9 @@ class Demo:
 
     # --- the summary ----------------------------------------------------------------------
     def print_summary(self, result: DemoResult) -> None:
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(title="summary (every handler call checked by pcgroups.checker)", title_justify="left")
         for col, just in (("group", "left"), ("published", "right"), ("processed", "right"), ("lost", "right"),
                           ("redelivered", "right"), ("overlaps", "right"), ("order violations", "right"),
@@ -843,6 +864,8 @@ async def demo(*, duration: float = DEFAULT_DURATION, console: Console | None = 
                cluster: bool = False) -> DemoResult:
     """Run the demo; returns what it found. ``live``: the live view (default: the console is a terminal);
     ``cluster``: on a 3-node cluster, with a node kill."""
+    from rich.console import Console
+
     console = console or Console()
     d = Demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, work=work, live=live,
              cluster=cluster)
@@ -879,6 +902,9 @@ async def run_demo(*, duration: float = DEFAULT_DURATION, console: Console | Non
                    rate: float = DEFAULT_RATE, ack_wait: float | None = None, live: bool | None = None,
                    cluster: bool = False) -> int:
     """Run the demo and return its exit code: 0 when every check passed, 1 otherwise."""
+    from rich.console import Console
+    from rich.text import Text
+
     console = console or Console()
     try:
         result = await demo(duration=duration, console=console, rate=rate, ack_wait=ack_wait, live=live,
@@ -919,6 +945,8 @@ def demo_command(
 ) -> None:
     """Run partitioned consumer groups on an embedded nats-server: a live view, a SIGKILL failover, elastic
     membership changes, and a summary that checks order, exclusivity and no loss."""
+    from rich.console import Console
+
     if duration is None:
         duration = f"{CLUSTER_DURATION if cluster else DEFAULT_DURATION:g}s"
     seconds = _seconds(duration)

@@ -1,28 +1,29 @@
-"""``cg elastic ...``: elastic partitioned consumer groups (membership changes while consuming)."""
+"""``cg elastic ...``: elastic partitioned consumer groups (membership changes while consuming).
+
+The commands both flavours have come from cg/flavour.py; here are elastic's own: ``create`` (with
+the reference's interactive filter entry on a terminal), ``add``, ``drop``, ``create-mapping``,
+``delete-mapping`` and ``consume`` (with ``--auto``: automatic membership).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import (CLIError, ask, check_elastic_config, check_names, confirm_delete, options,
-                     parse_duration_option, parse_mappings, parse_sleep, parse_wildcards, partitioning_filters, run,
-                     stdin_is_terminal, with_connection)
-from .output import go_list, go_mappings, out, print_groups, print_elastic_info, print_member_info
-from .static import Force, Group, Json, MaxMembers, Member, Sleep, Stream, _command
+from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_wildcards,
+                     partitioning_filters)
+from .errors import CLIError
+from .flavour import ELASTIC, Group, MaxMembers, Sleep, Stream, add_shared, flavour_app, flavour_command, join
+from .runtime import Runtime, runtime
 
-elastic_app = typer.Typer(help="elastic consumer groups mode")
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
-ALIASES: dict[tuple[str, ...], list[str]] = {
-    ("elastic", "ls"): ["list"],
-    ("elastic", "delete"): ["rm"],
-    ("elastic", "create-mapping"): ["cm", "createmapping"],
-    ("elastic", "delete-mapping"): ["dm", "deletemapping"],
-    ("elastic", "member-info"): ["memberinfo", "minfo"],
-    ("elastic", "step-down"): ["stepdown", "sd"],
-    ("elastic", "consume"): ["join"],
-}
+    from pcgroups.config import MemberMapping, PartitioningFilter
+    from pcgroups.jsapi import JetStreamApi
+
+elastic_app = flavour_app(ELASTIC)
 
 Members = Annotated[list[str], typer.Argument(help="member names", show_default=False)]
 Mappings = Annotated[list[str], typer.Argument(
@@ -30,46 +31,24 @@ Mappings = Annotated[list[str], typer.Argument(
     show_default=False)]
 
 
-@_command(elastic_app, "ls", ALIASES[("elastic", "ls")], "list the consumer groups defined on a stream")
-def ls(ctx: typer.Context, stream: Stream, json: Json = False) -> None:
-    check_names(stream=stream)
-
-    async def body(nc, api):
-        from pcgroups.elastic import list_elastic_groups
-
-        return await list_elastic_groups(nc, stream, api=api)
-
-    print_groups("elastic", stream, with_connection(ctx, body), as_json=json)
+add_shared(elastic_app, ELASTIC, "ls", "info")
 
 
-@_command(elastic_app, "info", [], "get elastic consumer group info")
-def info(ctx: typer.Context, stream: Stream, name: Group, json: Json = False) -> None:
-    check_names(stream=stream, group=name)
-
-    async def body(nc, api):
-        from pcgroups.elastic import get_elastic_config, list_elastic_active_members
-
-        cfg = await get_elastic_config(nc, stream, name, api=api)
-        active = await list_elastic_active_members(nc, stream, name, api=api)
-        return cfg, active
-
-    cfg, active = with_connection(ctx, body)
-    print_elastic_info(stream, name, cfg, active, as_json=json)
-
-
-def _prompt_filters():
+def _prompt_filters(rt: Runtime) -> list[PartitioningFilter] | None:
     """The reference's interactive filter entry (only when stdin is a terminal)."""
     from pcgroups.config import PartitioningFilter
 
+    from .output import out
+
     pfs = []
     while True:
-        answer = ask("filter (empty when done): ")
+        answer = rt.ask("filter (empty when done): ")
         tokens = (answer or "").split()
         if not tokens:
             break
         filter = tokens[0]
         while True:
-            line = ask("space separated partitioning wildcard indexes: ")
+            line = rt.ask("space separated partitioning wildcard indexes: ")
             if line is None:
                 raise CLIError("no partitioning wildcard indexes given")
             try:
@@ -82,7 +61,7 @@ def _prompt_filters():
     return pfs or None
 
 
-@_command(elastic_app, "create", [], "create an elastic partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "create", "create an elastic partitioned consumer group")
 def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
            filter: Annotated[list[str], typer.Option(
                "--filter", metavar="FILTER", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a "
@@ -98,46 +77,31 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
                                                            help="max number of buffered bytes")] = 0) -> None:
     from pcgroups.config import ElasticConfig
 
+    rt = runtime(ctx)
     check_names(stream=stream, group=name)
     if filter:
         pfs = partitioning_filters(filter, wildcards)
     elif wildcards:
         raise CLIError("--wildcards needs a --filter to pair with")
-    elif stdin_is_terminal():
-        pfs = _prompt_filters()
+    elif rt.stdin_is_terminal():
+        pfs = _prompt_filters(rt)
     else:
         pfs = None
-    check_elastic_config(ElasticConfig(max_members=max_members, partitioning_filters=pfs,
-                                       max_buffered_msgs=max_buffered_msgs,
-                                       max_buffered_bytes=max_buffered_bytes))
+    check_config("elastic", ElasticConfig(max_members=max_members, partitioning_filters=pfs,
+                                          max_buffered_msgs=max_buffered_msgs,
+                                          max_buffered_bytes=max_buffered_bytes))
 
-    async def body(nc, api):
+    async def body(nc: Client, api: JetStreamApi) -> None:
         from pcgroups.elastic import create_elastic
 
         await create_elastic(nc, stream, name, max_members, partitioning_filters=pfs,
                              max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
                              api=api)
 
-    with_connection(ctx, body)
+    rt.with_connection(body)
 
 
-@_command(elastic_app, "delete", ALIASES[("elastic", "delete")], "delete an elastic partitioned consumer group")
-def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False) -> None:
-    check_names(stream=stream, group=name)
-
-    async def body(nc, api):
-        from pcgroups.errors import ConfigError
-        from pcgroups.elastic import delete_elastic, get_elastic_config
-
-        try:
-            await get_elastic_config(nc, stream, name, api=api)  # "not found" before asking
-        except ConfigError:
-            pass  # it exists with an invalid config: deleting it is the way out
-        await confirm_delete(force)
-        await delete_elastic(nc, stream, name, api=api)
-
-    with_connection(ctx, body)
-
+add_shared(elastic_app, ELASTIC, "delete")
 
 Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as member mappings that move the "
                                                      "fewest partitions (only the changed members' ones)")]
@@ -145,9 +109,11 @@ Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as 
 
 def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
                     add: bool) -> None:
+    from .output import go_list, go_mappings, out
+
     check_names(stream=stream, group=name, members=members)
 
-    async def body(nc, api):
+    async def body(nc: Client, api: JetStreamApi) -> tuple[list[str], list[MemberMapping] | None]:
         from pcgroups.elastic import add_members, delete_members, get_elastic_config
 
         change = add_members if add else delete_members
@@ -155,75 +121,52 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         mappings = (await get_elastic_config(nc, stream, name, api=api)).member_mappings if sticky else None
         return result, mappings
 
-    result, mappings = with_connection(ctx, body)
+    result, mappings = runtime(ctx).with_connection(body)
     out.line(f"{'added' if add else 'dropped'} members: {go_list(result)}")
     if sticky:
-        out.line(f"member mapping: {go_mappings(mappings)}")
+        out.line(f"member mapping: {go_mappings(mappings or [])}")
 
 
-@_command(elastic_app, "add", [], "add members to a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "add", "add members to a partitioned consumer group")
 def add(ctx: typer.Context, stream: Stream, name: Group, members: Members, sticky: Sticky = False) -> None:
     _change_members(ctx, stream, name, members, sticky, add=True)
 
 
-@_command(elastic_app, "drop", [], "drop members from a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "drop", "drop members from a partitioned consumer group")
 def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members, sticky: Sticky = False) -> None:
     _change_members(ctx, stream, name, members, sticky, add=False)
 
 
-@_command(elastic_app, "create-mapping", ALIASES[("elastic", "create-mapping")],
-          "create member mappings for a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "create-mapping", "create member mappings for a partitioned consumer group")
 def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Mappings) -> None:
+    from .output import go_mappings, out
+
     check_names(stream=stream, group=name)
     parsed = parse_mappings(mappings)
     check_names(members=[m.member for m in parsed])
 
-    async def body(nc, api):
+    async def body(nc: Client, api: JetStreamApi) -> None:
         from pcgroups.elastic import set_member_mappings
 
         await set_member_mappings(nc, stream, name, parsed, api=api)
 
-    with_connection(ctx, body)
+    runtime(ctx).with_connection(body)
     out.line(f"member mapping: {go_mappings(parsed)}")
 
 
-@_command(elastic_app, "delete-mapping", ALIASES[("elastic", "delete-mapping")],
-          "delete member mappings for a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group")
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
 
-    async def body(nc, api):
+    async def body(nc: Client, api: JetStreamApi) -> None:
         from pcgroups.elastic import delete_member_mappings
 
         await delete_member_mappings(nc, stream, name, api=api)
 
-    with_connection(ctx, body)
+    runtime(ctx).with_connection(body)
 
 
-@_command(elastic_app, "member-info", ALIASES[("elastic", "member-info")], "get elastic consumer group member info")
-def member_info(ctx: typer.Context, stream: Stream, name: Group, member: Member, json: Json = False) -> None:
-    check_names(stream=stream, group=name, members=[member])
-
-    async def body(nc, api):
-        from pcgroups.elastic import elastic_is_in_membership_and_active
-
-        return await elastic_is_in_membership_and_active(nc, stream, name, member, api=api)
-
-    in_membership, active = with_connection(ctx, body)
-    print_member_info("elastic", stream, name, member, in_membership, active, as_json=json)
-
-
-@_command(elastic_app, "step-down", ALIASES[("elastic", "step-down")], "initiate a step down for a member")
-def step_down(ctx: typer.Context, stream: Stream, name: Group, member: Member) -> None:
-    check_names(stream=stream, group=name, members=[member])
-
-    async def body(nc, api):
-        from pcgroups.elastic import elastic_member_step_down
-
-        await elastic_member_step_down(nc, stream, name, member, api=api)
-
-    with_connection(ctx, body)
-
+add_shared(elastic_app, ELASTIC, "member-info", "step-down")
 
 OptionalMember = Annotated[Optional[str], typer.Argument(
     help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
@@ -235,11 +178,9 @@ LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how lon
                                        metavar="DURATION")]
 
 
-@_command(elastic_app, "consume", ALIASES[("elastic", "consume")], "join a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "consume", "join a partitioned consumer group")
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMember = None,
             sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s") -> None:
-    from .consume import consume as run_consume
-
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
@@ -247,10 +188,9 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         from pcgroups.membership import auto_member_name
 
         member = auto_member_name()
-    check_names(stream=stream, group=name, members=[member])
-    seconds = parse_sleep(sleep)
-    raise typer.Exit(run(run_consume, options(ctx), "elastic", stream, name, member, seconds,
-                         auto=auto, lease_ttl=lease))
+    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease)
 
 
-# `cg elastic prompt` is added by the prompt module (see cg/main.py).
+add_shared(elastic_app, ELASTIC, "status", "prompt")
+
+__all__ = ["elastic_app"]

@@ -5,6 +5,8 @@
 - stdout a terminal: rich tables for ``ls``/``info``/``member-info`` (``CG_PRETTY=0``/``1`` overrides
   the detection).
 - ``--json``: one JSON document, whatever stdout is.
+
+rich is imported only for pretty output: plain lines and JSON need nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-from pcgroups.config import ElasticConfig, MemberMapping, StaticConfig
+    from pcgroups.config import ElasticConfig, MemberMapping, StaticConfig
 
 # ---------------------------------------------------------------- Go %v formatting
 
@@ -75,9 +78,18 @@ class Output:
     """The single stdout console plus the plain-line and JSON writers."""
 
     def __init__(self) -> None:
-        # file=None: the console follows sys.stdout (tests redirect it); no markup, emoji or
-        # highlighting, so names are printed as they are; soft_wrap: never wrapped.
-        self.console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The rich console, made on first use."""
+        if self._console is None:
+            from rich.console import Console
+
+            # file=None: the console follows sys.stdout (tests redirect it); no markup, emoji or
+            # highlighting, so names are printed as they are; soft_wrap: never wrapped.
+            self._console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)
+        return self._console
 
     @property
     def file(self):
@@ -148,6 +160,9 @@ def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool
     if as_json:
         out.json({"stream": stream, "kind": kind, "groups": list(groups)})
     elif out.pretty:
+        from rich.table import Table
+        from rich.text import Text
+
         if not groups:
             out.print(Text(f"no {kind} consumer groups on stream {stream}", style="dim"))
             return
@@ -163,19 +178,84 @@ def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool
 # ---------------------------------------------------------------- info
 
 
-def _members_line(members: Sequence[str], mappings: Sequence[MemberMapping]) -> str:
-    if members:
-        return f"members: {go_list(members)}"
-    if mappings:
-        return f"Member mappings: {go_mappings(mappings)}"
-    return "no members or mappings defined"
+def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticConfig, active: Sequence[str], *,
+               as_json: bool) -> None:
+    """``info`` of a ``kind`` (static, elastic) group: its config and active members."""
+    if as_json:
+        out.json({"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
+                  "active_members": list(active)})
+    elif out.pretty:
+        for renderable in _pretty_info(kind, stream, group, cfg, active):
+            out.print(renderable)
+    else:
+        for text in _plain_info(kind, cfg, active):
+            out.line(text)
 
 
-def _config_obj(cfg: StaticConfig | ElasticConfig) -> Any:
-    return json.loads(cfg.to_json())
+def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
+    """The reference's lines."""
+    if kind == "static":
+        lines = [f"config: max members={cfg.max_members}, filters={go_list(cfg.filters)}"]
+    else:
+        lines = [f"config: max members={cfg.max_members}, max buffered msgs={cfg.max_buffered_msgs}, "
+                 f"max buffered bytes={cfg.max_buffered_bytes}"]
+        if not cfg.partitioning_filters:
+            lines.append("no partitioning filters defined (whole subject used)")
+        for pf in cfg.partitioning_filters or []:
+            lines.append(f"filter={pf.filter}, partitioning wildcards {go_list(pf.partitioning_wildcards or [])}")
+    if cfg.members:
+        lines.append(f"members: {go_list(cfg.members)}")
+    elif cfg.member_mappings:
+        lines.append(f"Member mappings: {go_mappings(cfg.member_mappings)}")
+    else:
+        lines.append("no members or mappings defined")
+    lines.append(f"currently active members: {go_list(active)}")
+    return lines
+
+
+def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[str]) -> list[Any]:
+    """The config as a key/value table, the partitioning filters (elastic), the membership."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{kind} consumer group {group} on stream {stream}", title_justify="left",
+                  show_header=False)
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("max members", str(cfg.max_members))
+    parts: list[Any] = [table]
+    if kind == "static":
+        table.add_row("filters", " ".join(cfg.filters) if cfg.filters else Text("none (whole subject)", style="dim"))
+    else:
+        table.add_row("max buffered msgs", str(cfg.max_buffered_msgs))
+        table.add_row("max buffered bytes", str(cfg.max_buffered_bytes))
+        parts.append(_filters_table(cfg))
+    table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
+    return [*parts, _membership_table(cfg, active)]
+
+
+def _filters_table(cfg: ElasticConfig) -> Table | Text:
+    from rich.table import Table
+    from rich.text import Text
+
+    from pcgroups.partitions import transform_destination
+
+    if not cfg.partitioning_filters:
+        return Text("no partitioning filters defined (whole subject used)", style="dim")
+    ft = Table(title="partitioning filters", title_justify="left")
+    ft.add_column("filter", overflow="fold")
+    ft.add_column("wildcards", overflow="fold")
+    ft.add_column("transform", overflow="fold")
+    for pf in cfg.partitioning_filters:
+        ft.add_row(pf.filter, " ".join(map(str, pf.partitioning_wildcards or [])) or "whole subject",
+                   transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
+    return ft
 
 
 def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) -> Table | Text:
+    from rich.table import Table
+    from rich.text import Text
+
     from pcgroups.partitions import member_partitions
 
     names = list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
@@ -193,67 +273,6 @@ def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) 
         table.add_row(name, " ".join(map(str, parts)) if parts else Text("none", style="dim"),
                       Text("yes", style="green") if is_active else Text("no", style="red"))
     return table
-
-
-def print_static_info(stream: str, group: str, cfg: StaticConfig, active: Sequence[str], *,
-                      as_json: bool) -> None:
-    if as_json:
-        out.json({"stream": stream, "group": group, "kind": "static", "config": _config_obj(cfg),
-                  "active_members": list(active)})
-    elif out.pretty:
-        table = Table(title=f"static consumer group {group} on stream {stream}", title_justify="left",
-                      show_header=False)
-        table.add_column("key", style="bold", no_wrap=True)
-        table.add_column("value", overflow="fold")
-        table.add_row("max members", str(cfg.max_members))
-        table.add_row("filters", " ".join(cfg.filters) if cfg.filters else Text("none (whole subject)", style="dim"))
-        table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
-        out.print(table)
-        out.print(_membership_table(cfg, active))
-    else:
-        out.line(f"config: max members={cfg.max_members}, filters={go_list(cfg.filters)}")
-        out.line(_members_line(cfg.members, cfg.member_mappings))
-        out.line(f"currently active members: {go_list(active)}")
-
-
-def print_elastic_info(stream: str, group: str, cfg: ElasticConfig, active: Sequence[str], *,
-                       as_json: bool) -> None:
-    if as_json:
-        out.json({"stream": stream, "group": group, "kind": "elastic", "config": _config_obj(cfg),
-                  "active_members": list(active)})
-    elif out.pretty:
-        from pcgroups.partitions import transform_destination
-
-        table = Table(title=f"elastic consumer group {group} on stream {stream}", title_justify="left",
-                      show_header=False)
-        table.add_column("key", style="bold", no_wrap=True)
-        table.add_column("value", overflow="fold")
-        table.add_row("max members", str(cfg.max_members))
-        table.add_row("max buffered msgs", str(cfg.max_buffered_msgs))
-        table.add_row("max buffered bytes", str(cfg.max_buffered_bytes))
-        table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
-        out.print(table)
-        if cfg.partitioning_filters:
-            ft = Table(title="partitioning filters", title_justify="left")
-            ft.add_column("filter", overflow="fold")
-            ft.add_column("wildcards", overflow="fold")
-            ft.add_column("transform", overflow="fold")
-            for pf in cfg.partitioning_filters:
-                ft.add_row(pf.filter, " ".join(map(str, pf.partitioning_wildcards or [])) or "whole subject",
-                           transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
-            out.print(ft)
-        else:
-            out.print(Text("no partitioning filters defined (whole subject used)", style="dim"))
-        out.print(_membership_table(cfg, active))
-    else:
-        out.line(f"config: max members={cfg.max_members}, max buffered msgs={cfg.max_buffered_msgs}, "
-                 f"max buffered bytes={cfg.max_buffered_bytes}")
-        if not cfg.partitioning_filters:
-            out.line("no partitioning filters defined (whole subject used)")
-        for pf in cfg.partitioning_filters or []:
-            out.line(f"filter={pf.filter}, partitioning wildcards {go_list(pf.partitioning_wildcards or [])}")
-        out.line(_members_line(cfg.members, cfg.member_mappings))
-        out.line(f"currently active members: {go_list(active)}")
 
 
 # ---------------------------------------------------------------- member-info
@@ -284,6 +303,8 @@ def print_member_info(kind: str, stream: str, group: str, member: str, in_member
             lines.append((f"member {member} is not currently part of the consumer group membership", "red"))
     for text, style in lines:
         if out.pretty:
+            from rich.text import Text
+
             out.print(Text(text, style=style))
         else:
             out.line(text)

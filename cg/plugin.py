@@ -51,8 +51,11 @@ def _typer_command(app: Any) -> Any:
 
 
 def _subcommands(cmd: Any) -> dict[str, Any]:
-    commands = getattr(cmd, "commands", None)
-    return dict(commands) if isinstance(commands, Mapping) else {}
+    """A group's subcommands in its order, looked up as click does (a group may build them lazily)."""
+    if not isinstance(getattr(cmd, "commands", None), Mapping):
+        return {}
+    ctx = cmd.context_class(cmd, info_name=cmd.name)
+    return {name: cmd.get_command(ctx, name) for name in cmd.list_commands(ctx)}
 
 
 def _clean_help(text: str | None) -> tuple[str, str]:

@@ -16,12 +16,10 @@ Every line is dispatched into the very Typer commands ``cg static ...`` / ``cg e
 - Ctrl-C cancels the line being typed (and stops a running ``consume``, back to the prompt), Ctrl-D
   on an empty line leaves with status 0; any error prints ``cg: error: ...`` and the shell goes on.
 
-One NATS connection serves the whole session: while the shell runs, the commands' coroutines run on
-the shell's own event loop (``cg.common.run`` and the ``run`` the command modules imported) and
-``pcgroups.connect.connect`` hands them the session's connection (its ``close`` only flushes). The
-CLI's own questions (the delete confirmation, elastic ``create``'s filter entry) are asked through
-prompt-toolkit too. These swaps are module attributes, set for the session and restored after it
-(:meth:`Repl.bound`). ``status`` opens its own connection (it runs its own event loop).
+One NATS connection serves the whole session: the commands run with a :class:`SessionRuntime` as
+their context object (cg/runtime.py), so their coroutines run on the shell's own event loop, on
+the session's connection (a command's close only flushes it), and the CLI's own questions (the
+delete confirmation, elastic ``create``'s filter entry) are asked through prompt-toolkit too.
 
 The reference's prompt quirks are not copied: ``drop`` (and the other elastic-only commands) in
 static mode is an error naming the mode, not the elastic command; ``create-mapping`` applies the
@@ -46,8 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from .errors import Canceled, fail, report, usage_message
+from .runtime import Runtime, close_quietly, read_answer_async, stdin_is_terminal
+
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from pcgroups.connect import ConnectionOptions
+    from pcgroups.jsapi import JetStreamApi
 
 MODES = ("static", "elastic")
 NAME_TTL = 3.0          # seconds a looked-up list of names is reused by completion
@@ -168,33 +172,48 @@ def _short_help(cmd: Any) -> str:
         return ""
 
 
-# ---------------------------------------------------------------- the connection the commands share
+# ---------------------------------------------------------------- the commands' runtime in the shell
 
 
-class SharedConnection:
-    """The session's connection as a command sees it: all of it, except that closing or draining
-    only flushes (the next command uses it again)."""
+class SessionRuntime(Runtime):
+    """The runtime of the commands the shell runs: the session's event loop and connection (a
+    command's close only flushes it), and questions through the shell's prompt when interactive."""
 
-    def __init__(self, nc: Any) -> None:
-        object.__setattr__(self, "_nc", nc)
+    def __init__(self, repl: "Repl") -> None:
+        super().__init__(options=repl.opts)
+        self.repl = repl
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._nc, name)
+    def run(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """On the session's event loop (Ctrl-C cancels the command, not the shell)."""
+        return self.repl.runner.run(coro_fn(*args, **kwargs))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._nc, name, value)
+    async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
+        return self.repl.nc, self.repl.api
 
-    async def close(self) -> None:
-        await self._flush()
-
-    async def drain(self) -> None:
-        await self._flush()
-
-    async def _flush(self) -> None:
+    async def close(self, nc: Client) -> None:
         try:
-            await asyncio.wait_for(self._nc.flush(), 2.0)
+            await asyncio.wait_for(nc.flush(), 2.0)
         except Exception:  # noqa: BLE001 - a slow flush must not hide the command's outcome
             pass
+
+    def stdin_is_terminal(self) -> bool:
+        return self.repl.interactive or super().stdin_is_terminal()
+
+    def ask(self, prompt: str) -> str | None:
+        """Elastic ``create``'s filter entry: through prompt-toolkit; Ctrl-C cancels the command."""
+        if not self.repl.interactive:
+            return super().ask(prompt)
+        try:
+            return self.run(self.repl.ask, prompt)
+        except _Cancel:
+            raise Canceled() from None
+
+    async def ask_async(self, prompt: str) -> str | None:
+        """The delete confirmation: through prompt-toolkit; Ctrl-C cancels the command."""
+        try:
+            return await self.repl.ask(prompt)
+        except _Cancel:
+            raise Canceled() from None
 
 
 # ---------------------------------------------------------------- live names for completion
@@ -349,20 +368,18 @@ class Repl:
         self.mode = mode
         self.opts = opts
         self.root = root
-        self.root_ctx = root.context_class(root, info_name="cg", obj=opts, **root.context_settings)
+        self.root_ctx = root.context_class(root, info_name="cg", obj=SessionRuntime(self), **root.context_settings)
         self.sleep: str | None = None
         self.names = Names(self)
         self.runner: asyncio.Runner | None = None
         self.nc: Any = None
         self.api: Any = None
-        self.shared: SharedConnection | None = None
         self._input = input
         self._output = output
         self._history_file = Path(history_file) if history_file is not None else None
-        self.interactive = input is not None or _stdin_is_terminal()
+        self.interactive = input is not None or stdin_is_terminal()
         self._main_session: Any = None
         self._ask_session: Any = None
-        self._originals: dict[str, Any] = {}
 
     # -------------------------------------------------------- lifecycle
 
@@ -386,13 +403,11 @@ class Repl:
         return 0
 
     def start(self) -> None:
-        """Connect (one clear error if that fails) and bind the commands to this session."""
-        from pcgroups.connect import connect
+        """Connect (one clear error if that fails): the connection of every command of the session."""
+        from pcgroups.connect import connect, resolve
         from pcgroups.jsapi import JetStreamApi
 
-        from .common import resolve_connection
-
-        rc = resolve_connection(self.opts)
+        rc = resolve(self.opts)
         self.runner = asyncio.Runner()
         try:
             self.nc = self.runner.run(connect(rc, reconnect=True))
@@ -401,17 +416,12 @@ class Repl:
             self.runner = None
             raise
         self.api = JetStreamApi(self.nc, domain=rc.js_domain, timeout=rc.timeout)
-        self.shared = SharedConnection(self.nc)
-        self._bind()
 
     def stop(self) -> None:
-        self._unbind()
         if self.runner is None:
             return
         try:
             if self.nc is not None:
-                from .common import close_quietly
-
                 self.runner.run(close_quietly(self.nc))
         finally:
             self.runner.close()
@@ -426,48 +436,9 @@ class Repl:
         finally:
             self.stop()
 
-    def _bind(self) -> None:
-        """Point the commands at this session (see the module doc); undone by :meth:`_unbind`."""
-        import pcgroups.connect as pconnect
-
-        from . import common, elastic, static
-
-        original_connect = pconnect.connect
-        loop = self.runner.get_loop()
-
-        async def connect(*args: Any, **kwargs: Any) -> Any:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:  # pragma: no cover - connect is always awaited
-                running = None
-            if running is loop and self.shared is not None:
-                return self.shared
-            return await original_connect(*args, **kwargs)
-
-        swaps: list[tuple[Any, str, Any]] = [
-            (pconnect, "connect", connect),
-            (common, "run", self.run_coroutine),
-            (static, "run", self.run_coroutine),
-            (elastic, "run", self.run_coroutine),
-        ]
-        if self.interactive:
-            swaps += [
-                (common, "ask_async", self._ask_async),
-                (elastic, "ask", self._ask_sync),
-                (elastic, "stdin_is_terminal", lambda: True),
-            ]
-        for module, name, value in swaps:
-            self._originals[f"{module.__name__}.{name}"] = (module, name, getattr(module, name))
-            setattr(module, name, value)
-
-    def _unbind(self) -> None:
-        for module, name, value in self._originals.values():
-            setattr(module, name, value)
-        self._originals.clear()
-
-    def run_coroutine(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-        """``cg.common.run`` for the session: on the session's event loop (Ctrl-C cancels it)."""
-        return self.runner.run(coro_fn(*args, **kwargs))
+    def group(self, mode: str) -> Any:
+        """The command group of a mode (``cg static`` / ``cg elastic``)."""
+        return self.root.get_command(self.root_ctx, mode)
 
     # -------------------------------------------------------- reading
 
@@ -504,7 +475,7 @@ class Repl:
 
     async def _read_line(self) -> Any:
         if not self.interactive:
-            line = await self._plain_ask("")
+            line = await read_answer_async("")
             return _EOF if line is None else line
         main, _ = self._sessions()
         try:
@@ -514,16 +485,10 @@ class Repl:
         except EOFError:
             return _EOF
 
-    async def _plain_ask(self, question: str) -> str | None:
-        ask_async = self._originals.get("cg.common.ask_async", (None, None, None))[2]
-        if ask_async is None:
-            from .common import ask_async
-        return await ask_async(question)
-
     async def ask(self, question: str, source: Callable[[], Awaitable[list[str]]] | None = None) -> str | None:
         """Ask one value; None at end of input; Ctrl-C raises :class:`_Cancel`."""
         if not self.interactive:
-            return await self._plain_ask(question)
+            return await read_answer_async(question)
         _, session = self._sessions()
         completer = None
         if source is not None:
@@ -535,24 +500,6 @@ class Repl:
             raise _Cancel() from None
         except EOFError:
             return None
-
-    async def _ask_async(self, question: str) -> str | None:
-        """``cg.common.ask_async`` in the shell (the delete confirmation): Ctrl-C cancels."""
-        from .common import Canceled
-
-        try:
-            return await self.ask(question)
-        except _Cancel:
-            raise Canceled() from None
-
-    def _ask_sync(self, question: str) -> str | None:
-        """``cg.common.ask`` as elastic ``create`` uses it, through prompt-toolkit."""
-        from .common import Canceled
-
-        try:
-            return self.runner.run(self.ask(question))
-        except _Cancel:
-            raise Canceled() from None
 
     # -------------------------------------------------------- running a line
 
@@ -600,7 +547,7 @@ class Repl:
         if head == "prompt":
             self._fail(f"already in the prompt (type {'elastic' if mode == 'static' else 'static'} to switch modes)")
             return True
-        group = self.root.commands[mode]
+        group = self.group(mode)
         if head not in group.commands:
             self._unknown(mode, head)
             return True
@@ -610,7 +557,7 @@ class Repl:
 
     def _unknown(self, mode: str, name: str) -> None:
         other = "elastic" if mode == "static" else "static"
-        if name in self.root.commands[other].commands and name != "prompt":
+        if name in self.group(other).commands and name != "prompt":
             self._fail(f"{name} is an {other} command, not a {mode} one: type `{other}` to switch modes, "
                        f"or `{other} {name} ...`")
         else:
@@ -618,7 +565,7 @@ class Repl:
 
     async def complete_arguments(self, mode: str, tokens: list[str]) -> list[str]:
         """The line's tokens plus an answer for each missing positional argument, in order."""
-        group = self.root.commands[mode]
+        group = self.group(mode)
         cmd = group.commands[tokens[0]]
         path, rest = [tokens[0]], tokens[1:]
         if any(t in ("--help", "-h") for t in rest):
@@ -690,7 +637,7 @@ class Repl:
         """Run ``cg <mode> <args>`` through the command tree, as the CLI would."""
         from typer._click.exceptions import ClickException
 
-        group = self.root.commands[mode]
+        group = self.group(mode)
         try:
             with group.make_context(mode, list(args), parent=self.root_ctx) as ctx:
                 group.invoke(ctx)
@@ -699,9 +646,7 @@ class Repl:
         except typer.Abort:
             self._fail("operation canceled")
         except ClickException as e:
-            from .main import _usage_message
-
-            self._fail(_usage_message(e))
+            self._fail(usage_message(e))
         finally:
             self.names.clear()  # a command may have changed groups or members
 
@@ -717,14 +662,14 @@ class Repl:
             if names[0] in BUILTINS:
                 out.line(f"{names[0]}: {BUILTINS[names[0]]}")
                 return
-            if names[0] not in self.root.commands[mode].commands:
+            if names[0] not in self.group(mode).commands:
                 self._unknown(mode, names[0])
                 return
             self.invoke(mode, [*names, "--help"])
             return
         rows: list[tuple[str, str, str]] = []
         mode = mode or self.mode
-        for names, cmd in command_entries(self.root.commands[mode]):
+        for names, cmd in command_entries(self.group(mode)):
             if _is_group(cmd):
                 for sub_names, sub in command_entries(cmd):
                     rows.append((f"{names[0]} {sub_names[0]}", _usage(sub), _short_help(sub)))
@@ -761,7 +706,7 @@ class Repl:
         mode = self.mode
         if before and before[0] in MODES:
             mode, before = before[0], before[1:]
-        group = self.root.commands[mode]
+        group = self.group(mode)
         if not before:
             cmds = [(n, _short_help(c)) for n, c in group.commands.items() if n != "prompt"]
             if mode == self.mode:
@@ -812,20 +757,10 @@ class Repl:
     # -------------------------------------------------------- output
 
     def _fail(self, message: str) -> None:
-        from .main import _error
-
-        _error(message)
+        fail(message)
 
     def _error(self, e: BaseException) -> None:
-        from pcgroups.errors import PCGroupsError
-
-        from .main import _describe
-
-        if os.environ.get("CG_DEBUG", "") not in ("", "0", "false"):
-            import traceback
-
-            traceback.print_exc()
-        self._fail((str(e) or type(e).__name__) if isinstance(e, PCGroupsError) else _describe(e))
+        report(e)
 
     def _newline(self) -> None:
         if self.interactive:
@@ -843,30 +778,4 @@ class Repl:
                 pass
 
 
-def _stdin_is_terminal() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (ValueError, OSError):
-        return False
-
-
-# ---------------------------------------------------------------- registration
-
-
-def _command(mode: str) -> Callable[..., None]:
-    def prompt(ctx: typer.Context) -> None:
-        from .common import options
-
-        raise typer.Exit(Repl(mode, options(ctx), ctx.find_root().command).run())
-
-    prompt.__doc__ = f"interactive shell in {mode} mode"
-    return prompt
-
-
-def register(static_app: typer.Typer, elastic_app: typer.Typer) -> None:
-    """Add ``prompt`` to the ``static`` and ``elastic`` Typer apps."""
-    static_app.command("prompt", help="interactive shell in static mode")(_command("static"))
-    elastic_app.command("prompt", help="interactive shell in elastic mode")(_command("elastic"))
-
-
-__all__ = ["Repl", "SharedConnection", "history_path", "register"]
+__all__ = ["Repl", "SessionRuntime", "history_path"]

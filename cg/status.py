@@ -4,7 +4,7 @@
   aligned plain columns into a pipe, one JSON document with ``json=True``.
 - :func:`watch` refreshes it every ``interval`` seconds until Ctrl-C (a live view on a terminal; into
   a pipe a new table, or one compact JSON line, per refresh).
-- :func:`register` adds the two ``status`` commands to the ``static`` and ``elastic`` Typer apps.
+- :func:`run_status` runs the ``status`` command of either flavour (declared in cg/flavour.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import asyncio
 import json as jsonlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -23,14 +22,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from pcgroups.status import GroupStatus
 
-#: Aliases of the status commands (hidden duplicates; add them to the fisk model's ALIASES).
-ALIASES: dict[tuple[str, ...], list[str]] = {
-    ("static", "status"): ["describe"],
-    ("elastic", "status"): ["describe"],
-}
-
-STATUS_HELP = ("show each partition's owner member, pinned instance, pending and ack-pending messages, "
-               "redeliveries and last acked sequence")
+    from .runtime import Runtime
 
 PLAIN_COLUMNS = ["PARTITION", "MEMBER", "ACTIVE", "PINNED-ID", "PINNED-SINCE", "PENDING", "ACK-PENDING",
                  "REDELIVERED", "ACK-FLOOR"]
@@ -207,46 +199,22 @@ async def watch(fetch: Callable[[], Awaitable["GroupStatus"]], console: Console,
     return n
 
 
-# ---------------------------------------------------------------- the commands
-
-Stream = Annotated[str, typer.Argument(help="stream name", show_default=False)]
-GroupName = Annotated[str, typer.Argument(help="consumer group name", show_default=False)]
-Json = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
-Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
-Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
-                                       metavar="DURATION")]
-PerPartition = Annotated[bool, typer.Option("--per-partition",
-                                            help="count each partition's pending messages exactly (an ephemeral "
-                                                 "consumer per partition of members owning several)")]
+# ---------------------------------------------------------------- the command
 
 
-def run_status(flavour: str, opts: Any, stream: str, group: str, *, as_json: bool = False, watching: bool = False,
-               interval: float = 2.0, per_partition: bool = False, console: Console | None = None,
-               connected: Callable[[Any], Any] | None = None, pretty: bool | None = None) -> int:
-    """Run one ``status`` command: connect with ``opts``, print once or watch; returns the exit code.
+def run_status(rt: Runtime, status_of: Callable[..., Awaitable[GroupStatus]], stream: str, group: str, *,
+               as_json: bool = False, watching: bool = False, interval: float = 2.0, **options: Any) -> int:
+    """Run one ``status`` command (declared in cg/flavour.py): print once or watch; returns the exit
+    code. ``status_of(nc, stream, group, api=, **options)`` is the flavour's library function
+    (static's takes ``per_partition``). Ctrl-C ends a watch with 0; errors propagate to the caller."""
+    from .output import out
 
-    ``connected(opts)`` is an async context manager yielding ``(nc, api)`` (default:
-    :func:`cg.common.connected`). Ctrl-C ends a watch with 0; errors propagate to the caller.
-    """
-    from pcgroups.status import elastic_status, static_status
-
-    if connected is None:
-        from .common import connected as default_connected
-        connected = default_connected
-    if console is None or pretty is None:
-        try:
-            from .output import out
-            console = console or out.console
-            pretty = out.pretty if pretty is None else pretty
-        except ImportError:  # pragma: no cover - the output module is always there in the CLI
-            console = console or Console()
+    console, pretty = out.console, out.pretty
 
     async def main() -> int:
-        async with connected(opts) as (nc, api):
-            async def fetch():
-                if flavour == "static":
-                    return await static_status(nc, stream, group, api=api, per_partition=per_partition)
-                return await elastic_status(nc, stream, group, api=api)
+        async with rt.connection() as (nc, api):
+            async def fetch() -> GroupStatus:
+                return await status_of(nc, stream, group, api=api, **options)
 
             if watching:
                 await watch(fetch, console, interval=interval, json=as_json, pretty=pretty)
@@ -255,50 +223,9 @@ def run_status(flavour: str, opts: Any, stream: str, group: str, *, as_json: boo
         return 0
 
     try:
-        return asyncio.run(main())
+        return rt.run(main)
     except KeyboardInterrupt:
         return 0
 
 
-def register(static_app: typer.Typer, elastic_app: typer.Typer,
-             connected: Callable[[Any], Any] | None = None) -> None:
-    """Add ``status`` (and its hidden alias ``describe``) to the static and elastic apps."""
-
-    def _interval(text: str) -> float:
-        from pcgroups.connect import parse_duration
-        from pcgroups.errors import PCGroupsError
-
-        try:
-            seconds = parse_duration(text)
-        except PCGroupsError as e:
-            raise typer.BadParameter(f"invalid --interval: {e}") from None
-        if seconds <= 0:
-            raise typer.BadParameter(f"invalid --interval {text!r}: must be positive")
-        return seconds
-
-    def static_status_cmd(ctx: typer.Context, stream: Stream, name: GroupName, json: Json = False,
-                          watch: Watch = False, interval: Interval = "2s",
-                          per_partition: PerPartition = False) -> None:
-        from .common import check_names, options
-
-        check_names(stream=stream, group=name)
-        seconds = _interval(interval)
-        raise typer.Exit(run_status("static", options(ctx), stream, name, as_json=json, watching=watch,
-                                    interval=seconds, per_partition=per_partition, connected=connected))
-
-    def elastic_status_cmd(ctx: typer.Context, stream: Stream, name: GroupName, json: Json = False,
-                           watch: Watch = False, interval: Interval = "2s") -> None:
-        from .common import check_names, options
-
-        check_names(stream=stream, group=name)
-        seconds = _interval(interval)
-        raise typer.Exit(run_status("elastic", options(ctx), stream, name, as_json=json, watching=watch,
-                                    interval=seconds, connected=connected))
-
-    for app, fn, flavour in ((static_app, static_status_cmd, "static"), (elastic_app, elastic_status_cmd, "elastic")):
-        app.command("status", help=STATUS_HELP)(fn)
-        for alias in ALIASES[(flavour, "status")]:
-            app.command(alias, help=STATUS_HELP, hidden=True)(fn)
-
-
-__all__ = ["ALIASES", "age", "plain_lines", "register", "render_status", "run_status", "status_table", "watch"]
+__all__ = ["age", "plain_lines", "render_status", "run_status", "status_table", "watch"]

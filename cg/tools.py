@@ -1,7 +1,6 @@
 """Demo helpers behind ``scripts/*.sh`` (the reference's scripts use the nats CLI; these don't).
 
-Hidden ``cg tools`` commands, also runnable as ``python -m cg.tools ...``; the usual connection
-options and ``NATS_*`` env vars apply.
+Hidden ``cg tools`` commands; the usual connection options and ``NATS_*`` env vars apply.
 
 - ``stream-setup``: the stream ``foo`` with subjects ``foo.*``; ``--static`` adds the subject
   transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need.
@@ -12,17 +11,15 @@ options and ``NATS_*`` env vars apply.
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from .common import CLIError, check_names, connected, options, run
-from .output import go_duration, line_buffered_stdout, out
+from .common import check_names, parse_sleep
+from .errors import CLIError, expected
+from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)")
+tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False)
 
 
 def static_transform(stream: str, partitions: int) -> tuple[str, str]:
@@ -39,6 +36,8 @@ def stream_setup(
     replicas: Annotated[int, typer.Option("--replicas", help="stream replicas")] = 1,
     memory: Annotated[bool, typer.Option("--memory", help="memory storage instead of file")] = False,
 ) -> None:
+    from .output import out
+
     check_names(stream=stream)
     if partitions < 1:
         raise CLIError("--partitions must be >= 1")
@@ -48,16 +47,15 @@ def stream_setup(
     if transform:
         config["subject_transform"] = {"src": transform[0], "dest": transform[1]}
 
-    async def body() -> None:
+    async def body(_nc: Any, api: Any) -> None:
         from pcgroups.errors import JetStreamAPIError
 
-        async with connected(options(ctx)) as (_nc, api):
-            try:
-                await api.request(f"STREAM.CREATE.{stream}", config)
-            except JetStreamAPIError as e:
-                raise CLIError(f"can't create stream {stream}: {e}") from None
+        try:
+            await api.request(f"STREAM.CREATE.{stream}", config)
+        except JetStreamAPIError as e:
+            raise CLIError(f"can't create stream {stream}: {e}") from None
 
-    run(body)
+    runtime(ctx).with_connection(body)
     text = f"stream {stream} ready: subjects [{stream}.*]"
     if transform:
         text += f", subject transform {transform[0]} -> {transform[1]}"
@@ -76,7 +74,7 @@ def traffic(
     size: Annotated[int, typer.Option("--size", help="payload size in bytes")] = 128,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no summary line")] = False,
 ) -> None:
-    from .common import parse_sleep
+    from .output import go_duration, line_buffered_stdout, out
 
     check_names(stream=stream)
     prefix = subject or stream
@@ -85,13 +83,14 @@ def traffic(
         raise CLIError("--max-subjects must be >= 1")
     if count < 0 or size < 0:
         raise CLIError("--count and --size must not be negative")
-    opts = options(ctx)
+    rt = runtime(ctx)
     line_buffered_stdout()
 
     async def body() -> int:
-        from pcgroups.connect import connect, resolve
+        import asyncio
+        import signal
 
-        rc = resolve(opts)
+        rc = rt.resolve()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -99,7 +98,7 @@ def traffic(
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-        nc = await connect(rc, reconnect=True)
+        nc, _ = await rt.connect(reconnect=True)
         sent = 0
         try:
             js = nc.jetstream(**rc.jetstream_kwargs())
@@ -114,25 +113,16 @@ def traffic(
                     except asyncio.TimeoutError:
                         pass
         finally:
-            from .common import close_quietly
-
-            await close_quietly(nc)
+            await rt.close(nc)
         return sent
 
     try:
-        sent = run(body)
+        sent = rt.run(body)
     except Exception as e:  # noqa: BLE001 - nats-py publish errors: one clear line
-        from pcgroups.errors import PCGroupsError
-
-        if isinstance(e, PCGroupsError):
+        if expected(e):
             raise
         raise CLIError(f"publish failed: {e or type(e).__name__}") from None
     if not quiet:
         out.line(f"published {sent} messages to {prefix}.<0..{max_subjects - 1}> "
                  f"(stream {stream}, one every {go_duration(pause)})")
 
-
-if __name__ == "__main__":
-    from .main import main
-
-    sys.exit(main(["tools", *sys.argv[1:]]))

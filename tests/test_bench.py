@@ -46,3 +46,20 @@ def test_unknown_scenario_is_a_usage_error(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "unknown scenario" in proc.stderr
+
+
+def test_p8_times_each_start_up_path_in_a_fresh_process(tmp_path):
+    """P8 runs every command it times (static ls must list the scenario's group) and reports their ratios."""
+    out = tmp_path / "p8.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P8", "--json", str(out), "--plain"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (scenario,) = json.loads(out.read_text())["scenarios"]
+    assert scenario["error"] is None
+    medians = scenario["details"]["median_s"]
+    assert set(medians) == {"python -c pass", "floor", "cg --version", "cg --help", "cg --fisk-introspect",
+                            "cg static ls"}
+    assert all(len(v) == 8 for v in scenario["details"]["samples_s"].values())
+    rows = {r["metric"].split(",")[0]: r for r in scenario["rows"]}
+    assert rows["cg --version"]["met"] in (True, False) and rows["cg static ls STREAM (local server)"]["target"]

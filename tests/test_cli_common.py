@@ -285,7 +285,7 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert (model["name"], model["help"], model["version"]) == ("cg", "Partitioned Consumer Group CLI tool",
                                                                  "0.1.0")
     assert time.monotonic() - start < 10
-    from cg.main import ALIASES
+    from cg.app import ALIASES
 
     def find(*path):
         node = model

@@ -61,11 +61,9 @@ def _streams(url: str, *names: str, transform: bool = True) -> None:
 
 
 def _root():
-    import typer.main
+    from cg.app import build
 
-    from cg.main import app
-
-    return typer.main.get_command(app)
+    return build()
 
 
 def _opts(url: str):

@@ -1,0 +1,104 @@
+"""How ``cg`` fails: one line ``cg: error: <message>`` on stderr, exit status 1, never a traceback.
+
+- :class:`CLIError`: a mistake the CLI itself finds (an argument, an answer); :class:`Canceled`: the
+  user said no. Both are reported by their message alone, as the library's ``PCGroupsError`` is.
+- :func:`message_of`: the one line for any exception (ours, the library's, nats-py's, the OS's).
+- :func:`usage_message`: the one line for a command-line parsing error (Typer's, i.e. click's).
+- :func:`fail` writes the line; :func:`report` writes the line of an exception (with its traceback
+  first when ``CG_DEBUG`` is set and the error is not one of the expected kinds).
+
+``cg`` (cg/main.py) and the interactive shell (cg/prompt.py) report through these, so a command fails
+the same way in both. Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+
+class CLIError(Exception):
+    """An error the CLI reports as ``cg: error: <message>`` (exit status 1)."""
+
+
+class Canceled(CLIError):
+    """The user answered anything but ``y`` to a confirmation."""
+
+    def __init__(self) -> None:
+        super().__init__("operation canceled")
+
+
+def debugging() -> bool:
+    """``CG_DEBUG`` set to anything but empty, ``0`` or ``false``."""
+    return os.environ.get("CG_DEBUG", "") not in ("", "0", "false")
+
+
+def expected(e: BaseException) -> bool:
+    """Ours or the library's: the message says it all, a traceback would add nothing."""
+    if isinstance(e, CLIError):
+        return True
+    errors = sys.modules.get("pcgroups.errors")  # not loaded: nothing raised can be one of its errors
+    return errors is not None and isinstance(e, errors.PCGroupsError)
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception that is not ours (nats-py errors, OS errors, ...)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    text = str(e).strip()
+    if text.startswith("nats: "):
+        return text
+    name = type(e).__name__
+    return f"{name}: {text}" if text else name
+
+
+def message_of(e: BaseException) -> str:
+    """The message of the one error line for ``e``."""
+    if expected(e):
+        return str(e) or type(e).__name__
+    return describe(e)
+
+
+def usage_message(e: Any) -> str:
+    """One line for a parsing error (a click ``UsageError``/``BadParameter``), with where to get help."""
+    name = getattr(e, "option_name", None)
+    if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
+        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be >= 1)"
+    else:
+        text = e.format_message().strip()
+    if text.endswith("."):
+        text = text[:-1]
+    text = text[:1].lower() + text[1:]
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None:  # on the same line: an error is one line
+        text += f"; try '{ctx.command_path} -h' for help"
+    return text
+
+
+def fail(message: str) -> int:
+    """Write ``cg: error: <message>`` (after whatever stdout holds); returns the exit status, 1."""
+    message = message.strip() or "unknown error"
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed stdout must not hide the error
+        pass
+    try:
+        sys.stderr.write(f"cg: error: {message}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def report(e: BaseException) -> int:
+    """:func:`fail` with the message of ``e``; an unexpected error's traceback first when debugging."""
+    if debugging() and not expected(e):
+        import traceback
+
+        traceback.print_exception(e)
+    return fail(message_of(e))
+
+
+__all__ = ["CLIError", "Canceled", "debugging", "describe", "fail", "message_of", "report", "usage_message"]

@@ -1,0 +1,297 @@
+"""The two flavours of ``cg`` commands, static and elastic, described once.
+
+A :class:`Flavour` holds what differs between ``cg static ...`` and ``cg elastic ...``: the name, the
+mode's help, the commands' aliases and the library functions behind them (:class:`Calls`, imported
+on first use). The commands both flavours have are written once here as functions of a flavour:
+``ls``, ``info``, ``delete``, ``member-info``, ``step-down``, ``status`` and ``prompt`` (see
+:data:`SHARED`), and the common part of ``consume`` (:func:`join`). cg/static.py and cg/elastic.py
+build their apps with :func:`add_shared` and :func:`flavour_command`, in the reference's command
+order, between their own commands (static ``create balanced|mapped``; elastic ``create``, ``add``,
+``drop``, the mappings, and ``consume --auto``).
+
+A command body imports what it needs (the library, nats-py, rich) when it runs: building this tree
+imports Typer and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from .common import check_names, parse_duration_option, parse_sleep
+from .errors import CLIError
+from .runtime import runtime
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from pcgroups.jsapi import JetStreamApi
+
+Fn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Calls:
+    """One flavour's library functions, each ``(nc, stream, group, ..., api=api)``."""
+
+    list_groups: Fn
+    get_config: Fn
+    list_active_members: Fn
+    membership: Fn      # (nc, stream, group, member, api=) -> (in the membership, active)
+    delete: Fn
+    step_down: Fn
+    status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """What differs between the static and the elastic commands."""
+
+    name: str                                   # "static" | "elastic": the command and the KV bucket
+    help: str                                   # the mode's help (``cg <name> --help``)
+    calls: Callable[[], Calls]                  # the library functions, imported on first call
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command -> hidden aliases
+    per_partition_status: bool = False          # ``status --per-partition`` (exact pending per partition)
+
+    @property
+    def with_article(self) -> str:
+        """``a static``, ``an elastic``: as the reference's help texts say it."""
+        return f"{'an' if self.name[0] in 'aeiou' else 'a'} {self.name}"
+
+
+def _imported_when_called(module: str, name: str) -> Fn:
+    """The async function ``module.name``, imported on its first call."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return await getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
+
+
+def _static_calls() -> Calls:
+    from pcgroups import static as lib
+
+    async def membership(nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi
+                         ) -> tuple[bool, bool]:
+        cfg = await lib.get_static_config(nc, stream, group, api=api)
+        active = await lib.list_static_active_members(nc, stream, group, api=api)
+        return cfg.is_in_membership(member), member in active
+
+    return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
+                 list_active_members=lib.list_static_active_members, membership=membership,
+                 delete=lib.delete_static, step_down=lib.static_member_step_down,
+                 status=_imported_when_called("pcgroups.status", "static_status"))
+
+
+def _elastic_calls() -> Calls:
+    from pcgroups import elastic as lib
+
+    return Calls(list_groups=lib.list_elastic_groups, get_config=lib.get_elastic_config,
+                 list_active_members=lib.list_elastic_active_members,
+                 membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
+                 step_down=lib.elastic_member_step_down,
+                 status=_imported_when_called("pcgroups.status", "elastic_status"))
+
+
+_SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
+                   "step-down": ("stepdown", "sd"), "consume": ("join",), "status": ("describe",)}
+
+STATIC = Flavour("static", "static consumer groups mode", _static_calls, _SHARED_ALIASES, per_partition_status=True)
+ELASTIC = Flavour("elastic", "elastic consumer groups mode", _elastic_calls,
+                  {**_SHARED_ALIASES, "create-mapping": ("cm", "createmapping"),
+                   "delete-mapping": ("dm", "deletemapping")})
+FLAVOURS = (STATIC, ELASTIC)
+
+
+# ---------------------------------------------------------------- arguments both flavours take
+
+Stream = Annotated[str, typer.Argument(help="stream name", show_default=False)]
+Group = Annotated[str, typer.Argument(help="consumer group name", show_default=False)]
+Member = Annotated[str, typer.Argument(help="member name", show_default=False)]
+MaxMembers = Annotated[int, typer.Argument(help="max number of members", show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="print JSON")]
+Force = Annotated[bool, typer.Option("--force", "-f", help="force delete the consumer group")]
+Sleep = Annotated[str, typer.Option("--sleep", help="sleep to simulate processing time", metavar="DURATION")]
+StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
+Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
+Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
+                                       metavar="DURATION")]
+PerPartition = Annotated[bool, typer.Option("--per-partition",
+                                            help="count each partition's pending messages exactly (an ephemeral "
+                                                 "consumer per partition of members owning several)")]
+
+STATUS_HELP = ("show each partition's owner member, pinned instance, pending and ack-pending messages, "
+               "redeliveries and last acked sequence")
+
+
+def flavour_app(flavour: Flavour) -> typer.Typer:
+    """``cg <flavour>``'s app (built on its own by cg/app.py: no shell-completion options, as the root)."""
+    return typer.Typer(help=flavour.help, add_completion=False)
+
+
+def flavour_command(app: typer.Typer, flavour: Flavour, name: str, help: str) -> Callable[[Fn], Fn]:
+    """Register a function as ``name`` and, hidden, as each of the flavour's aliases of ``name``
+    (the fisk model lists them as aliases: cg/app.py :data:`ALIASES`)."""
+
+    def register(fn: Fn) -> Fn:
+        app.command(name, help=help)(fn)
+        for alias in flavour.aliases.get(name, ()):
+            app.command(alias, help=help, hidden=True)(fn)
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------- the shared commands
+
+
+def _ls(flavour: Flavour) -> tuple[Fn, str]:
+    def ls(ctx: typer.Context, stream: Stream, json: Json = False) -> None:
+        from .output import print_groups
+
+        check_names(stream=stream)
+
+        async def body(nc: Client, api: JetStreamApi) -> list[str]:
+            return await flavour.calls().list_groups(nc, stream, api=api)
+
+        print_groups(flavour.name, stream, runtime(ctx).with_connection(body), as_json=json)
+
+    return ls, "list the consumer groups defined on a stream"
+
+
+def _info(flavour: Flavour) -> tuple[Fn, str]:
+    def info(ctx: typer.Context, stream: Stream, name: Group, json: Json = False) -> None:
+        from .output import print_info
+
+        check_names(stream=stream, group=name)
+
+        async def body(nc: Client, api: JetStreamApi) -> tuple[Any, list[str]]:
+            calls = flavour.calls()
+            cfg = await calls.get_config(nc, stream, name, api=api)
+            return cfg, await calls.list_active_members(nc, stream, name, api=api)
+
+        cfg, active = runtime(ctx).with_connection(body)
+        print_info(flavour.name, stream, name, cfg, active, as_json=json)
+
+    return info, f"get {flavour.name} consumer group info"
+
+
+def _delete(flavour: Flavour) -> tuple[Fn, str]:
+    def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False) -> None:
+        check_names(stream=stream, group=name)
+        rt = runtime(ctx)
+
+        async def body(nc: Client, api: JetStreamApi) -> None:
+            from pcgroups.errors import ConfigError
+
+            calls = flavour.calls()
+            try:
+                await calls.get_config(nc, stream, name, api=api)  # "not found" before asking
+            except ConfigError:
+                pass  # it exists with an invalid config: deleting it is the way out
+            await rt.confirm_delete(force)
+            await calls.delete(nc, stream, name, api=api)
+
+        rt.with_connection(body)
+
+    return delete, f"delete {flavour.with_article} partitioned consumer group"
+
+
+def _member_info(flavour: Flavour) -> tuple[Fn, str]:
+    def member_info(ctx: typer.Context, stream: Stream, name: Group, member: Member, json: Json = False) -> None:
+        from .output import print_member_info
+
+        check_names(stream=stream, group=name, members=[member])
+
+        async def body(nc: Client, api: JetStreamApi) -> tuple[bool, bool]:
+            return await flavour.calls().membership(nc, stream, name, member, api=api)
+
+        in_membership, active = runtime(ctx).with_connection(body)
+        print_member_info(flavour.name, stream, name, member, in_membership, active, as_json=json)
+
+    return member_info, f"get {flavour.name} consumer group member info"
+
+
+def _step_down(flavour: Flavour) -> tuple[Fn, str]:
+    def step_down(ctx: typer.Context, stream: Stream, name: Group, member: Member) -> None:
+        check_names(stream=stream, group=name, members=[member])
+
+        async def body(nc: Client, api: JetStreamApi) -> None:
+            await flavour.calls().step_down(nc, stream, name, member, api=api)
+
+        runtime(ctx).with_connection(body)
+
+    return step_down, "initiate a step down for a member"
+
+
+def _interval(text: str) -> float:
+    try:
+        return parse_duration_option("--interval", text, positive=True)
+    except CLIError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _status(flavour: Flavour) -> tuple[Fn, str]:
+    def show(ctx: typer.Context, stream: str, name: str, json: bool, watch: bool, interval: str,
+             **options: Any) -> NoReturn:
+        from .status import run_status
+
+        check_names(stream=stream, group=name)
+        seconds = _interval(interval)
+        raise typer.Exit(run_status(runtime(ctx), flavour.calls().status, stream, name, as_json=json,
+                                    watching=watch, interval=seconds, **options))
+
+    if flavour.per_partition_status:
+        def status(ctx: typer.Context, stream: Stream, name: Group, json: StatusJson = False, watch: Watch = False,
+                   interval: Interval = "2s", per_partition: PerPartition = False) -> None:
+            show(ctx, stream, name, json, watch, interval, per_partition=per_partition)
+    else:
+        def status(ctx: typer.Context, stream: Stream, name: Group, json: StatusJson = False,  # type: ignore[misc]
+                   watch: Watch = False, interval: Interval = "2s") -> None:
+            show(ctx, stream, name, json, watch, interval)
+
+    return status, STATUS_HELP
+
+
+def _prompt(flavour: Flavour) -> tuple[Fn, str]:
+    def prompt(ctx: typer.Context) -> None:
+        from .prompt import Repl
+
+        raise typer.Exit(Repl(flavour.name, runtime(ctx).options, ctx.find_root().command).run())
+
+    return prompt, f"interactive shell in {flavour.name} mode"
+
+
+#: The commands both flavours have: name -> (the command function for a flavour, its help).
+SHARED: dict[str, Callable[[Flavour], tuple[Fn, str]]] = {
+    "ls": _ls, "info": _info, "delete": _delete, "member-info": _member_info, "step-down": _step_down,
+    "status": _status, "prompt": _prompt,
+}
+
+
+def add_shared(app: typer.Typer, flavour: Flavour, *names: str) -> None:
+    """Add the shared commands ``names`` (keys of :data:`SHARED`), in that order, to a flavour's app."""
+    for name in names:
+        fn, help = SHARED[name](flavour)
+        flavour_command(app, flavour, name, help)(fn)
+
+
+def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: str, sleep: str,
+         **options: Any) -> NoReturn:
+    """The common part of ``consume``: check the names and ``--sleep``, then run the member instance
+    (cg/consume.py) until it ends; exits with its status."""
+    from .consume import consume
+
+    check_names(stream=stream, group=name, members=[member])
+    seconds = parse_sleep(sleep)
+    rt = runtime(ctx)
+    raise typer.Exit(rt.run(consume, rt, flavour.name, stream, name, member, seconds, **options))
+
+
+__all__ = ["ELASTIC", "FLAVOURS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app", "flavour_command",
+           "join"]
