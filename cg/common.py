@@ -123,6 +123,36 @@ def partitioning_filters(filters: list[str], wildcards: list[str]) -> list[Parti
     return out
 
 
+def split_list(values: Iterable[str]) -> list[str]:
+    """Repeated option values, each of which may also be a comma-separated list (empty items dropped)."""
+    return [item.strip() for v in values for item in v.split(",") if item.strip()]
+
+
+def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
+    """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
+    if not texts:
+        return None
+    from pcgroups.errors import ConfigError
+    from pcgroups.sources import Start
+
+    default, by_stream = "all", {}
+    for text in texts:
+        name, eq, spec = text.partition("=")
+        if not eq:
+            name, spec = "", text
+        try:
+            Start.parse(spec)
+        except ConfigError as e:
+            raise CLIError(f"--start {text}: {e}") from None
+        if not name:
+            default = spec
+        elif name not in streams:
+            raise CLIError(f"--start {text}: {name} is not one of the group's streams ({', '.join(streams)})")
+        else:
+            by_stream[name] = spec
+    return {n: by_stream.get(n, default) for n in streams}
+
+
 # ---------------------------------------------------------------- logging
 
 

@@ -77,11 +77,12 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
 
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
-                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0) -> int:
+                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
-    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds. The
-    connection is the runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
+    (an ``ElasticSpec``) creates the group first if it does not exist. The connection is the
+    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     if kind == "static":
         from pcgroups.static import static_consume as start
@@ -128,7 +129,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         async def setup():
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
-            extra = {"auto": True, "lease_ttl": lease_ttl} if auto else {}
+            extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
             return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_wildcards,
-                     partitioning_filters)
+from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
+                     parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError
 from .flavour import ELASTIC, Group, MaxMembers, Sleep, Stream, add_shared, flavour_app, flavour_command, join
 from .runtime import Runtime, runtime
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
     from pcgroups.config import MemberMapping, PartitioningFilter
+    from pcgroups.elastic import ElasticSpec
     from pcgroups.jsapi import JetStreamApi
 
 elastic_app = flavour_app(ELASTIC)
@@ -61,44 +62,121 @@ def _prompt_filters(rt: Runtime) -> list[PartitioningFilter] | None:
     return pfs or None
 
 
-@flavour_command(elastic_app, ELASTIC, "create", "create an elastic partitioned consumer group")
-def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
-           filter: Annotated[list[str], typer.Option(
-               "--filter", metavar="FILTER", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a "
-                                "terminal asks for them, otherwise the whole subject is used)",
-               show_default=False)] = [],  # noqa: B006
-           wildcards: Annotated[list[str], typer.Option(
-               "--wildcards", metavar="INDEXES",
-               help="partitioning wildcard indexes of the matching --filter, e.g. '1,2' (repeatable, paired "
-                    "with the filters in order; default: every * of the filter)", show_default=False)] = [],  # noqa: B006
-           max_buffered_msgs: Annotated[int, typer.Option("--max-buffered-msgs",
-                                                          help="max number of buffered messages")] = 0,
-           max_buffered_bytes: Annotated[int, typer.Option("--max-buffered-bytes",
-                                                           help="max number of buffered bytes")] = 0) -> None:
-    from pcgroups.config import ElasticConfig
+Filters = Annotated[list[str], typer.Option(
+    "--filter", metavar="FILTER", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a terminal "
+                                       "asks for them, otherwise the whole subject is used)", show_default=False)]
+Wildcards = Annotated[list[str], typer.Option(
+    "--wildcards", metavar="INDEXES", help="partitioning wildcard indexes of the matching --filter, e.g. '1,2' "
+                                           "(repeatable, paired with the filters in order; default: every * of the "
+                                           "filter)", show_default=False)]
+Sources = Annotated[list[str], typer.Option(
+    "--source", metavar="STREAM", help="another stream the group consumes (repeatable): each --filter must match "
+                                       "subjects of exactly one of the group's streams", show_default=False)]
+PartitionStreams = Annotated[list[str], typer.Option(
+    "--partition-stream", metavar="STREAM", help="stream i is partition i, its subjects kept (repeatable in "
+                                                 "partition order, or comma-separated); as many as partitions",
+    show_default=False)]
+Starts = Annotated[list[str], typer.Option(
+    "--start", metavar="[STREAM=]WHERE", help="where sourcing begins: all (default: the whole stream), new (what is "
+                                              "published from now on), seq:N or time:RFC3339; STREAM=WHERE for one "
+                                              "stream (repeatable)", show_default=False)]
+MaxBufferedMsgs = Annotated[int, typer.Option("--max-buffered-msgs", help="max number of buffered messages")]
+MaxBufferedBytes = Annotated[int, typer.Option("--max-buffered-bytes", help="max number of buffered bytes")]
 
-    rt = runtime(ctx)
+
+def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[str], wildcards: list[str],
+           source: list[str], partition_stream: list[str], start: list[str], max_buffered_msgs: int,
+           max_buffered_bytes: int) -> ElasticSpec:
+    """The group ``create`` (or ``consume --create``) asks for, checked before connecting."""
+    from pcgroups.config import ElasticConfig
+    from pcgroups.elastic import ElasticSpec
+
     check_names(stream=stream, group=name)
+    sources, partition_streams = split_list(source), split_list(partition_stream)
     if filter:
         pfs = partitioning_filters(filter, wildcards)
     elif wildcards:
         raise CLIError("--wildcards needs a --filter to pair with")
-    elif rt.stdin_is_terminal():
+    elif rt.stdin_is_terminal() and not partition_streams:
         pfs = _prompt_filters(rt)
     else:
         pfs = None
+    if partition_streams and (pfs or sources):
+        raise CLIError("--partition-stream takes no --filter or --source: each stream is one whole partition")
+    if partition_streams and len(partition_streams) != max_members:
+        raise CLIError(f"{len(partition_streams)} partition streams given for {max_members} partitions: give one "
+                       "--partition-stream per partition, in partition order")
+    for s in [*sources, *partition_streams]:
+        check_names(stream=s)
     check_config("elastic", ElasticConfig(max_members=max_members, partitioning_filters=pfs,
-                                          max_buffered_msgs=max_buffered_msgs,
-                                          max_buffered_bytes=max_buffered_bytes))
+                                          max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes))
+    streams = partition_streams or [stream, *sources]
+    return ElasticSpec(max_members, pfs, max_buffered_msgs, max_buffered_bytes, sources or None,
+                       partition_streams or None, parse_starts(start, streams))
+
+
+@flavour_command(elastic_app, ELASTIC, "create", "create an elastic partitioned consumer group")
+def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers, filter: Filters = [],  # noqa: B006
+           wildcards: Wildcards = [], source: Sources = [], partition_stream: PartitionStreams = [],  # noqa: B006
+           start: Starts = [], max_buffered_msgs: MaxBufferedMsgs = 0,  # noqa: B006
+           max_buffered_bytes: MaxBufferedBytes = 0) -> None:
+    rt = runtime(ctx)
+    spec = _shape(rt, stream, name, max_members, filter, wildcards, source, partition_stream, start,
+                  max_buffered_msgs, max_buffered_bytes)
 
     async def body(nc: Client, api: JetStreamApi) -> None:
-        from pcgroups.elastic import create_elastic
-
-        await create_elastic(nc, stream, name, max_members, partitioning_filters=pfs,
-                             max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
-                             api=api)
+        await spec.create(nc, stream, name, api=api)
 
     rt.with_connection(body)
+
+
+@flavour_command(elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members "
+                                                      "follow)")
+def add_source(ctx: typer.Context, stream: Stream, name: Group,
+               source: Annotated[str, typer.Argument(help="the stream to add", show_default=False)],
+               filter: Filters = [], wildcards: Wildcards = [],  # noqa: B006
+               start: Annotated[str, typer.Option("--start", metavar="WHERE", help="where sourcing begins: all (the "
+                                                  "whole stream), new, seq:N or time:RFC3339")] = "all") -> None:
+    from .output import print_streams
+
+    rt = runtime(ctx)
+    check_names(stream=stream, group=name)
+    check_names(stream=source)
+    if wildcards and not filter:
+        raise CLIError("--wildcards needs a --filter to pair with")
+    pfs = partitioning_filters(filter, wildcards) if filter else None
+    parse_starts([start], [source])
+
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.elastic import add_source
+
+        return await add_source(nc, stream, name, source, partitioning_filters=pfs, start=start, api=api)
+
+    print_streams(f"added stream {source} to elastic consumer group {name}", rt.with_connection(body))
+
+
+@flavour_command(elastic_app, ELASTIC, "remove-source", "remove a stream from an elastic consumer group (its queued "
+                                                         "messages are handled first)")
+def remove_source(ctx: typer.Context, stream: Stream, name: Group,
+                  source: Annotated[str, typer.Argument(help="the stream to remove",
+                                                        show_default=False)],
+                  discard: Annotated[bool, typer.Option("--discard", help="drop its messages still queued instead of "
+                                                        "waiting for the members to handle them")] = False,
+                  timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for its "
+                                                       "queued messages to be handled")] = "30s") -> None:
+    from .output import print_streams
+
+    rt = runtime(ctx)
+    check_names(stream=stream, group=name)
+    check_names(stream=source)
+    seconds = parse_duration_option("--wait", timeout, positive=True)
+
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.elastic import remove_source
+
+        return await remove_source(nc, stream, name, source, discard=discard, timeout=seconds, api=api)
+
+    print_streams(f"removed stream {source} from elastic consumer group {name}", rt.with_connection(body))
 
 
 add_shared(elastic_app, ELASTIC, "delete")
@@ -178,17 +256,36 @@ LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how lon
                                        metavar="DURATION")]
 
 
+Create = Annotated[Optional[int], typer.Option(
+    "--create", metavar="PARTITIONS", help="with --auto: create the group with this many partitions (and the "
+                                           "--filter/--source/--partition-stream/--start given) if it does not "
+                                           "exist, else join it", show_default=False)]
+
+
 @flavour_command(elastic_app, ELASTIC, "consume", "join a partitioned consumer group")
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMember = None,
-            sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s") -> None:
+            sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s", create: Create = None,
+            filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
+            partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
+            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
+    shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
+    if create is None and shaped:
+        raise CLIError("--filter, --wildcards, --source, --partition-stream, --start and --max-buffered-* describe "
+                       "the group to create: give them with --create PARTITIONS")
+    if create is not None and not auto:
+        raise CLIError("--create needs --auto: a named member of a new group would wait forever to be added")
     lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
+    spec = None
+    if create is not None:
+        spec = _shape(runtime(ctx), stream, name, create, filter, wildcards, source, partition_stream, start,
+                      max_buffered_msgs, max_buffered_bytes)
     if member is None:
         from pcgroups.membership import auto_member_name
 
         member = auto_member_name()
-    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease)
+    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease, create=spec)
 
 
 add_shared(elastic_app, ELASTIC, "status", "prompt")

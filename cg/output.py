@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from pcgroups.config import ElasticConfig, MemberMapping, StaticConfig
+    from pcgroups.sources import Layout, SourceStream
 
 # ---------------------------------------------------------------- Go %v formatting
 
@@ -179,17 +180,35 @@ def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool
 
 
 def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticConfig, active: Sequence[str], *,
-               as_json: bool) -> None:
-    """``info`` of a ``kind`` (static, elastic) group: its config and active members."""
+               as_json: bool, layout: Layout | None = None) -> None:
+    """``info`` of a ``kind`` (static, elastic) group: its config, active members and (elastic) the
+    streams its work queue sources. In plain output a one-stream group prints the reference's lines
+    only; a group over several streams adds one ``streams:`` line."""
     if as_json:
-        out.json({"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
-                  "active_members": list(active)})
+        doc = {"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
+               "active_members": list(active)}
+        if layout is not None:
+            doc["layout"] = layout.kind
+            doc["streams"] = [_stream_doc(s) for s in layout.streams]
+        out.json(doc)
     elif out.pretty:
-        for renderable in _pretty_info(kind, stream, group, cfg, active):
+        for renderable in _pretty_info(kind, stream, group, cfg, active, layout):
             out.print(renderable)
     else:
         for text in _plain_info(kind, cfg, active):
             out.line(text)
+        if layout is not None and layout.kind != "stream":
+            out.line(f"streams ({layout.kind}): " + ", ".join(s.describe() for s in layout.streams))
+
+
+def _stream_doc(s: SourceStream) -> dict[str, Any]:
+    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start}
+
+
+def print_streams(done: str, layout: Layout) -> None:
+    """After ``add-source``/``remove-source``: what was done and the group's streams now."""
+    out.line(done)
+    out.line("streams now: " + ", ".join(s.describe() for s in layout.streams))
 
 
 def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
@@ -213,7 +232,8 @@ def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
     return lines
 
 
-def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[str]) -> list[Any]:
+def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[str],
+                 layout: Layout | None = None) -> list[Any]:
     """The config as a key/value table, the partitioning filters (elastic), the membership."""
     from rich.table import Table
     from rich.text import Text
@@ -229,6 +249,8 @@ def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[
     else:
         table.add_row("max buffered msgs", str(cfg.max_buffered_msgs))
         table.add_row("max buffered bytes", str(cfg.max_buffered_bytes))
+        if layout is not None:
+            table.add_row("streams", "\n".join(s.describe() for s in layout.streams))
         parts.append(_filters_table(cfg))
     table.add_row("active members", " ".join(active) if active else Text("none", style="dim"))
     return [*parts, _membership_table(cfg, active)]

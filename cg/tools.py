@@ -2,7 +2,7 @@
 
 Hidden ``cg tools`` commands; the usual connection options and ``NATS_*`` env vars apply.
 
-- ``stream-setup``: the stream ``foo`` with subjects ``foo.*``; ``--static`` adds the subject
+- ``stream-setup``: the stream ``foo`` with subjects ``foo.*`` (or ``--subjects``); ``--static`` adds the subject
   transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need.
 - ``traffic``: publishes synchronously (waiting for each ack) to ``foo.<n>``, ``n`` cycling below
   100, one message every 10ms, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo
@@ -30,6 +30,8 @@ def static_transform(stream: str, partitions: int) -> tuple[str, str]:
 def stream_setup(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream name; subjects are <stream>.*")] = "foo",
+    subjects: Annotated[list[str], typer.Option("--subjects", help="the stream's subjects instead of <stream>.* "
+                                                "(repeatable)", show_default=False)] = [],  # noqa: B006
     static: Annotated[bool, typer.Option("--static", help="add the partitioning subject transform "
                                                           "static groups need")] = False,
     partitions: Annotated[int, typer.Option("--partitions", help="partitions of the --static transform")] = 10,
@@ -41,7 +43,10 @@ def stream_setup(
     check_names(stream=stream)
     if partitions < 1:
         raise CLIError("--partitions must be >= 1")
-    config: dict = {"name": stream, "subjects": [f"{stream}.*"], "retention": "limits",
+    if static and subjects:
+        raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
+    subjects = subjects or [f"{stream}.*"]
+    config: dict = {"name": stream, "subjects": subjects, "retention": "limits",
                     "storage": "memory" if memory else "file", "num_replicas": replicas, "discard": "old"}
     transform = static_transform(stream, partitions) if static else None
     if transform:
@@ -56,7 +61,7 @@ def stream_setup(
             raise CLIError(f"can't create stream {stream}: {e}") from None
 
     runtime(ctx).with_connection(body)
-    text = f"stream {stream} ready: subjects [{stream}.*]"
+    text = f"stream {stream} ready: subjects [{' '.join(subjects)}]"
     if transform:
         text += f", subject transform {transform[0]} -> {transform[1]}"
     out.line(text)
