@@ -42,7 +42,7 @@ def test_quick_bench_writes_the_json_shape(tmp_path):
 
 def test_unknown_scenario_is_a_usage_error(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P9", "--json", str(tmp_path / "x.json")],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P99", "--json", str(tmp_path / "x.json")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "unknown scenario" in proc.stderr
@@ -63,3 +63,17 @@ def test_p8_times_each_start_up_path_in_a_fresh_process(tmp_path):
     assert all(len(v) == 8 for v in scenario["details"]["samples_s"].values())
     rows = {r["metric"].split(",")[0]: r for r in scenario["rows"]}
     assert rows["cg --version"]["met"] in (True, False) and rows["cg static ls STREAM (local server)"]["target"]
+
+
+def test_p9_drains_the_same_messages_through_both_groups(tmp_path):
+    """P9 runs an aggregate group and a one-stream group over the same messages to the last ack."""
+    out = tmp_path / "p9.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "P9", "--json", str(out),
+                           "--plain"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (scenario,) = json.loads(out.read_text())["scenarios"]
+    assert scenario["error"] is None
+    details = scenario["details"]
+    assert details["messages"] == 20_000 and len(details["rounds"]["aggregate"]) == 2
+    assert all(0 < sourced <= total for total, sourced in details["rounds"]["one"] + details["rounds"]["aggregate"])
