@@ -7,7 +7,7 @@ from .elastic import (add_members, create_elastic, delete_elastic, delete_member
                       get_elastic_config, list_elastic_active_members, list_elastic_groups, set_member_mappings,
                       work_queue_name)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError)
+                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .instance import ConsumerInstance
 from .jsapi import ConsumerConfig, JetStreamApi
 from .partitions import (balanced_assignment, elastic_member_filters, member_partitions, partition_filters,
@@ -21,5 +21,5 @@ from .static import (create_static, delete_static, get_static_config, list_stati
 
 __version__ = "0.1.0"
 
-_MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler", "membership", "sticky"}
+_MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler", "membership", "sticky", "permissions"}
 __all__ = [name for name in list(globals()) if not name.startswith("_") and name not in _MODULES]

@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
                      validate_partition_count)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError)
+                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .sticky import group_members, sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, JetStreamApi, StreamConfig,
@@ -29,7 +29,7 @@ from .jsapi import (ERR_CONSUMER_EXISTS, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerCon
 from .partitions import elastic_member_filters, elastic_subject_transforms, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
-from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
+from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
 log = logging.getLogger("pcgroups")
@@ -138,7 +138,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         created_stream = True
     if existing is None:
         try:
-            await kv.create(key, cfg.to_json())
+            await kv_call(kv, kv.create(key, cfg.to_json()), key)
         except Exception:
             if created_stream:
                 await api.delete_stream(wq.name)
@@ -162,7 +162,7 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     key = group_key(stream, group)
     had_key = kv is not None and await read(kv, key) is not None
     if had_key:
-        await kv.delete(key)
+        await kv_call(kv, kv.delete(key), key)
     try:
         had_stream = await api.delete_stream(work_queue_name(stream, group))
     except JetStreamAPIError as e:
@@ -385,7 +385,7 @@ class ElasticInstance(ConsumerInstance):
         self._next_stepdown = 0.0
         self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
-        watcher = await kv.watch(self._key)
+        watcher = await kv_call(kv, kv.watch(self._key), self._key)
         self._start(watcher)
         self._events.put_nowait(("reconcile", None))
 
@@ -638,10 +638,11 @@ class ElasticInstance(ConsumerInstance):
             self._events.put_nowait(("gone", "consumer not found"))
 
     async def _quick_info(self, stream: str) -> dict[str, Any] | None:
-        """Stream info with a short timeout; None when JetStream does not answer (an election)."""
+        """Stream info with a short timeout; None when JetStream does not answer (an election) or the user may
+        not ask (the watchdog's permissions are optional: docs/SECURITY.md)."""
         try:
             return await self.api.request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
-        except JetStreamAPIError as e:
+        except (JetStreamAPIError, PermissionDeniedError) as e:
             log.debug("%s: stream info of %s: %s", self.member_name, stream, e)
             return None
 
@@ -684,7 +685,7 @@ class ElasticInstance(ConsumerInstance):
         self._source_stalled_since = None
         try:
             await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}", timeout=SOURCE_CHECK_TIMEOUT)
-        except JetStreamAPIError as e:
+        except (JetStreamAPIError, PermissionDeniedError) as e:
             log.warning("%s: step-down of %s not done: %s", self.member_name, self.work_queue, e)
             return
         self.source_stepdowns += 1

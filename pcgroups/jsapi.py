@@ -16,6 +16,7 @@ from nats.aio.client import Client
 
 from .config import go_json
 from .errors import JetStreamAPIError, NotFoundError
+from .permissions import PermissionWatch
 
 PRIORITY_GROUP = "PCG"
 PINNED_CLIENT = "pinned_client"
@@ -180,14 +181,16 @@ class JetStreamApi:
         self.nc = nc
         self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
         self.timeout = timeout
+        self.permissions = PermissionWatch.of(nc)
 
     async def request(self, subject: str, body: bytes | dict | None = None, *,
                       timeout: float | None = None) -> dict[str, Any]:
-        """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises."""
+        """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises, and so does a request
+        the user's permissions refuse, at once (:class:`PermissionDeniedError`, see pcgroups.permissions)."""
         payload = go_json(body) if isinstance(body, dict) else (body or b"")
         full = f"{self.prefix}.{subject}"
         try:
-            msg = await self.nc.request(full, payload, timeout=timeout or self.timeout)
+            msg = await self.permissions.call(self.nc.request(full, payload, timeout=timeout or self.timeout), [full])
         except nats.errors.NoRespondersError:
             raise JetStreamAPIError("JetStream is not available (no responders)", code=503,
                                     subject=full) from None
@@ -225,12 +228,20 @@ class JetStreamApi:
     # --- consumers -----------------------------------------------------------------------
     async def create_consumer(self, stream: str, config: ConsumerConfig, *,
                               action: str = "create") -> dict[str, Any]:
-        """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config)."""
+        """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config).
+
+        A config with one ``filter_subject`` is created on ``CONSUMER.CREATE.<stream>.<name>.<filter>``, as
+        nats.go does, so that permissions can allow it for one filter (docs/SECURITY.md); member consumers
+        (``filter_subjects``) on ``CONSUMER.CREATE.<stream>.<name>``, as the reference does.
+        """
         name = config.durable_name or config.name
         body = {"stream_name": stream, "config": config.to_wire()}
         if action:
             body["action"] = action
-        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", body)
+        subject = f"CONSUMER.CREATE.{stream}.{name}"
+        if config.filter_subject and not config.filter_subjects:
+            subject += f".{config.filter_subject}"
+        return await self.request(subject, body)
 
     async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any]:
         """Raw consumer info, including the ``priority_groups`` pin state nats-py drops."""
