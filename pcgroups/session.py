@@ -226,6 +226,7 @@ class PullSession:
         self._pending = 0                 # messages requested by outstanding pulls, not yet delivered
         self._pulling = False
         self._last_seen = time.monotonic()
+        self._heard = time.monotonic()   # the last message, heartbeat or status from the server (never reset)
         self._last_pull = 0.0
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
         self._wake = asyncio.Event()
@@ -373,7 +374,7 @@ class PullSession:
 
     # --- receiving ------------------------------------------------------------------------
     async def _on_msg(self, msg: NatsMsg) -> None:
-        self._last_seen = now = time.monotonic()
+        self._last_seen = self._heard = now = time.monotonic()
         headers = msg.headers
         status = headers.get("Status") if headers else None
         if status and not msg.data and not msg.reply:
@@ -520,11 +521,14 @@ class PullSession:
                 pass
 
     def _pin_doubtful(self) -> bool:
+        """No pull carried the pin for nearly PinnedTTL (a pause, a blocked loop), or nothing came from the server
+        for as long (a partition: pulls are sent into a connection that delivers nothing, no heartbeat arrives)."""
         if self.pin_id is None:
             return False
         if self._pin_doubt:
             return True
-        return time.monotonic() - max(self._last_pull, self._pin_confirmed) > self._pin_margin
+        since = time.monotonic() - self._pin_margin
+        return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
 
     async def _confirm_pin(self) -> bool:
         """After a gap in the pulls: True if consumer info still shows our pin; if another (or none)

@@ -78,6 +78,8 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("instance")
     p.add_argument("--ack-wait", type=float, default=ACK_WAIT)
     p.add_argument("--work", type=float, default=0.0, help="seconds each handler call works")
+    p.add_argument("--slow", type=float, default=0.0, help="seconds a call works on a message whose data starts "
+                                                           "with 'slow' (the partition scenarios' call in flight)")
     p.add_argument("--window", type=int, default=1, help="max_ack_pending")
     p.add_argument("--concurrency", type=int, default=1,
                    help="key-level concurrency (keys: the subjects); calls are then recorded per key, not per "
@@ -107,7 +109,7 @@ async def worker_main(argv: list[str]) -> None:
         since = sess._inflight_since if sess._keyed is None else sess._keyed.started.get(id(msg), time.monotonic())
         _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - since)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
-        deadline = time.monotonic() + args.work
+        deadline = time.monotonic() + (args.slow if msg.data.startswith(b"slow") else args.work)
         last_wpi = time.monotonic()
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(0.05, left))
@@ -201,6 +203,7 @@ class Worker:
         self.reconnects = 0
         self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
         self.reader: asyncio.Task | None = None
+        self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
 
     @property
     def alive(self) -> bool:
@@ -211,10 +214,11 @@ class Group:
     """One consumer group under test: its stream, the record of its handler calls, what was published."""
 
     def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
-                 progress: str, concurrency: int = 1):
+                 progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False):
         from pcgroups.checker import Recorder
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
         self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
+        self.slow, self.proxied = slow, proxied
         self.rec = Recorder()
         self.expected: set[int] = set()
         self.workers: list[Worker] = []
@@ -271,6 +275,7 @@ class Env:
         self._pub_task: asyncio.Task | None = None
         self.pub_stalled = 0.0
         self._n = 0
+        self.proxies: list[Any] = []     # fault proxies between instances and the server, closed last
 
     # --- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> "Env":
@@ -293,6 +298,8 @@ class Env:
             self._pub_task.cancel()
             await asyncio.gather(self._pub_task, return_exceptions=True)
         await self.stop_workers()
+        for proxy in self.proxies:
+            await proxy.close()
         try:
             await self.nc.close()
         except Exception:
@@ -307,8 +314,10 @@ class Env:
     # --- groups and instances ---------------------------------------------------------------
     async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
                     work: float = 0.002, window: int = 1, progress: str = "auto",
-                    add: list[str] | None = None, concurrency: int = 1) -> Group:
-        """A group on a stream of its own: ``members`` maps member -> instance count (all started)."""
+                    add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
+                    proxied: bool = False) -> Group:
+        """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
+        each instance connects through a fault proxy of its own (``Worker.proxy``)."""
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
@@ -326,7 +335,7 @@ class Env:
                                  partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
         g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress,
-                  concurrency=concurrency)
+                  concurrency=concurrency, slow=slow, proxied=proxied)
         self.groups.append(g)
         for member, count in members.items():
             for _ in range(count):
@@ -334,16 +343,23 @@ class Env:
         await self.wait_ready(g.workers)
         return g
 
-    async def spawn(self, g: Group, member: str) -> Worker:
+    async def spawn(self, g: Group, member: str, url: str | None = None) -> Worker:
         name = f"{member}-{sum(1 for w in g.workers if w.member == member)}"
+        proxy = None
+        if g.proxied and url is None:
+            from .faultproxy import FaultProxy
+            proxy = await FaultProxy(self.server.port, name=name).start()
+            self.proxies.append(proxy)
+            url = proxy.url
         err = open(self.log_path(g, name), "w")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.chaos", "worker", self.server.url, g.flavour, g.stream, GROUP, member, name,
-            "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--window", str(g.window),
+            sys.executable, "-m", "tests.chaos", "worker", url or self.server.url, g.flavour, g.stream, GROUP, member,
+            name, "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--slow", str(g.slow), "--window", str(g.window),
             "--progress", g.progress, "--concurrency", str(g.concurrency), stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
         err.close()
         w = Worker(g, member, name, proc)
+        w.proxy = proxy
         w.reader = asyncio.create_task(self._read(w))
         g.workers.append(w)
         return w
@@ -396,6 +412,8 @@ class Env:
     async def stop_workers(self) -> None:
         workers = [w for g in self.groups for w in g.workers]
         for w in workers:
+            if w.proxy is not None:
+                w.proxy.pass_through()   # a partition heals before the end: instances drain through it
             if w.proc.returncode is None:
                 if w.stopped:
                     w.proc.send_signal(signal.SIGCONT)
@@ -453,6 +471,16 @@ class Env:
         if self._pub_task is not None:
             await bounded(self._pub_task, 70, "the publisher to stop")
             self._pub_task = None
+
+    async def publish_slow(self, g: Group, partition: int) -> int:
+        """One message that the workers handle for ``g.slow`` seconds, on a key of ``partition``; its key."""
+        from pcgroups import partition_of_subject
+        key = next(k for k in g.keys
+                   if partition_of_subject(f"{g.stream}.{k}", g.partitions, [1], f"{g.stream}.*") == partition)
+        ack = await self.nc.jetstream().publish(f"{g.stream}.{key}", b"slow", timeout=5)
+        g.expected.add(ack.seq)
+        g.sent += 1
+        return ack.seq
 
     async def publish_batch(self, g: Group, count: int) -> None:
         js = self.nc.jetstream()
@@ -626,6 +654,151 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (docs/DESIGN.md, Guarantees 2)"
             r.failures = [f for f in r.failures if "out of publish order" not in f]
         return r
+
+
+async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """m1's pinned instance cut off from its server (its fault proxy blackholed, both directions, sockets open)
+    0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed. The standby must take over; the cut-off
+    call must learn it was superseded (and not ack); once healed the instance must start nothing unless pinned
+    again (it is a standby)."""
+    name = f"partition-{flavour}"
+    t_start = time.time()
+    async with Env(name.replace("partition", "part"), verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2, "m2": 1}, slow=1.5, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        takeover, learnt, overlap_ms, inflight, late_starts, repinned_starts = [], [], [], [], 0, 0
+        for run in range(runs):
+            parts = g.partitions_of("m1")
+            key = await env.publish_slow(g, min(parts))
+            await wait_until(lambda: any(c.key == key for c in list(g.rec.calls)), 20, "the slow call to start")
+            call = next(c for c in list(g.rec.calls) if c.key == key)
+            victim = next(w for w in g.workers if w.name == call.instance)
+            await asyncio.sleep(max(0.0, call.start + 0.1 - time.time()))
+            t_cut = time.time()
+            victim.proxy.blackhole()
+            # take-over: the successor starts the partition's next call (m1's other partition waits behind the
+            # 1.5 s call it then makes: max_ack_pending 1)
+            takeover.append(await env.resumed(g, {call.partition}, t_cut, exclude=victim.name))
+            await wait_until(lambda: call.end is not None, 10, "the cut-off call to end")
+            inflight.append(call)
+            learnt.append(round(call.end - t_cut, 3))
+            others = [o.start for o in list(g.rec.calls) if o.key == key and o is not call]
+            if others and min(others) < call.end:
+                overlap_ms.append(round((call.end - min(others)) * 1000))
+            await asyncio.sleep(max(0.0, t_cut + 2.5 * ACK_WAIT - time.time()))
+            t_heal = time.time()
+            victim.proxy.pass_through()
+            await env.progress(15)
+            await asyncio.sleep(0.5)   # the healed instance had time to start something, if it would
+            late, repinned = _starts_after(env, victim, t_heal, time.time())
+            late_starts += len(late)
+            repinned_starts += repinned
+            for c in late:
+                env.log(f"started after the partition healed: {c.show()} (healed at {t_heal:.3f})")
+            env.log(f"cut {victim.name} off: take-over {takeover[-1]:.2f}s, its call learnt after {learnt[-1]:.2f}s "
+                    f"({call.outcome}), {len(late)} starts after healing")
+        await env.stop_publishing()
+        await env.drained()
+        r = _fenced_result(env, name, g, runs, inflight, takeover=takeover, t0=t_start, superseded_after_s=learnt,
+                           inflight_overlaps_ms=overlap_ms, starts_after_heal=late_starts,
+                           starts_after_repin=repinned_starts)
+        if late_starts:
+            r.failures.append(f"{late_starts} handler calls started by a cut-off instance after the partition healed")
+        if r.extra["inflight_acked"]:
+            r.failures.append(f"{r.extra['inflight_acked']} cut-off call(s) acked")
+        return r
+
+
+async def slow_link(runs: int, verbose: bool = False, seconds: float = 4.0) -> Result:
+    """A link with 200 ms more latency each way (its fault proxy delaying) under m1's pinned instance, ``seconds``
+    per run: the instance must keep its pin (no other m1 instance handles m1's partitions meanwhile, no pin
+    change in any log) and no call of it may be marked superseded."""
+    t_start = time.time()
+    async with Env("slowlink", verbose=verbose) as env:
+        g = await env.group("static", {"m1": 2, "m2": 1}, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        moves, superseded, handled = 0, 0, []
+        for run in range(runs):
+            victim = g.active("m1")
+            parts = g.partitions_of("m1")
+            t0 = time.time()
+            victim.proxy.delay(200)
+            await asyncio.sleep(seconds)
+            t1 = time.time()
+            victim.proxy.pass_through()
+            calls = [c for c in list(g.rec.calls) if t0 <= c.start <= t1 and c.partition in parts]
+            others = [c for c in calls if c.instance != victim.name]
+            pin_lines = [line for w in g.workers for t, line in _log_lines(env.log_of(w))
+                         if t0 <= t <= t1 + 0.5 and ("pinned (" in line or "lost the pin" in line or "pin moved" in line)]
+            moves += len(others) + len(pin_lines)
+            superseded += sum(1 for c in calls if c.outcome == "superseded")
+            handled.append(len(calls) - len(others))
+            env.log(f"200 ms on {victim.name} for {seconds:g}s: it handled {handled[-1]} of m1's calls, others "
+                    f"{len(others)}, pin changes logged {len(pin_lines)}")
+            await env.progress(20)
+        await env.stop_publishing()
+        await env.drained()
+        r = env.result("slow-link", g, runs, bound=0, takeover=[], t0=t_start, pin_moves=moves,
+                       superseded_calls=superseded, calls_on_slow_link=handled, delay_ms=200, seconds_per_run=seconds)
+        if moves:
+            r.failures.append(f"m1's pin moved {moves} time(s) on a slow link")
+        if superseded:
+            r.failures.append(f"{superseded} call(s) of the slow-linked instance were marked superseded")
+        return r
+
+
+async def server_closes(runs: int, verbose: bool = False, every: float = 2.0) -> list[Result]:
+    """Every instance's connection closed by the other end every ``every`` seconds (their fault proxies close
+    them; nats-py reconnects), static and elastic groups under traffic: nothing lost, no overlap, order kept."""
+    t_start = time.time()
+    async with Env("closes", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 2, "m2": 1}, proxied=True)
+        ge = await env.group("elastic", {"m1": 2, "m2": 1}, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        for run in range(runs):
+            t = time.time()
+            closed = sum(w.proxy.close_connections() for g in (gs, ge) for w in g.workers)
+            for g in (gs, ge):
+                takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t))
+            env.log(f"closed {closed} connections: handled again after "
+                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await asyncio.sleep(max(0.0, t + every - time.time()))
+        await env.stop_publishing()
+        await env.drained()
+        # a close may cost each consumer (m1, m2) the message it had in flight
+        return [env.result(f"server-closes-{g.flavour}", g, runs, bound=2 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, reconnects=sum(w.reconnects for w in g.workers),
+                           publish_stall=round(env.pub_stalled, 2)) for g in (gs, ge)]
+
+
+def _starts_after(env: Env, w: Worker, since: float, until: float) -> tuple[list[Any], int]:
+    """Calls ``w`` started in [since, until] that no pin given to it again explains (its log says 'pinned'), and
+    how many such a pin explains."""
+    repins = [t for t, line in _log_lines(env.log_of(w)) if t >= since and "pinned (" in line]
+    started = [c for c in list(w.group.rec.calls) if c.instance == w.name and since <= c.start <= until
+               and not w.dispatched.get(c.key, c.start) < since]
+    late = [c for c in started if not any(t <= c.start for t in repins)]
+    return late, len(started) - len(late)
+
+
+def _fenced_result(env: Env, name: str, g: Group, runs: int, inflight: list[Any], **extra: Any) -> Result:
+    """The result of a run whose faulted instances had calls in flight that ran on (a SIGSTOP, a partition):
+    those calls may overlap their successors until the instance learns; no other call may overlap."""
+    from pcgroups.checker import Recorder
+    rest = Recorder()
+    rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
+    unexplained = rest.check().overlaps
+    r = env.result(name, g, runs, bound=runs * g.window, other_overlaps=unexplained,
+                   inflight_calls=len(inflight), inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
+                   **extra)
+    r.overlap_note = f"all {len(inflight)} cut-off call(s) in flight" if r.overlaps and not unexplained else ""
+    if not unexplained:
+        r.failures = [f for f in r.failures if "overlapping" not in f]
+    return r
 
 
 def _log_lines(text: str) -> list[tuple[float, str]]:
@@ -868,10 +1041,11 @@ SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
     "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
+    "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (3, 20),
 }
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
-          "slow-handler": 8}   # seconds allowed per run (plus setup)
+          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6}   # seconds allowed per run (plus setup)
 
 
 async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
@@ -884,6 +1058,12 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = sigstop("static", size, verbose, window=8, name=name)
     elif name.startswith("sigstop-"):
         coro = sigstop(name.split("-", 1)[1], size, verbose)
+    elif name.startswith("partition-"):
+        coro = partition(name.split("-", 1)[1], size, verbose)
+    elif name == "slow-link":
+        coro = slow_link(size, verbose)
+    elif name == "server-closes":
+        coro = server_closes(size, verbose)
     elif name == "server-restart":
         coro = server_restart(size, verbose)
     elif name == "membership":
