@@ -95,8 +95,10 @@ async def worker_main(argv: list[str]) -> None:
     async def on_reconnect() -> None:
         _emit(json.dumps({"ev": "reconnected", "t": time.time()}))
 
-    nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, connect_timeout=2,
-                            reconnected_cb=on_reconnect, name=instance)
+    # URLs in the order given (a cluster scenario picks each instance's first server)
+    nc = await nats.connect(servers=args.url.split(","), dont_randomize=True, max_reconnect_attempts=-1,
+                            reconnect_time_wait=0.1, connect_timeout=2, reconnected_cb=on_reconnect,
+                            name=f"{args.stream}/{instance}")
 
     async def handler(msg) -> None:
         subject, origin = origin_of(msg)
@@ -201,6 +203,7 @@ class Worker:
         self.killed_at: float | None = None
         self.stopped = False
         self.reconnects = 0
+        self.reconnected_at: list[float] = []
         self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
         self.reader: asyncio.Task | None = None
         self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
@@ -292,6 +295,11 @@ class Env:
                                      connect_timeout=2, error_cb=quiet)
         return self
 
+    replicas = 1
+
+    async def _close_servers(self) -> None:
+        await asyncio.to_thread(self.server.close)
+
     async def __aexit__(self, *exc) -> None:
         self.publishing = False
         if self._pub_task is not None:
@@ -304,7 +312,12 @@ class Env:
             await self.nc.close()
         except Exception:
             pass
-        await asyncio.to_thread(self.server.close)
+        await self._close_servers()
+        keep = os.environ.get("PCG_CHAOS_KEEP_LOGS")
+        if keep:   # the instances' logs, for a closer look at a run
+            import shutil
+            shutil.copytree(self.tmp.name, os.path.join(keep, self.name), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("server", "n1", "n2", "n3"))
         self.tmp.cleanup()
 
     def log(self, text: str) -> None:
@@ -315,9 +328,10 @@ class Env:
     async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
                     work: float = 0.002, window: int = 1, progress: str = "auto",
                     add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
-                    proxied: bool = False) -> Group:
+                    proxied: bool = False, url_of: Callable[[str, int], str] | None = None) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
-        each instance connects through a fault proxy of its own (``Worker.proxy``)."""
+        each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
+        server URL(s) of the member's k-th instance."""
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
@@ -326,11 +340,12 @@ class Env:
         js = self.nc.jetstream()
         if flavour == "static":
             await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
-                                             subject_transform=SubjectTransform(
+                                             num_replicas=self.replicas, subject_transform=SubjectTransform(
                                                  src=f"{s}.*", dest=f"{{{{partition({partitions},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
             await create_static(self.nc, s, GROUP, partitions, members=list(members))
         else:
-            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120))
+            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
+                                             num_replicas=self.replicas))
             await create_elastic(self.nc, s, GROUP, partitions,
                                  partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
@@ -338,8 +353,8 @@ class Env:
                   concurrency=concurrency, slow=slow, proxied=proxied)
         self.groups.append(g)
         for member, count in members.items():
-            for _ in range(count):
-                await self.spawn(g, member)
+            for k in range(count):
+                await self.spawn(g, member, url_of(member, k) if url_of else None)
         await self.wait_ready(g.workers)
         return g
 
@@ -392,6 +407,7 @@ class Env:
                 w.ready.set()
             elif kind == "reconnected":
                 w.reconnects += 1
+                w.reconnected_at.append(float(ev.get("t", 0.0)))
             elif kind == "done":
                 w.ended = ev.get("error") or "ended"
         if w.ended is None and w.killed_at is None:
@@ -530,6 +546,67 @@ class Env:
         if ended:
             r.failures.append(f"instances ended: {ended}")
         return r
+
+
+class ClusterEnv(Env):
+    """An Env on a 3-node cluster (R3 streams) whose routes all pass through fault proxies, one per ordered pair of
+    nodes (each node dials its peers through its own proxies, and advertises no reachable route address, so no
+    route bypasses them). The harness and the publisher use n1 and n2."""
+
+    replicas = 3
+
+    async def __aenter__(self) -> "ClusterEnv":
+        import nats
+
+        from pcgroups.cluster import EmbeddedCluster
+        from pcgroups.server import free_port
+
+        from .faultproxy import FaultProxy
+        ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+        self.routes = {(i, j): await FaultProxy(ports[j][1], name=f"n{i + 1}->n{j + 1}").start()
+                       for i in range(3) for j in range(3) if i != j}
+        self.proxies.extend(self.routes.values())
+        self.cluster = EmbeddedCluster(
+            size=3, ports=ports, extra_args=["--cluster_advertise", "127.0.0.1:1"],
+            routes=[[f"nats-route://127.0.0.1:{self.routes[(i, j)].port}" for j in range(3) if j != i] for i in range(3)])
+        await asyncio.to_thread(self.cluster.start)
+
+        async def quiet(e: Exception) -> None:
+            self.log(f"harness connection: {e!r}")
+
+        self.nc = await nats.connect(servers=self.cluster.urls[:2], max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                                     connect_timeout=2, error_cb=quiet)
+        return self
+
+    async def _close_servers(self) -> None:
+        await asyncio.to_thread(self.cluster.close)
+
+    def urls_from(self, node: int) -> str:
+        """Every node's URL, ``node`` (0-based) first: the instance connects there, and moves to the others."""
+        urls = self.cluster.urls
+        return ",".join(urls[node:] + urls[:node])
+
+    def cut(self, node: int) -> None:
+        """Blackhole every route to and from ``node`` (its process and its clients' connections stay up)."""
+        for (i, j), proxy in self.routes.items():
+            if node in (i, j):
+                proxy.blackhole()
+
+    def heal(self) -> None:
+        for proxy in self.routes.values():
+            proxy.pass_through()
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        """Until every node's JetStream is current again (its /healthz says ok)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if all(n.monitor("/healthz").get("status") == "ok" for n in self.cluster.nodes):
+                    return
+            except Exception:  # noqa: BLE001 - 503 while catching up
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the cluster was not healthy {timeout:g}s after the partition healed")
 
 
 async def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
@@ -773,6 +850,77 @@ async def server_closes(runs: int, verbose: bool = False, every: float = 2.0) ->
         return [env.result(f"server-closes-{g.flavour}", g, runs, bound=2 * runs, takeover=takeover[g.flavour],
                            t0=t_start, reconnects=sum(w.reconnects for w in g.workers),
                            publish_stall=round(env.pub_stalled, 2)) for g in (gs, ge)]
+
+
+async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0) -> list[Result]:
+    """A 3-node cluster, static and elastic R3 groups; node n3 cut off from n1 and n2 (its routes blackholed, its
+    process and its clients' connections alive) until every instance connected to it moved to n1 or n2, at least
+    ``hold`` seconds, then healed. m1 and m2 have an instance on n3 and one on the majority (every instance knows
+    all three URLs): the groups must go on on the majority, the instances on n3 must move, nothing may be lost or
+    overlap. Each run starts a new instance on n3 for each member that has none there."""
+    t_start = time.time()
+    async with ClusterEnv("cluster-part", verbose=verbose) as env:
+        groups = [await env.group(flavour, {"m1": 2, "m2": 2},
+                                  url_of=lambda member, k: env.urls_from(2 if k == 0 else (0 if member == "m1" else 1)))
+                  for flavour in ("static", "elastic")]
+        env.start_publishing()
+        await env.progress(30, timeout=60)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        moved_after: list[float] = []
+        unmoved = 0
+        for run in range(runs):
+            on_n3 = await _instances_on(env, groups, 2)
+            t_cut = time.time()
+            env.cut(2)
+            for g in groups:
+                takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_cut, timeout=60))
+
+            def moved() -> list[float]:
+                return [min(t for t in w.reconnected_at if t > t_cut) - t_cut for w in on_n3
+                        if any(t > t_cut for t in w.reconnected_at)]
+            try:
+                await wait_until(lambda: len(moved()) == len(on_n3), 60, "the instances on n3 to move")
+            except AssertionError as e:
+                env.log(str(e))
+            moves = moved()
+            moved_after.extend(round(m, 2) for m in moves)
+            unmoved += len(on_n3) - len(moves)
+            await asyncio.sleep(max(0.0, t_cut + hold - time.time()))
+            env.heal()
+            await asyncio.to_thread(env.wait_healthy)
+            env.log(f"n3 cut off for {time.time() - t_cut:.0f}s: handled again after "
+                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
+                    + f"; {len(moves)} of {len(on_n3)} instances on n3 moved, after {sorted(round(m, 1) for m in moves)} s")
+            await env.progress(20, timeout=60)
+        await env.stop_publishing()
+        await env.drained(timeout=90)
+        out = []
+        for g in groups:
+            # a cut may cost each consumer (m1, m2) its message in flight, and each leader change of the consumer
+            # (or, elastic, of the work queue) the messages it had delivered
+            r = env.result(f"cluster-partition-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, moved_after_s=sorted(moved_after), not_moved=unmoved,
+                           reconnects=sum(w.reconnects for w in g.workers), publish_stall=round(env.pub_stalled, 2))
+            if unmoved:
+                r.failures.append(f"{unmoved} instance(s) on n3 did not move to the majority")
+            out.append(r)
+        return out
+
+
+async def _instances_on(env: ClusterEnv, groups: list[Group], node: int) -> list[Worker]:
+    """The instances connected to ``node`` (0-based), after starting one there for each member that has none
+    (the earlier runs' instances moved away)."""
+    def names() -> set[str]:
+        conns = env.cluster.nodes[node].monitor("/connz?limit=1024").get("connections") or []
+        return {str(c.get("name")) for c in conns}
+
+    here = await asyncio.to_thread(names)
+    for g in groups:
+        for member in sorted({w.member for w in g.workers}):
+            if not any(f"{g.stream}/{w.name}" in here for w in g.alive(member)):
+                await env.wait_ready([await env.spawn(g, member, env.urls_from(node))])
+    here = await asyncio.to_thread(names)
+    return [w for g in groups for w in g.alive() if f"{g.stream}/{w.name}" in here]
 
 
 def _starts_after(env: Env, w: Worker, since: float, until: float) -> tuple[list[Any], int]:
@@ -1041,11 +1189,13 @@ SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
     "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
-    "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (3, 20),
+    "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
+    "cluster-partition": (1, 3),
 }
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
-          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6}   # seconds allowed per run (plus setup)
+          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
+          "cluster-partition": 60}   # seconds allowed per run (plus setup)
 
 
 async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
@@ -1064,6 +1214,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = slow_link(size, verbose)
     elif name == "server-closes":
         coro = server_closes(size, verbose)
+    elif name == "cluster-partition":
+        coro = cluster_partition(size, verbose)
     elif name == "server-restart":
         coro = server_restart(size, verbose)
     elif name == "membership":
