@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 
+from ..connect import redact
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..permissions import PermissionWatch
 from ._offsets import Layout, StreamState
@@ -62,7 +63,8 @@ class Client(NATS):
 
 async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reconnect: bool = True) -> NATS:
     kwargs: dict = dict(servers=list(conn.servers), name=name, connect_timeout=max(1, int(conn.timeout)),
-                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 0,
+                        # at least 1: nats-py's first connect retries a refusing server forever with 0
+                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1,
                         reconnect_time_wait=0.5)
     if conn.user:
         kwargs["user"] = conn.user
@@ -89,7 +91,8 @@ async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reco
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
-        raise PCGroupsError(f"cannot connect to NATS at {', '.join(conn.servers)}: {e or type(e).__name__}") from e
+        servers = ", ".join(redact(u) for u in conn.servers)
+        raise PCGroupsError(f"cannot connect to NATS at {servers}: {e or type(e).__name__}") from e
 
 
 class _NoResponders(PCGroupsError):
