@@ -28,6 +28,14 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
+- ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
+  proxy, tests/faultproxy.py, blackholed) 0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed:
+  the standby takes over, the cut-off call learns it was superseded and does not ack, the healed instance starts
+  nothing (1 / 10);
+- ``slow-link``: 200 ms more latency each way under m1's pinned instance for 4 s: it keeps the pin (1 / 5);
+- ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
+- ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
+  (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
 
 Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
 being back) until every affected partition has started a handler call again.
