@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .errors import PermissionDeniedError
+from .partitions import tokens_match
 
 __all__ = ["PermissionWatch", "Violation", "kv_subjects"]
 
@@ -70,15 +71,9 @@ class Violation:
 
 
 def _matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching of ``subject`` against ``pattern`` (``*`` a token, ``>`` the rest), ignoring case.
-    A ``*`` or ``>`` token of ``subject`` itself (a reported subscription) matches only itself or a wildcard."""
-    p, s = pattern.lower().split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
+    """``subject`` (lower-cased, as reported) matches ``pattern``, ignoring case. A ``*`` or ``>`` token of the
+    subject itself (a refused subscription) matches only itself or a wildcard."""
+    return tokens_match(pattern.lower().split("."), subject.split("."))
 
 
 def _capitalised(subject: str) -> str:

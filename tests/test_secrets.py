@@ -20,7 +20,7 @@ import nkeys
 import pytest
 
 from pcgroups import ConsumerConfig, create_static, static_consume
-from pcgroups.connect import ConnectionOptions, connect, resolve
+from pcgroups.connect import ConnectionOptions, connect, redact, resolve
 from pcgroups.errors import PCGroupsError
 from pcgroups.server import EmbeddedServer, free_port
 from pcgroups.spark import _nats as spark_nats
@@ -178,3 +178,11 @@ async def test_consume_logs_and_library_errors_show_no_secret(servers, caplog):
     assert any("alice:***@" in t for t in texts)
     for text in texts:
         assert not leaks(text), (leaks(text), text)
+
+
+def test_urls_are_shown_without_their_secret():
+    assert redact("nats://alice:pw@h:4222") == "nats://alice:***@h:4222"
+    assert redact("tls://tok@h:4222") == "tls://***@h:4222"
+    assert redact("nats://h:4222") == "nats://h:4222"
+    rc = resolve(ConnectionOptions(server=f"nats://a:{PASSWORD}@h:1,nats://{TOKEN}@g:2"), env={})
+    assert rc.display_servers == "nats://a:***@h:1,nats://***@g:2"

@@ -175,15 +175,22 @@ async def test_admin_changes_memberships_but_cannot_consume(secured):
 
 
 # --- members --------------------------------------------------------------------------------------------------
+async def consuming(secured: Secured, nc, flavour: str, stream: str, group: str, member: str):
+    """An instance of ``member`` that handled messages, and was stepped down once by the admin."""
+    got, handler = recorder()
+    consume = static_consume if flavour == "static" else elastic_consume
+    inst = await consume(nc, stream, group, member, handler, config=CONFIG)
+    await inst.wait_for_consuming(10)
+    await publish(secured, [f"{stream.lower()}.k{i}" for i in range(12)])   # m1 owns 2 of the 4 partitions
+    await wait_for(lambda: len(got) >= 3, 15, what=f"{member}'s messages")
+    (await run_cg(*secured.cli("admin"), flavour, "step-down", stream, group, member)).ok()
+    return inst, handler
+
+
 async def test_static_member_consumes_its_partitions_only(secured):
     nc = await secured.connect("shipping-m1")
-    got, handler = recorder()
     try:
-        inst = await static_consume(nc, "ORDERS", "shipping", "m1", handler, config=CONFIG)
-        await inst.wait_for_consuming(10)
-        await publish(secured, [f"orders.k{i}" for i in range(12)])   # m1 owns partitions 0 and 1 of 4
-        await wait_for(lambda: len(got) >= 3, 15, what="m1's messages")
-        (await run_cg(*secured.cli("admin"), "static", "step-down", "ORDERS", "shipping", "m1")).ok()
+        inst, handler = await consuming(secured, nc, "static", "ORDERS", "shipping", "m1")
         api = JetStreamApi(nc, timeout=TIMEOUT)
         await refused(delete_static(nc, "ORDERS", "shipping"), "$KV.static-consumer-groups.ORDERS.shipping")
         await refused(static_consume(nc, "ORDERS", "shipping", "m2", handler, config=CONFIG),
@@ -199,13 +206,8 @@ async def test_static_member_consumes_its_partitions_only(secured):
 
 async def test_elastic_member_cannot_change_or_delete_its_group(secured):
     nc = await secured.connect("billing-member")
-    got, handler = recorder()
     try:
-        inst = await elastic_consume(nc, "EVENTS", "billing", "m1", handler, config=CONFIG)
-        await inst.wait_for_consuming(10)
-        await publish(secured, [f"events.k{i}" for i in range(12)])
-        await wait_for(lambda: len(got) >= 3, 15, what="m1's messages")
-        (await run_cg(*secured.cli("admin"), "elastic", "step-down", "EVENTS", "billing", "m1")).ok()
+        inst, _ = await consuming(secured, nc, "elastic", "EVENTS", "billing", "m1")
         api = JetStreamApi(nc, timeout=TIMEOUT)
         await refused(add_members(nc, "EVENTS", "billing", ["m9"]), "$KV.elastic-consumer-groups.EVENTS.billing")
         await refused(delete_elastic(nc, "EVENTS", "billing"), "$KV.elastic-consumer-groups.EVENTS.billing")
@@ -341,3 +343,27 @@ async def test_admin_deletes_the_groups(secured):
         (await run_cg(*secured.cli("admin"), *args)).ok()
     r = await run_cg(*secured.cli("admin"), "elastic", "ls", "EVENTS")
     assert r.ok().out.strip() == "elastic consumer groups: []", r.out
+
+
+# --- server-free -----------------------------------------------------------------------------------------------
+def test_the_nsc_lists_are_the_configuration():
+    block = re.search(r"```sh\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S).group(1)
+    commands = {m.group(1): m.group(0) for m in re.finditer(r"--name (\S+) .*?(?=\n\n|\Z)", block, re.S)}
+    assert sorted(commands) == sorted(ROLES)
+    for user, command in commands.items():
+        assert "--allow-sub '_INBOX.>'" in command
+        assert re.findall(r"--allow-pub '([^']+)'", command) == documented_allow(user), user
+
+
+def test_a_violation_is_named_as_the_caller_wrote_the_subject():
+    v = Violation.parse('nats: permissions violation for publish to "$js.api.stream.info.orders"')
+    assert v == Violation("publish", "$js.api.stream.info.orders")
+    assert v.error(["$JS.API.STREAM.INFO.other", "$JS.API.STREAM.INFO.ORDERS"]).subject == "$JS.API.STREAM.INFO.ORDERS"
+    assert v.error(["$JS.API.*.*.ORDERS"]).subject == "$JS.API.*.*.ORDERS"   # a guarded pattern names itself
+    assert v.error().subject == "$JS.API.stream.info.orders"                  # unknown: the prefix in capitals
+    ack = Violation.parse('nats: Permissions Violation for Publish to "$js.ack.orders.shipping-m1.1.2.2.9.0"')
+    assert ack.error(["$JS.ACK.ORDERS.shipping-m1.>"]).subject == "$JS.ACK.ORDERS.shipping-m1.>"
+    inbox = Violation.parse('nats: permissions violation for subscription to "_inbox.abc.*"')
+    e = inbox.error()
+    assert (e.operation, e.subject) == ("subscribe", "_INBOX.abc.*") and "allow _INBOX.> or the inbox prefix" in str(e)
+    assert Violation.parse("nats: timeout") is None and Violation.parse("authorization violation") is None

@@ -25,6 +25,7 @@ from nats.aio.client import Client as NATS
 
 from ..connect import redact
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from ..partitions import tokens_match
 from ..permissions import PermissionWatch
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
@@ -271,19 +272,10 @@ def parse_ts_micros(ts: str) -> int:
     return secs * 1_000_000 + micros
 
 
-def _tokens_match(tokens: list[str], pattern: list[str]) -> bool:
-    for i, pt in enumerate(pattern):
-        if pt == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (pt != "*" and pt != tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
-
-
 def subject_matches(subject: str, filters: tuple[str, ...]) -> bool:
     """NATS subject matching (``*`` one token, ``>`` the rest) against any of ``filters``."""
     tokens = subject.split(".")
-    return any(_tokens_match(tokens, f.split(".")) for f in filters)
+    return any(tokens_match(f.split("."), tokens) for f in filters)
 
 
 class Columns:
