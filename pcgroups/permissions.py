@@ -12,7 +12,8 @@ connection takes those reports:
   the connection fail at once too: nats-py subscribes its reply inbox only once);
 - :meth:`PermissionWatch.listen` lets a running consumer instance end with the error on any other
   violation of a JetStream, KV or inbox subject of its connection: its pulls, acks and watches have
-  no request to fail. A violation a guarded call claimed is that call's error only.
+  no request to fail. A refused publish that a guarded call claimed is that call's error only; a
+  refused inbox subscription is everyone's.
 
 nats-py lower-cases the error text, subject included; the error names the subject as the caller
 wrote it when it matches one of the subjects (or patterns) guarded, otherwise with its well-known
@@ -133,7 +134,7 @@ class PermissionWatch:
         await self._forward(error)
 
     def report(self, v: Violation) -> None:
-        """Fail the guarded calls it concerns; tell the listeners when none did."""
+        """Fail the guarded calls it concerns; tell the listeners when none did (always for a subscription)."""
         if v.operation == "subscribe" and v.subject.startswith(self._inbox):
             self.inbox_denied = v
         claimed = False
@@ -142,7 +143,9 @@ class PermissionWatch:
                 claimed = True
                 if not g.failed.done():
                     g.failed.set_result(v)
-        if not claimed and (v.subject.startswith(_RELEVANT) or v.subject.startswith(self._inbox)):
+        # a refused inbox subscription concerns every user of the connection, claimed or not
+        if (not claimed or v.operation == "subscribe") and (v.subject.startswith(_RELEVANT)
+                                                            or v.subject.startswith(self._inbox)):
             for listener in list(self._listeners):
                 listener(v)
 

@@ -148,7 +148,7 @@ async def test_cluster_node_cut_off_from_the_other_two():
     for r in rows:
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-        assert r.extra["moved_from_n3"] == r.extra["instances_on_n3"]
+        assert r.extra["not_moved"] == 0 and len(r.extra["moved_after_s"]) >= 4
         assert max(r.takeover) < 30, r.takeover
 
 

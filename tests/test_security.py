@@ -315,6 +315,9 @@ async def test_a_refusal_is_one_cli_line_naming_subject_and_permission(secured):
     assert_cli_error(r, "permission denied: publish to $KV.static-consumer-groups.ORDERS.shipping is not allowed "
                         "for this user (missing publish permission)")
     assert len(r.err.splitlines()) == 1, r.err
+    r = await run_cg(*secured.cli("observer"), "static", "consume", "ORDERS", "shipping", "m1")
+    assert_cli_error(r, "permission denied: publish to $JS.API.CONSUMER.CREATE.KV_static-consumer-groups is not allowed")
+    assert len(r.err.splitlines()) == 1, r.err
     r = await run_cg(*secured.cli("no-inbox"), "elastic", "info", "EVENTS", "billing")
     assert_cli_error(r, "permission denied: subscribe to _INBOX.")
     assert "allow _INBOX.> or the inbox prefix" in r.err and len(r.err.splitlines()) == 1, r.err
