@@ -5,6 +5,7 @@ usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
        PCG_CHAOS_UNFENCED=1 python -m tests.chaos --only sigstop-buffered   (workers without the check of
        the pin after a pause, for comparison)
+       PCG_CHAOS_KEEP_LOGS=DIR python -m tests.chaos ...   (the instances' logs copied to DIR/<scenario>)
 
 Each scenario starts its own nats-server (file storage, 127.0.0.1), creates its groups, starts member
 instances as subprocesses (``worker`` below), publishes continuously, injects its fault ``runs`` times,
