@@ -7,7 +7,7 @@ from .elastic import (ElasticSpec, add_members, add_source, create_elastic, dele
                       get_elastic_config, get_elastic_layout, list_elastic_active_members, list_elastic_groups,
                       remove_source, set_member_mappings, work_queue_name)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError)
+                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .instance import ConsumerInstance
 from .jsapi import ConsumerConfig, JetStreamApi
 from .partitions import (balanced_assignment, elastic_member_filters, member_partitions, partition_filters,
@@ -22,5 +22,6 @@ from .static import (create_static, delete_static, get_static_config, list_stati
 
 __version__ = "0.1.0"
 
-_MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler", "membership", "sticky", "sources"}
+_MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler",
+            "membership", "sticky", "sources", "permissions"}
 __all__ = [name for name in list(globals()) if not name.startswith("_") and name not in _MODULES]

@@ -57,6 +57,12 @@ class EmbeddedCluster:
     size: int = 3
     name: str = CLUSTER_NAME
     nodes: list[ClusterNode] = field(default_factory=list)
+    #: per node, its client, cluster and monitoring ports (default: free ones)
+    ports: list[tuple[int, int, int]] | None = None
+    #: per node, the route URLs it dials (default: every node's cluster port); tests put fault proxies there
+    routes: list[list[str]] | None = None
+    #: extra nats-server arguments for every node
+    extra_args: list[str] = field(default_factory=list)
     _tmp: tempfile.TemporaryDirectory | None = None
 
     @property
@@ -80,14 +86,16 @@ class EmbeddedCluster:
         if self.nodes:
             raise PCGroupsError("cluster already started")
         self._tmp = tempfile.TemporaryDirectory(prefix="pcg-cluster-")
-        ports = [(free_port(), free_port(), free_port()) for _ in range(self.size)]
-        routes = ",".join(f"nats-route://127.0.0.1:{c}" for _, c, _ in ports)
+        ports = self.ports or [(free_port(), free_port(), free_port()) for _ in range(self.size)]
+        routes = [",".join(f"nats-route://127.0.0.1:{c}" for _, c, _ in ports)] * self.size
+        if self.routes is not None:
+            routes = [",".join(urls) for urls in self.routes]
         for i, (port, cport, hport) in enumerate(ports, 1):
             name = f"n{i}"
             store = os.path.join(self._tmp.name, name)
             os.makedirs(store)
             args = ["-n", name, "--cluster_name", self.name, "--cluster", f"nats://127.0.0.1:{cport}",
-                    "--routes", routes, "-m", str(hport)]
+                    "--routes", routes[i - 1], "-m", str(hport), *self.extra_args]
             self.nodes.append(ClusterNode(name, port, cport, hport,
                                           EmbeddedServer(port=port, store_dir=store, extra_args=args)))
         try:

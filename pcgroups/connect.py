@@ -39,6 +39,7 @@ __all__ = [
     "enable_reconnect",
     "load_context",
     "parse_duration",
+    "redact",
     "resolve",
 ]
 
@@ -197,14 +198,15 @@ def _normalize_url(url: str) -> str:
     return url
 
 
-def _redact(url: str) -> str:
-    """The URL with any password in it replaced by ``***``."""
+def redact(url: str) -> str:
+    """The URL with its secret replaced by ``***``: the password of ``user:password@``, or the whole user
+    part when there is no password (``token@``, as nats URLs carry a token)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    if "@" not in parts.netloc:
         return url
-    user = parts.username or ""
     host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    user = "***" if parts.password is None else f"{parts.username or ''}:***"
+    return parts._replace(netloc=f"{user}@{host}").geturl()
 
 
 def _split_servers(url: str) -> list[str]:
@@ -311,7 +313,7 @@ class ResolvedConnection:
     @property
     def display_servers(self) -> str:
         """The server URLs for messages, passwords redacted."""
-        return ",".join(_redact(u) for u in self.servers)
+        return ",".join(redact(u) for u in self.servers)
 
     @property
     def auth_method(self) -> str:

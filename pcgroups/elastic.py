@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
                      validate_partition_count)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError)
+                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .sticky import group_members, sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
@@ -32,7 +32,7 @@ from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, layout_of, resolve_start,
                       source_config, starts_by_stream)
-from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, open_bucket,
+from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
 log = logging.getLogger("pcgroups")
@@ -225,7 +225,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         await _settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
     if existing is None:
         try:
-            await kv.create(key, cfg.to_json())
+            await kv_call(kv, kv.create(key, cfg.to_json()), key)
         except nats.js.errors.BadRequestError:
             if await read(kv, key) is None:
                 if created_stream:
@@ -346,7 +346,7 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     key = group_key(stream, group)
     had_key = kv is not None and await read(kv, key) is not None
     if had_key:
-        await kv.delete(key)
+        await kv_call(kv, kv.delete(key), key)
     try:
         had_stream = await api.delete_stream(work_queue_name(stream, group))
     except JetStreamAPIError as e:
@@ -728,7 +728,7 @@ class ElasticInstance(ConsumerInstance):
         self._next_stepdown = 0.0
         self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
-        watcher = await kv.watch(self._key)
+        watcher = await kv_call(kv, kv.watch(self._key), self._key)
         self._start(watcher)
         self._events.put_nowait(("reconcile", None))
 
@@ -982,10 +982,11 @@ class ElasticInstance(ConsumerInstance):
             self._events.put_nowait(("gone", "consumer not found"))
 
     async def _quick_info(self, stream: str) -> dict[str, Any] | None:
-        """Stream info with a short timeout; None when JetStream does not answer (an election)."""
+        """Stream info with a short timeout; None when JetStream does not answer (an election) or the user may
+        not ask (the watchdog's permissions are optional: docs/SECURITY.md)."""
         try:
             return await self.api.request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
-        except JetStreamAPIError as e:
+        except (JetStreamAPIError, PermissionDeniedError) as e:
             log.debug("%s: stream info of %s: %s", self.member_name, stream, e)
             return None
 
@@ -1029,7 +1030,7 @@ class ElasticInstance(ConsumerInstance):
         self._source_stalled_since = None
         try:
             await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}", timeout=SOURCE_CHECK_TIMEOUT)
-        except JetStreamAPIError as e:
+        except (JetStreamAPIError, PermissionDeniedError) as e:
             log.warning("%s: step-down of %s not done: %s", self.member_name, self.work_queue, e)
             return
         self.source_stepdowns += 1

@@ -45,3 +45,12 @@ class JetStreamAPIError(PCGroupsError):
         if self.err_code:
             return f"{self.description} (status {self.code}, error {self.err_code})"
         return self.description
+
+
+class PermissionDeniedError(PCGroupsError):
+    """The server refused a publish or subscription: the user lacks the permission (docs/SECURITY.md)."""
+
+    def __init__(self, message: str, *, operation: str, subject: str):
+        super().__init__(message)
+        self.operation = operation
+        self.subject = subject

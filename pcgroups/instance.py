@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +12,7 @@ from nats.aio.client import Client
 
 from .errors import ConfigError, PCGroupsError
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 
@@ -69,6 +71,7 @@ class ConsumerInstance:
         self._task: asyncio.Task | None = None
         self._watcher = None
         self._watch_task: asyncio.Task | None = None
+        self._unlisten: Callable[[], None] = lambda: None
 
     # --- public surface -------------------------------------------------------------------
     @property
@@ -114,9 +117,17 @@ class ConsumerInstance:
 
     # --- for subclasses -------------------------------------------------------------------
     def _start(self, watcher) -> None:
+        self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
         self._watcher = watcher
         self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")
         self._task = asyncio.create_task(self._control(), name=f"pcg-control-{self.member_name}")
+
+    def _denied(self, violation: Violation) -> None:
+        """A publish or subscription of this connection was refused: a permission the instance needs is
+        missing (docs/SECURITY.md). It ends with the error; waiting would never help."""
+        s = self.session
+        names = [self.api.pull_subject(s.stream, s.consumer), f"$JS.ACK.{s.stream}.{s.consumer}.>"] if s else []
+        self._events.put_nowait(("fatal", violation.error(names)))
 
     async def _pump_watch(self) -> None:
         try:
@@ -195,6 +206,7 @@ class ConsumerInstance:
         return None  # the stripped subject
 
     async def _finish(self, result: BaseException | None) -> None:
+        self._unlisten()
         await self._stop_session(drain=result is None)
         if self._watch_task is not None:
             self._watch_task.cancel()

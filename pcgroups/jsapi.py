@@ -7,7 +7,10 @@ Python instances of one member create byte-identical consumers.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +19,9 @@ from nats.aio.client import Client
 
 from .config import go_json
 from .errors import JetStreamAPIError, NotFoundError
+from .permissions import PermissionWatch
+
+log = logging.getLogger("pcgroups")
 
 PRIORITY_GROUP = "PCG"
 PINNED_CLIENT = "pinned_client"
@@ -29,6 +35,13 @@ ERR_WQ_MULTIPLE_UNFILTERED = 10099
 ERR_CONSUMER_EXISTS = 10148
 ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
+ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
+
+# Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
+# responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
+# leader election (5-9 s when a node dies, docs/DEPLOYMENT.md): a server cut off from the rest of its cluster by a
+# partition stays up, and its clients stay connected to it unless they leave.
+SILENT_SERVER = 10.0
 
 
 def ns(seconds: float) -> int:
@@ -180,21 +193,45 @@ class JetStreamApi:
         self.nc = nc
         self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
         self.timeout = timeout
+        self.permissions = PermissionWatch.of(nc)
+        self._answered = time.monotonic()    # JetStream's last answer to a request
+        self._reconnected = 0.0              # the last reconnect away from a silent server
+
+    def reconnect_if_silent(self, answered: float, limit: float = SILENT_SERVER) -> bool:
+        """JetStream last answered at ``answered`` (monotonic). When that is more than ``limit`` seconds ago, and
+        so is the last such reconnect, reconnect: nats-py tries the connection's other servers first. True if it
+        did."""
+        now = time.monotonic()
+        if now - max(answered, self._reconnected) <= limit or not self.nc.is_connected:
+            return False
+        self._reconnected = now
+        url = self.nc.connected_url
+        log.warning("JetStream has not answered through %s for %.1fs; reconnecting",
+                    f"{url.hostname}:{url.port}" if url else "the server", now - answered)
+        asyncio.ensure_future(self.nc.force_reconnect())
+        return True
 
     async def request(self, subject: str, body: bytes | dict | None = None, *,
                       timeout: float | None = None) -> dict[str, Any]:
-        """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises."""
+        """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises, and so does a request
+        the user's permissions refuse, at once (:class:`PermissionDeniedError`, see pcgroups.permissions)."""
         payload = go_json(body) if isinstance(body, dict) else (body or b"")
         full = f"{self.prefix}.{subject}"
         try:
-            msg = await self.nc.request(full, payload, timeout=timeout or self.timeout)
+            msg = await self.permissions.call(self.nc.request(full, payload, timeout=timeout or self.timeout), [full])
         except nats.errors.NoRespondersError:
+            self.reconnect_if_silent(self._answered)
             raise JetStreamAPIError("JetStream is not available (no responders)", code=503,
                                     subject=full) from None
         except nats.errors.TimeoutError:
+            self.reconnect_if_silent(self._answered)
             raise JetStreamAPIError("JetStream API request timed out", code=408, subject=full) from None
         reply = json.loads(msg.data) if msg.data else {}
         err = reply.get("error")
+        if err and err.get("err_code") == ERR_JETSTREAM_UNAVAILABLE:
+            self.reconnect_if_silent(self._answered)
+        else:
+            self._answered = time.monotonic()
         if err:
             raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
                                     err_code=err.get("err_code", 0), subject=full)
@@ -225,12 +262,20 @@ class JetStreamApi:
     # --- consumers -----------------------------------------------------------------------
     async def create_consumer(self, stream: str, config: ConsumerConfig, *,
                               action: str = "create") -> dict[str, Any]:
-        """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config)."""
+        """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config).
+
+        A config with one ``filter_subject`` is created on ``CONSUMER.CREATE.<stream>.<name>.<filter>``, as
+        nats.go does, so that permissions can allow it for one filter (docs/SECURITY.md); member consumers
+        (``filter_subjects``) on ``CONSUMER.CREATE.<stream>.<name>``, as the reference does.
+        """
         name = config.durable_name or config.name
         body = {"stream_name": stream, "config": config.to_wire()}
         if action:
             body["action"] = action
-        return await self.request(f"CONSUMER.CREATE.{stream}.{name}", body)
+        subject = f"CONSUMER.CREATE.{stream}.{name}"
+        if config.filter_subject and not config.filter_subjects:
+            subject += f".{config.filter_subject}"
+        return await self.request(subject, body)
 
     async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any]:
         """Raw consumer info, including the ``priority_groups`` pin state nats-py drops."""

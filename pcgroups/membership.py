@@ -30,6 +30,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -47,7 +48,7 @@ from .instance import member_template
 from .jsapi import ConsumerConfig, JetStreamApi, pinned_client_id
 from .session import Handler
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import ELASTIC_BUCKET, _domain, group_key, open_bucket, snapshot, update
+from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
 
 log = logging.getLogger("pcgroups")
 
@@ -136,16 +137,16 @@ async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas:
     """The lease bucket, created if missing (history 1, per-message TTL, 1 s limit markers)."""
     js = api.nc.jetstream(domain=_domain(api))
     try:
-        kv = await js.key_value(LEASE_BUCKET)
+        kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
     except nats.js.errors.BucketNotFoundError:
         if not create:
             raise NotFoundError(f"the lease bucket doesn't exist: {LEASE_BUCKET}") from None
+        config = KeyValueConfig(bucket=LEASE_BUCKET, history=1, replicas=replicas, storage=StorageType.FILE,
+                                limit_marker_ttl=MARKER_TTL, description="pcgroups instance leases")
         try:
-            kv = await js.create_key_value(KeyValueConfig(bucket=LEASE_BUCKET, history=1, replicas=replicas,
-                                                          storage=StorageType.FILE, limit_marker_ttl=MARKER_TTL,
-                                                          description="pcgroups instance leases"))
+            kv = await bucket_call(api, js.create_key_value(config), LEASE_BUCKET)
         except nats.js.errors.BadRequestError:  # a concurrent creator won (or the config differs: checked below)
-            kv = await js.key_value(LEASE_BUCKET)
+            kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
     info = (await api.stream_info(LEASE_STREAM))["config"]
     if not info.get("allow_msg_ttl") or not info.get("subject_delete_marker_ttl") \
             or info.get("max_msgs_per_subject") != 1:
@@ -344,9 +345,9 @@ class AutoInstance:
                                  separators=(",", ":")).encode()
         await self._write_lease(expected=0)
         try:
-            lease_watch = await self._leases_kv.watch(self._prefix + ">")
+            lease_watch = await self._watch("lease")
             self._watchers.append(lease_watch)
-            config_watch = await self._configs_kv.watch(self._config_key)
+            config_watch = await self._watch("config")
             self._watchers.append(config_watch)
         except BaseException:
             await self._drop_lease()
@@ -475,12 +476,10 @@ class AutoInstance:
                         f"failed: {error}" if error else "closed")
             self._watch_failures = 0
         try:
+            watcher = await self._watch(which)
             if which == "lease":
-                watcher = await self._leases_kv.watch(self._prefix + ">")
                 self._leases.clear()
                 self._leases_ready = False
-            else:
-                watcher = await self._configs_kv.watch(self._config_key)
         except Exception as e:  # noqa: BLE001 - disconnected: try again shortly
             self._watch_failures += 1
             if self._watch_failures >= WATCH_ATTEMPTS:
@@ -554,11 +553,17 @@ class AutoInstance:
             log.warning("%s/%s: could not delete the consumer of dead member %s: %s", self.member_name,
                         self.instance_id, member, e)
 
+    def _watch(self, which: str) -> Awaitable[Any]:
+        """A watch of the group's leases or of its config (refused permissions raise at once)."""
+        if which == "lease":
+            return kv_call(self._leases_kv, self._leases_kv.watch(self._prefix + ">"), self._prefix + ">")
+        return kv_call(self._configs_kv, self._configs_kv.watch(self._config_key), self._config_key)
+
     # --- the lease ------------------------------------------------------------------------
     async def _write_lease(self, *, expected: int) -> None:
         headers = {"Nats-TTL": _ttl_header(self.lease_ttl), "Nats-Expected-Last-Subject-Sequence": str(expected)}
-        ack = await self._js.publish(self._subject, self._value, headers=headers,
-                                     timeout=max(self.lease_ttl / 3, 1.0))
+        ack = await kv_call(self._leases_kv, self._js.publish(self._subject, self._value, headers=headers,
+                                                              timeout=max(self.lease_ttl / 3, 1.0)), self._key)
         self._lease_rev = ack.seq
 
     async def _renew(self) -> None:
@@ -570,7 +575,8 @@ class AutoInstance:
             # The lease expired (the server's marker is the key's last message now), or vanished:
             # take the key over at whatever is last, and the member joins again if it had left.
             try:
-                last = (await self._js.get_last_msg(LEASE_STREAM, self._subject)).seq or 0
+                last = (await kv_call(self._leases_kv, self._js.get_last_msg(LEASE_STREAM, self._subject),
+                                      self._key)).seq or 0
             except nats.js.errors.NotFoundError:
                 last = 0
             await self._write_lease(expected=last)

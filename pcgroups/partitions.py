@@ -169,6 +169,16 @@ def strip_partition(subject: str) -> tuple[int | None, str]:
     return (int(head) if head.isascii() and head.isdigit() else None), rest
 
 
+def tokens_match(pattern: list[str], tokens: list[str]) -> bool:
+    """A subject's ``tokens`` match a filter's ``pattern`` tokens (`*` one token, `>` one or more trailing)."""
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (p != "*" and p != tokens[i]):
+            return False
+    return len(tokens) == len(pattern)
+
+
 def subjects_intersect(a: str, b: str) -> bool:
     """True if some subject matches both NATS subject filters (`*` one token, `>` one or more trailing tokens)."""
     ta, tb = a.split("."), b.split(".")

@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
 from .errors import NotFoundError
-from .jsapi import JetStreamApi, pull_request
+from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
 from .scheduler import KeyedDispatcher, KeyFunc, RetryPolicy, key_by_subject
 
 log = logging.getLogger("pcgroups")
@@ -226,6 +226,8 @@ class PullSession:
         self._pending = 0                 # messages requested by outstanding pulls, not yet delivered
         self._pulling = False
         self._last_seen = time.monotonic()
+        self._heard = time.monotonic()   # the consumer's last answer: a message, heartbeat or status but 503
+        self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
         self._last_pull = 0.0
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
         self._wake = asyncio.Event()
@@ -376,6 +378,8 @@ class PullSession:
         self._last_seen = now = time.monotonic()
         headers = msg.headers
         status = headers.get("Status") if headers else None
+        if status != "503":   # no responders: the server found nobody to answer for the consumer
+            self._heard = now
         if status and not msg.data and not msg.reply:
             self._on_status(status, headers)
             return
@@ -496,6 +500,11 @@ class PullSession:
                 await self._confirm_pin()   # the keyed dispatcher starts nothing meanwhile (_paused)
                 self._keyed.slot.set()
             now = time.monotonic()
+            if self._pulling and self.api.reconnect_if_silent(self._heard, self._silent_limit):
+                # pulls outstanding, no answer from the consumer: the server is cut off from the rest of the cluster
+                # (a partition), or the link is dead without the socket knowing
+                log.info("%s: no answer from the consumer for %.1fs although pulls are outstanding", self.label,
+                         now - self._heard)
             if self._pulling:
                 if self._pending > 0 and now - self._last_seen > 3 * self.heartbeat:
                     log.debug("%s: no heartbeat for %.1fs, pulling again", self.label, now - self._last_seen)
@@ -520,11 +529,14 @@ class PullSession:
                 pass
 
     def _pin_doubtful(self) -> bool:
+        """No pull carried the pin for nearly PinnedTTL (a pause, a blocked loop), or the consumer did not answer for
+        as long (a partition: pulls go into a connection that delivers nothing, or find no responders)."""
         if self.pin_id is None:
             return False
         if self._pin_doubt:
             return True
-        return time.monotonic() - max(self._last_pull, self._pin_confirmed) > self._pin_margin
+        since = time.monotonic() - self._pin_margin
+        return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
 
     async def _confirm_pin(self) -> bool:
         """After a gap in the pulls: True if consumer info still shows our pin; if another (or none)

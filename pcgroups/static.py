@@ -16,7 +16,7 @@ from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
 from .partitions import static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream,
+from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call,
                     open_or_create_bucket, read)
 
 log = logging.getLogger("pcgroups")
@@ -81,7 +81,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     existing = await read(kv, key)
     if existing is None:
         try:
-            await kv.create(key, cfg.to_json())
+            await kv_call(kv, kv.create(key, cfg.to_json()), key)
             return cfg
         except Exception:  # created concurrently: compare with theirs below
             existing = await read(kv, key)
@@ -112,7 +112,7 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         names = []  # nothing says which consumers are its members': running instances delete their own
         log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
                     "members' consumers", group, stream, e)
-    await kv.delete(key)
+    await kv_call(kv, kv.delete(key), key)
     for member in names:
         await api.delete_consumer(stream, static_consumer_name(group, member))
 
@@ -182,7 +182,7 @@ class StaticInstance(ConsumerInstance):
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
-        watcher = await kv.watch(self._key)
+        watcher = await kv_call(kv, kv.watch(self._key), self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
                 raise NotAMemberError("the member name is not in the current static consumer group membership")

@@ -8,6 +8,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -16,6 +17,7 @@ from nats.js.kv import KeyValue
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
 from .config import go_json
 from .jsapi import ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ConsumerConfig, JetStreamApi, kv_bucket_config
+from .permissions import PermissionWatch, kv_subjects
 
 log = logging.getLogger("pcgroups")
 
@@ -24,6 +26,8 @@ ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
 SNAPSHOT_BATCH = 256
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,11 +42,22 @@ def group_key(stream: str, group: str) -> str:
     return f"{stream}.{group}"
 
 
+def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> Awaitable[T]:
+    """A nats-py call on ``kv`` (get, create, update, delete, watch) that fails at once with a
+    PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`)."""
+    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key))
+
+
+def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:
+    """:func:`kv_call` for a nats-py call that looks up or creates ``bucket``."""
+    return api.permissions.call(aw, kv_subjects(bucket))
+
+
 async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
     """Look up an existing config bucket; a clear NotFoundError when there is none."""
     js = api.nc.jetstream(domain=_domain(api))
     try:
-        return await js.key_value(bucket)
+        return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
         raise NotFoundError(f"the {kind} consumer group KV bucket doesn't exist: {bucket}") from None
 
@@ -51,7 +66,7 @@ async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int
     """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing."""
     js = api.nc.jetstream(domain=_domain(api))
     try:
-        return await js.key_value(bucket)
+        return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
         pass
     try:
@@ -59,7 +74,7 @@ async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int
     except JetStreamAPIError as e:
         if e.err_code != ERR_STREAM_NAME_IN_USE:  # a concurrent creator won: use theirs
             raise
-    return await js.key_value(bucket)
+    return await bucket_call(api, js.key_value(bucket), bucket)
 
 
 def _domain(api: JetStreamApi) -> str | None:
@@ -70,7 +85,7 @@ def _domain(api: JetStreamApi) -> str | None:
 async def read(kv: KeyValue, key: str) -> Entry | None:
     """The current value, or None when the key is absent, deleted, purged or TTL-expired."""
     try:
-        entry = await kv.get(key)
+        entry = await kv_call(kv, kv.get(key), key)
     except nats.js.errors.KeyNotFoundError:
         return None
     if entry.operation in ("DEL", "PURGE") or entry.value is None:
@@ -92,9 +107,9 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
             return None
         try:
             if current is None:
-                await kv.create(key, value)
+                await kv_call(kv, kv.create(key, value), key)
             else:
-                await kv.update(key, value, last=current.revision)
+                await kv_call(kv, kv.update(key, value, last=current.revision), key)
             return value
         except nats.js.errors.BadRequestError as e:
             wrong_sequence = isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or e.err_code == 10071
@@ -128,38 +143,44 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
         raise
     inbox = api.nc.new_inbox()
     sub = await api.nc.subscribe(inbox)
-    out: list[KeyValue.Entry] = []
-    deadline = asyncio.get_running_loop().time() + timeout
+    pull = f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}"
     try:
-        while True:
-            await api.nc.publish(f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
-                                 go_json({"batch": SNAPSHOT_BATCH, "no_wait": True}), reply=inbox)
-            got = 0
-            while got < SNAPSHOT_BATCH:
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    raise PCGroupsError(f"reading KV bucket {bucket} timed out after {timeout:g}s")
-                try:
-                    msg = await sub.next_msg(timeout=left)
-                except nats.errors.TimeoutError:
-                    continue
-                headers = msg.headers or {}
-                if "Status" in headers:   # 404 no messages / 408: nothing left
-                    return out
-                got += 1
-                op = headers.get("KV-Operation")
-                if op in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
-                    continue
-                meta = msg.metadata
-                out.append(KeyValue.Entry(bucket=bucket, key=msg.subject[len(prefix):], value=msg.data,
-                                          revision=meta.sequence.stream, delta=meta.num_pending,
-                                          created=meta.timestamp, operation=None))
+        return await api.permissions.call(_drain(api, sub, pull, bucket, timeout), [pull])
     finally:
         await sub.unsubscribe()
         try:
             await api.delete_consumer(stream, name)
         except Exception:  # noqa: BLE001 - it goes away by itself after its inactive threshold
             pass
+
+
+async def _drain(api: JetStreamApi, sub, pull: str, bucket: str, timeout: float) -> list[KeyValue.Entry]:
+    """The snapshot consumer's messages, pulled with ``no_wait`` until the server says nothing is left."""
+    prefix = f"$KV.{bucket}."
+    out: list[KeyValue.Entry] = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        await api.nc.publish(pull, go_json({"batch": SNAPSHOT_BATCH, "no_wait": True}), reply=sub.subject)
+        got = 0
+        while got < SNAPSHOT_BATCH:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise PCGroupsError(f"reading KV bucket {bucket} timed out after {timeout:g}s")
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                continue
+            headers = msg.headers or {}
+            if "Status" in headers:   # 404 no messages / 408: nothing left
+                return out
+            got += 1
+            op = headers.get("KV-Operation")
+            if op in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
+                continue
+            meta = msg.metadata
+            out.append(KeyValue.Entry(bucket=bucket, key=msg.subject[len(prefix):], value=msg.data,
+                                      revision=meta.sequence.stream, delta=meta.num_pending,
+                                      created=meta.timestamp, operation=None))
 
 
 async def keys_of_stream(api: JetStreamApi, bucket: str, stream: str) -> list[str]:

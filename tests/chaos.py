@@ -5,6 +5,7 @@ usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
        PCG_CHAOS_UNFENCED=1 python -m tests.chaos --only sigstop-buffered   (workers without the check of
        the pin after a pause, for comparison)
+       PCG_CHAOS_KEEP_LOGS=DIR python -m tests.chaos ...   (the instances' logs copied to DIR/<scenario>)
 
 Each scenario starts its own nats-server (file storage, 127.0.0.1), creates its groups, starts member
 instances as subprocesses (``worker`` below), publishes continuously, injects its fault ``runs`` times,
@@ -28,6 +29,14 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
+- ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
+  proxy, tests/faultproxy.py, blackholed) 0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed:
+  the standby takes over, the cut-off call learns it was superseded and does not ack, the healed instance starts
+  nothing (1 / 10);
+- ``slow-link``: 200 ms more latency each way under m1's pinned instance for 4 s: it keeps the pin (1 / 5);
+- ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
+- ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
+  (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
 
 Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
 being back) until every affected partition has started a handler call again.
@@ -78,6 +87,8 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("instance")
     p.add_argument("--ack-wait", type=float, default=ACK_WAIT)
     p.add_argument("--work", type=float, default=0.0, help="seconds each handler call works")
+    p.add_argument("--slow", type=float, default=0.0, help="seconds a call works on a message whose data starts "
+                                                           "with 'slow' (the partition scenarios' call in flight)")
     p.add_argument("--window", type=int, default=1, help="max_ack_pending")
     p.add_argument("--concurrency", type=int, default=1,
                    help="key-level concurrency (keys: the subjects); calls are then recorded per key, not per "
@@ -93,8 +104,10 @@ async def worker_main(argv: list[str]) -> None:
     async def on_reconnect() -> None:
         _emit(json.dumps({"ev": "reconnected", "t": time.time()}))
 
-    nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, connect_timeout=2,
-                            reconnected_cb=on_reconnect, name=instance)
+    # URLs in the order given (a cluster scenario picks each instance's first server)
+    nc = await nats.connect(servers=args.url.split(","), dont_randomize=True, max_reconnect_attempts=-1,
+                            reconnect_time_wait=0.1, connect_timeout=2, reconnected_cb=on_reconnect,
+                            name=f"{args.stream}/{instance}")
 
     async def handler(msg) -> None:
         subject, origin = origin_of(msg)
@@ -107,7 +120,7 @@ async def worker_main(argv: list[str]) -> None:
         since = sess._inflight_since if sess._keyed is None else sess._keyed.started.get(id(msg), time.monotonic())
         _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - since)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
-        deadline = time.monotonic() + args.work
+        deadline = time.monotonic() + (args.slow if msg.data.startswith(b"slow") else args.work)
         last_wpi = time.monotonic()
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(0.05, left))
@@ -199,8 +212,10 @@ class Worker:
         self.killed_at: float | None = None
         self.stopped = False
         self.reconnects = 0
+        self.reconnected_at: list[float] = []
         self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
         self.reader: asyncio.Task | None = None
+        self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
 
     @property
     def alive(self) -> bool:
@@ -211,10 +226,11 @@ class Group:
     """One consumer group under test: its stream, the record of its handler calls, what was published."""
 
     def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
-                 progress: str, concurrency: int = 1):
+                 progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False):
         from pcgroups.checker import Recorder
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
         self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
+        self.slow, self.proxied = slow, proxied
         self.rec = Recorder()
         self.expected: set[int] = set()
         self.workers: list[Worker] = []
@@ -271,6 +287,7 @@ class Env:
         self._pub_task: asyncio.Task | None = None
         self.pub_stalled = 0.0
         self._n = 0
+        self.proxies: list[Any] = []     # fault proxies between instances and the server, closed last
 
     # --- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> "Env":
@@ -287,17 +304,29 @@ class Env:
                                      connect_timeout=2, error_cb=quiet)
         return self
 
+    replicas = 1
+
+    async def _close_servers(self) -> None:
+        await asyncio.to_thread(self.server.close)
+
     async def __aexit__(self, *exc) -> None:
         self.publishing = False
         if self._pub_task is not None:
             self._pub_task.cancel()
             await asyncio.gather(self._pub_task, return_exceptions=True)
         await self.stop_workers()
+        for proxy in self.proxies:
+            await proxy.close()
         try:
             await self.nc.close()
         except Exception:
             pass
-        await asyncio.to_thread(self.server.close)
+        await self._close_servers()
+        keep = os.environ.get("PCG_CHAOS_KEEP_LOGS")
+        if keep:   # the instances' logs, for a closer look at a run
+            import shutil
+            shutil.copytree(self.tmp.name, os.path.join(keep, self.name), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("server", "n1", "n2", "n3"))
         self.tmp.cleanup()
 
     def log(self, text: str) -> None:
@@ -307,8 +336,11 @@ class Env:
     # --- groups and instances ---------------------------------------------------------------
     async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
                     work: float = 0.002, window: int = 1, progress: str = "auto",
-                    add: list[str] | None = None, concurrency: int = 1) -> Group:
-        """A group on a stream of its own: ``members`` maps member -> instance count (all started)."""
+                    add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
+                    proxied: bool = False, url_of: Callable[[str, int], str] | None = None) -> Group:
+        """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
+        each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
+        server URL(s) of the member's k-th instance."""
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
@@ -317,33 +349,41 @@ class Env:
         js = self.nc.jetstream()
         if flavour == "static":
             await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
-                                             subject_transform=SubjectTransform(
+                                             num_replicas=self.replicas, subject_transform=SubjectTransform(
                                                  src=f"{s}.*", dest=f"{{{{partition({partitions},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
             await create_static(self.nc, s, GROUP, partitions, members=list(members))
         else:
-            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120))
+            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
+                                             num_replicas=self.replicas))
             await create_elastic(self.nc, s, GROUP, partitions,
                                  partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
         g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress,
-                  concurrency=concurrency)
+                  concurrency=concurrency, slow=slow, proxied=proxied)
         self.groups.append(g)
         for member, count in members.items():
-            for _ in range(count):
-                await self.spawn(g, member)
+            for k in range(count):
+                await self.spawn(g, member, url_of(member, k) if url_of else None)
         await self.wait_ready(g.workers)
         return g
 
-    async def spawn(self, g: Group, member: str) -> Worker:
+    async def spawn(self, g: Group, member: str, url: str | None = None) -> Worker:
         name = f"{member}-{sum(1 for w in g.workers if w.member == member)}"
+        proxy = None
+        if g.proxied and url is None:
+            from .faultproxy import FaultProxy
+            proxy = await FaultProxy(self.server.port, name=name).start()
+            self.proxies.append(proxy)
+            url = proxy.url
         err = open(self.log_path(g, name), "w")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.chaos", "worker", self.server.url, g.flavour, g.stream, GROUP, member, name,
-            "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--window", str(g.window),
+            sys.executable, "-m", "tests.chaos", "worker", url or self.server.url, g.flavour, g.stream, GROUP, member,
+            name, "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--slow", str(g.slow), "--window", str(g.window),
             "--progress", g.progress, "--concurrency", str(g.concurrency), stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
         err.close()
         w = Worker(g, member, name, proc)
+        w.proxy = proxy
         w.reader = asyncio.create_task(self._read(w))
         g.workers.append(w)
         return w
@@ -376,6 +416,7 @@ class Env:
                 w.ready.set()
             elif kind == "reconnected":
                 w.reconnects += 1
+                w.reconnected_at.append(float(ev.get("t", 0.0)))
             elif kind == "done":
                 w.ended = ev.get("error") or "ended"
         if w.ended is None and w.killed_at is None:
@@ -396,6 +437,8 @@ class Env:
     async def stop_workers(self) -> None:
         workers = [w for g in self.groups for w in g.workers]
         for w in workers:
+            if w.proxy is not None:
+                w.proxy.pass_through()   # a partition heals before the end: instances drain through it
             if w.proc.returncode is None:
                 if w.stopped:
                     w.proc.send_signal(signal.SIGCONT)
@@ -454,6 +497,16 @@ class Env:
             await bounded(self._pub_task, 70, "the publisher to stop")
             self._pub_task = None
 
+    async def publish_slow(self, g: Group, partition: int) -> int:
+        """One message that the workers handle for ``g.slow`` seconds, on a key of ``partition``; its key."""
+        from pcgroups import partition_of_subject
+        key = next(k for k in g.keys
+                   if partition_of_subject(f"{g.stream}.{k}", g.partitions, [1], f"{g.stream}.*") == partition)
+        ack = await self.nc.jetstream().publish(f"{g.stream}.{key}", b"slow", timeout=5)
+        g.expected.add(ack.seq)
+        g.sent += 1
+        return ack.seq
+
     async def publish_batch(self, g: Group, count: int) -> None:
         js = self.nc.jetstream()
         for i in range(count):
@@ -502,6 +555,67 @@ class Env:
         if ended:
             r.failures.append(f"instances ended: {ended}")
         return r
+
+
+class ClusterEnv(Env):
+    """An Env on a 3-node cluster (R3 streams) whose routes all pass through fault proxies, one per ordered pair of
+    nodes (each node dials its peers through its own proxies, and advertises no reachable route address, so no
+    route bypasses them). The harness and the publisher use n1 and n2."""
+
+    replicas = 3
+
+    async def __aenter__(self) -> "ClusterEnv":
+        import nats
+
+        from pcgroups.cluster import EmbeddedCluster
+        from pcgroups.server import free_port
+
+        from .faultproxy import FaultProxy
+        ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+        self.routes = {(i, j): await FaultProxy(ports[j][1], name=f"n{i + 1}->n{j + 1}").start()
+                       for i in range(3) for j in range(3) if i != j}
+        self.proxies.extend(self.routes.values())
+        self.cluster = EmbeddedCluster(
+            size=3, ports=ports, extra_args=["--cluster_advertise", "127.0.0.1:1"],
+            routes=[[f"nats-route://127.0.0.1:{self.routes[(i, j)].port}" for j in range(3) if j != i] for i in range(3)])
+        await asyncio.to_thread(self.cluster.start)
+
+        async def quiet(e: Exception) -> None:
+            self.log(f"harness connection: {e!r}")
+
+        self.nc = await nats.connect(servers=self.cluster.urls[:2], max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                                     connect_timeout=2, error_cb=quiet)
+        return self
+
+    async def _close_servers(self) -> None:
+        await asyncio.to_thread(self.cluster.close)
+
+    def urls_from(self, node: int) -> str:
+        """Every node's URL, ``node`` (0-based) first: the instance connects there, and moves to the others."""
+        urls = self.cluster.urls
+        return ",".join(urls[node:] + urls[:node])
+
+    def cut(self, node: int) -> None:
+        """Blackhole every route to and from ``node`` (its process and its clients' connections stay up)."""
+        for (i, j), proxy in self.routes.items():
+            if node in (i, j):
+                proxy.blackhole()
+
+    def heal(self) -> None:
+        for proxy in self.routes.values():
+            proxy.pass_through()
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        """Until every node's JetStream is current again (its /healthz says ok)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if all(n.monitor("/healthz").get("status") == "ok" for n in self.cluster.nodes):
+                    return
+            except Exception:  # noqa: BLE001 - 503 while catching up
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the cluster was not healthy {timeout:g}s after the partition healed")
 
 
 async def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
@@ -626,6 +740,222 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (docs/DESIGN.md, Guarantees 2)"
             r.failures = [f for f in r.failures if "out of publish order" not in f]
         return r
+
+
+async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """m1's pinned instance cut off from its server (its fault proxy blackholed, both directions, sockets open)
+    0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed. The standby must take over; the cut-off
+    call must learn it was superseded (and not ack); once healed the instance must start nothing unless pinned
+    again (it is a standby)."""
+    name = f"partition-{flavour}"
+    t_start = time.time()
+    async with Env(name.replace("partition", "part"), verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2, "m2": 1}, slow=1.5, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        takeover, learnt, overlap_ms, inflight, late_starts, repinned_starts = [], [], [], [], 0, 0
+        for run in range(runs):
+            parts = g.partitions_of("m1")
+            key = await env.publish_slow(g, min(parts))
+            await wait_until(lambda: any(c.key == key for c in list(g.rec.calls)), 20, "the slow call to start")
+            call = next(c for c in list(g.rec.calls) if c.key == key)
+            victim = next(w for w in g.workers if w.name == call.instance)
+            await asyncio.sleep(max(0.0, call.start + 0.1 - time.time()))
+            t_cut = time.time()
+            victim.proxy.blackhole()
+            # take-over: the successor starts the partition's next call (m1's other partition waits behind the
+            # 1.5 s call it then makes: max_ack_pending 1)
+            takeover.append(await env.resumed(g, {call.partition}, t_cut, exclude=victim.name))
+            await wait_until(lambda: call.end is not None, 10, "the cut-off call to end")
+            inflight.append(call)
+            learnt.append(round(call.end - t_cut, 3))
+            others = [o.start for o in list(g.rec.calls) if o.key == key and o is not call]
+            if others and min(others) < call.end:
+                overlap_ms.append(round((call.end - min(others)) * 1000))
+            await asyncio.sleep(max(0.0, t_cut + 2.5 * ACK_WAIT - time.time()))
+            t_heal = time.time()
+            victim.proxy.pass_through()
+            await env.progress(15)
+            await asyncio.sleep(0.5)   # the healed instance had time to start something, if it would
+            late, repinned = _starts_after(env, victim, t_heal, time.time())
+            late_starts += len(late)
+            repinned_starts += repinned
+            for c in late:
+                env.log(f"started after the partition healed: {c.show()} (healed at {t_heal:.3f})")
+            env.log(f"cut {victim.name} off: take-over {takeover[-1]:.2f}s, its call learnt after {learnt[-1]:.2f}s "
+                    f"({call.outcome}), {len(late)} starts after healing")
+        await env.stop_publishing()
+        await env.drained()
+        r = _fenced_result(env, name, g, runs, inflight, takeover=takeover, t0=t_start, superseded_after_s=learnt,
+                           inflight_overlaps_ms=overlap_ms, starts_after_heal=late_starts,
+                           starts_after_repin=repinned_starts)
+        if late_starts:
+            r.failures.append(f"{late_starts} handler calls started by a cut-off instance after the partition healed")
+        if r.extra["inflight_acked"]:
+            r.failures.append(f"{r.extra['inflight_acked']} cut-off call(s) acked")
+        return r
+
+
+async def slow_link(runs: int, verbose: bool = False, seconds: float = 4.0) -> Result:
+    """A link with 200 ms more latency each way (its fault proxy delaying) under m1's pinned instance, ``seconds``
+    per run: the instance must keep its pin (no other m1 instance handles m1's partitions meanwhile, no pin
+    change in any log) and no call of it may be marked superseded."""
+    t_start = time.time()
+    async with Env("slowlink", verbose=verbose) as env:
+        g = await env.group("static", {"m1": 2, "m2": 1}, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        moves, superseded, handled = 0, 0, []
+        for run in range(runs):
+            victim = g.active("m1")
+            parts = g.partitions_of("m1")
+            t0 = time.time()
+            victim.proxy.delay(200)
+            await asyncio.sleep(seconds)
+            t1 = time.time()
+            victim.proxy.pass_through()
+            calls = [c for c in list(g.rec.calls) if t0 <= c.start <= t1 and c.partition in parts]
+            others = [c for c in calls if c.instance != victim.name]
+            pin_lines = [line for w in g.workers for t, line in _log_lines(env.log_of(w))
+                         if t0 <= t <= t1 + 0.5 and ("pinned (" in line or "lost the pin" in line or "pin moved" in line)]
+            moves += len(others) + len(pin_lines)
+            superseded += sum(1 for c in calls if c.outcome == "superseded")
+            handled.append(len(calls) - len(others))
+            env.log(f"200 ms on {victim.name} for {seconds:g}s: it handled {handled[-1]} of m1's calls, others "
+                    f"{len(others)}, pin changes logged {len(pin_lines)}")
+            await env.progress(20)
+        await env.stop_publishing()
+        await env.drained()
+        r = env.result("slow-link", g, runs, bound=0, takeover=[], t0=t_start, pin_moves=moves,
+                       superseded_calls=superseded, calls_on_slow_link=handled, delay_ms=200, seconds_per_run=seconds)
+        if moves:
+            r.failures.append(f"m1's pin moved {moves} time(s) on a slow link")
+        if superseded:
+            r.failures.append(f"{superseded} call(s) of the slow-linked instance were marked superseded")
+        return r
+
+
+async def server_closes(runs: int, verbose: bool = False, every: float = 2.0) -> list[Result]:
+    """Every instance's connection closed by the other end every ``every`` seconds (their fault proxies close
+    them; nats-py reconnects), static and elastic groups under traffic: nothing lost, no overlap, order kept."""
+    t_start = time.time()
+    async with Env("closes", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 2, "m2": 1}, proxied=True)
+        ge = await env.group("elastic", {"m1": 2, "m2": 1}, proxied=True)
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        for run in range(runs):
+            t = time.time()
+            closed = sum(w.proxy.close_connections() for g in (gs, ge) for w in g.workers)
+            for g in (gs, ge):
+                takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t))
+            env.log(f"closed {closed} connections: handled again after "
+                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await asyncio.sleep(max(0.0, t + every - time.time()))
+        await env.stop_publishing()
+        await env.drained()
+        # a close may cost each consumer (m1, m2) the message it had in flight
+        return [env.result(f"server-closes-{g.flavour}", g, runs, bound=2 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, reconnects=sum(w.reconnects for w in g.workers),
+                           publish_stall=round(env.pub_stalled, 2)) for g in (gs, ge)]
+
+
+async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0) -> list[Result]:
+    """A 3-node cluster, static and elastic R3 groups; node n3 cut off from n1 and n2 (its routes blackholed, its
+    process and its clients' connections alive) until every instance connected to it moved to n1 or n2, at least
+    ``hold`` seconds, then healed. m1 and m2 have an instance on n3 and one on the majority (every instance knows
+    all three URLs): the groups must go on on the majority, the instances on n3 must move, nothing may be lost or
+    overlap. Each run starts a new instance on n3 for each member that has none there."""
+    t_start = time.time()
+    async with ClusterEnv("cluster-part", verbose=verbose) as env:
+        groups = [await env.group(flavour, {"m1": 2, "m2": 2},
+                                  url_of=lambda member, k: env.urls_from(2 if k == 0 else (0 if member == "m1" else 1)))
+                  for flavour in ("static", "elastic")]
+        env.start_publishing()
+        await env.progress(30, timeout=60)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        moved_after: list[float] = []
+        unmoved = 0
+        for run in range(runs):
+            on_n3 = await _instances_on(env, groups, 2)
+            t_cut = time.time()
+            env.cut(2)
+            for g in groups:
+                takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_cut, timeout=60))
+
+            def moved() -> list[float]:
+                return [min(t for t in w.reconnected_at if t > t_cut) - t_cut for w in on_n3
+                        if any(t > t_cut for t in w.reconnected_at)]
+            try:
+                await wait_until(lambda: len(moved()) == len(on_n3), 60, "the instances on n3 to move")
+            except AssertionError as e:
+                env.log(str(e))
+            moves = moved()
+            moved_after.extend(round(m, 2) for m in moves)
+            unmoved += len(on_n3) - len(moves)
+            await asyncio.sleep(max(0.0, t_cut + hold - time.time()))
+            env.heal()
+            await asyncio.to_thread(env.wait_healthy)
+            env.log(f"n3 cut off for {time.time() - t_cut:.0f}s: handled again after "
+                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
+                    + f"; {len(moves)} of {len(on_n3)} instances on n3 moved, after {sorted(round(m, 1) for m in moves)} s")
+            await env.progress(20, timeout=60)
+        await env.stop_publishing()
+        await env.drained(timeout=90)
+        out = []
+        for g in groups:
+            # a cut may cost each consumer (m1, m2) its message in flight, and each leader change of the consumer
+            # (or, elastic, of the work queue) the messages it had delivered
+            r = env.result(f"cluster-partition-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, moved_after_s=sorted(moved_after), not_moved=unmoved,
+                           reconnects=sum(w.reconnects for w in g.workers), publish_stall=round(env.pub_stalled, 2))
+            if unmoved:
+                r.failures.append(f"{unmoved} instance(s) on n3 did not move to the majority")
+            out.append(r)
+        return out
+
+
+async def _instances_on(env: ClusterEnv, groups: list[Group], node: int) -> list[Worker]:
+    """The instances connected to ``node`` (0-based), after starting one there for each member that has none
+    (the earlier runs' instances moved away)."""
+    def names() -> set[str]:
+        conns = env.cluster.nodes[node].monitor("/connz?limit=1024").get("connections") or []
+        return {str(c.get("name")) for c in conns}
+
+    here = await asyncio.to_thread(names)
+    for g in groups:
+        for member in sorted({w.member for w in g.workers}):
+            if not any(f"{g.stream}/{w.name}" in here for w in g.alive(member)):
+                await env.wait_ready([await env.spawn(g, member, env.urls_from(node))])
+    here = await asyncio.to_thread(names)
+    return [w for g in groups for w in g.alive() if f"{g.stream}/{w.name}" in here]
+
+
+def _starts_after(env: Env, w: Worker, since: float, until: float) -> tuple[list[Any], int]:
+    """Calls ``w`` started in [since, until] that no pin given to it again explains (its log says 'pinned'), and
+    how many such a pin explains."""
+    repins = [t for t, line in _log_lines(env.log_of(w)) if t >= since and "pinned (" in line]
+    started = [c for c in list(w.group.rec.calls) if c.instance == w.name and since <= c.start <= until
+               and not w.dispatched.get(c.key, c.start) < since]
+    late = [c for c in started if not any(t <= c.start for t in repins)]
+    return late, len(started) - len(late)
+
+
+def _fenced_result(env: Env, name: str, g: Group, runs: int, inflight: list[Any], **extra: Any) -> Result:
+    """The result of a run whose faulted instances had calls in flight that ran on (a SIGSTOP, a partition):
+    those calls may overlap their successors until the instance learns; no other call may overlap."""
+    from pcgroups.checker import Recorder
+    rest = Recorder()
+    rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
+    unexplained = rest.check().overlaps
+    r = env.result(name, g, runs, bound=runs * g.window, other_overlaps=unexplained,
+                   inflight_calls=len(inflight), inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
+                   **extra)
+    r.overlap_note = f"all {len(inflight)} cut-off call(s) in flight" if r.overlaps and not unexplained else ""
+    if not unexplained:
+        r.failures = [f for f in r.failures if "overlapping" not in f]
+    return r
 
 
 def _log_lines(text: str) -> list[tuple[float, str]]:
@@ -868,10 +1198,13 @@ SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
     "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
+    "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
+    "cluster-partition": (1, 3),
 }
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
-          "slow-handler": 8}   # seconds allowed per run (plus setup)
+          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
+          "cluster-partition": 60}   # seconds allowed per run (plus setup)
 
 
 async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
@@ -884,6 +1217,14 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = sigstop("static", size, verbose, window=8, name=name)
     elif name.startswith("sigstop-"):
         coro = sigstop(name.split("-", 1)[1], size, verbose)
+    elif name.startswith("partition-"):
+        coro = partition(name.split("-", 1)[1], size, verbose)
+    elif name == "slow-link":
+        coro = slow_link(size, verbose)
+    elif name == "server-closes":
+        coro = server_closes(size, verbose)
+    elif name == "cluster-partition":
+        coro = cluster_partition(size, verbose)
     elif name == "server-restart":
         coro = server_restart(size, verbose)
     elif name == "membership":

@@ -104,6 +104,54 @@ async def test_handler_slower_than_ack_wait():
     assert rows["slow-no-progress"].extra["server_redeliveries"] > 0
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", ["partition-static", "partition-elastic"])
+async def test_pinned_instance_cut_off_mid_handler_then_healed(name):
+    """The pinned instance's link blackholed 0.1 s into a 1.5 s call: the standby takes over, the cut-off call
+    learns it was superseded within PinnedTTL and does not ack; once healed the instance starts nothing (a
+    standby); nothing lost, nothing handled twice but that call."""
+    [r] = await _run(name)
+    _check_common(r)
+    assert r.overlaps == 0 and r.order_violations == 0, r.examples
+    assert r.extra["inflight_calls"] == r.runs and r.extra["inflight_acked"] == 0
+    assert max(r.extra["superseded_after_s"]) < TTL + 0.5, r.extra
+    assert r.extra["starts_after_heal"] == 0
+    assert r.redelivered <= r.runs
+    assert max(r.takeover) < 3 * TTL, r.takeover
+
+
+@pytest.mark.timeout(90)
+async def test_slow_link_keeps_the_pin():
+    """200 ms more each way under the pinned instance: it keeps the pin (no flapping), no call is superseded."""
+    [r] = await _run("slow-link")
+    _check_common(r)
+    assert r.extra["pin_moves"] == 0 and r.extra["superseded_calls"] == 0
+    assert min(r.extra["calls_on_slow_link"]) > 0   # it went on handling m1's messages over the slow link
+    assert r.overlaps == 0 and r.order_violations == 0 and r.redelivered == 0
+
+
+@pytest.mark.timeout(90)
+async def test_connections_closed_every_few_seconds():
+    rows = await _run("server-closes")
+    for r in rows:
+        _check_common(r)
+        assert r.overlaps == 0 and r.order_violations == 0
+        assert r.extra["reconnects"] >= 3 * r.runs   # every instance reconnected after every close
+        assert max(r.takeover) < 3 * TTL, r.takeover
+
+
+@pytest.mark.timeout(150)
+async def test_cluster_node_cut_off_from_the_other_two():
+    """n3's routes blackholed (process alive): the groups go on on n1 and n2, the instances connected to n3 move
+    there, nothing is lost or overlaps; then the partition heals."""
+    rows = await _run("cluster-partition")
+    for r in rows:
+        _check_common(r)
+        assert r.overlaps == 0 and r.order_violations == 0
+        assert r.extra["not_moved"] == 0 and len(r.extra["moved_after_s"]) >= 4
+        assert max(r.takeover) < 30, r.takeover
+
+
 def test_percentile_nearest_rank():
     assert percentile([], 50) is None
     assert percentile([3.0], 99) == 3.0

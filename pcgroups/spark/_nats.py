@@ -23,7 +23,10 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 
+from ..connect import redact
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from ..partitions import tokens_match
+from ..permissions import PermissionWatch
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
@@ -61,7 +64,8 @@ class Client(NATS):
 
 async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reconnect: bool = True) -> NATS:
     kwargs: dict = dict(servers=list(conn.servers), name=name, connect_timeout=max(1, int(conn.timeout)),
-                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 0,
+                        # at least 1: nats-py's first connect retries a refusing server forever with 0
+                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1,
                         reconnect_time_wait=0.5)
     if conn.user:
         kwargs["user"] = conn.user
@@ -88,18 +92,28 @@ async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reco
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
-        raise PCGroupsError(f"cannot connect to NATS at {', '.join(conn.servers)}: {e or type(e).__name__}") from e
+        servers = ", ".join(redact(u) for u in conn.servers)
+        raise PCGroupsError(f"cannot connect to NATS at {servers}: {e or type(e).__name__}") from e
+
+
+class _NoResponders(PCGroupsError):
+    pass
+
+
+async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes = b""):
+    """One request; refused permissions raise PermissionDeniedError at once (pcgroups.permissions)."""
+    try:
+        return await PermissionWatch.of(nc).call(nc.request(full, payload, timeout=conn.timeout), [full])
+    except nats.errors.NoRespondersError:
+        raise _NoResponders(f"JetStream is not enabled or not reachable ({full}: no responders)") from None
+    except nats.errors.TimeoutError:
+        raise PCGroupsError(f"JetStream request {full} timed out after {conn.timeout}s") from None
 
 
 async def api(nc: NATS, conn: ConnectionOptions, subject: str, body: dict | None = None) -> dict:
     """A JetStream API request; an error reply raises :class:`JetStreamAPIError`."""
     full = f"{conn.api_prefix}.{subject}"
-    try:
-        msg = await nc.request(full, json.dumps(body).encode() if body is not None else b"", timeout=conn.timeout)
-    except nats.errors.NoRespondersError:
-        raise PCGroupsError(f"JetStream is not enabled or not reachable ({full}: no responders)") from None
-    except nats.errors.TimeoutError:
-        raise PCGroupsError(f"JetStream request {full} timed out after {conn.timeout}s") from None
+    msg = await _request(nc, conn, full, json.dumps(body).encode() if body is not None else b"")
     resp = json.loads(msg.data)
     err = resp.get("error")
     if err:
@@ -118,7 +132,21 @@ async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict:
 
 
 async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict | None:
-    """The latest value of a KV key as JSON, or None when the key (or bucket) does not exist."""
+    """The latest value of a KV key as JSON, or None when the key (or bucket) does not exist.
+
+    A direct get of the key's own subject, which a permission can allow for that key alone
+    (docs/SECURITY.md); a bucket without direct gets is read with ``STREAM.MSG.GET``."""
+    try:
+        msg = await _request(nc, conn, f"{conn.api_prefix}.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}")
+    except _NoResponders:   # no such bucket, or one without direct gets
+        return await _kv_get_json_by_msg_get(nc, conn, bucket, key)
+    headers = msg.headers or {}
+    if headers.get("Status") == "404" or headers.get("KV-Operation") in ("DEL", "PURGE"):
+        return None
+    return _config_json(bucket, key, msg.data)
+
+
+async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict | None:
     try:
         resp = await api(nc, conn, f"STREAM.MSG.GET.KV_{bucket}", {"last_by_subj": f"$KV.{bucket}.{key}"})
     except JetStreamAPIError as e:
@@ -129,7 +157,10 @@ async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) 
     hdrs = base64.b64decode(m["hdrs"]).decode(errors="replace") if m.get("hdrs") else ""
     if "KV-Operation: DEL" in hdrs or "KV-Operation: PURGE" in hdrs:
         return None
-    data = base64.b64decode(m.get("data") or "")
+    return _config_json(bucket, key, base64.b64decode(m.get("data") or ""))
+
+
+def _config_json(bucket: str, key: str, data: bytes) -> dict:
     try:
         return json.loads(data)
     except ValueError:
@@ -241,19 +272,10 @@ def parse_ts_micros(ts: str) -> int:
     return secs * 1_000_000 + micros
 
 
-def _tokens_match(tokens: list[str], pattern: list[str]) -> bool:
-    for i, pt in enumerate(pattern):
-        if pt == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (pt != "*" and pt != tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
-
-
 def subject_matches(subject: str, filters: tuple[str, ...]) -> bool:
     """NATS subject matching (``*`` one token, ``>`` the rest) against any of ``filters``."""
     tokens = subject.split(".")
-    return any(_tokens_match(tokens, f.split(".")) for f in filters)
+    return any(tokens_match(f.split("."), tokens) for f in filters)
 
 
 class Columns:

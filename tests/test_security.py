@@ -1,0 +1,372 @@
+"""The least-privilege roles of docs/SECURITY.md on a nats-server that enforces them.
+
+The server's authorization block is read from docs/SECURITY.md itself (its ``conf`` block), so the
+documented permissions are the tested ones. The test adds its own passwords, a ``root`` user to set up
+the streams and traffic, and two deliberately broken users (a member without its ack permission, a user
+that may not subscribe to its inbox). Each role does its job and is refused the rest; every refusal is a
+:class:`PermissionDeniedError` (``cg: error: permission denied: ...``, one line) long before the request
+timeout, which is set to 20 s here so that a wait for it could not pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PermissionDeniedError, add_members,
+                      create_elastic, create_static, delete_elastic, delete_static, elastic_consume,
+                      elastic_member_step_down, list_leases, set_member_mappings, static_consume)
+from pcgroups.config import MemberMapping
+from pcgroups.connect import ConnectionOptions, connect
+from pcgroups.permissions import PermissionWatch, Violation
+from pcgroups.server import EmbeddedServer
+from pcgroups.spark import _nats as spark_nats
+from pcgroups.spark._options import SinkOptions, SourceOptions
+
+from .support import wait_for
+from .test_cli_common import assert_cli_error, cg, cg_env, run_cg
+
+SECURITY = Path(__file__).resolve().parent.parent / "docs" / "SECURITY.md"
+TIMEOUT = 20.0        # request timeout: a refusal must come long before it
+FAST = 5.0            # how long a refusal may take (it takes milliseconds; the machine may be loaded)
+ROLES = ("admin", "shipping-m1", "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
+# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does
+EXTRA_USERS = """
+    { user: root, password: $ROOT_PASSWORD }
+    { user: shipping-noack, password: $SHIPPING_NOACK_PASSWORD, permissions: {
+        publish: { allow: %s }
+        subscribe: { allow: ["_INBOX.>"] } } }
+    { user: no-inbox, password: $NO_INBOX_PASSWORD, permissions: {
+        publish: { allow: ["$JS.API.>"] }
+        subscribe: { allow: ["nothing.here"] } } }
+"""
+PARTITIONS = 4
+
+
+def documented_config() -> str:
+    """The ``conf`` block of docs/SECURITY.md."""
+    m = re.search(r"```conf\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S)
+    assert m, "docs/SECURITY.md has no conf block"
+    return m.group(1)
+
+
+def documented_allow(user: str) -> list[str]:
+    """A documented user's publish allow list (quoted subjects, in order)."""
+    block = documented_config()
+    start = block.index(f"{{ user: {user},")
+    body = block[start:block.index("subscribe:", start)]
+    return re.findall(r'"([^"]+)"', body)
+
+
+def env_name(user: str) -> str:
+    return user.upper().replace("-", "_") + "_PASSWORD"
+
+
+class Secured:
+    """The authorizing server and every user's password."""
+
+    def __init__(self, server: EmbeddedServer, passwords: dict[str, str]):
+        self.server, self.passwords = server, passwords
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def connect(self, user: str):
+        return await connect(ConnectionOptions(server=self.url, user=user, password=self.passwords[user],
+                                               timeout=TIMEOUT, no_context=True))
+
+    def cli(self, user: str) -> list[str]:
+        return ["--server", self.url, "--user", user, "--password", self.passwords[user], "--timeout", f"{TIMEOUT:g}s"]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    users = [*ROLES, "root", "shipping-noack", "no-inbox"]
+    passwords = {u: secrets.token_urlsafe(12) for u in users}
+    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
+    config = documented_config().replace(
+        "users = [", "users = [" + EXTRA_USERS % ("[" + ", ".join(f'"{s}"' for s in noack) + "]"), 1)
+    variables = "".join(f'{env_name(u)}: "{p}"\n' for u, p in passwords.items())
+    path = tmp_path_factory.mktemp("secured") / "server.conf"
+    path.write_text(variables + config, encoding="utf-8")
+    with EmbeddedServer(config_file=str(path)) as server:
+        s = Secured(server, passwords)
+        asyncio.run(_set_up(s))
+        yield s
+
+
+async def _set_up(s: Secured) -> None:
+    """root makes the streams; admin makes the groups (the admin role's create, tested here)."""
+    root = await nats.connect(s.url, user="root", password=s.passwords["root"])
+    js = root.jetstream()
+    await js.add_stream(StreamConfig(name="ORDERS", subjects=["orders.*"], allow_direct=True,
+                                     subject_transform=SubjectTransform(
+                                         src="orders.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}")))
+    await js.add_stream(StreamConfig(name="EVENTS", subjects=["events.*"]))
+    await root.close()
+    nc = await s.connect("admin")
+    try:
+        await create_static(nc, "ORDERS", "shipping", PARTITIONS, members=["m1", "m2"])
+        for group in ("billing", "audit"):
+            await create_elastic(nc, "EVENTS", group, PARTITIONS,
+                                 partitioning_filters=[PartitioningFilter("events.*", [1])])
+        await add_members(nc, "EVENTS", "billing", ["m1", "m2"])
+    finally:
+        await nc.close()
+
+
+async def publish(s: Secured, subjects: list[str]) -> None:
+    nc = await nats.connect(s.url, user="root", password=s.passwords["root"])
+    js = nc.jetstream()
+    for subject in subjects:
+        await js.publish(subject, b"x")
+    await nc.close()
+
+
+async def refused(aw, subject: str, operation: str = "publish") -> PermissionDeniedError:
+    """``aw`` fails with a PermissionDeniedError naming ``subject``, long before the request timeout."""
+    t0 = time.monotonic()
+    with pytest.raises(PermissionDeniedError) as info:
+        await asyncio.wait_for(aw, TIMEOUT)
+    took = time.monotonic() - t0
+    assert took < FAST, f"refused only after {took:.1f}s"
+    e = info.value
+    assert (e.operation, e.subject) == (operation, subject), str(e)
+    assert f"{operation} to {subject} is not allowed" in str(e) and "\n" not in str(e)
+    return e
+
+
+def recorder():
+    got: list = []
+
+    async def handler(msg) -> None:
+        got.append(msg.subject)
+        await msg.ack()
+    return got, handler
+
+
+CONFIG = ConsumerConfig(ack_wait=2, max_ack_pending=1)
+
+
+# --- admin ----------------------------------------------------------------------------------------------------
+async def test_admin_changes_memberships_but_cannot_consume(secured):
+    nc = await secured.connect("admin")
+    try:
+        await create_static(nc, "ORDERS", "shipping", PARTITIONS, members=["m1", "m2"])   # idempotent: reads it
+        await add_members(nc, "EVENTS", "billing", ["m3"])
+        await set_member_mappings(nc, "EVENTS", "billing", [MemberMapping("m1", [0, 1]), MemberMapping("m2", [2, 3])])
+        for args in (("elastic", "delete-mapping", "EVENTS", "billing"), ("elastic", "add", "EVENTS", "billing", "m1", "m2"),
+                     ("elastic", "drop", "EVENTS", "billing", "m2"), ("elastic", "add", "EVENTS", "billing", "m2"),
+                     ("static", "ls", "ORDERS"), ("elastic", "info", "EVENTS", "billing")):
+            (await run_cg(*secured.cli("admin"), *args)).ok()
+        # an operator, not a worker: it cannot run an instance (its first refusal: the config watch)
+        await refused(static_consume(nc, "ORDERS", "shipping", "m1", recorder()[1], config=CONFIG),
+                      "$JS.API.CONSUMER.CREATE.KV_static-consumer-groups")
+    finally:
+        await nc.close()
+
+
+# --- members --------------------------------------------------------------------------------------------------
+async def consuming(secured: Secured, nc, flavour: str, stream: str, group: str, member: str):
+    """An instance of ``member`` that handled messages, and was stepped down once by the admin."""
+    got, handler = recorder()
+    consume = static_consume if flavour == "static" else elastic_consume
+    inst = await consume(nc, stream, group, member, handler, config=CONFIG)
+    await inst.wait_for_consuming(10)
+    await publish(secured, [f"{stream.lower()}.k{i}" for i in range(12)])   # m1 owns 2 of the 4 partitions
+    await wait_for(lambda: len(got) >= 3, 15, what=f"{member}'s messages")
+    (await run_cg(*secured.cli("admin"), flavour, "step-down", stream, group, member)).ok()
+    return inst, handler
+
+
+async def test_static_member_consumes_its_partitions_only(secured):
+    nc = await secured.connect("shipping-m1")
+    try:
+        inst, handler = await consuming(secured, nc, "static", "ORDERS", "shipping", "m1")
+        api = JetStreamApi(nc, timeout=TIMEOUT)
+        await refused(delete_static(nc, "ORDERS", "shipping"), "$KV.static-consumer-groups.ORDERS.shipping")
+        await refused(static_consume(nc, "ORDERS", "shipping", "m2", handler, config=CONFIG),
+                      "$JS.API.CONSUMER.CREATE.ORDERS.shipping-m2")
+        await refused(api.consumer_info("ORDERS", "shipping-m2"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m2")
+        await refused(api.list_consumers("EVENTS-billing"), "$JS.API.CONSUMER.LIST.EVENTS-billing")
+        await refused(api.consumer_info("EVENTS-billing", "m1"), "$JS.API.CONSUMER.INFO.EVENTS-billing.m1")
+        assert inst.consuming   # the refusals of other requests did not end the instance
+        assert await asyncio.wait_for(inst.stop(), 10) is None
+    finally:
+        await nc.close()
+
+
+async def test_elastic_member_cannot_change_or_delete_its_group(secured):
+    nc = await secured.connect("billing-member")
+    try:
+        inst, _ = await consuming(secured, nc, "elastic", "EVENTS", "billing", "m1")
+        api = JetStreamApi(nc, timeout=TIMEOUT)
+        await refused(add_members(nc, "EVENTS", "billing", ["m9"]), "$KV.elastic-consumer-groups.EVENTS.billing")
+        await refused(delete_elastic(nc, "EVENTS", "billing"), "$KV.elastic-consumer-groups.EVENTS.billing")
+        await refused(api.delete_stream("EVENTS-billing"), "$JS.API.STREAM.DELETE.EVENTS-billing")
+        await refused(api.list_consumers("EVENTS-audit"), "$JS.API.CONSUMER.LIST.EVENTS-audit")
+        await refused(api.consumer_info("ORDERS", "shipping-m1"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m1")
+        assert inst.consuming
+        assert await asyncio.wait_for(inst.stop(), 10) is None
+    finally:
+        await nc.close()
+
+
+async def test_auto_member_joins_by_lease_and_stays_in_its_group(secured):
+    nc = await secured.connect("audit-member")
+    got, handler = recorder()
+    try:
+        inst = await elastic_consume(nc, "EVENTS", "audit", "", handler, config=CONFIG, auto=True, lease_ttl=2)
+        await inst.wait_settled(15)
+        await inst.wait_for_consuming(10)
+        await publish(secured, [f"events.a{i}" for i in range(8)])
+        await wait_for(lambda: len(got) >= 8, 15, what="every message (the only member owns every partition)")
+        api = JetStreamApi(nc, timeout=TIMEOUT)
+        await refused(api.delete_stream("EVENTS-audit"), "$JS.API.STREAM.DELETE.EVENTS-audit")
+        await refused(add_members(nc, "EVENTS", "billing", ["m9"]),   # it may not even read billing's config
+                      "$JS.API.DIRECT.GET.KV_elastic-consumer-groups.$KV.elastic-consumer-groups.EVENTS.billing")
+        await refused(api.list_consumers("EVENTS-billing"), "$JS.API.CONSUMER.LIST.EVENTS-billing")
+        assert await asyncio.wait_for(inst.stop(), 15) is None
+    finally:
+        await nc.close()
+
+
+# --- observer -------------------------------------------------------------------------------------------------
+async def test_observer_reads_everything_and_cannot_consume_or_ack(secured):
+    for args in (("static", "ls", "ORDERS"), ("static", "info", "ORDERS", "shipping"),
+                 ("static", "status", "ORDERS", "shipping", "--json"), ("static", "member-info", "ORDERS", "shipping", "m1"),
+                 ("elastic", "ls", "EVENTS", "--json"), ("elastic", "info", "EVENTS", "billing", "--json"),
+                 ("elastic", "status", "EVENTS", "billing"), ("elastic", "status", "EVENTS", "audit", "--json")):
+        r = (await run_cg(*secured.cli("observer"), *args)).ok()
+        assert r.out.strip(), args
+    assert "shipping" in (await run_cg(*secured.cli("observer"), "static", "ls", "ORDERS")).out
+    nc = await secured.connect("observer")
+    try:
+        assert await list_leases(nc, "EVENTS", "audit") == []   # the lease bucket is readable (no live instance)
+        await refused(static_consume(nc, "ORDERS", "shipping", "m1", recorder()[1], config=CONFIG),
+                      "$JS.API.CONSUMER.CREATE.KV_static-consumer-groups")
+        await refused(elastic_member_step_down(nc, "EVENTS", "billing", "m1"), "$JS.API.CONSUMER.UNPIN.EVENTS-billing.m1")
+        # an ack (or a pull) is a plain publish, never answered: the watch reports the refusal
+        seen: list[Violation] = []
+        stop = PermissionWatch.of(nc).listen(seen.append)
+        await nc.publish("$JS.ACK.ORDERS.shipping-m1.1.1.1.1.0", b"+ACK")
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ORDERS.shipping-m1", b'{"batch":1}')
+        await wait_for(lambda: len(seen) >= 2, FAST, what="the refused ack and pull")
+        stop()
+        assert [v.operation for v in seen] == ["publish", "publish"]
+        assert seen[0].error().subject == "$JS.ACK.orders.shipping-m1.1.1.1.1.0"   # nats-py lower-cases it
+    finally:
+        await nc.close()
+
+
+# --- Spark ----------------------------------------------------------------------------------------------------
+async def test_spark_reader_reads_the_partitions_and_nothing_else(secured):
+    opts = SourceOptions.parse({"servers": secured.url, "user": "spark-reader", "password": secured.passwords["spark-reader"],
+                                "stream": "ORDERS", "group": "shipping", "requestTimeout": f"{TIMEOUT:g}s"})
+    await publish(secured, [f"orders.r{i}" for i in range(8)])
+    nc = await spark_nats.connect(opts.conn)
+    try:
+        plan = await spark_nats.resolve(nc, opts)
+        assert plan.mode == "direct" and plan.layout.partition_count == PARTITIONS
+        last = plan.state.last_seq
+        rows = 0
+        for p in range(PARTITIONS):
+            reader = spark_nats.DirectRangeReader(nc, opts.conn, "ORDERS", p, 1, last + 1, (f"{p}.>",), batch=100,
+                                                  include_headers=False)
+            await reader.open()
+            while (cols := await reader.next_batch()) is not None:
+                rows += len(cols)
+            await reader.close()
+        assert rows == last
+        await refused(spark_nats.api(nc, opts.conn, "CONSUMER.INFO.ORDERS.shipping-m1"),
+                      "$JS.API.CONSUMER.INFO.ORDERS.shipping-m1")
+        await refused(spark_nats.api(nc, opts.conn, "CONSUMER.MSG.NEXT.ORDERS.shipping-m1", {"batch": 1}),
+                      "$JS.API.CONSUMER.MSG.NEXT.ORDERS.shipping-m1")
+    finally:
+        await nc.close()
+
+
+async def test_spark_writer_publishes_and_reads_nothing(secured):
+    opts = SinkOptions.parse({"servers": secured.url, "user": "spark-writer", "password": secured.passwords["spark-writer"]})
+    nc = await spark_nats.connect(opts.conn)
+    try:
+        sent, dups = await spark_nats.publish_all(nc.jetstream(), [(f"orders.w{i}", b"w", {}) for i in range(20)],
+                                                  window=8, timeout=TIMEOUT, expected_stream=None)
+        assert (sent, dups) == (20, 0)
+        await refused(spark_nats.stream_info(nc, opts.conn, "ORDERS"), "$JS.API.STREAM.INFO.ORDERS")
+    finally:
+        await nc.close()
+
+
+# --- what a missing permission looks like ----------------------------------------------------------------------
+async def test_a_refusal_is_one_cli_line_naming_subject_and_permission(secured):
+    t0 = time.monotonic()
+    r = await asyncio.to_thread(cg, *secured.cli("observer"), "static", "delete", "-f", "ORDERS", "shipping",
+                                env=cg_env())
+    assert time.monotonic() - t0 < FAST + 5   # a subprocess start, not the 20 s request timeout
+    assert_cli_error(r, "permission denied: publish to $KV.static-consumer-groups.ORDERS.shipping is not allowed "
+                        "for this user (missing publish permission)")
+    assert len(r.err.splitlines()) == 1, r.err
+    r = await run_cg(*secured.cli("observer"), "static", "consume", "ORDERS", "shipping", "m1")
+    assert_cli_error(r, "permission denied: publish to $JS.API.CONSUMER.CREATE.KV_static-consumer-groups is not allowed")
+    assert len(r.err.splitlines()) == 1, r.err
+    r = await run_cg(*secured.cli("no-inbox"), "elastic", "info", "EVENTS", "billing")
+    assert_cli_error(r, "permission denied: subscribe to _INBOX.")
+    assert "allow _INBOX.> or the inbox prefix" in r.err and len(r.err.splitlines()) == 1, r.err
+
+
+async def test_a_member_without_its_ack_permission_ends_at_once(secured):
+    """shipping-noack: shipping-m1's permissions without $JS.ACK. Its handler's first ack is refused and
+    the instance ends with that error instead of taking the message again and again."""
+    nc = await secured.connect("shipping-noack")
+    got, handler = recorder()
+    try:
+        inst = await static_consume(nc, "ORDERS", "shipping", "m1", handler, config=CONFIG)
+        await inst.wait_for_consuming(10)
+        await publish(secured, [f"orders.n{i}" for i in range(8)])
+        error = await asyncio.wait_for(inst.done(), 15)
+        assert isinstance(error, PermissionDeniedError), error
+        assert error.subject == "$JS.ACK.ORDERS.shipping-m1.>" and error.operation == "publish"
+    finally:
+        await nc.close()
+
+
+async def test_admin_deletes_the_groups(secured):
+    """Last: the admin role's delete (static: the config and the members' consumers; elastic: the work queue)."""
+    for args in (("static", "delete", "-f", "ORDERS", "shipping"), ("elastic", "delete", "-f", "EVENTS", "billing"),
+                 ("elastic", "delete", "-f", "EVENTS", "audit")):
+        (await run_cg(*secured.cli("admin"), *args)).ok()
+    r = await run_cg(*secured.cli("admin"), "elastic", "ls", "EVENTS")
+    assert r.ok().out.strip() == "elastic consumer groups: []", r.out
+
+
+# --- server-free -----------------------------------------------------------------------------------------------
+def test_the_nsc_lists_are_the_configuration():
+    block = re.search(r"```sh\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S).group(1)
+    commands = {m.group(1): m.group(0) for m in re.finditer(r"--name (\S+) .*?(?=\n\n|\Z)", block, re.S)}
+    assert sorted(commands) == sorted(ROLES)
+    for user, command in commands.items():
+        assert "--allow-sub '_INBOX.>'" in command
+        assert re.findall(r"--allow-pub '([^']+)'", command) == documented_allow(user), user
+
+
+def test_a_violation_is_named_as_the_caller_wrote_the_subject():
+    v = Violation.parse('nats: permissions violation for publish to "$js.api.stream.info.orders"')
+    assert v == Violation("publish", "$js.api.stream.info.orders")
+    assert v.error(["$JS.API.STREAM.INFO.other", "$JS.API.STREAM.INFO.ORDERS"]).subject == "$JS.API.STREAM.INFO.ORDERS"
+    assert v.error(["$JS.API.*.*.ORDERS"]).subject == "$JS.API.*.*.ORDERS"   # a guarded pattern names itself
+    assert v.error().subject == "$JS.API.stream.info.orders"                  # unknown: the prefix in capitals
+    ack = Violation.parse('nats: Permissions Violation for Publish to "$js.ack.orders.shipping-m1.1.2.2.9.0"')
+    assert ack.error(["$JS.ACK.ORDERS.shipping-m1.>"]).subject == "$JS.ACK.ORDERS.shipping-m1.>"
+    inbox = Violation.parse('nats: permissions violation for subscription to "_inbox.abc.*"')
+    e = inbox.error()
+    assert (e.operation, e.subject) == ("subscribe", "_INBOX.abc.*") and "allow _INBOX.> or the inbox prefix" in str(e)
+    assert Violation.parse("nats: timeout") is None and Violation.parse("authorization violation") is None
