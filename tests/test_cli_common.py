@@ -257,10 +257,10 @@ def partition_transform(stream: str, n: int = 10) -> tuple[str, str]:
 async def kv_value(js, bucket: str, key: str) -> bytes | None:
     import nats.js.errors
 
-    kv = await js.key_value(bucket)
     try:
+        kv = await js.key_value(bucket)
         entry = await kv.get(key)
-    except nats.js.errors.KeyNotFoundError:
+    except (nats.js.errors.BucketNotFoundError, nats.js.errors.KeyNotFoundError):
         return None
     return entry.value
 

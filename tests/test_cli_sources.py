@@ -83,7 +83,7 @@ async def test_bad_layouts_are_one_error_line_and_create_nothing(nats_server, nc
         assert_cli_error(r, text)
     for name in (o, f"{uniq}LOGS"):
         assert await kv_value(js, BUCKET, f"{name}.g") is None
-    assert not [s for s in await js.streams_info() if s.config.name.endswith("-g")]
+    assert not [s for s in await js.streams_info() if s.config.name in (f"{o}-g", f"{uniq}LOGS-g")]
 
 
 async def test_add_and_remove_a_stream_with_a_member_running(nats_server, nc, js, uniq, streams):
