@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PCGroupsError
-from .server import EmbeddedServer, free_port
+from .server import READY, EmbeddedServer, free_ports, on_fresh_ports
 
 __all__ = ["ClusterNode", "EmbeddedCluster"]
 
 CLUSTER_NAME = "pcg"
+# A node is up once its route listener is bound too (nats-server logs that after "Server is ready").
+NODE_READY = (READY, "Listening for route connections")
 
 
 @dataclass
@@ -82,11 +84,16 @@ class EmbeddedCluster:
         raise KeyError(name_or_port)
 
     def start(self, timeout: float = 30.0) -> "EmbeddedCluster":
-        """Start every node, then wait until JetStream has a meta leader that all nodes agree on."""
+        """Start every node, then wait until JetStream has a meta leader that all nodes agree on. When another
+        process took one of the picked ports first, the whole cluster starts again on fresh ports."""
         if self.nodes:
             raise PCGroupsError("cluster already started")
+        return on_fresh_ports(lambda: self._start(timeout))
+
+    def _start(self, timeout: float) -> "EmbeddedCluster":
         self._tmp = tempfile.TemporaryDirectory(prefix="pcg-cluster-")
-        ports = self.ports or [(free_port(), free_port(), free_port()) for _ in range(self.size)]
+        picked = free_ports(3 * self.size)
+        ports = self.ports or [tuple(picked[i:i + 3]) for i in range(0, len(picked), 3)]
         routes = [",".join(f"nats-route://127.0.0.1:{c}" for _, c, _ in ports)] * self.size
         if self.routes is not None:
             routes = [",".join(urls) for urls in self.routes]
@@ -96,8 +103,8 @@ class EmbeddedCluster:
             os.makedirs(store)
             args = ["-n", name, "--cluster_name", self.name, "--cluster", f"nats://127.0.0.1:{cport}",
                     "--routes", routes[i - 1], "-m", str(hport), *self.extra_args]
-            self.nodes.append(ClusterNode(name, port, cport, hport,
-                                          EmbeddedServer(port=port, store_dir=store, extra_args=args)))
+            server = EmbeddedServer(port=port, store_dir=store, extra_args=args, ready_marks=NODE_READY)
+            self.nodes.append(ClusterNode(name, port, cport, hport, server))
         try:
             for n in self.nodes:
                 n.server.start(timeout)

@@ -25,6 +25,7 @@ STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
+PROBE_KEY = "pcgroups-probe"   # never a group's key (those are <stream>.<group>)
 SNAPSHOT_BATCH = 256
 
 T = TypeVar("T")
@@ -74,7 +75,31 @@ async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int
     except JetStreamAPIError as e:
         if e.err_code != ERR_STREAM_NAME_IN_USE:  # a concurrent creator won: use theirs
             raise
-    return await bucket_call(api, js.key_value(bucket), bucket)
+    kv = await bucket_call(api, js.key_value(bucket), bucket)
+    await _answering(kv, bucket, api.timeout)
+    return kv
+
+
+async def _answering(kv: KeyValue, bucket: str, timeout: float) -> None:
+    """Wait (up to ``timeout``) until a bucket just created answers a get; "not found" is an answer.
+
+    In a cluster the create request is answered once the new stream has a leader, but for a moment a get
+    or a write from a client of another server can still find no responders (that server does not know
+    the leader's subscriptions yet). Seen in the cluster tests: the first read of create_static and of
+    create_elastic, right after they created the bucket, failed with "no responders" in 2 of ~90 runs.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await kv.get(PROBE_KEY)
+            return
+        except nats.js.errors.KeyNotFoundError:
+            return
+        except nats.errors.NoRespondersError:
+            if asyncio.get_running_loop().time() > deadline:
+                return  # the caller's own request reports it
+            log.debug("bucket %s does not answer yet", bucket)
+            await asyncio.sleep(0.01)
 
 
 def _domain(api: JetStreamApi) -> str | None:

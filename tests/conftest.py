@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import uuid
 
 import nats
@@ -28,11 +29,18 @@ def fresh_server():
 
 
 @pytest.fixture
-def nats_cluster():
+def nats_cluster(tmp_path):
     """A 3-node JetStream cluster of the test's own (127.0.0.1, routes between the nodes, a store each),
-    for tests that kill and restart nodes; every node is stopped and its store removed afterwards."""
+    for tests that kill and restart nodes; every node is stopped and its store removed afterwards, its
+    log kept as ``tmp_path/<node>.server.log`` (pytest keeps the last sessions' tmp_path)."""
     with EmbeddedCluster(size=3) as cluster:
-        yield cluster
+        try:
+            yield cluster
+        finally:
+            for n in cluster.nodes:
+                n.server.stop()
+                if os.path.exists(n.server.log_file):
+                    shutil.copy(n.server.log_file, tmp_path / f"{n.name}.server.log")
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import nats
 import pytest
-from nats.js.api import StreamConfig, SubjectTransform
+from nats.js import JetStreamContext
+from nats.js.api import PubAck, StreamConfig, SubjectTransform
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static, work_queue_name
 from pcgroups.checker import Recorder, Report
@@ -40,6 +41,11 @@ ACK_WAIT = 2.0          # so PinnedTTL = 2 s
 PARTITIONS = 4
 KEYS = 16
 RATE = 60.0             # messages per second per stream
+# How long one publish is retried. Bounded by time, not by attempts: while a stream has no leader a publish fails
+# at once (no responders), ten attempts a second. A JetStream election takes 4-9 s, and a second round (8-18 s)
+# when the follower that campaigns first is behind the other; 120 attempts were 12 s, and a 12.3 s election
+# failed the test.
+PUBLISH_PATIENCE = 120.0
 
 
 async def _cluster_nc(cluster: EmbeddedCluster):
@@ -242,6 +248,7 @@ class Chaos:
         self.published: list[tuple[float, float]] = []     # (sent, acked) times
         self.sent: dict[str, dict[int, float]] = {"static": {}, "elastic": {}}   # stream seq -> first sent
         self.publishing = True
+        self.publisher: asyncio.Future | None = None
         self.nc = None
 
     @property
@@ -295,20 +302,38 @@ class Chaos:
         self.instances.append(inst)
 
     async def _read(self, inst: Instance) -> None:
+        """Feed the instance's event lines to its group's recorder and keep them in ``<name>.events``."""
         loop = asyncio.get_running_loop()
         recorder = self.recorders[inst.flavour]
-        while True:
-            line = await loop.run_in_executor(None, inst.proc.stdout.readline)
-            if not line:
-                return
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            inst.events.append(event)
-            if event["ev"] == "connected":
-                inst.server = event["server"]
-            recorder.feed(event)
+        with open(self._log(inst.name).removesuffix(".log") + ".events", "w", encoding="utf-8") as kept:
+            while True:
+                line = await loop.run_in_executor(None, inst.proc.stdout.readline)
+                if not line:
+                    return
+                kept.write(line)
+                self._feed(inst, recorder, line)
+
+    @staticmethod
+    def _feed(inst: Instance, recorder: Recorder, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        inst.events.append(event)
+        if event["ev"] == "connected":
+            inst.server = event["server"]
+        recorder.feed(event)
+
+    def start_publishing(self) -> asyncio.Future:
+        self.publisher = asyncio.ensure_future(self.publish())
+        return self.publisher
+
+    def check_publisher(self) -> None:
+        """Raise the publisher's error if it gave up: nothing new is published, waits for traffic would time out."""
+        if self.publisher is not None and self.publisher.done() and not self.publisher.cancelled():
+            error = self.publisher.exception()
+            if error is not None:
+                raise AssertionError(f"the publisher failed: {error}")
 
     async def publish(self) -> None:
         """Publish to both streams at RATE each, keys k0..k15; a failed publish is retried with its msg id."""
@@ -318,15 +343,7 @@ class Chaos:
             key = f"k{i % KEYS}"
             for flavour, stream in (("static", self.static_stream), ("elastic", self.elastic_stream)):
                 sent = time.time()
-                for _ in range(120):
-                    try:
-                        ack = await js.publish(f"{stream}.{key}", str(i).encode(), timeout=1.0,
-                                               headers={"Nats-Msg-Id": f"{flavour}-{i}"})
-                        break
-                    except Exception:  # no leader yet, reconnecting: the same msg id again
-                        await asyncio.sleep(0.1)
-                else:
-                    raise AssertionError(f"publish {flavour}-{i} failed for 2 minutes")
+                ack = await _publish(js, f"{stream}.{key}", str(i).encode(), f"{flavour}-{i}")
                 self.expected[flavour].add(ack.seq)
                 self.sent[flavour].setdefault(ack.seq, sent)
                 self.published.append((sent, time.time()))
@@ -377,6 +394,7 @@ class Chaos:
         takeover, first = {}, {}
         for flavour, rec in self.recorders.items():
             def resumed() -> bool:
+                self.check_publisher()
                 return all(rec.first_start(after=t0, partition=p) is not None for p in range(PARTITIONS))
             try:
                 await wait_for(resumed, 60, what=f"{flavour}: every partition handled again after killing {node}")
@@ -473,6 +491,18 @@ class Chaos:
             await self.nc.close()
 
 
+async def _publish(js: JetStreamContext, subject: str, data: bytes, msg_id: str) -> PubAck:
+    """Publish until the stream acks, for up to PUBLISH_PATIENCE seconds; every retry has the same msg id."""
+    deadline = time.monotonic() + PUBLISH_PATIENCE
+    while True:
+        try:
+            return await js.publish(subject, data, timeout=1.0, headers={"Nats-Msg-Id": msg_id})
+        except Exception as e:  # no leader yet, reconnecting
+            if time.monotonic() > deadline:
+                raise AssertionError(f"publish {msg_id} failed for {PUBLISH_PATIENCE:.0f}s: {e!r}") from e
+            await asyncio.sleep(0.1)
+
+
 def _clean_env(config_home: str) -> dict[str, str]:
     """The environment without NATS_* variables (they would override the context), configs under a temp dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
@@ -498,7 +528,7 @@ async def test_groups_survive_a_node_kill_under_traffic(nats_cluster, uniq, tmp_
     chaos = Chaos(nats_cluster, uniq, _context_file(tmp_path, nats_cluster.urls))
     try:
         await chaos.setup()
-        publisher = asyncio.ensure_future(chaos.publish())
+        publisher = chaos.start_publishing()
         try:
             await wait_for(lambda: all(chaos.recorders[f].count() >= 20 for f in chaos.recorders), 30,
                            what="traffic flowing")

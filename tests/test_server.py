@@ -1,6 +1,9 @@
-import nats
+import socket
 
-from pcgroups.server import EmbeddedServer
+import nats
+import pytest
+
+from pcgroups.server import EmbeddedServer, PortInUseError
 
 
 async def test_embedded_server_has_jetstream(nats_server):
@@ -20,3 +23,18 @@ def test_restart_keeps_port_and_store():
         assert (server.port, server.store_dir) == (port, store)
         assert server.proc is not None and server.proc.poll() is None
     assert server.proc is None
+
+
+def test_a_port_taken_by_another_process_is_reported_as_such():
+    """nats-server exits when a port it was given is taken: PortInUseError (a server or cluster whose ports were
+    picked free then starts again on fresh ones), not the generic start failure."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        server = EmbeddedServer(port=holder.getsockname()[1])
+        try:
+            with pytest.raises(PortInUseError, match="address already in use"):
+                server.start()
+            assert server.proc is None
+        finally:
+            server.close()
