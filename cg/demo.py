@@ -52,6 +52,7 @@ CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election ta
 ELECTION = 9.0                # nats-server's longest raft election timeout
 MIN_DURATION = 8.0
 DEFAULT_RATE = 150.0          # messages per second, both streams together
+MIN_RATE, MAX_RATE = 10.0, 2000.0
 
 STATIC_STREAM, STATIC_GROUP, STATIC_PARTITIONS = "orders", "sg", 4
 STATIC_MEMBERS = ["m1", "m2"]
@@ -926,10 +927,12 @@ def _seconds(text: str) -> float:
     from pcgroups.connect import parse_duration
     from pcgroups.errors import PCGroupsError
 
+    from .errors import CLIError
+
     try:
         return parse_duration(text)
     except PCGroupsError as e:
-        raise typer.BadParameter(f"invalid --duration: {e}") from None
+        raise CLIError(f"invalid --duration: {e}") from None
 
 
 def demo_command(
@@ -938,8 +941,9 @@ def demo_command(
                                                       "every phase scales with it; at least 8s; default "
                                                       f"{DEFAULT_DURATION:g}s, {CLUSTER_DURATION:g}s with "
                                                       "--cluster)")] = None,
-    rate: Annotated[float, typer.Option("--rate", help="messages per second to publish, both streams together",
-                                        min=10, max=2000)] = DEFAULT_RATE,
+    rate: Annotated[float, typer.Option("--rate", metavar="PER-SECOND",
+                                        help=f"messages per second to publish, both streams together "
+                                             f"({MIN_RATE:g} to {MAX_RATE:g})")] = DEFAULT_RATE,
     cluster: Annotated[bool, typer.Option("--cluster", help="run on a 3-node JetStream cluster (R3 streams) and "
                                                             "also SIGKILL the stream leader's node")] = False,
 ) -> None:
@@ -947,11 +951,15 @@ def demo_command(
     membership changes, and a summary that checks order, exclusivity and no loss."""
     from rich.console import Console
 
+    from .errors import CLIError
+
     if duration is None:
         duration = f"{CLUSTER_DURATION if cluster else DEFAULT_DURATION:g}s"
     seconds = _seconds(duration)
     if seconds < MIN_DURATION:
-        raise typer.BadParameter(f"--duration must be at least {MIN_DURATION:g}s, got {duration}")
+        raise CLIError(f"invalid --duration {duration}: must be at least {MIN_DURATION:g}s")
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise CLIError(f"invalid --rate {rate:g}: must be between {MIN_RATE:g} and {MAX_RATE:g} messages per second")
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=140)  # a log or a pipe: never truncate the summary
@@ -965,7 +973,9 @@ def demo_command(
 
 def register(app: "typer.Typer", name: str = "demo") -> None:
     """Add ``cg demo`` to the root app."""
-    app.command(name, help=DEMO_HELP)(demo_command)
+    from .help import Command
+
+    app.command(name, help=DEMO_HELP, cls=Command)(demo_command)
 
 
 DEMO_HELP = ("run partitioned consumer groups on an embedded nats-server: live view, failover, membership "

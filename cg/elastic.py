@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 
 elastic_app = flavour_app(ELASTIC)
 
-Members = Annotated[list[str], typer.Argument(help="member names", show_default=False)]
+Members = Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER", show_default=False)]
 Mappings = Annotated[list[str], typer.Argument(
     help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,...",
-    show_default=False)]
+    metavar="MAPPING", show_default=False)]
 
 
 add_shared(elastic_app, ELASTIC, "ls", "info")
@@ -133,7 +133,7 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
 @flavour_command(elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members "
                                                       "follow)")
 def add_source(ctx: typer.Context, stream: Stream, name: Group,
-               source: Annotated[str, typer.Argument(help="the stream to add", show_default=False)],
+               source: Annotated[str, typer.Argument(help="the stream to add", metavar="SOURCE", show_default=False)],
                filter: Filters = [], wildcards: Wildcards = [],  # noqa: B006
                start: Annotated[str, typer.Option("--start", metavar="WHERE", help="where sourcing begins: all (the "
                                                   "whole stream), new, seq:N or time:RFC3339")] = "all") -> None:
@@ -158,7 +158,7 @@ def add_source(ctx: typer.Context, stream: Stream, name: Group,
 @flavour_command(elastic_app, ELASTIC, "remove-source", "remove a stream from an elastic consumer group (its queued "
                                                          "messages are handled first)")
 def remove_source(ctx: typer.Context, stream: Stream, name: Group,
-                  source: Annotated[str, typer.Argument(help="the stream to remove",
+                  source: Annotated[str, typer.Argument(help="the stream to remove", metavar="SOURCE",
                                                         show_default=False)],
                   discard: Annotated[bool, typer.Option("--discard", help="drop its messages still queued instead of "
                                                         "waiting for the members to handle them")] = False,
@@ -247,7 +247,7 @@ def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
 add_shared(elastic_app, ELASTIC, "member-info", "step-down")
 
 OptionalMember = Annotated[Optional[str], typer.Argument(
-    help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
+    metavar="MEMBER", help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
          "instance is a member of its own)", show_default=False)]
 Auto = Annotated[bool, typer.Option("--auto", help="automatic membership: join the group by starting, leave it by "
                                                    "stopping (instance leases; partitions rebalanced sticky)")]

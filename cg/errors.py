@@ -65,9 +65,12 @@ def usage_message(e: Any) -> str:
     """One line for a parsing error (a click ``UsageError``/``BadParameter``), with where to get help."""
     name = getattr(e, "option_name", None)
     if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
-        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be >= 1)"
+        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be at least 1)"
     else:
         text = e.format_message().strip()
+        value = re.fullmatch(r"Invalid value for '([^']+)'(?: / '[^']+')*: (.*)", text, re.S)
+        if value:  # "invalid MAX-MEMBERS: '2.5' is not a whole number"
+            text = f"invalid {value[1]}: {value[2]}"
     if text.endswith("."):
         text = text[:-1]
     text = text[:1].lower() + text[1:]

@@ -120,6 +120,12 @@ class Output:
     def json(self, obj: Any) -> None:
         self.line(json.dumps(obj, indent=2, ensure_ascii=False))
 
+    def styled(self, text: str, style: str = "") -> None:
+        """One line of text in a style (pretty output only: plain lines are :meth:`line`'s)."""
+        from rich.text import Text
+
+        self.print(Text(text, style=style))
+
     def print(self, *renderables: Any) -> None:
         """Rich renderables (tables): on a terminal at its width, long cells folded; forced
         pretty output into a pipe or file gets a wide page instead."""

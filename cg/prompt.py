@@ -362,14 +362,14 @@ class Repl:
     """
 
     def __init__(self, mode: str, opts: "ConnectionOptions", root: Any, *, input: Any = None,
-                 output: Any = None, history_file: Path | str | None = None) -> None:
+                 output: Any = None, history_file: Path | str | None = None, sleep: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode = mode
         self.opts = opts
         self.root = root
         self.root_ctx = root.context_class(root, info_name="cg", obj=SessionRuntime(self), **root.context_settings)
-        self.sleep: str | None = None
+        self.sleep: str | None = sleep   # consume's --sleep for the session (``cg static --sleep 50ms prompt``)
         self.names = Names(self)
         self.runner: asyncio.Runner | None = None
         self.nc: Any = None

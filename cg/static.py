@@ -12,6 +12,7 @@ import typer
 
 from .common import check_config, check_names, parse_mappings
 from .flavour import STATIC, Group, MaxMembers, Member, Sleep, Stream, add_shared, flavour_app, flavour_command, join
+from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from pcgroups.jsapi import JetStreamApi
 
 static_app = flavour_app(STATIC)
-create_app = typer.Typer(help="create a static partitioned consumer group")
+create_app = typer.Typer(help="create a static partitioned consumer group", cls=CommandGroup)
 
 Filters = Annotated[list[str], typer.Option("--filter", help="filter(s) (repeatable)", metavar="FILTER",
                                             show_default=False)]
@@ -55,18 +56,19 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
     runtime(ctx).with_connection(body)
 
 
-@create_app.command("balanced", help="create a static partitioned consumer group with balanced members")
+@create_app.command("balanced", help="create a static partitioned consumer group with balanced members", cls=Command)
 def create_balanced(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
-                    members: Annotated[list[str], typer.Argument(help="member names", show_default=False)],
+                    members: Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER",
+                                                                 show_default=False)],
                     filter: Filters = []) -> None:  # noqa: B006 - Typer reads the default
     _create(ctx, stream, name, max_members, filter, members, [])
 
 
-@create_app.command("mapped", help="create a static partitioned consumer group with member mappings")
+@create_app.command("mapped", help="create a static partitioned consumer group with member mappings", cls=Command)
 def create_mapped(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
                   mappings: Annotated[list[str], typer.Argument(
                       help="mappings of members to partition numbers in the format "
-                           "<member>:<partition1>,<partition2>,...", show_default=False)],
+                           "<member>:<partition1>,<partition2>,...", metavar="MAPPING", show_default=False)],
                   filter: Filters = []) -> None:  # noqa: B006
     _create(ctx, stream, name, max_members, filter, [], parse_mappings(mappings))
 

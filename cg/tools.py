@@ -17,16 +17,17 @@ import typer
 
 from .common import check_names, parse_sleep
 from .errors import CLIError, expected
+from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False)
+tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False, cls=CommandGroup)
 
 
 def static_transform(stream: str, partitions: int) -> tuple[str, str]:
     return f"{stream}.*", f"{{{{partition({partitions},1)}}}}.{stream}.{{{{wildcard(1)}}}}"
 
 
-@tools_app.command("stream-setup", help="create the demo stream (subjects <stream>.*)")
+@tools_app.command("stream-setup", help="create the demo stream (subjects <stream>.*)", cls=Command)
 def stream_setup(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream name; subjects are <stream>.*")] = "foo",
@@ -42,7 +43,7 @@ def stream_setup(
 
     check_names(stream=stream)
     if partitions < 1:
-        raise CLIError("--partitions must be >= 1")
+        raise CLIError(f"invalid --partitions {partitions}: must be at least 1")
     if static and subjects:
         raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
     subjects = subjects or [f"{stream}.*"]
@@ -67,7 +68,8 @@ def stream_setup(
     out.line(text)
 
 
-@tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects")
+@tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects",
+                   cls=Command)
 def traffic(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream the publishes must land in")] = "foo",
@@ -85,7 +87,7 @@ def traffic(
     prefix = subject or stream
     pause = parse_sleep(sleep)
     if max_subjects < 1:
-        raise CLIError("--max-subjects must be >= 1")
+        raise CLIError(f"invalid --max-subjects {max_subjects}: must be at least 1")
     if count < 0 or size < 0:
         raise CLIError("--count and --size must not be negative")
     rt = runtime(ctx)
