@@ -195,7 +195,16 @@ def _ls(flavour: Flavour) -> tuple[Fn, str]:
         check_names(stream=stream)
 
         async def body(nc: Client, api: JetStreamApi) -> list[str]:
-            return await flavour.calls().list_groups(nc, stream, api=api)
+            from pcgroups.errors import NotFoundError
+
+            groups = await flavour.calls().list_groups(nc, stream, api=api)
+            if not groups:  # a group's name need not be a stream (partition streams): only then ask
+                try:
+                    await api.stream_info(stream)
+                except NotFoundError:
+                    raise CLIError(f"stream {stream} does not exist (and no {flavour.name} consumer group is "
+                                   f"defined under that name)") from None
+            return groups
 
         print_groups(flavour.name, stream, runtime(ctx).with_connection(body), as_json=json)
 
