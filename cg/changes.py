@@ -96,7 +96,7 @@ def print_change(kind: str, stream: str, group: str, done: str, before: Config, 
     from rich.table import Table
     from rich.text import Text
 
-    from .output import out
+    from .output import out, ranges
 
     out.print(Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold"))
     grid = Table.grid(padding=(0, 2))
@@ -113,7 +113,7 @@ def print_change(kind: str, stream: str, group: str, done: str, before: Config, 
         table.add_column("to", no_wrap=True)
         table.add_column("partitions", overflow="fold")
         for src, dst, ps in found:
-            table.add_row(src or Text("nobody", style="dim"), dst or Text("nobody", style="dim"), " ".join(map(str, ps)))
+            table.add_row(src or Text("nobody", style="dim"), dst or Text("nobody", style="dim"), ranges(ps))
         out.print(table)
     idle = idle_members(after)
     if idle:

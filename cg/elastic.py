@@ -198,7 +198,7 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         from pcgroups.membership import list_leases
 
         before = await get_elastic_config(nc, stream, name, api=api)
-        named = [m for m in members if before.is_in_membership(m) != add]
+        named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
         if named and not add:
             raise CLIError(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
                            f"group {name} (members: {' '.join(members_of(before)) or 'none'}): nothing dropped")

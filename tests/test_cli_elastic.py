@@ -42,10 +42,20 @@ def _cli_args(v: dict, stream: str) -> list[str]:
     return args
 
 
-async def test_ls_without_a_bucket_prints_an_empty_list(fresh_server):
-    r = (await run_cg("elastic", "ls", "foo", url=fresh_server.url)).ok()
+async def test_ls_without_a_bucket_prints_an_empty_list_and_of_no_stream_an_error(fresh_server):
+    url = fresh_server.url
+    assert_cli_error(await run_cg("elastic", "ls", "foo", url=url),
+                     "stream foo does not exist (and no elastic consumer group is defined under that name)")
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), "foo")
+    finally:
+        await nc.close()
+    r = (await run_cg("elastic", "ls", "foo", url=url)).ok()
     assert r.out == "elastic consumer groups: []\n"
-    r = (await run_cg("elastic", "list", "foo", "--json", url=fresh_server.url)).ok()
+    r = (await run_cg("elastic", "list", "foo", "--json", url=url)).ok()
     assert json.loads(r.out) == {"stream": "foo", "kind": "elastic", "groups": []}
 
 
