@@ -374,16 +374,17 @@ async def test_nats_plugin_argvs_reach_the_right_commands(nats_server, js, uniq,
     r.ok()
 
 
-def test_options_anywhere_and_env(nats_server, uniq):
+async def test_options_anywhere_and_env(nats_server, js, uniq):
     """Connection options are root options, yet may come after the command (hoisted)."""
     bad = closed_port_url()
-    r = cg("static", "ls", "nostream-" + uniq, "--server", nats_server.url, url=bad).ok()
+    await make_stream(js, uniq)
+    r = (await acg("static", "ls", uniq, "--server", nats_server.url, url=bad)).ok()
     assert r.out == "static consumer groups: []\n"
-    r = cg("static", "ls", "-s", nats_server.url, "nostream-" + uniq, url=bad).ok()
+    r = (await acg("static", "ls", "-s", nats_server.url, uniq, url=bad)).ok()
     assert r.out == "static consumer groups: []\n"
-    r = cg("static", "ls", "nostream-" + uniq, url=nats_server.url).ok()  # NATS_URL
+    r = (await acg("static", "ls", uniq, url=nats_server.url)).ok()  # NATS_URL
     assert r.out == "static consumer groups: []\n"
-    assert_cli_error(cg("static", "ls", "x", url=bad), "can't connect to")
+    assert_cli_error(await acg("static", "ls", "x", url=bad), "can't connect to")
 
 
 async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, uniq):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import subprocess
 import sys
@@ -106,8 +107,11 @@ def test_the_model_and_help_need_neither_nats_nor_the_library(argv):
     assert "cg.prompt" not in modules and "cg.status" not in modules and "cg.consume" not in modules
 
 
-def test_an_admin_command_imports_only_its_own_path(nats_server, uniq):
-    modules = _cg_modules("--server", nats_server.url, "static", "ls", uniq)
+async def test_an_admin_command_imports_only_its_own_path(nats_server, js, uniq):
+    from tests.test_cli_common import make_stream
+
+    await make_stream(js, uniq)
+    modules = await asyncio.to_thread(_cg_modules, "--server", nats_server.url, "static", "ls", uniq)
     assert {"cg.static", "pcgroups.static", "nats"} <= modules
     assert not _top(modules) & {"rich", "prompt_toolkit", "pydantic", "pyspark"}, sorted(_top(modules))
     assert not modules & {"cg.elastic", "cg.demo", "cg.prompt", "cg.status", "cg.tools", "cg.consume",
