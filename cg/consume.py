@@ -150,7 +150,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                 printer.write(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})\n")
             printer.write("consuming...\n")
             if kind == "elastic" and not auto:
-                notes = _MembershipNotes(inst, stream, group, member)
+                notes = _MembershipNotes(inst.api, stream, group, member)
                 notes.start()
         try:
             result = await done
@@ -211,12 +211,10 @@ async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event) -> None:
 
 class _MembershipNotes:
     """Says on stderr when an elastic instance's member is not (yet) a member, is added, sees its partitions
-    change or is dropped (from the instance's config, checked every :attr:`EVERY` seconds)."""
+    change or is dropped: from a watch of the group's config (every change, however short)."""
 
-    EVERY = 0.25
-
-    def __init__(self, inst: Any, stream: str, group: str, member: str) -> None:
-        self.inst, self.stream, self.group, self.member = inst, stream, group, member
+    def __init__(self, api: Any, stream: str, group: str, member: str) -> None:
+        self.api, self.stream, self.group, self.member = api, stream, group, member
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -226,10 +224,8 @@ class _MembershipNotes:
         if self._task is not None:
             self._task.cancel()
 
-    def _state(self) -> tuple[bool, list[int]]:
-        return self.inst.config.is_in_membership(self.member), list(self.inst.partitions)
-
-    def note(self, before: tuple[bool, list[int]] | None, now: tuple[bool, list[int]]) -> str | None:
+    def note(self, before: tuple[bool, list[int]] | None, now: tuple[bool, list[int]], members: int,
+             partitions: int) -> str | None:
         """The line for a change of (in the membership, partitions), None when there is nothing to say."""
         from .output import ranges
 
@@ -246,26 +242,43 @@ class _MembershipNotes:
             return None
         if not has:
             if had or was_in is not True:
-                n = len(self.inst.config.members) + len(self.inst.config.member_mappings)
-                return (f"member {self.member} of {where} owns no partition ({n} members for "
-                        f"{self.inst.config.max_members} partitions): waiting for one")
+                return (f"member {self.member} of {where} owns no partition ({members} members for {partitions} "
+                        "partitions): waiting for one")
             return None
         if was_in is not True:
-            return f"member {self.member} {'was added to' if was_in is False else 'of'} {where}: partitions {ranges(has)}"
+            if was_in is None:
+                return None  # a member from the start: consuming... says it
+            return f"member {self.member} was added to {where}: partitions {ranges(has)}"
         if had != has:
             return f"member {self.member} of {where}: partitions {ranges(had or [])} -> {ranges(has)}"
         return None
 
     async def _run(self) -> None:
+        from pcgroups.elastic import stored_config
+        from pcgroups.partitions import member_partitions
+        from pcgroups.store import ELASTIC_BUCKET, group_key, open_bucket
+
+        kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
+        watcher = await kv.watch(group_key(self.stream, self.group))
         before: tuple[bool, list[int]] | None = None
-        while True:
-            now = self._state()
-            if now != before:
-                text = self.note(before, now)
-                if text and not (before is None and now[0] and now[1]):  # a member at start: nothing to say
-                    _say(text)
-                before = now
-            await asyncio.sleep(self.EVERY)
+        try:
+            async for entry in watcher:
+                if entry is None or entry.operation in ("DEL", "PURGE") or not entry.value:
+                    continue  # the end of the initial values, or the group deleted (the instance says so)
+                try:
+                    cfg = stored_config(self.stream, self.group, entry.value)
+                except Exception:  # noqa: BLE001 - an invalid config ends the instance, which reports it
+                    continue
+                now = (cfg.is_in_membership(self.member), member_partitions(
+                    max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
+                    member=self.member))
+                if now != before:
+                    text = self.note(before, now, len(cfg.members) + len(cfg.member_mappings), cfg.max_members)
+                    if text:
+                        _say(text)
+                    before = now
+        finally:
+            await watcher.stop()
 
 
 def _say(text: str) -> None:
