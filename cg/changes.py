@@ -91,14 +91,22 @@ def warn_idle(kind: str, group: str, cfg: Config) -> None:
 
 def print_change(kind: str, stream: str, group: str, done: str, before: Config, after: Config,
                  *, note: str | None = None) -> None:
-    """A terminal's summary of a change: what was done, the members before -> after, the partitions that
-    moved (from -> to), the members left with no partition."""
+    """A terminal's summary of a change (:func:`change_summary`)."""
+    from .output import out
+
+    out.print(*change_summary(kind, stream, group, done, before, after, note=note))
+
+
+def change_summary(kind: str, stream: str, group: str, done: str, before: Config, after: Config,
+                   *, note: str | None = None) -> list[Any]:
+    """What was done, the members before -> after, the partitions that moved (from -> to), the members
+    left with no partition: rich renderables."""
     from rich.table import Table
     from rich.text import Text
 
-    from .output import out, ranges
+    from .output import ranges
 
-    out.print(Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold"))
+    parts: list[Any] = [Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold")]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -106,7 +114,7 @@ def print_change(kind: str, stream: str, group: str, done: str, before: Config, 
     found = moves(owners(before), owners(after))
     moved = sum(len(ps) for _, _, ps in found)
     grid.add_row("moved", f"{moved} of {after.max_members} partitions" if moved else "no partition")
-    out.print(grid)
+    parts.append(grid)
     if found:
         table = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
         table.add_column("from", no_wrap=True)
@@ -114,12 +122,13 @@ def print_change(kind: str, stream: str, group: str, done: str, before: Config, 
         table.add_column("partitions", overflow="fold")
         for src, dst, ps in found:
             table.add_row(src or Text("nobody", style="dim"), dst or Text("nobody", style="dim"), ranges(ps))
-        out.print(table)
+        parts.append(table)
     idle = idle_members(after)
     if idle:
-        out.styled(f"no partition: {' '.join(idle)}", "yellow")
+        parts.append(Text(f"no partition: {' '.join(idle)}", style="yellow"))
     if note:
-        out.styled(note, "dim")
+        parts.append(Text(note, style="dim"))
+    return parts
 
 
 def print_members_line(add: bool, result: Sequence[str], mappings: Any | None) -> None:
@@ -131,5 +140,5 @@ def print_members_line(add: bool, result: Sequence[str], mappings: Any | None) -
         out.line(f"member mapping: {go_mappings(mappings)}")
 
 
-__all__ = ["check_unique", "describe_moves", "idle_members", "members_of", "moves", "owners", "print_change",
+__all__ = ["change_summary", "check_unique", "describe_moves", "idle_members", "members_of", "moves", "owners", "print_change",
            "print_members_line", "warn_idle"]

@@ -175,7 +175,7 @@ def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now:
     pinned = [m for m in status.members if m.pinned_id]
     if not pinned:
         return None
-    holders = _holders(status)
+    holders = {} if status.leases else _holders(status)   # with leases, their table says who holds each pin
     held = [_pin_holder(m.pinned_id or "", instances, holders) for m in pinned]
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     table.add_column("member", overflow="fold", min_width=len("member"))

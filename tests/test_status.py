@@ -205,3 +205,35 @@ async def test_static_per_partition_counts_only_the_group_filters_and_members_no
     exact = await static_status(nc, uniq, "g", per_partition=True)
     assert [(p.pending, p.pending_exact) for p in exact.partitions] == [(3, True), (2, True)]
     assert [name async for name in _consumer_names(js, uniq)] == []
+
+
+async def test_a_lease_carries_the_pin_its_instance_holds(nc, js, uniq):
+    """Automatic membership: two instances of one named member; the lease of the pinned one names the pin
+    the member's consumer reports, the standby's names none (refreshed at each renewal)."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+    await create_elastic(nc, uniq, "ag", 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    a = await elastic_consume(nc, uniq, "ag", "m1", acking_handler([]), auto=True, lease_ttl=1.5, config=FAST)
+    b = await elastic_consume(nc, uniq, "ag", "m1", acking_handler([]), auto=True, lease_ttl=1.5, config=FAST)
+    try:
+        await a.wait_for_consuming(10)
+        await b.wait_for_consuming(10)
+        for i in range(4):                  # the server pins an instance when it delivers a message
+            await js.publish(f"{uniq}.k{i}", b"x")
+
+        async def matched():
+            st = await elastic_status(nc, uniq, "ag")
+            pin = st.member("m1").pinned_id if st.member("m1") else None
+            pins = sorted(x.pin for x in st.leases)
+            return st if pin and pins == ["", pin] else None
+
+        st = await wait_for(matched, 10, what="the pinned instance's lease naming its pin")
+        holder = a if a.pinned else b
+        lease = next(x for x in st.leases if x.pin)
+        assert lease.instance == holder.instance_id and lease.pid > 0
+        buf = io.StringIO()
+        render_status(st, Console(file=buf, width=80, force_terminal=True), pretty=True)
+        row = next(line for line in buf.getvalue().splitlines() if lease.instance in line)
+        assert lease.pin in row and str(lease.pid) in row
+    finally:
+        await a.stop()
+        await b.stop()
