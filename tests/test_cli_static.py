@@ -26,23 +26,6 @@ async def stream(js, uniq):
 # ---------------------------------------------------------------- create, ls, info, wire vectors
 
 
-async def test_ls_without_a_bucket_prints_an_empty_list_and_of_no_stream_an_error(fresh_server):
-    url = fresh_server.url
-    assert_cli_error(await run_cg("static", "ls", "foo", url=url),
-                     "stream foo does not exist (and no static consumer group is defined under that name)")
-    import nats
-
-    nc = await nats.connect(url)
-    try:
-        await make_stream(nc.jetstream(), "foo")
-    finally:
-        await nc.close()
-    r = (await run_cg("static", "ls", "foo", url=url)).ok()
-    assert r.out == "static consumer groups: []\n"
-    r = (await run_cg("static", "list", "foo", "--json", url=url)).ok()
-    assert json.loads(r.out) == {"stream": "foo", "kind": "static", "groups": []}
-
-
 async def test_wire_vectors_give_the_exact_kv_values(nats_server, js, stream):
     """The reference's CLI invocations (stream renamed) store byte-identical configs; create is
     idempotent and a different config for the same group is an error."""

@@ -26,7 +26,6 @@ from tests.support import wait_for
 from tests.test_cli_common import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
                                    partition_transform, procs, run_cg)
 
-EBUCKET = "elastic-consumer-groups"
 
 
 @pytest.fixture
@@ -158,6 +157,25 @@ async def test_members_twice_or_beyond_the_partitions(nats_server, js, static_st
     r = await run_cg("elastic", "drop", e, "eg", "m2", "m9", url=url)
     assert_cli_error(r, "m9 is not a member of elastic consumer group eg (members: m1 m2 m3): nothing dropped")
     assert (await run_cg("elastic", "info", e, "eg", url=url)).ok().lines[-2] == "members: [m1 m2 m3]"
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_ls_without_a_bucket_prints_an_empty_list_and_of_no_stream_an_error(fresh_server, kind):
+    import json
+
+    import nats
+
+    url = fresh_server.url
+    assert_cli_error(await run_cg(kind, "ls", "foo", url=url),
+                     f"stream foo does not exist (and no {kind} consumer group is defined under that name)")
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), "foo")
+    finally:
+        await nc.close()
+    assert (await run_cg(kind, "ls", "foo", url=url)).ok().out == f"{kind} consumer groups: []\n"
+    r = (await run_cg(kind, "list", "foo", "--json", url=url)).ok()
+    assert json.loads(r.out) == {"stream": "foo", "kind": kind, "groups": []}
 
 
 async def test_ls_of_no_stream_is_an_error_unless_groups_are_defined_under_that_name(nats_server, js, uniq):
