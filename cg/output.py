@@ -99,8 +99,9 @@ class Output:
             from rich.console import Console
 
             # file=None: the console follows sys.stdout (tests redirect it); no markup, emoji or
-            # highlighting, so names are printed as they are; soft_wrap: never wrapped.
-            self._console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)
+            # highlighting, so names are printed as they are; a long line of text wraps at the
+            # terminal's width (plain lines for pipes do not go through rich).
+            self._console = Console(highlight=False, emoji=False, markup=False)
         return self._console
 
     @property
