@@ -130,8 +130,8 @@ PerPartition = Annotated[bool, typer.Option("--per-partition",
                                             help="count each partition's pending messages exactly (an ephemeral "
                                                  "consumer per partition of members owning several)")]
 
-STATUS_HELP = ("show each partition's owner member, pinned instance, pending and ack-pending messages, "
-               "redeliveries and last acked sequence")
+STATUS_HELP = ("show each member's partitions, how long its pinned instance has held the pin, its pending, unacked "
+               "and redelivered messages and the sequence acked up to; the pin ids and the leases")
 
 
 def flavour_app(flavour: Flavour) -> typer.Typer:
