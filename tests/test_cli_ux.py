@@ -314,3 +314,67 @@ async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
     assert abs(400 / float(summary[1]) - int(summary[2])) <= 1     # the rate is the one measured
     assert "lost the connection" in err.decode() and "reconnected after" in err.decode()
     assert await count() == 400                                    # nothing lost, nothing twice
+
+
+# ---------------------------------------------------------------- the README's walk-through
+
+
+def _walkthrough() -> list[str]:
+    """The commands of README.md's "The CLI, step by step" block, comments and continuation lines dropped."""
+    from tests.test_cli_common import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The CLI, step by step", 1)[1].split("```", 2)[1]
+    commands = []
+    for line in block.splitlines():
+        line = line.split(" # ", 1)[0].strip()
+        if line and not line.startswith("#") and line.startswith(("cg ", "scripts/")) and "--server" not in line:
+            commands.append(line)
+    return commands
+
+
+@pytest.mark.slow
+async def test_the_readme_walkthrough_runs_top_to_bottom_on_one_server(fresh_server):
+    """Every command of the walk-through, in order, on one fresh server: the long-running ones (consume,
+    the traffic) started in the background as a reader would in other terminals, the others must exit 0."""
+    import shlex
+
+    from tests.test_cli_common import CG_BIN, ROOT, Proc
+
+    commands = _walkthrough()
+    assert any(c.startswith("cg static") for c in commands) and any(c.startswith("cg elastic") for c in commands)
+    env = cg_env(fresh_server.url, CG=str(CG_BIN))
+    background: list[Proc | asyncio.subprocess.Process] = []
+    try:
+        for command in commands:
+            argv = shlex.split(command)
+            if argv[0].startswith("scripts/"):
+                script = [str(ROOT / argv[0]), *argv[1:]]
+                if "generate_traffic" in argv[0]:
+                    background.append(await asyncio.create_subprocess_exec(
+                        *script, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env))
+                    continue
+                p = await asyncio.create_subprocess_exec(*script, stdout=asyncio.subprocess.PIPE,
+                                                         stderr=asyncio.subprocess.PIPE, env=env)
+                out, err = await asyncio.wait_for(p.communicate(), 30)
+                assert p.returncode == 0, (command, err.decode())
+                continue
+            if argv[2] == "consume":
+                proc = await Proc(*argv[1:], env=env).start()
+                background.append(proc)
+                await proc.wait_text("consuming...\n", timeout=20)
+                continue
+            r = await acg(*argv[1:], env=env, input="y\n")
+            assert r.code == 0, (command, r.out, r.err)
+            assert "cg: error" not in r.err, (command, r.err)
+    finally:
+        for p in background:
+            if isinstance(p, Proc):
+                await p.close()
+            elif p.returncode is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    await asyncio.wait_for(p.wait(), 10)
+                except asyncio.TimeoutError:
+                    p.kill()
+                    await p.wait()
