@@ -81,9 +81,15 @@ async def test_bad_layouts_are_one_error_line_and_create_nothing(nats_server, nc
     for argv, text in cases:
         r = await run_cg(*argv, url=url)
         assert_cli_error(r, text)
+    import nats.js.errors
+
     for name in (o, f"{uniq}LOGS"):
-        assert await kv_value(js, BUCKET, f"{name}.g") is None
-    assert not [s for s in await js.streams_info() if s.config.name.endswith("-g")]
+        try:
+            assert await kv_value(js, BUCKET, f"{name}.g") is None
+        except nats.js.errors.BucketNotFoundError:
+            pass  # no elastic group anywhere yet (this test alone on a fresh server)
+    # this test's streams only (other tests on the shared server make groups named g too)
+    assert not [s for s in await js.streams_info() if s.config.name.startswith(uniq) and s.config.name.endswith("-g")]
 
 
 async def test_add_and_remove_a_stream_with_a_member_running(nats_server, nc, js, uniq, streams):
