@@ -28,6 +28,7 @@ import typer.main
 from . import coercion
 from .common import APP_HELP, VERSION
 from .flavour import FLAVOURS
+from .help import Group as CommandGroup
 from .runtime import Runtime
 
 #: Command aliases for the fisk model, by command path.
@@ -72,7 +73,7 @@ TOP_LEVEL: dict[str, tuple[Callable[[], typer.Typer], bool]] = {
 HELP_OPTION_NAMES = ["-h", "--help"]
 
 
-class RootGroup(typer.core.TyperGroup):
+class RootGroup(CommandGroup):
     """The root command group; each top-level command is built when first looked up."""
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -125,12 +126,13 @@ def _opt(*decls: str, help: str, metavar: str | None = None) -> Any:
 @app.callback()
 def root(
     ctx: typer.Context,
-    context: Annotated[Optional[str], _opt("--context", help="nats CLI context to use (name or .json file)")] = None,
+    context: Annotated[Optional[str], _opt("--context", help="nats CLI context to use (name or .json file)",
+                                           metavar="NAME")] = None,
     server: Annotated[Optional[str], _opt("--server", "-s", help="NATS server URL(s), comma separated",
                                           metavar="URL")] = None,
-    user: Annotated[Optional[str], _opt("--user", help="username or token")] = None,
-    password: Annotated[Optional[str], _opt("--password", help="password")] = None,
-    token: Annotated[Optional[str], _opt("--token", help="authentication token")] = None,
+    user: Annotated[Optional[str], _opt("--user", help="username or token", metavar="USER")] = None,
+    password: Annotated[Optional[str], _opt("--password", help="password", metavar="PASSWORD")] = None,
+    token: Annotated[Optional[str], _opt("--token", help="authentication token", metavar="TOKEN")] = None,
     creds: Annotated[Optional[str], _opt("--creds", help="user credentials file", metavar="FILE")] = None,
     nkey: Annotated[Optional[str], _opt("--nkey", help="user NKEY seed file", metavar="FILE")] = None,
     tlscert: Annotated[Optional[str], _opt("--tlscert", help="TLS client certificate file", metavar="FILE")] = None,
@@ -140,10 +142,13 @@ def root(
                                              help="TLS handshake before the server's INFO")] = None,
     timeout: Annotated[Optional[str], _opt("--timeout", help="connect and request timeout (Go duration, "
                                                              "default 5s)", metavar="DURATION")] = None,
-    js_domain: Annotated[Optional[str], _opt("--js-domain", "--domain", help="JetStream domain")] = None,
-    inbox_prefix: Annotated[Optional[str], _opt("--inbox-prefix", help="custom inbox prefix")] = None,
+    js_domain: Annotated[Optional[str], _opt("--js-domain", "--domain", help="JetStream domain",
+                                             metavar="DOMAIN")] = None,
+    inbox_prefix: Annotated[Optional[str], _opt("--inbox-prefix", help="custom inbox prefix",
+                                                metavar="PREFIX")] = None,
     no_context: Annotated[bool, _opt("--no-context", help="ignore NATS contexts")] = False,
-    connection_name: Annotated[Optional[str], _opt("--connection-name", help="connection name")] = None,
+    connection_name: Annotated[Optional[str], _opt("--connection-name", help="connection name",
+                                                   metavar="NAME")] = None,
     version: Annotated[bool, typer.Option("--version", help="show the version and exit", is_eager=True,
                                           callback=_version)] = False,
     fisk_introspect: Annotated[bool, typer.Option("--fisk-introspect", hidden=True, is_eager=True,

@@ -4,17 +4,19 @@ Typer (>= 0.29) converts every parameter value through a pydantic ``TypeAdapter`
 parameter's first use. Building the first one imports pydantic and its core schema machinery:
 about 120 ms of a ``cg static ls`` whose whole floor (Python, nats-py, a connection, a request) is
 about 110 ms. ``cg`` declares only ``str``, ``int``, ``bool`` and ``list[str]`` parameters (and the
-demo's ranged ``float``), whose command-line values need no schema: :func:`install` gives each such
+demo's ``float``), whose command-line values need no schema: :func:`install` gives each such
 parameter of a built tree a :class:`PlainCoercion` before Typer builds its adapter.
 
 :class:`PlainCoercion` returns exactly what Typer's adapter returns for the values it takes (a
-``str``; an ``int`` from ``[+-]?[0-9]+`` or an ``int``; a ``bool``; a ``list`` of ``str`` from a
-tuple or list of them) and hands any other value to Typer's own coercion, so errors keep Typer's
-messages word for word. tests/test_cli_common.py compares both on a table of values.
+``str``; an ``int`` from ``[+-]?[0-9]+`` or an ``int``; a ``float`` from a decimal number; a
+``bool``; a ``list`` of ``str`` from a tuple or list of them) and hands any other value to Typer's
+own coercion; a number neither can read is an error in the user's words (``'2.5' is not a whole
+number``, where Typer says "Input should be a valid integer, unable to parse string as an integer").
+tests/test_cli_structure.py compares both on a table of values.
 
 This uses Typer's lazily set ``_TyperParameter._runtime_param`` and its ``RuntimeParam`` base class.
 When a Typer release no longer has them, :func:`install` does nothing and Typer coerces as usual:
-slower, never different (:func:`installed` tells which; a test checks it still works).
+slower, and with Typer's error messages (:func:`installed` tells which; a test checks it still works).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
 try:
+    from typer._click.exceptions import BadParameter
     from typer._coercion import RuntimeParam, build_runtime_param
 except ImportError:  # pragma: no cover - a Typer without the hook: nothing to install
     RuntimeParam = None  # type: ignore[assignment,misc]
 
 _INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_NOT_A = {int: "a whole number", float: "a number"}
 _PLAIN = object()  # "not one of the plain values: ask Typer"
 
 
@@ -43,6 +48,10 @@ def _plain(annotation: Any, value: Any) -> Any:
         if type(value) is int:
             return value
         return int(value) if isinstance(value, str) and _INT.fullmatch(value) else _PLAIN
+    if annotation is float:
+        if type(value) is float:
+            return value
+        return float(value) if isinstance(value, str) and _FLOAT.fullmatch(value) else _PLAIN
     if get_origin(annotation) is list and get_args(annotation) == (str,):
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         return list(value) if ok else _PLAIN
@@ -52,7 +61,7 @@ def _plain(annotation: Any, value: Any) -> Any:
 def _coercible(descriptor: Any) -> bool:
     """A plain annotation without a parser, range, choice, path or file behind it."""
     annotation = descriptor.annotation
-    if not (annotation in (str, bool, int) or (get_origin(annotation) is list and get_args(annotation) == (str,))):
+    if not (annotation in (str, bool, int, float) or (get_origin(annotation) is list and get_args(annotation) == (str,))):
         return False
     info = descriptor.parameter_info
     special = [getattr(info, "parser", None), getattr(info, "click_type", None), descriptor.file_annotation]
@@ -69,7 +78,13 @@ if RuntimeParam is not None:
             result = _plain(self.annotation, value)
             if result is not _PLAIN:
                 return result
-            return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+            typers = build_runtime_param(param.type_descriptor)
+            if self.annotation not in _NOT_A or not isinstance(value, str):
+                return typers._coerce_value(value, param=param, ctx=ctx)
+            try:
+                return typers._coerce_value(value, param=param, ctx=ctx)
+            except BadParameter:
+                raise BadParameter(f"{value!r} is not {_NOT_A[self.annotation]}", ctx=ctx, param=param) from None
 
 
 def _params(command: Any, help_option_names: list[str]) -> Iterator[Any]:

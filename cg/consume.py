@@ -5,6 +5,11 @@ Per message (as the reference): ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin
 double-acked and the line ends with ``acked`` (or the reference's can-not-be-acknowledged message).
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the instance fails.
+
+An elastic member's changes of membership are said on stderr (stdout keeps the reference's lines):
+not a member yet (waiting to be added), added (its partitions), its partitions changed, dropped. A
+dropped member's instance keeps running and waits to be added again, as an instance started before its
+member was added does (:class:`_MembershipNotes`).
 """
 
 from __future__ import annotations
@@ -139,11 +144,19 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             inst.stop()
         done = asyncio.ensure_future(inst.done())
         await _wait_ready(inst, done, stop_requested)
+        notes = None
         if not done.done() and not stop_requested.is_set():
             if auto:
                 printer.write(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})\n")
             printer.write("consuming...\n")
-        result = await done
+            if kind == "elastic" and not auto:
+                notes = _MembershipNotes(inst.api, stream, group, member)
+                notes.start()
+        try:
+            result = await done
+        finally:
+            if notes is not None:
+                notes.stop()
         if result is not None:
             raise CLIError(str(result) or type(result).__name__) from None
         if not stop_requested.is_set():
@@ -194,6 +207,86 @@ async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event) -> None:
                 await w
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - only the wait matters here
                 pass
+
+
+class _MembershipNotes:
+    """Says on stderr when an elastic instance's member is not (yet) a member, is added, sees its partitions
+    change or is dropped: from a watch of the group's config (every change, however short)."""
+
+    def __init__(self, api: Any, stream: str, group: str, member: str) -> None:
+        self.api, self.stream, self.group, self.member = api, stream, group, member
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def note(self, before: tuple[bool, list[int]] | None, now: tuple[bool, list[int]], members: int,
+             partitions: int) -> str | None:
+        """The line for a change of (in the membership, partitions), None when there is nothing to say."""
+        from .output import ranges
+
+        was_in, had = before if before is not None else (None, None)
+        is_in, has = now
+        where = f"elastic consumer group {self.group} on stream {self.stream}"
+        if not is_in:
+            if was_in is None:
+                return (f"member {self.member} is not a member of {where} yet: waiting to be added "
+                        f"(cg elastic add {self.stream} {self.group} {self.member})")
+            if was_in:
+                return (f"member {self.member} was dropped from {where}: this instance keeps running, waiting to "
+                        "be added again (Ctrl-C to stop it)")
+            return None
+        if not has:
+            if had or was_in is not True:
+                return (f"member {self.member} of {where} owns no partition ({members} members for {partitions} "
+                        "partitions): waiting for one")
+            return None
+        if was_in is not True:
+            if was_in is None:
+                return None  # a member from the start: consuming... says it
+            return f"member {self.member} was added to {where}: partitions {ranges(has)}"
+        if had != has:
+            return f"member {self.member} of {where}: partitions {ranges(had or [])} -> {ranges(has)}"
+        return None
+
+    async def _run(self) -> None:
+        from pcgroups.elastic import stored_config
+        from pcgroups.partitions import member_partitions
+        from pcgroups.store import ELASTIC_BUCKET, group_key, open_bucket
+
+        kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
+        watcher = await kv.watch(group_key(self.stream, self.group))
+        before: tuple[bool, list[int]] | None = None
+        try:
+            async for entry in watcher:
+                if entry is None or entry.operation in ("DEL", "PURGE") or not entry.value:
+                    continue  # the end of the initial values, or the group deleted (the instance says so)
+                try:
+                    cfg = stored_config(self.stream, self.group, entry.value)
+                except Exception:  # noqa: BLE001 - an invalid config ends the instance, which reports it
+                    continue
+                now = (cfg.is_in_membership(self.member), member_partitions(
+                    max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
+                    member=self.member))
+                if now != before:
+                    text = self.note(before, now, len(cfg.members) + len(cfg.member_mappings), cfg.max_members)
+                    if text:
+                        _say(text)
+                    before = now
+        finally:
+            await watcher.stop()
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stdout.flush()
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _silence_stdout() -> None:

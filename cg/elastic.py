@@ -13,7 +13,7 @@ import typer
 
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
-from .errors import CLIError
+from .errors import CLIError, warn
 from .flavour import ELASTIC, Group, MaxMembers, Sleep, Stream, add_shared, flavour_app, flavour_command, join
 from .runtime import Runtime, runtime
 
@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 
 elastic_app = flavour_app(ELASTIC)
 
-Members = Annotated[list[str], typer.Argument(help="member names", show_default=False)]
+Members = Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER", show_default=False)]
 Mappings = Annotated[list[str], typer.Argument(
     help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,...",
-    show_default=False)]
+    metavar="MAPPING", show_default=False)]
 
 
 add_shared(elastic_app, ELASTIC, "ls", "info")
@@ -133,7 +133,7 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
 @flavour_command(elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members "
                                                       "follow)")
 def add_source(ctx: typer.Context, stream: Stream, name: Group,
-               source: Annotated[str, typer.Argument(help="the stream to add", show_default=False)],
+               source: Annotated[str, typer.Argument(help="the stream to add", metavar="SOURCE", show_default=False)],
                filter: Filters = [], wildcards: Wildcards = [],  # noqa: B006
                start: Annotated[str, typer.Option("--start", metavar="WHERE", help="where sourcing begins: all (the "
                                                   "whole stream), new, seq:N or time:RFC3339")] = "all") -> None:
@@ -158,7 +158,7 @@ def add_source(ctx: typer.Context, stream: Stream, name: Group,
 @flavour_command(elastic_app, ELASTIC, "remove-source", "remove a stream from an elastic consumer group (its queued "
                                                          "messages are handled first)")
 def remove_source(ctx: typer.Context, stream: Stream, name: Group,
-                  source: Annotated[str, typer.Argument(help="the stream to remove",
+                  source: Annotated[str, typer.Argument(help="the stream to remove", metavar="SOURCE",
                                                         show_default=False)],
                   discard: Annotated[bool, typer.Option("--discard", help="drop its messages still queued instead of "
                                                         "waiting for the members to handle them")] = False,
@@ -187,22 +187,45 @@ Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as 
 
 def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
                     add: bool) -> None:
-    from .output import go_list, go_mappings, out
+    from .changes import check_unique, members_of, print_change, print_members_line, warn_idle
+    from .output import out
 
     check_names(stream=stream, group=name, members=members)
+    check_unique(members)
 
-    async def body(nc: Client, api: JetStreamApi) -> tuple[list[str], list[MemberMapping] | None]:
+    async def body(nc: Client, api: JetStreamApi):
         from pcgroups.elastic import add_members, delete_members, get_elastic_config
+        from pcgroups.membership import list_leases
 
-        change = add_members if add else delete_members
-        result = await change(nc, stream, name, list(members), sticky=sticky, api=api)
-        mappings = (await get_elastic_config(nc, stream, name, api=api)).member_mappings if sticky else None
-        return result, mappings
+        before = await get_elastic_config(nc, stream, name, api=api)
+        named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
+        if named and not add:
+            raise CLIError(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
+                           f"group {name} (members: {' '.join(members_of(before)) or 'none'}): nothing dropped")
+        if named:
+            warn(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} already a member of elastic consumer "
+                 f"group {name}")
+        result = await (add_members if add else delete_members)(nc, stream, name, list(members), sticky=sticky,
+                                                                 api=api)
+        after = await get_elastic_config(nc, stream, name, api=api)
+        return before, result, after, await list_leases(nc, stream, name, api=api)
 
-    result, mappings = runtime(ctx).with_connection(body)
-    out.line(f"{'added' if add else 'dropped'} members: {go_list(result)}")
-    if sticky:
-        out.line(f"member mapping: {go_mappings(mappings or [])}")
+    before, result, after, leases = runtime(ctx).with_connection(body)
+    if leases:
+        _warn_automatic(name, len(leases))
+    warn_idle("elastic", name, after)
+    if out.pretty:
+        done = f"{'added' if add else 'dropped'} {' '.join(members)}" + (" (sticky mappings)" if sticky else "")
+        print_change("elastic", stream, name, done, before, after,
+                     note=None if add else f"the instances of {' '.join(members)} keep running, waiting to be added "
+                                           "again (stop them with Ctrl-C)")
+    else:
+        print_members_line(add, result, after.member_mappings if sticky else None)
+
+
+def _warn_automatic(group: str, instances: int) -> None:
+    warn(f"elastic consumer group {group} runs with automatic membership ({instances} live instance"
+         f"{'' if instances == 1 else 's'}): the next rebalance rewrites this change to the live instances")
 
 
 @flavour_command(elastic_app, ELASTIC, "add", "add members to a partitioned consumer group")
@@ -215,39 +238,54 @@ def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members, stic
     _change_members(ctx, stream, name, members, sticky, add=False)
 
 
-@flavour_command(elastic_app, ELASTIC, "create-mapping", "create member mappings for a partitioned consumer group")
-def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Mappings) -> None:
+def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[MemberMapping] | None) -> None:
+    """create-mapping (``mappings``) or delete-mapping (None): the change, its warnings, its summary."""
+    from .changes import members_of, print_change
     from .output import go_mappings, out
 
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
+        from pcgroups.membership import list_leases
+
+        before = await get_elastic_config(nc, stream, name, api=api)
+        if mappings is None:
+            await delete_member_mappings(nc, stream, name, api=api)
+        else:
+            await set_member_mappings(nc, stream, name, mappings, api=api)
+        after = await get_elastic_config(nc, stream, name, api=api)
+        return before, after, await list_leases(nc, stream, name, api=api)
+
+    before, after, leases = runtime(ctx).with_connection(body)
+    if leases:
+        _warn_automatic(name, len(leases))
+    if out.pretty:
+        done = "member mappings set" if mappings is not None else "member mappings deleted"
+        note = None if members_of(after) else ("the group has no members now: its instances keep running, waiting "
+                                             "for add or create-mapping")
+        print_change("elastic", stream, name, done, before, after, note=note)
+    elif mappings is not None:
+        out.line(f"member mapping: {go_mappings(mappings)}")
+
+
+@flavour_command(elastic_app, ELASTIC, "create-mapping", "create member mappings for a partitioned consumer group")
+def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Mappings) -> None:
     check_names(stream=stream, group=name)
     parsed = parse_mappings(mappings)
     check_names(members=[m.member for m in parsed])
-
-    async def body(nc: Client, api: JetStreamApi) -> None:
-        from pcgroups.elastic import set_member_mappings
-
-        await set_member_mappings(nc, stream, name, parsed, api=api)
-
-    runtime(ctx).with_connection(body)
-    out.line(f"member mapping: {go_mappings(parsed)}")
+    _change_mappings(ctx, stream, name, parsed)
 
 
-@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group")
+@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group "
+                                                          "(the group is left with no members)")
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
-
-    async def body(nc: Client, api: JetStreamApi) -> None:
-        from pcgroups.elastic import delete_member_mappings
-
-        await delete_member_mappings(nc, stream, name, api=api)
-
-    runtime(ctx).with_connection(body)
+    _change_mappings(ctx, stream, name, None)
 
 
 add_shared(elastic_app, ELASTIC, "member-info", "step-down")
 
 OptionalMember = Annotated[Optional[str], typer.Argument(
-    help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
+    metavar="MEMBER", help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
          "instance is a member of its own)", show_default=False)]
 Auto = Annotated[bool, typer.Option("--auto", help="automatic membership: join the group by starting, leave it by "
                                                    "stopping (instance leases; partitions rebalanced sticky)")]

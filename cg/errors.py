@@ -5,7 +5,8 @@
 - :func:`message_of`: the one line for any exception (ours, the library's, nats-py's, the OS's).
 - :func:`usage_message`: the one line for a command-line parsing error (Typer's, i.e. click's).
 - :func:`fail` writes the line; :func:`report` writes the line of an exception (with its traceback
-  first when ``CG_DEBUG`` is set and the error is not one of the expected kinds).
+  first when ``CG_DEBUG`` is set and the error is not one of the expected kinds); :func:`warn` writes
+  ``cg: warning: <message>`` for a likely mistake the command goes on with.
 
 ``cg`` (cg/main.py) and the interactive shell (cg/prompt.py) report through these, so a command fails
 the same way in both. Imports nothing but the standard library.
@@ -65,9 +66,12 @@ def usage_message(e: Any) -> str:
     """One line for a parsing error (a click ``UsageError``/``BadParameter``), with where to get help."""
     name = getattr(e, "option_name", None)
     if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
-        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be >= 1)"
+        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be at least 1)"
     else:
         text = e.format_message().strip()
+        value = re.fullmatch(r"Invalid value for '([^']+)'(?: / '[^']+')*: (.*)", text, re.S)
+        if value:  # "invalid MAX-MEMBERS: '2.5' is not a whole number"
+            text = f"invalid {value[1]}: {value[2]}"
     if text.endswith("."):
         text = text[:-1]
     text = text[:1].lower() + text[1:]
@@ -92,6 +96,17 @@ def fail(message: str) -> int:
     return 1
 
 
+def warn(message: str) -> None:
+    """Write ``cg: warning: <message>`` on stderr: a likely mistake that is not an error (the command
+    goes on, stdout keeps its lines)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"cg: warning: {message.strip()}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed stream must not turn a warning into a failure
+        pass
+
+
 def report(e: BaseException) -> int:
     """:func:`fail` with the message of ``e``; an unexpected error's traceback first when debugging."""
     if debugging() and not expected(e):
@@ -101,4 +116,4 @@ def report(e: BaseException) -> int:
     return fail(message_of(e))
 
 
-__all__ = ["CLIError", "Canceled", "debugging", "describe", "fail", "message_of", "report", "usage_message"]
+__all__ = ["CLIError", "Canceled", "debugging", "describe", "fail", "message_of", "report", "usage_message", "warn"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
 from .common import check_names, parse_duration_option, parse_sleep
 from .errors import CLIError
+from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
 if TYPE_CHECKING:
@@ -111,13 +112,16 @@ FLAVOURS = (STATIC, ELASTIC)
 
 # ---------------------------------------------------------------- arguments both flavours take
 
-Stream = Annotated[str, typer.Argument(help="stream name", show_default=False)]
-Group = Annotated[str, typer.Argument(help="consumer group name", show_default=False)]
-Member = Annotated[str, typer.Argument(help="member name", show_default=False)]
-MaxMembers = Annotated[int, typer.Argument(help="max number of members", show_default=False)]
+Stream = Annotated[str, typer.Argument(help="stream name", metavar="STREAM", show_default=False)]
+Group = Annotated[str, typer.Argument(help="consumer group name", metavar="GROUP", show_default=False)]
+Member = Annotated[str, typer.Argument(help="member name", metavar="MEMBER", show_default=False)]
+MaxMembers = Annotated[int, typer.Argument(help="max number of members (the number of partitions)",
+                                           metavar="MAX-MEMBERS", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="print JSON")]
-Force = Annotated[bool, typer.Option("--force", "-f", help="force delete the consumer group")]
-Sleep = Annotated[str, typer.Option("--sleep", help="sleep to simulate processing time", metavar="DURATION")]
+Force = Annotated[bool, typer.Option("--force/--no-force", "-f", help="force delete the consumer group")]
+SLEEP_HELP = "sleep to simulate processing time"
+DEFAULT_SLEEP = "20ms"
+Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
@@ -126,13 +130,46 @@ PerPartition = Annotated[bool, typer.Option("--per-partition",
                                             help="count each partition's pending messages exactly (an ephemeral "
                                                  "consumer per partition of members owning several)")]
 
-STATUS_HELP = ("show each partition's owner member, pinned instance, pending and ack-pending messages, "
-               "redeliveries and last acked sequence")
+STATUS_HELP = ("show each member's partitions, how long its pinned instance has held the pin, its pending, unacked "
+               "and redelivered messages and the sequence acked up to; the pin ids and the leases")
 
 
 def flavour_app(flavour: Flavour) -> typer.Typer:
-    """``cg <flavour>``'s app (built on its own by cg/app.py: no shell-completion options, as the root)."""
-    return typer.Typer(help=flavour.help, add_completion=False)
+    """``cg <flavour>``'s app (built on its own by cg/app.py: no shell-completion options, as the root).
+
+    As in the reference, ``--sleep`` belongs to ``cg static``/``cg elastic`` themselves: it is taken
+    anywhere after the flavour (cg/main.py moves it next to the flavour: :data:`FLAVOUR_OPTIONS`), and
+    ``consume`` and ``prompt`` use it; consume's own ``--sleep`` (what the nats plugin passes) wins."""
+    app = typer.Typer(help=flavour.help, add_completion=False, cls=CommandGroup)
+
+    @app.callback()
+    def mode(sleep: Annotated[Optional[str], typer.Option(
+            "--sleep", help=f"{SLEEP_HELP} (consume, prompt; default {DEFAULT_SLEEP})", metavar="DURATION",
+            show_default=False)] = None) -> None:
+        if sleep is not None:
+            parse_sleep(sleep)  # a bad value is an error whatever the command (a Go duration flag)
+
+    return app
+
+
+#: Options of ``cg static``/``cg elastic`` taken anywhere after the flavour, as the reference's command
+#: flags are (cg/main.py moves them next to the flavour before parsing).
+FLAVOUR_OPTIONS = ("--sleep",)
+
+
+def flavour_sleep(ctx: typer.Context, sleep: str) -> str:
+    """The ``--sleep`` a command runs with: its own when given, else the flavour's, else the default."""
+    from typer._click.core import ParameterSource
+
+    if ctx.get_parameter_source("sleep") is not ParameterSource.DEFAULT:
+        return sleep
+    parent = ctx.parent
+    while parent is not None:
+        given = parent.params.get("sleep")
+        if given is not None:
+            return str(given)
+        parent = parent.parent
+    return sleep
 
 
 def flavour_command(app: typer.Typer, flavour: Flavour, name: str, help: str) -> Callable[[Fn], Fn]:
@@ -140,9 +177,9 @@ def flavour_command(app: typer.Typer, flavour: Flavour, name: str, help: str) ->
     (the fisk model lists them as aliases: cg/app.py :data:`ALIASES`)."""
 
     def register(fn: Fn) -> Fn:
-        app.command(name, help=help)(fn)
+        app.command(name, help=help, cls=Command)(fn)
         for alias in flavour.aliases.get(name, ()):
-            app.command(alias, help=help, hidden=True)(fn)
+            app.command(alias, help=help, hidden=True, cls=Command)(fn)
         return fn
 
     return register
@@ -158,7 +195,16 @@ def _ls(flavour: Flavour) -> tuple[Fn, str]:
         check_names(stream=stream)
 
         async def body(nc: Client, api: JetStreamApi) -> list[str]:
-            return await flavour.calls().list_groups(nc, stream, api=api)
+            from pcgroups.errors import NotFoundError
+
+            groups = await flavour.calls().list_groups(nc, stream, api=api)
+            if not groups:  # a group's name need not be a stream (partition streams): only then ask
+                try:
+                    await api.stream_info(stream)
+                except NotFoundError:
+                    raise CLIError(f"stream {stream} does not exist (and no {flavour.name} consumer group is "
+                                   f"defined under that name)") from None
+            return groups
 
         print_groups(flavour.name, stream, runtime(ctx).with_connection(body), as_json=json)
 
@@ -224,9 +270,19 @@ def _step_down(flavour: Flavour) -> tuple[Fn, str]:
         check_names(stream=stream, group=name, members=[member])
 
         async def body(nc: Client, api: JetStreamApi) -> None:
-            await flavour.calls().step_down(nc, stream, name, member, api=api)
+            calls = flavour.calls()
+            in_membership, active = await calls.membership(nc, stream, name, member, api=api)
+            if in_membership and not active:
+                raise CLIError(f"member {member} of {flavour.name} consumer group {name} has no running instance: "
+                               "nothing to step down (start one with consume)")
+            await calls.step_down(nc, stream, name, member, api=api)
 
         runtime(ctx).with_connection(body)
+        from .output import out
+
+        if out.pretty:  # the reference prints nothing (kept in pipes)
+            out.styled(f"member {member}'s pinned instance stepped down: the next instance to pull gets the pin "
+                       "(a standby when one runs)", "green")
 
     return step_down, "initiate a step down for a member"
 
@@ -264,7 +320,8 @@ def _prompt(flavour: Flavour) -> tuple[Fn, str]:
     def prompt(ctx: typer.Context) -> None:
         from .prompt import Repl
 
-        raise typer.Exit(Repl(flavour.name, runtime(ctx).options, ctx.find_root().command).run())
+        sleep = ctx.parent.params.get("sleep") if ctx.parent is not None else None
+        raise typer.Exit(Repl(flavour.name, runtime(ctx).options, ctx.find_root().command, sleep=sleep).run())
 
     return prompt, f"interactive shell in {flavour.name} mode"
 
@@ -290,10 +347,10 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
-    seconds = parse_sleep(sleep)
+    seconds = parse_sleep(flavour_sleep(ctx, sleep))
     rt = runtime(ctx)
     raise typer.Exit(rt.run(consume, rt, flavour.name, stream, name, member, seconds, **options))
 
 
-__all__ = ["ELASTIC", "FLAVOURS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app", "flavour_command",
-           "join"]
+__all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",
+           "flavour_command", "flavour_sleep", "join"]

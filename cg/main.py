@@ -3,11 +3,12 @@
 ``main()`` order of business:
 
 1. ``cg --fisk-introspect`` (exactly that argv, as ``nats plugins register`` runs it) prints the
-   fisk model and nothing else, before any config, logging or network; ``cg --version`` (exactly
-   that argv) prints the version before anything is imported.
-2. Root connection options (``--context``, ``--server``, ...) are hoisted from anywhere in argv to
-   the front (``nats cg ...`` appends them after the command path), then Typer parses the tree of
-   cg/app.py.
+   fisk model and nothing else, before any config, logging or network; ``--version`` (anywhere
+   before ``--``, as the reference takes it) prints the version before anything is imported.
+2. Flags go where the reference's parser takes them: root connection options (``--context``,
+   ``--server``, ...) are hoisted from anywhere in argv to the front (``nats cg ...`` appends them
+   after the command path), ``cg static``/``cg elastic``'s ``--sleep`` from anywhere after the
+   flavour to just after it; then Typer parses the tree of cg/app.py.
 3. Every failure, usage errors included, is ``cg: error: <message>`` on stderr with status 1
    (cg/errors.py).
 
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print_model()
         return 0
-    if args == ["--version"]:
+    if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
         from .common import VERSION
 
         sys.stdout.write(VERSION + "\n")
@@ -44,13 +45,15 @@ def run(args: list[str]) -> int:
     from .app import build
     from .common import setup_logging
     from .errors import fail, report, usage_message
-    from .plugin import hoist_options, root_option_spellings
+    from .flavour import FLAVOUR_OPTIONS, FLAVOURS
+    from .plugin import hoist_options, hoist_to_command, root_option_spellings
 
     setup_logging()
     command = build()
+    values, flags = root_option_spellings(command)
+    args = hoist_to_command(hoist_options(args, values, flags), [f.name for f in FLAVOURS], FLAVOUR_OPTIONS, values)
     try:
-        rv = command.main(args=hoist_options(args, *root_option_spellings(command)), prog_name="cg",
-                          standalone_mode=False)
+        rv = command.main(args=args, prog_name="cg", standalone_mode=False)
     except ClickException as e:
         return fail(usage_message(e))
     except Abort:

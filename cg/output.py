@@ -42,6 +42,17 @@ def go_mappings(mappings: Iterable[MemberMapping]) -> str:
     return go_list(go_mapping(m) for m in mappings)
 
 
+def ranges(partitions: list[int]) -> str:
+    """``0-4 7 9-10``: partition numbers with runs written as ranges (``none`` for no partition)."""
+    out: list[str] = []
+    for p in sorted(partitions):
+        if out and out[-1].split("-")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{p}"
+        else:
+            out.append(str(p))
+    return " ".join(out) or "none"
+
+
 def go_duration(seconds: float) -> str:
     """A duration as Go's ``time.Duration.String()``: ``20ms``, ``1.5s``, ``1m30s``, ``1h0m0s``, ``0s``."""
     ns = int(round(seconds * 1e9))
@@ -88,8 +99,9 @@ class Output:
             from rich.console import Console
 
             # file=None: the console follows sys.stdout (tests redirect it); no markup, emoji or
-            # highlighting, so names are printed as they are; soft_wrap: never wrapped.
-            self._console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)
+            # highlighting, so names are printed as they are; a long line of text wraps at the
+            # terminal's width (plain lines for pipes do not go through rich).
+            self._console = Console(highlight=False, emoji=False, markup=False)
         return self._console
 
     @property
@@ -119,6 +131,12 @@ class Output:
 
     def json(self, obj: Any) -> None:
         self.line(json.dumps(obj, indent=2, ensure_ascii=False))
+
+    def styled(self, text: str, style: str = "") -> None:
+        """One line of text in a style (pretty output only: plain lines are :meth:`line`'s)."""
+        from rich.text import Text
+
+        self.print(Text(text, style=style))
 
     def print(self, *renderables: Any) -> None:
         """Rich renderables (tables): on a terminal at its width, long cells folded; forced
@@ -292,7 +310,7 @@ def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) 
         parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
                                   member_mappings=cfg.member_mappings, member=name)
         is_active = name in active
-        table.add_row(name, " ".join(map(str, parts)) if parts else Text("none", style="dim"),
+        table.add_row(name, ranges(parts) if parts else Text("none", style="dim"),
                       Text("yes", style="green") if is_active else Text("no", style="red"))
     return table
 

@@ -21,6 +21,7 @@ __all__ = [
     "NATS_RESERVED_SHORTS",
     "fisk_model",
     "hoist_options",
+    "hoist_to_command",
     "print_fisk_model",
     "root_option_spellings",
 ]
@@ -387,3 +388,39 @@ def hoist_options(argv: Sequence[str], names: Iterable[str], flags: Iterable[str
             rest.append(tok)
         i += 1
     return front + rest
+
+
+def hoist_to_command(argv: Sequence[str], commands: Iterable[str], names: Iterable[str],
+                     skip: Iterable[str] = ()) -> list[str]:
+    """Move the value options ``names`` found after the first of ``commands`` in argv (stopping at
+    ``--``) to just after it, order kept: a command group's options, which the reference's parser
+    takes anywhere after the group (``cg static consume foo cg m1 --sleep 1s`` is
+    ``cg static --sleep 1s consume foo cg m1``). ``skip``: value options before the command (the
+    root's, already hoisted to the front), whose values are not commands."""
+    spellings, skipped, wanted = set(names), set(skip), set(commands)
+    args = list(argv)
+    i = 0
+    while i < len(args) and args[i] not in wanted:
+        if args[i] == "--":
+            return args
+        i += 2 if args[i] in skipped else 1
+    if i >= len(args):
+        return args
+    moved: list[str] = []
+    rest: list[str] = []
+    j = i + 1
+    while j < len(args):
+        tok = args[j]
+        if tok == "--":
+            rest.extend(args[j:])
+            break
+        if tok in spellings:
+            moved.extend(args[j:j + 2])
+            j += 2
+            continue
+        if tok.startswith("--") and tok.partition("=")[0] in spellings:
+            moved.append(tok)
+        else:
+            rest.append(tok)
+        j += 1
+    return [*args[:i + 1], *moved, *rest]

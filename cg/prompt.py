@@ -162,7 +162,9 @@ def command_entries(group: Any) -> list[tuple[list[str], Any]]:
 
 
 def _usage(cmd: Any) -> str:
-    return " ".join(f"<{p.name.replace('_', '-')}>" + ("..." if p.nargs == -1 else "") for p in _arguments(cmd))
+    from .help import argument_name
+
+    return " ".join(argument_name(p) + ("..." if p.nargs == -1 else "") for p in _arguments(cmd))
 
 
 def _short_help(cmd: Any) -> str:
@@ -362,14 +364,14 @@ class Repl:
     """
 
     def __init__(self, mode: str, opts: "ConnectionOptions", root: Any, *, input: Any = None,
-                 output: Any = None, history_file: Path | str | None = None) -> None:
+                 output: Any = None, history_file: Path | str | None = None, sleep: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode = mode
         self.opts = opts
         self.root = root
         self.root_ctx = root.context_class(root, info_name="cg", obj=SessionRuntime(self), **root.context_settings)
-        self.sleep: str | None = None
+        self.sleep: str | None = sleep   # consume's --sleep for the session (``cg static --sleep 50ms prompt``)
         self.names = Names(self)
         self.runner: asyncio.Runner | None = None
         self.nc: Any = None
@@ -675,9 +677,9 @@ class Repl:
                     rows.append((f"{names[0]} {sub_names[0]}", _usage(sub), _short_help(sub)))
             else:
                 rows.append((", ".join(names), _usage(cmd), _short_help(cmd)))
-        rows += [("static, elastic", "[<command> ...]", "switch mode, or run one command of that mode"),
-                 ("processing-time", "[<duration>]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
-                 ("help, ?", "[<command>]", "this list, or a command's arguments and options"),
+        rows += [("static, elastic", "[COMMAND ...]", "switch mode, or run one command of that mode"),
+                 ("processing-time", "[DURATION]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
+                 ("help, ?", "[COMMAND]", "this list, or a command's arguments and options"),
                  ("exit, quit", "", "leave (or Ctrl-D)")]
         w1 = max(len(r[0]) for r in rows)
         w2 = max(len(r[1]) for r in rows)

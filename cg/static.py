@@ -6,12 +6,15 @@ The commands both flavours have come from cg/flavour.py; here are static's own: 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import re
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .common import check_config, check_names, parse_mappings
+from .errors import CLIError, warn
 from .flavour import STATIC, Group, MaxMembers, Member, Sleep, Stream, add_shared, flavour_app, flavour_command, join
+from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
 if TYPE_CHECKING:
@@ -21,10 +24,12 @@ if TYPE_CHECKING:
     from pcgroups.jsapi import JetStreamApi
 
 static_app = flavour_app(STATIC)
-create_app = typer.Typer(help="create a static partitioned consumer group")
+create_app = typer.Typer(help="create a static partitioned consumer group", cls=CommandGroup)
 
 Filters = Annotated[list[str], typer.Option("--filter", help="filter(s) (repeatable)", metavar="FILTER",
                                             show_default=False)]
+Force = Annotated[bool, typer.Option("--force", help="create the group even if the stream's subjects do not carry "
+                                                     "a partition number it would use")]
 
 add_shared(static_app, STATIC, "ls", "info", "delete", "member-info", "step-down")
 
@@ -39,36 +44,99 @@ static_app.add_typer(create_app, name="create")
 
 
 def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filters: list[str],
-            members: list[str], mappings: list[MemberMapping]) -> None:
+            members: list[str], mappings: list[MemberMapping], force: bool) -> None:
     from pcgroups.config import StaticConfig
 
+    from .changes import check_unique, warn_idle
+
     check_names(stream=stream, group=name, members=[*members, *(m.member for m in mappings)])
-    check_config("static", StaticConfig(max_members=max_members, filters=list(filters), members=list(members),
-                                        member_mappings=list(mappings)))
+    check_unique(members)
+    cfg = StaticConfig(max_members=max_members, filters=list(filters), members=list(members),
+                       member_mappings=list(mappings))
+    check_config("static", cfg)
 
     async def body(nc: Client, api: JetStreamApi) -> None:
+        from pcgroups.errors import NotFoundError
         from pcgroups.static import create_static
 
+        try:
+            never, lost = partition_token_problems(stream, (await api.stream_info(stream))["config"], max_members)
+        except NotFoundError:
+            never, lost = None, None  # create_static says the stream does not exist
+        if never and not force:
+            raise CLIError(never + "; --force creates the group anyway")
         await create_static(nc, stream, name, max_members, filters=list(filters), members=list(members),
                             member_mappings=list(mappings), api=api)
+        for problem in (never, lost):
+            if problem:
+                warn(problem)
 
     runtime(ctx).with_connection(body)
+    warn_idle("static", name, cfg)
 
 
-@create_app.command("balanced", help="create a static partitioned consumer group with balanced members")
+_PARTITION = re.compile(r"\{\{\s*partition\s*\(\s*(\d+)", re.IGNORECASE)
+
+
+def partition_token_problems(stream: str, config: dict[str, Any], max_members: int) -> tuple[str | None, str | None]:
+    """(why a static group of ``max_members`` partitions on a stream of this config would never receive a message,
+    why it would miss some), each None when it would not.
+
+    A static group reads the partition from the first token of the stored subject: the stream's own subject
+    transform (or its sources' transforms) must write one, ``{{partition(N,...)}}`` with N the group's number
+    of partitions, or the subjects themselves must start with a wildcard or a number."""
+    transforms = [t for t in [config.get("subject_transform") or {}] +
+                  [st for src in config.get("sources") or [] for st in src.get("subject_transforms") or []]
+                  if t.get("dest")]
+    subjects = list(config.get("subjects") or [])
+    if not transforms:
+        if not subjects or any(s.split(".")[0] in ("*", ">") or s.split(".")[0].isdigit() for s in subjects):
+            return None, None  # sourced or mirrored without transforms, or publishers may write the partition
+        return (f"the subjects of stream {stream} ({' '.join(subjects)}) do not start with a partition number, so a "
+                f"static consumer group on it would never receive a message: give the stream a subject transform "
+                f"such as {subjects[0]} -> {_example_dest(subjects[0], max_members)} (scripts/static_stream_setup.sh "
+                "makes one) or use an elastic consumer group"), None
+    for t in transforms:
+        found = _PARTITION.match(t["dest"])
+        if found and int(found[1]) != max_members:
+            n = int(found[1])
+            lost = (f"partitions {max_members}..{n - 1} would never be consumed" if n > max_members
+                    else f"partitions {n}..{max_members - 1} would never receive a message")
+            return None, (f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} makes {n} "
+                          f"partitions, the group has {max_members}: {lost}")
+        if not found and not t["dest"].startswith("{{"):
+            return (f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} does not put a "
+                    "partition number first, so a static consumer group on it would never receive a message"), None
+    return None, None
+
+
+def _example_dest(subject: str, partitions: int) -> str:
+    tokens = subject.split(".")
+    stars = [i for i, t in enumerate(tokens) if t == "*"]
+    if not stars:
+        return f"{{{{partition({partitions})}}}}.{subject}"
+    k = 0
+    for i in stars:
+        k += 1
+        tokens[i] = f"{{{{wildcard({k})}}}}"
+    return f"{{{{partition({partitions},{','.join(map(str, range(1, k + 1)))})}}}}.{'.'.join(tokens)}"
+
+
+@create_app.command("balanced", help="create a static partitioned consumer group with balanced members", cls=Command)
 def create_balanced(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
-                    members: Annotated[list[str], typer.Argument(help="member names", show_default=False)],
-                    filter: Filters = []) -> None:  # noqa: B006 - Typer reads the default
-    _create(ctx, stream, name, max_members, filter, members, [])
+                    members: Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER",
+                                                                 show_default=False)],
+                    filter: Filters = [], force: Force = False) -> None:  # noqa: B006 - Typer reads the default
+    _create(ctx, stream, name, max_members, filter, members, [], force)
 
 
-@create_app.command("mapped", help="create a static partitioned consumer group with member mappings")
+@create_app.command("mapped", help="create a static partitioned consumer group with member mappings", cls=Command)
 def create_mapped(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
                   mappings: Annotated[list[str], typer.Argument(
                       help="mappings of members to partition numbers in the format "
-                           "<member>:<partition1>,<partition2>,...", show_default=False)],
-                  filter: Filters = []) -> None:  # noqa: B006
-    _create(ctx, stream, name, max_members, filter, [], parse_mappings(mappings))
+                           "<member>:<partition1>,<partition2>,...", metavar="MAPPING", show_default=False)],
+                  filter: Filters = [], force: Force = False) -> None:  # noqa: B006
+    _create(ctx, stream, name, max_members, filter, [], parse_mappings(mappings), force)
 
 
 __all__ = ["static_app"]

@@ -1,7 +1,16 @@
-"""``cg static status`` / ``cg elastic status``: a group per partition, like Kafka's ``--describe``.
+"""``cg static status`` / ``cg elastic status``: a group's members, pins and pending messages, like Kafka's
+``--describe``.
 
-- :func:`render_status` prints one :class:`pcgroups.status.GroupStatus`: a rich table on a terminal,
-  aligned plain columns into a pipe, one JSON document with ``json=True``.
+What is shown once per member (a member consumer's counters cover all its partitions): its partitions,
+how long its pinned instance has held the pin (or why nobody holds it), pending, unacked and redelivered
+messages and the stream sequence acked up to. Then the pins (pin id, since when, and with automatic
+membership the lease of the instance holding it: instance id, pid, host), the pending count of each
+partition when it is counted per partition (elastic groups; static with ``--per-partition``), the
+partitions no member owns, the leases.
+
+- :func:`render_status` prints one :class:`pcgroups.status.GroupStatus`: rich tables on a terminal (the
+  member table drops its least important columns rather than cut a number), aligned plain columns into
+  a pipe, one JSON document with ``json=True``.
 - :func:`watch` refreshes it every ``interval`` seconds until Ctrl-C (a live view on a terminal; into
   a pipe a new table, or one compact JSON line, per refresh).
 - :func:`run_status` runs the ``status`` command of either flavour (declared in cg/flavour.py).
@@ -19,16 +28,13 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .output import ranges
+
 if TYPE_CHECKING:
-    from pcgroups.status import GroupStatus
+    from pcgroups.status import GroupStatus, MemberStatus
 
     from .runtime import Runtime
 
-PLAIN_COLUMNS = ["PARTITION", "MEMBER", "ACTIVE", "PINNED-ID", "PINNED-SINCE", "PENDING", "ACK-PENDING",
-                 "REDELIVERED", "ACK-FLOOR"]
-
-
-# ---------------------------------------------------------------- formatting helpers
 
 
 def age(since: datetime | None, now: datetime | None = None) -> str:
@@ -48,73 +54,184 @@ def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _pin_label(pin: str | None, instances: Mapping[str, str] | None) -> str:
-    if not pin:
-        return "-"
-    name = (instances or {}).get(pin)
-    return f"{name} ({pin})" if name else pin
-
-
 def _title(status: "GroupStatus") -> str:
     where = status.stream if status.flavour == "static" else f"{status.stream} (work queue {status.consumer_stream})"
     return (f"{status.flavour} consumer group {status.group} on stream {where}: "
             f"{status.max_members} partitions, {len(status.members)} members ({status.mode})")
 
 
+def _pending_note(status: "GroupStatus") -> str:
+    if status.flavour == "elastic":
+        return "pending: messages of the member's partitions not yet acked"
+    return "pending: messages of the member's partitions not yet delivered"
+
+
 def _footer(status: "GroupStatus") -> str:
     parts = [f"{status.messages} messages in {status.consumer_stream}, last sequence {status.last_seq}"]
     if status.source_lag is not None:
         parts.append(f"source lag {status.source_lag}")
-    if any(p.member is not None and not p.pending_exact and p.pending is not None for p in status.partitions):
-        parts.append("* pending of the member's partitions together (--per-partition counts each)")
-    if status.flavour == "elastic":
-        parts.append("pending: messages of the partition not yet acked")
+    parts.append(_pending_note(status))
     return "; ".join(parts)
+
+
+def _pinned_for(m: "MemberStatus", now: datetime) -> str:
+    """How long the member's pinned instance has held the pin, or why there is none."""
+    if m.pinned_id:
+        return age(m.pinned_since, now)
+    if not m.exists:
+        return "no consumer"
+    return "not pinned" if m.active else "no instance"
+
+
+def _holders(status: "GroupStatus") -> dict[str, Any]:
+    """pin id -> the lease (automatic membership) of the instance holding it."""
+    return {x.pin: x for x in status.leases if getattr(x, "pin", "")}
+
+
+def _instance(lease: Any) -> str:
+    """``156d0e15 pid 12521 on vm``: a lease's instance id, process and host (as the leases table shows them)."""
+    return lease.instance + (f" pid {lease.pid}" if lease.pid else "") + (f" on {lease.host}" if lease.host else "")
+
+
+def _pin_holder(pin: str, instances: Mapping[str, str] | None, holders: Mapping[str, Any]) -> str:
+    if pin in holders:
+        return _instance(holders[pin])
+    name = (instances or {}).get(pin)
+    return name or "-"
+
+
+def _per_partition(status: "GroupStatus") -> str | None:
+    """``0=3 1=0 2=5``: each partition's pending messages, when counted per partition."""
+    rows = [p for p in status.partitions if p.member is not None]
+    if not rows or not all(p.pending_exact and p.pending is not None for p in rows):
+        return None
+    return " ".join(f"{p.partition}={p.pending}" for p in rows)
+
+
+def _unassigned(status: "GroupStatus") -> list[int]:
+    return [p.partition for p in status.partitions if p.member is None]
+
+
+def _unassigned_text(status: "GroupStatus") -> str:
+    rows = [p for p in status.partitions if p.member is None]
+    waiting = sum(p.pending or 0 for p in rows)
+    return (f"unassigned partitions: {ranges([p.partition for p in rows])} (no member owns them"
+            + (f"; {waiting} messages wait)" if waiting else ")"))
 
 
 # ---------------------------------------------------------------- rendering
 
+#: The member columns, most important first: (header, plain header, justify). A narrow terminal loses
+#: columns from the end of :data:`DROPPABLE` before a number would be cut.
+MEMBER_COLUMNS = [("member", "MEMBER", "left"), ("partitions", "PARTITIONS", "left"),
+                  ("pinned for", "PINNED-FOR", "right"), ("pending", "PENDING", "right"),
+                  ("unacked", "UNACKED", "right"), ("redelivered", "REDELIVERED", "right"),
+                  ("acked to seq", "ACKED-TO-SEQ", "right")]
+DROPPABLE = ["redelivered", "acked to seq", "unacked"]
+LEASE_COLUMNS = ["MEMBER", "INSTANCE", "HOST", "PID", "HOLDS-PIN", "EXPIRES-IN"]
+
+
+def _member_cells(m: "MemberStatus", now: datetime) -> list[str]:
+    return [m.member, ranges(m.partitions), _pinned_for(m, now), _num(m.pending), _num(m.ack_pending),
+            _num(m.redelivered), _num(m.ack_floor)]
+
+
+def _members_table(status: "GroupStatus", now: datetime, drop: set[str]) -> Table:
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, title_justify="left")
+    keep = [i for i, (name, _, _) in enumerate(MEMBER_COLUMNS) if name not in drop]
+    for i in keep:
+        name, _, justify = MEMBER_COLUMNS[i]
+        wraps = name in ("member", "partitions")
+        table.add_column(name, justify=justify, no_wrap=not wraps,  # type: ignore[arg-type]
+                         overflow="fold" if wraps else "ellipsis", min_width=len(name) if not wraps else None)
+    for m in status.members:
+        cells = _member_cells(m, now)
+        styled: list[Any] = [cells[i] for i in keep]
+        styled[keep.index(2)] = Text(cells[2], style="cyan" if m.pinned_id else "yellow" if m.exists else "red")
+        table.add_row(*styled)
+    return table
+
+
+def _fitting_members_table(status: "GroupStatus", now: datetime, width: int | None) -> Table:
+    """The members table with as many columns as fit ``width`` (every number whole)."""
+    from rich.console import Console
+
+    drop: set[str] = set()
+    while True:
+        table = _members_table(status, now, drop)
+        if width is None or len(drop) == len(DROPPABLE):
+            return table
+        measure = Console(width=10_000).measure(table)
+        if measure.minimum <= width:
+            return table
+        drop.add(DROPPABLE[len(drop)])
+
+
+def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now: datetime) -> Table | None:
+    from rich import box
+
+    pinned = [m for m in status.members if m.pinned_id]
+    if not pinned:
+        return None
+    holders = {} if status.leases else _holders(status)   # with leases, their table says who holds each pin
+    held = [_pin_holder(m.pinned_id or "", instances, holders) for m in pinned]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    table.add_column("member", overflow="fold", min_width=len("member"))
+    table.add_column("pin id", no_wrap=True)
+    table.add_column("pinned at", no_wrap=True)
+    if any(h != "-" for h in held):
+        table.add_column("held by instance", overflow="fold")
+    for m, by in zip(pinned, held):
+        since = m.pinned_since.astimezone().strftime("%H:%M:%S") if m.pinned_since else "-"
+        cells = [m.member, Text(m.pinned_id or "", style="cyan"), since, by]
+        table.add_row(*cells[:len(table.columns)])
+    return table
+
+
+def _leases_table(status: "GroupStatus") -> Table:
+    from rich import box
+
+    table = Table(title="leases (automatic membership)", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for name, justify in zip(LEASE_COLUMNS, ("left", "left", "left", "right", "left", "right")):
+        wraps = name in ("MEMBER", "HOST")
+        table.add_column(name.lower().replace("-", " "), justify=justify, no_wrap=not wraps,  # type: ignore[arg-type]
+                         overflow="fold" if wraps else "ellipsis")
+    for row in _lease_rows(status):
+        table.add_row(*row)
+    return table
+
 
 def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None = None,
-                 now: datetime | None = None) -> RenderableType:
-    """The rich renderable of a status (title, partition table, member notes, footer)."""
+                 now: datetime | None = None, width: int | None = None) -> RenderableType:
+    """The rich renderable of a status: title, one row per member (its totals once), the pins and who holds
+    them, pending per partition when counted, the leases of automatic membership, the footer. ``width``:
+    the console's, so the member table drops its least important columns rather than cut a number."""
     now = now or datetime.now(timezone.utc)
-    table = Table(title=_title(status), title_justify="left", caption=_footer(status), caption_justify="left")
-    for name, justify in (("partition", "right"), ("member", "left"), ("active", "left"),
-                          ("pinned instance", "left"), ("pinned for", "right"), ("pending", "right"),
-                          ("ack pending", "right"), ("redelivered", "right"), ("ack floor", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for p in status.partitions:
-        if p.member is None:
-            table.add_row(str(p.partition), Text("unassigned", style="yellow"), "", "", "",
-                          _num(p.pending), "", "", "")
-            continue
-        active = Text("yes", style="green") if p.active else Text("no", style="red")
-        pending = _num(p.pending) + ("" if p.pending_exact or p.pending is None else "*")
-        table.add_row(str(p.partition), p.member, active,
-                      Text(_pin_label(p.pinned_id, instances), style="cyan" if p.pinned_id else "dim"),
-                      age(p.pinned_since, now), pending, _num(p.ack_pending), _num(p.redelivered),
-                      _num(p.ack_floor))
-    idle = [m.member for m in status.members if not m.partitions]
-    parts: list[RenderableType] = [table]
-    if idle:
-        parts.append(Text(f"members with no partitions: {' '.join(idle)}", style="dim"))
+    parts: list[RenderableType] = [Text(_title(status), style="bold")]
+    if status.members:
+        parts.append(_fitting_members_table(status, now, width))
+    else:
+        parts.append(Text("no members or mappings defined", style="yellow"))
+    per_partition = _per_partition(status)
+    if per_partition:
+        parts.append(Text(f"pending by partition: {per_partition}"))
+    if _unassigned(status):
+        parts.append(Text(_unassigned_text(status), style="yellow"))
+    pins = _pins_table(status, instances, now)
+    if pins is not None:
+        parts.append(pins)
     if status.leases:
-        leases = Table(title="leases (automatic membership)", title_justify="left")
-        for name, justify in zip(LEASE_COLUMNS, ("left", "left", "left", "right", "right")):
-            leases.add_column(name.lower(), justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        for row in _lease_rows(status):
-            leases.add_row(*row)
-        parts.append(leases)
+        parts.append(_leases_table(status))
+    parts.append(Text(_footer(status), style="dim"))
     return Group(*parts)
 
 
-LEASE_COLUMNS = ["MEMBER", "INSTANCE", "HOST", "PID", "EXPIRES-IN"]
-
-
 def _lease_rows(status: "GroupStatus") -> list[list[str]]:
-    return [[x.member, x.instance, x.host or "-", str(x.pid) if x.pid else "-", f"{x.expires_in:.1f}s"]
-            for x in status.leases]
+    return [[x.member, x.instance, x.host or "-", str(x.pid) if x.pid else "-",
+             getattr(x, "pin", "") or "standby", f"{x.expires_in:.1f}s"] for x in status.leases]
 
 
 def _aligned(rows: list[list[str]]) -> list[str]:
@@ -124,18 +241,22 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 
 def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = None,
                 now: datetime | None = None) -> list[str]:
-    """Aligned plain columns (for pipes), Kafka ``--describe`` style."""
+    """Aligned plain columns (for pipes): a row per member with its totals and its pin (PIN-ID, and the
+    instance holding it when known), a row per partition when pending is counted per partition."""
     now = now or datetime.now(timezone.utc)
-    rows = [PLAIN_COLUMNS]
-    for p in status.partitions:
-        if p.member is None:
-            rows.append([str(p.partition), "-", "-", "-", "-", _num(p.pending), "-", "-", "-"])
-            continue
-        pending = _num(p.pending) + ("" if p.pending_exact or p.pending is None else "*")
-        rows.append([str(p.partition), p.member, "yes" if p.active else "no", _pin_label(p.pinned_id, instances),
-                     age(p.pinned_since, now), pending, _num(p.ack_pending), _num(p.redelivered),
-                     _num(p.ack_floor)])
-    lines = [_title(status), *_aligned(rows), _footer(status)]
+    holders = _holders(status)
+    rows = [[plain for _, plain, _ in MEMBER_COLUMNS] + ["PIN-ID", "HELD-BY"]]
+    for m in status.members:
+        pin = m.pinned_id or ""
+        rows.append(_member_cells(m, now) + [pin or "-", _pin_holder(pin, instances, holders) if pin else "-"])
+    lines = [_title(status), *_aligned(rows)]
+    if _per_partition(status) or _unassigned(status):
+        exact = bool(_per_partition(status))
+        prows = [["PARTITION", "MEMBER", "PENDING"]]
+        prows += [[str(p.partition), p.member or "-", _num(p.pending) if exact or p.member is None else "-"]
+                  for p in status.partitions]
+        lines += _aligned(prows)
+    lines.append(_footer(status))
     if status.leases:
         lines += ["leases (automatic membership):", *_aligned([LEASE_COLUMNS, *_lease_rows(status)])]
     return lines
@@ -153,7 +274,7 @@ def render_status(status: "GroupStatus", console: Console, json: bool = False, *
     if json:
         _write(console, jsonlib.dumps(status.to_dict(), indent=2))
     elif console.is_terminal if pretty is None else pretty:
-        console.print(status_table(status, instances=instances))
+        console.print(status_table(status, instances=instances, width=console.width))
     else:
         _write(console, "\n".join(plain_lines(status, instances=instances)))
 
@@ -176,7 +297,7 @@ async def watch(fetch: Callable[[], Awaitable["GroupStatus"]], console: Console,
             while iterations is None or n < iterations:
                 status = await fetch()
                 n += 1
-                live.update(Group(status_table(status, instances=instances),
+                live.update(Group(status_table(status, instances=instances, width=console.width),
                                   Text(f"refreshing every {interval:g}s, Ctrl-C to stop", style="dim")),
                             refresh=True)
                 if iterations is not None and n >= iterations:
@@ -228,4 +349,4 @@ def run_status(rt: Runtime, status_of: Callable[..., Awaitable[GroupStatus]], st
         return 0
 
 
-__all__ = ["age", "plain_lines", "render_status", "run_status", "status_table", "watch"]
+__all__ = ["age", "plain_lines", "ranges", "render_status", "run_status", "status_table", "watch"]

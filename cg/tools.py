@@ -4,9 +4,10 @@ Hidden ``cg tools`` commands; the usual connection options and ``NATS_*`` env va
 
 - ``stream-setup``: the stream ``foo`` with subjects ``foo.*`` (or ``--subjects``); ``--static`` adds the subject
   transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need.
-- ``traffic``: publishes synchronously (waiting for each ack) to ``foo.<n>``, ``n`` cycling below
-  100, one message every 10ms, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo
-  --multisubject --multisubjectmax 100 --sleep 10ms``).
+- ``traffic``: publishes synchronously (waiting for each ack, then 10ms) to ``foo.<n>``, ``n`` cycling
+  below 100, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo --multisubject
+  --multisubjectmax 100 --sleep 10ms``); through a server restart it waits and publishes again
+  (:class:`Publisher`), and its last line has the rate it reached.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ import typer
 
 from .common import check_names, parse_sleep
 from .errors import CLIError, expected
+from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False)
+tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False, cls=CommandGroup)
 
 
 def static_transform(stream: str, partitions: int) -> tuple[str, str]:
     return f"{stream}.*", f"{{{{partition({partitions},1)}}}}.{stream}.{{{{wildcard(1)}}}}"
 
 
-@tools_app.command("stream-setup", help="create the demo stream (subjects <stream>.*)")
+@tools_app.command("stream-setup", help="create the demo stream (subjects <stream>.*)", cls=Command)
 def stream_setup(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream name; subjects are <stream>.*")] = "foo",
@@ -42,7 +44,7 @@ def stream_setup(
 
     check_names(stream=stream)
     if partitions < 1:
-        raise CLIError("--partitions must be >= 1")
+        raise CLIError(f"invalid --partitions {partitions}: must be at least 1")
     if static and subjects:
         raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
     subjects = subjects or [f"{stream}.*"]
@@ -67,7 +69,8 @@ def stream_setup(
     out.line(text)
 
 
-@tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects")
+@tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects",
+                   cls=Command)
 def traffic(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream the publishes must land in")] = "foo",
@@ -77,25 +80,58 @@ def traffic(
     sleep: Annotated[str, typer.Option("--sleep", help="pause between publishes", metavar="DURATION")] = "10ms",
     max_subjects: Annotated[int, typer.Option("--max-subjects", help="number of distinct subjects")] = 100,
     size: Annotated[int, typer.Option("--size", help="payload size in bytes")] = 128,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no summary line")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress and no summary line")] = False,
 ) -> None:
-    from .output import go_duration, line_buffered_stdout, out
+    from .output import line_buffered_stdout, out
 
     check_names(stream=stream)
-    prefix = subject or stream
     pause = parse_sleep(sleep)
     if max_subjects < 1:
-        raise CLIError("--max-subjects must be >= 1")
+        raise CLIError(f"invalid --max-subjects {max_subjects}: must be at least 1")
     if count < 0 or size < 0:
         raise CLIError("--count and --size must not be negative")
     rt = runtime(ctx)
     line_buffered_stdout()
+    pub = Publisher(stream, subject or stream, count, pause, max_subjects, size, progress=not quiet)
+    try:
+        rt.run(pub.run, rt)
+    except Exception as e:  # noqa: BLE001 - nats-py publish errors: one clear line
+        if expected(e):
+            raise
+        raise CLIError(f"publish failed: {e or type(e).__name__}") from None
+    if not quiet:
+        out.line(pub.summary())
 
-    async def body() -> int:
+
+class Publisher:
+    """``cg tools traffic``: synchronous publishes (each waits for the stream's ack), a pause between two.
+
+    A publish that fails (the server restarting, a leader election, a timeout) is sent again, with the
+    same ``Nats-Msg-Id`` so the stream keeps one copy, after a back-off of 0.1 s doubling to 2 s; the
+    outage and the recovery are said on stderr. With ``progress``, stderr also gets a progress line
+    (redrawn in place on a terminal, every :attr:`EVERY` seconds otherwise); :meth:`summary` is the
+    last line, with the rate measured."""
+
+    EVERY = 10.0          # seconds between progress lines when stderr is not a terminal
+    BACKOFF = (0.1, 2.0)  # first and longest wait before a failed publish is sent again
+
+    def __init__(self, stream: str, prefix: str, count: int, pause: float, max_subjects: int, size: int, *,
+                 progress: bool) -> None:
+        self.stream, self.prefix, self.count, self.pause = stream, prefix, count, pause
+        self.max_subjects, self.payload, self.progress = max_subjects, b"x" * size, progress
+        self.sent = 0
+        self.retries = 0
+        self.seconds = 0.0
+        self._run_id = ""
+        self._last_progress = 0.0
+
+    async def run(self, rt: Any) -> int:
         import asyncio
+        import secrets
         import signal
+        import time
 
-        rc = rt.resolve()
+        self._run_id = secrets.token_hex(6)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -103,31 +139,158 @@ def traffic(
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+        rc = rt.resolve()
         nc, _ = await rt.connect(reconnect=True)
-        sent = 0
+        started = self._last_progress = time.monotonic()
+        watcher = asyncio.ensure_future(self._watch_connection(nc))
         try:
             js = nc.jetstream(**rc.jetstream_kwargs())
-            payload = b"x" * size
-            while not stop.is_set() and (count == 0 or sent < count):
-                await js.publish(f"{prefix}.{sent % max_subjects}", payload, stream=stream,
-                                 timeout=rc.timeout)
-                sent += 1
-                if pause > 0 and (count == 0 or sent < count):
-                    try:
-                        await asyncio.wait_for(stop.wait(), pause)
-                    except asyncio.TimeoutError:
-                        pass
+            while not stop.is_set() and (self.count == 0 or self.sent < self.count):
+                if not await self._publish(js, rc.timeout, stop):
+                    break
+                self.sent += 1
+                self.seconds = time.monotonic() - started
+                self._show_progress()
+                if self.pause > 0 and (self.count == 0 or self.sent < self.count):
+                    await _wait(stop, self.pause)
         finally:
+            watcher.cancel()
+            self.seconds = time.monotonic() - started
+            self._end_progress()
             await rt.close(nc)
-        return sent
+        return self.sent
+
+    async def _watch_connection(self, nc: Any) -> None:
+        """Say when the connection is lost (publishing waits) and when it is back."""
+        import asyncio
+        import time
+
+        lost_at, server = None, nc.connected_url.netloc if nc.connected_url else "the server"
+        while True:
+            await asyncio.sleep(0.2)
+            if lost_at is None and not nc.is_connected:
+                lost_at = time.monotonic()
+                self._say(f"lost the connection to {server}: reconnecting; publishing goes on once the stream "
+                          "answers (Ctrl-C to stop)")
+            elif lost_at is not None and nc.is_connected:
+                self._say(f"reconnected after {time.monotonic() - lost_at:.1f}s")
+                lost_at = None
+
+    async def _publish(self, js: Any, timeout: float, stop: Any) -> bool:
+        """Publish message number :attr:`sent` until the stream acks it (False: stopped first)."""
+        import time
+
+        subject = f"{self.prefix}.{self.sent % self.max_subjects}"
+        headers = {"Nats-Msg-Id": f"{self._run_id}-{self.sent}"}
+        wait, failed_at = self.BACKOFF[0], None
+        while True:
+            try:
+                await js.publish(subject, self.payload, stream=self.stream, timeout=timeout, headers=headers)
+            except Exception as e:  # noqa: BLE001 - sorted by _retryable
+                if not _retryable(e, answered=self.sent > 0):
+                    raise _publish_error(e, subject, self.stream) from None
+                if failed_at is None:
+                    failed_at = time.monotonic()
+                    self._say(f"publish to {subject} failed ({_reason(e)}): retrying until the stream answers "
+                              "(Ctrl-C to stop)")
+                self.retries += 1
+                if await _wait(stop, wait):
+                    return False
+                wait = min(wait * 2, self.BACKOFF[1])
+                continue
+            if failed_at is not None:
+                self._say(f"publishing again after {time.monotonic() - failed_at:.1f}s")
+            return True
+
+    def rate(self) -> float:
+        return self.sent / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        from .output import go_duration
+
+        retried = f", {self.retries} publishes retried" if self.retries else ""
+        return (f"published {self.sent} messages to {self.prefix}.<0..{self.max_subjects - 1}> (stream {self.stream}) "
+                f"in {self.seconds:.1f}s, {self.rate():.0f}/s (each publish waits for its ack, then a "
+                f"{go_duration(self.pause)} pause){retried}")
+
+    def _progress_text(self) -> str:
+        return f"published {self.sent} messages ({self.rate():.0f}/s)"
+
+    def _show_progress(self) -> None:
+        import time
+
+        if not self.progress:
+            return
+        now = time.monotonic()
+        terminal = _stderr_is_terminal()
+        if now - self._last_progress < (0.5 if terminal else self.EVERY):
+            return
+        self._last_progress = now
+        self._write("\r\x1b[K" + self._progress_text() if terminal else self._progress_text() + "\n")
+
+    def _end_progress(self) -> None:
+        if self.progress and _stderr_is_terminal():
+            self._write("\r\x1b[K")
+
+    def _say(self, text: str) -> None:
+        self._end_progress()
+        self._write(text + "\n")
+
+    @staticmethod
+    def _write(text: str) -> None:
+        import sys
+
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
 
     try:
-        sent = rt.run(body)
-    except Exception as e:  # noqa: BLE001 - nats-py publish errors: one clear line
-        if expected(e):
-            raise
-        raise CLIError(f"publish failed: {e or type(e).__name__}") from None
-    if not quiet:
-        out.line(f"published {sent} messages to {prefix}.<0..{max_subjects - 1}> "
-                 f"(stream {stream}, one every {go_duration(pause)})")
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
+
+async def _wait(stop: Any, seconds: float) -> bool:
+    """Sleep ``seconds`` unless ``stop`` is set first; True when it was."""
+    import asyncio
+
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+def _retryable(e: BaseException, *, answered: bool) -> bool:
+    """A publish error that a server coming back cures. No stream answering is one only once the stream
+    has answered (JetStream starting again after a restart); before, the stream does not take the subject."""
+    import nats.errors
+    import nats.js.errors
+
+    if isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)):
+        return answered
+    if isinstance(e, nats.js.errors.APIError):
+        return e.code in (None, 503, 504) and e.err_code != 10060  # 10060: no stream matches the subject
+    return isinstance(e, (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,
+                          nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+                          nats.errors.OutboundBufferLimitError, TimeoutError))
+
+
+def _publish_error(e: BaseException, subject: str, stream: str) -> Exception:
+    import nats.errors
+    import nats.js.errors
+
+    if isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)):
+        return CLIError(f"publish to {subject} failed: no stream takes that subject (does stream {stream} exist, "
+                        "with subjects that match it? --subject sets the prefix)")
+    return CLIError(f"publish to {subject} failed: {_reason(e)}")
+
+
+def _reason(e: BaseException) -> str:
+    return str(e).strip() or type(e).__name__

@@ -179,7 +179,7 @@ def _decode(kind: str, data: bytes | str, build: Callable[[Any], T]) -> T:
 
 def _validate_max_members(max_members: Any) -> None:
     if type(max_members) is not int or max_members < 1:
-        raise ConfigError(f"the max number of members must be >= 1, got {max_members!r}")
+        raise ConfigError(f"the max number of members must be at least 1, got {max_members!r}")
     if max_members > _UINT64_MAX:  # Go's uint: a larger value could be written but never read back
         raise ConfigError(f"the max number of members must be at most {_UINT64_MAX}, got {max_members}")
 
@@ -476,7 +476,7 @@ def parse_mapping(text: str) -> MemberMapping:
             raise ConfigError(f"invalid member mapping {_q(text)}: partition {_q(item)} is not an integer; {usage}")
         if match.group(1):
             raise ConfigError(
-                f"invalid member mapping {_q(text)}: partition {item.strip()} is negative, partitions must be >= 0"
+                f"invalid member mapping {_q(text)}: partition {item.strip()} is negative, partitions are numbered from 0"
             )
         partitions.append(int(match.group(2)))
     return MemberMapping(member, partitions)

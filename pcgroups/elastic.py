@@ -710,8 +710,9 @@ class ElasticInstance(ConsumerInstance):
         try:
             await self.api.stream_info(self.work_queue)
         except NotFoundError:
-            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}"
-                                + await flavour_hint(self.api, "elastic", self.stream_name, self.group_name)) from None
+            # no such group (named as the user gave it), else the group's work queue is missing
+            await group_entry(self.api, ELASTIC_BUCKET, "elastic", self.stream_name, self.group_name)
+            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}") from None
         kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)

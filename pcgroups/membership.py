@@ -89,6 +89,7 @@ class Lease:
     host: str = ""
     pid: int = 0
     revision: int = 0
+    pin: str = ""            # the pin id this instance held at its last renewal ("": a standby)
 
 
 @dataclass
@@ -102,11 +103,12 @@ class _Held:
     revision: int
     host: str = ""
     pid: int = 0
+    pin: str = ""
 
     def lease(self, now: datetime) -> Lease:
         age = (now - self.created).total_seconds() if self.created is not None else 0.0
         return Lease(self.member, self.instance, max(0.0, self.ttl - age), self.ttl, self.host, self.pid,
-                     self.revision)
+                     self.revision, self.pin)
 
 
 def _parse_entry(prefix: str, entry: Any) -> _Held | None:
@@ -129,7 +131,7 @@ def _parse_entry(prefix: str, entry: Any) -> _Held | None:
         ttl = DEFAULT_LEASE_TTL
     pid = value.get("pid")
     return _Held(member, instance, ttl, entry.created, entry.revision or 0, str(value.get("host", "")),
-                 pid if type(pid) is int else 0)
+                 pid if type(pid) is int else 0, str(value.get("pin") or ""))
 
 
 # --- the lease bucket ---------------------------------------------------------------------------
@@ -340,9 +342,6 @@ class AutoInstance:
 
     # --- lifecycle ------------------------------------------------------------------------
     async def _start(self) -> None:
-        self._value = json.dumps({"member": self.member_name, "instance": self.instance_id, "ttl": self.lease_ttl,
-                                  "host": socket.gethostname(), "pid": os.getpid()},
-                                 separators=(",", ":")).encode()
         await self._write_lease(expected=0)
         try:
             lease_watch = await self._watch("lease")
@@ -560,9 +559,16 @@ class AutoInstance:
         return kv_call(self._configs_kv, self._configs_kv.watch(self._config_key), self._config_key)
 
     # --- the lease ------------------------------------------------------------------------
+    def _lease_value(self) -> bytes:
+        """The lease's JSON: who runs it, and the pin it holds now (what ``cg elastic status`` matches)."""
+        session = self.consumer.session if self.consumer.pinned else None
+        pin = {"pin": session.pin_id} if session is not None and session.pin_id else {}
+        return json.dumps({"member": self.member_name, "instance": self.instance_id, "ttl": self.lease_ttl,
+                           "host": socket.gethostname(), "pid": os.getpid(), **pin}, separators=(",", ":")).encode()
+
     async def _write_lease(self, *, expected: int) -> None:
         headers = {"Nats-TTL": _ttl_header(self.lease_ttl), "Nats-Expected-Last-Subject-Sequence": str(expected)}
-        ack = await kv_call(self._leases_kv, self._js.publish(self._subject, self._value, headers=headers,
+        ack = await kv_call(self._leases_kv, self._js.publish(self._subject, self._lease_value(), headers=headers,
                                                               timeout=max(self.lease_ttl / 3, 1.0)), self._key)
         self._lease_rev = ack.seq
 

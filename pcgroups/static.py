@@ -93,9 +93,23 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
         raise GroupExistsError(f"static consumer group {group} on stream {stream} already exists with an invalid "
                                f"config ({e}): delete it first") from None
     if current != cfg:
-        raise GroupExistsError(f"the existing static consumer group config doesn't match ours: "
-                               f"{current.to_json().decode()}")
+        raise GroupExistsError("the existing static consumer group config doesn't match ours ("
+                               + "; ".join(_differences(current, cfg)) + "), please delete the existing static "
+                               "consumer group and create a new one")
     return current
+
+
+def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
+    """What differs between two static configs, as ``what: <now> now, <asked> asked``."""
+    def words(items: list[str]) -> str:
+        return " ".join(items) or "none"
+
+    def mappings(cfg: StaticConfig) -> str:
+        return words([f"{m.member}:{','.join(map(str, m.partitions))}" for m in cfg.member_mappings])
+
+    shown = {"partitions": lambda c: str(c.max_members), "filters": lambda c: words(c.filters),
+             "members": lambda c: words(c.members), "member mappings": mappings}
+    return [f"{what}: {show(now)} now, {show(asked)} asked" for what, show in shown.items() if show(now) != show(asked)]
 
 
 async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
@@ -176,9 +190,7 @@ class StaticInstance(ConsumerInstance):
 
     async def _setup(self) -> None:
         await _origin_info(self.api, self.stream_name)
-        kv, entry = await group_entry(self.api, STATIC_BUCKET, "static", self.stream_name, self.group_name,
-                                      f"can not get the current static consumer group's config: "
-                                      f"{self.group_name} on stream {self.stream_name} not found")
+        kv, entry = await group_entry(self.api, STATIC_BUCKET, "static", self.stream_name, self.group_name)
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
         self.config = stored_config(self.stream_name, self.group_name, entry.value)

@@ -55,7 +55,8 @@ async def test_consume_needs_a_member_unless_auto_and_a_sane_lease_ttl(nats_serv
                      "at least 1s")
     assert_cli_error(await run_cg("elastic", "consume", s, "g", "--auto", "--lease-ttl", "soon", url=url),
                      "--lease-ttl")
-    assert_cli_error(await run_cg("elastic", "consume", s, "nope", "--auto", url=url), "does not exist")
+    assert_cli_error(await run_cg("elastic", "consume", s, "nope", "--auto", url=url),
+                     f"elastic consumer group nope on stream {s} not found")
 
 
 async def test_three_auto_instances_spread_the_partitions_and_a_killed_one_moves_within_the_lease_ttl(

@@ -304,7 +304,7 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {
         "filter", "wildcards", "source", "partition-stream", "start", "max-buffered-msgs", "max-buffered-bytes"}
-    assert find("elastic", "add-source")["args"][0]["place_holder"] == "<stream> <name> <source>"
+    assert find("elastic", "add-source")["args"][0]["place_holder"] == "STREAM GROUP SOURCE"
 
 
 def test_help_and_version_need_no_server():
@@ -374,16 +374,17 @@ async def test_nats_plugin_argvs_reach_the_right_commands(nats_server, js, uniq,
     r.ok()
 
 
-def test_options_anywhere_and_env(nats_server, uniq):
+async def test_options_anywhere_and_env(nats_server, js, uniq):
     """Connection options are root options, yet may come after the command (hoisted)."""
     bad = closed_port_url()
-    r = cg("static", "ls", "nostream-" + uniq, "--server", nats_server.url, url=bad).ok()
+    await make_stream(js, uniq)
+    r = (await acg("static", "ls", uniq, "--server", nats_server.url, url=bad)).ok()
     assert r.out == "static consumer groups: []\n"
-    r = cg("static", "ls", "-s", nats_server.url, "nostream-" + uniq, url=bad).ok()
+    r = (await acg("static", "ls", "-s", nats_server.url, uniq, url=bad)).ok()
     assert r.out == "static consumer groups: []\n"
-    r = cg("static", "ls", "nostream-" + uniq, url=nats_server.url).ok()  # NATS_URL
+    r = (await acg("static", "ls", uniq, url=nats_server.url)).ok()  # NATS_URL
     assert r.out == "static consumer groups: []\n"
-    assert_cli_error(cg("static", "ls", "x", url=bad), "can't connect to")
+    assert_cli_error(await acg("static", "ls", "x", url=bad), "can't connect to")
 
 
 async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, uniq):
@@ -400,8 +401,8 @@ async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, u
     table = [
         (["static", "info", s], "missing argument"),
         (["static", "create", "balanced", s, "g"], "missing argument"),
-        (["static", "create", "balanced", s, "g", "x", "m1"], "max_members"),
-        (["static", "create", "balanced", s, "g", "0", "m1"], "max number of members must be >= 1"),
+        (["static", "create", "balanced", s, "g", "x", "m1"], "invalid MAX-MEMBERS: 'x' is not a whole number"),
+        (["static", "create", "balanced", s, "g", "0", "m1"], "max number of members must be at least 1"),
         (["static", "create", "balanced", s, "g", "-1", "m1"], "-1"),
         (["static", "create", "balanced", s, "g.x", "2", "m1"], 'invalid group name "g.x"'),
         (["static", "create", "balanced", s, "g", "2", "m.1"], 'invalid member name "m.1"'),

@@ -42,13 +42,6 @@ def _cli_args(v: dict, stream: str) -> list[str]:
     return args
 
 
-async def test_ls_without_a_bucket_prints_an_empty_list(fresh_server):
-    r = (await run_cg("elastic", "ls", "foo", url=fresh_server.url)).ok()
-    assert r.out == "elastic consumer groups: []\n"
-    r = (await run_cg("elastic", "list", "foo", "--json", url=fresh_server.url)).ok()
-    assert json.loads(r.out) == {"stream": "foo", "kind": "elastic", "groups": []}
-
-
 async def test_wire_vectors(nats_server, js, stream):
     """Exact KV values, the work-queue stream's source transforms, and `add m2 m1 m3` order."""
     url = nats_server.url

@@ -202,7 +202,7 @@ def test_decode_invalid_utf8_and_surrogates_become_replacement_characters():
 
 
 def test_parse_validates():
-    with pytest.raises(ConfigError, match="the max number of members must be >= 1"):
+    with pytest.raises(ConfigError, match="the max number of members must be at least 1"):
         parse_static_config(b"{}")
     with pytest.raises(ConfigError, match="partitioning filters must have a non-empty filter"):
         parse_elastic_config(b'{"max_members":1,"partitioning_filters":[null]}')
@@ -254,8 +254,8 @@ def test_base_validation_sequence(cfg, error):
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (StaticConfig(0), "the max number of members must be >= 1, got 0"),
-        (StaticConfig(-2), "the max number of members must be >= 1, got -2"),
+        (StaticConfig(0), "the max number of members must be at least 1, got 0"),
+        (StaticConfig(-2), "the max number of members must be at least 1, got -2"),
         (
             StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 5])]),
             "partition 5 is out of range, partitions must be between 0 and 3",

@@ -325,7 +325,7 @@ def test_parse_mapping_agrees_with_its_model(text):
         mapping = parse_mapping(text)
     except ConfigError as e:
         assert not ok, (text, str(e))
-        assert "invalid member mapping" in str(e) and "member:p1,p2,..." in str(e) or "partitions must be >= 0" in str(e)
+        assert "invalid member mapping" in str(e) and "member:p1,p2,..." in str(e) or "partitions are numbered from 0" in str(e)
     else:
         assert ok, text
         assert mapping == MemberMapping(member, [int(i.strip()) for i in items])

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 async def test_a_short_demo_runs_every_phase_and_passes():
     buf = io.StringIO()
     started = time.monotonic()
-    result = await demo(duration=12, console=Console(file=buf, width=200), live=False)
+    result = await demo(duration=12, console=Console(file=buf, width=80), live=False)
     took = time.monotonic() - started
     out = buf.getvalue()
     assert result.exit_code == 0, out
@@ -40,7 +40,16 @@ async def test_a_short_demo_runs_every_phase_and_passes():
     assert kill_static.by.startswith("m1-") and kill_static.by != kill_static.victim
     assert kill_elastic.by.startswith("e2-") and kill_elastic.by != kill_elastic.victim
     assert kill_static.after < 4 and kill_elastic.after < 4       # about PinnedTTL (1 s here)
-    assert result.takeovers[2].by == "e3-a"
+    # every partition that moved, not only the added member's: e1 e2 -> e1 e2 e3 -> e2 e3 over 6 partitions
+    add, drop = result.takeovers[2:]
+    assert [(m.partition, m.src, m.dst) for m in add.moves] == [(2, "e1", "e2"), (4, "e2", "e3"), (5, "e2", "e3")]
+    assert [(m.partition, m.src, m.dst) for m in drop.moves] == [(0, "e1", "e2"), (1, "e1", "e2"), (3, "e2", "e3")]
+    for m in add.moves + drop.moves:
+        assert m.after is not None and m.by.startswith(m.dst + "-"), m
+    assert "partitions moved: 2 e1 -> e2; 4 5 e2 -> e3" in out
+    # the summary explains its counts, fits 80 columns with its verdicts whole
+    assert "handler calls = processed + redelivered" in out
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("["))
     # progress lines, not a live view, when the console is not a terminal
     assert "SIGKILL m1-" in out and "took over m1" in out and "\x1b[" not in out
 

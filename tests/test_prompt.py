@@ -39,8 +39,8 @@ SCRIPT_TIMEOUT = 45.0
 # ---------------------------------------------------------------- helpers
 
 
-def _streams(url: str, *names: str, transform: bool = True) -> None:
-    """Create origin streams (``<name>.*``; with the 10-partition transform for static groups)."""
+def _streams(url: str, *names: str, transform: bool = True, partitions: int = 4) -> None:
+    """Create origin streams (``<name>.*``; with a partition transform for static groups of ``partitions``)."""
     import nats
     from nats.js.api import StreamConfig, SubjectTransform
 
@@ -51,7 +51,7 @@ def _streams(url: str, *names: str, transform: bool = True) -> None:
             for name in names:
                 cfg = StreamConfig(name=name, subjects=[f"{name}.*"])
                 if transform:
-                    src, dest = partition_transform(name)
+                    src, dest = partition_transform(name, partitions)
                     cfg.subject_transform = SubjectTransform(src=src, dest=dest)
                 await js.add_stream(cfg)
         finally:
@@ -189,7 +189,7 @@ def test_scripted_session(nats_server, uniq, clean_env, monkeypatch):
     assert any("drop is an elastic command" in e for e in errors)
     assert "cg: error: unknown command: bogus (type help for the list)" in errors
     assert any("nosuch" in e and "not found" in e for e in errors)
-    assert any("invalid value for 'max_members'" in e for e in errors)
+    assert any("invalid MAX-MEMBERS: 'notanumber' is not a whole number" in e for e in errors)
     assert any(e.endswith("; try 'cg static create balanced -h' for help") for e in errors)
     assert any("can't parse the line" in e for e in errors)
     assert errors.count("cg: error: operation canceled") == 1  # the refused delete
@@ -258,7 +258,7 @@ def test_consume_returns_to_the_prompt_and_leaves_the_connection_clean(nats_serv
     from cg.prompt import Repl
 
     S = f"{uniq}s"
-    _streams(nats_server.url, S)
+    _streams(nats_server.url, S, partitions=10)
 
     out, err = _Tee(), _Tee()
     repl = Repl("static", _opts(nats_server.url), _root(), input=None, history_file=clean_env / "h")

@@ -118,7 +118,7 @@ async def test_bad_input_is_refused_before_anything_is_written(nc, js, uniq):
     with pytest.raises(NotFoundError, match="stream does not exist"):
         await create_static(nc, uniq, "g", 2, members=["a"])
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
-    with pytest.raises(ConfigError, match="max number of members must be >= 1"):
+    with pytest.raises(ConfigError, match="max number of members must be at least 1"):
         await create_static(nc, uniq, "g", 0, members=["a"])
     with pytest.raises(ConfigError, match="member name"):
         await create_static(nc, uniq, "g", 2, members=["a.b"])

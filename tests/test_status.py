@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from datetime import datetime, timezone
 
 from nats.js.api import StreamConfig, SubjectTransform
@@ -98,17 +99,25 @@ async def test_static_status_shows_owners_pins_and_pending(nc, js, uniq):
         doc = json.loads(buf.getvalue())
         assert doc["partitions"][0]["member"] == "m1" and doc["members"][0]["pinned_id"] == ms1.pinned_id
         assert doc["members"][0]["pinned_since"].endswith("Z")
+        # plain lines: one row per member, its totals once; its pin id at the end
         lines = plain_lines(st)
-        assert lines[1].split()[:3] == ["PARTITION", "MEMBER", "ACTIVE"]
-        assert lines[2].split()[:5] == ["0", "m1", "yes", ms1.pinned_id, lines[2].split()[4]]
-        assert "6*" in lines[2] and lines[3].split()[5] == "0"
+        assert lines[1].split() == ["MEMBER", "PARTITIONS", "PINNED-FOR", "PENDING", "UNACKED", "REDELIVERED",
+                                    "ACKED-TO-SEQ", "PIN-ID", "HELD-BY"]
+        row1, row2 = (re.split(r"\s{2,}", line) for line in lines[2:4])
+        assert row1[:2] == ["m1", "0 2"] and row1[3:7] == ["6", "1", "0", str(ms1.ack_floor)]
+        assert row1[7] == ms1.pinned_id and row2[:2] == ["m2", "1"] and row2[3:7] == ["0", "0", "0", str(last_m2)]
+        assert not any(line.startswith("PARTITION ") for line in lines)   # pending not counted per partition
+        exact_lines = plain_lines(exact)
+        start = exact_lines.index(next(x for x in exact_lines if x.startswith("PARTITION ")))
+        assert [x.split() for x in exact_lines[start + 1:start + 4]] == [["0", "m1", "3"], ["1", "m2", "0"],
+                                                                        ["2", "m1", "3"]]
         buf = io.StringIO()
         render_status(st, Console(file=buf, width=200, force_terminal=True), pretty=True,
                       instances={ms1.pinned_id: "m1-a"})
-        assert "m1-a (" + ms1.pinned_id + ")" in buf.getvalue()
+        assert ms1.pinned_id in buf.getvalue() and "m1-a" in buf.getvalue()
         buf = io.StringIO()
         render_status(st, Console(file=buf, width=200))      # not a terminal: plain lines
-        assert buf.getvalue().splitlines()[1].startswith("PARTITION")
+        assert buf.getvalue().splitlines()[1].startswith("MEMBER")
     finally:
         gate.set()
         await m1.stop()
@@ -196,3 +205,35 @@ async def test_static_per_partition_counts_only_the_group_filters_and_members_no
     exact = await static_status(nc, uniq, "g", per_partition=True)
     assert [(p.pending, p.pending_exact) for p in exact.partitions] == [(3, True), (2, True)]
     assert [name async for name in _consumer_names(js, uniq)] == []
+
+
+async def test_a_lease_carries_the_pin_its_instance_holds(nc, js, uniq):
+    """Automatic membership: two instances of one named member; the lease of the pinned one names the pin
+    the member's consumer reports, the standby's names none (refreshed at each renewal)."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+    await create_elastic(nc, uniq, "ag", 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    a = await elastic_consume(nc, uniq, "ag", "m1", acking_handler([]), auto=True, lease_ttl=1.5, config=FAST)
+    b = await elastic_consume(nc, uniq, "ag", "m1", acking_handler([]), auto=True, lease_ttl=1.5, config=FAST)
+    try:
+        await a.wait_for_consuming(10)
+        await b.wait_for_consuming(10)
+        for i in range(4):                  # the server pins an instance when it delivers a message
+            await js.publish(f"{uniq}.k{i}", b"x")
+
+        async def matched():
+            st = await elastic_status(nc, uniq, "ag")
+            pin = st.member("m1").pinned_id if st.member("m1") else None
+            pins = sorted(x.pin for x in st.leases)
+            return st if pin and pins == ["", pin] else None
+
+        st = await wait_for(matched, 10, what="the pinned instance's lease naming its pin")
+        holder = a if a.pinned else b
+        lease = next(x for x in st.leases if x.pin)
+        assert lease.instance == holder.instance_id and lease.pid > 0
+        buf = io.StringIO()
+        render_status(st, Console(file=buf, width=80, force_terminal=True), pretty=True)
+        row = next(line for line in buf.getvalue().splitlines() if lease.instance in line)
+        assert lease.pin in row and str(lease.pid) in row
+    finally:
+        await a.stop()
+        await b.stop()

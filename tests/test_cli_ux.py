@@ -1,0 +1,380 @@
+"""``cg`` as a newcomer meets it, one test (or a few) per finding of the walk-through, black-box through the
+real ``cg`` on a real server where the finding is about ``cg``:
+
+- flags where the Go tool takes them (``cg static --sleep 200ms consume ...``, ``--no-force``, ``--version``);
+- errors in the user's words (the group not found, not its work queue; nothing to step down; what differs;
+  numbers; help metavars);
+- warnings where a mistake was silent (a static group on a stream without partition numbers, more members
+  than partitions, a member named twice, ``ls`` of no stream, changes under automatic membership, dropping
+  a non-member), and the terminal's summary of a membership change;
+- a dropped member's instance says so and waits to be added again;
+- the traffic script through a server restart.
+
+The rendering at 80 columns (every digit of every number kept) is tests/test_cli_render.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+
+import pytest
+
+from tests.support import wait_for
+from tests.test_cli_common import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
+                                   partition_transform, procs, run_cg)
+
+
+
+@pytest.fixture
+async def static_stream(js, uniq):
+    """Subjects <uniq>.*, partitioned into 4 by the stream's transform."""
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    return uniq
+
+
+# ---------------------------------------------------------------- flags where the Go tool takes them
+
+
+def test_flavour_options_are_moved_next_to_the_flavour():
+    from cg.plugin import hoist_to_command
+
+    flavours, names = ["static", "elastic"], ["--sleep"]
+    assert hoist_to_command(["static", "consume", "s", "g", "m1", "--sleep", "1s"], flavours, names) == \
+        ["static", "--sleep", "1s", "consume", "s", "g", "m1"]
+    assert hoist_to_command(["--server", "static", "elastic", "ls", "--sleep=2s", "s"], flavours, names,
+                            ["--server"]) == ["--server", "static", "elastic", "--sleep=2s", "ls", "s"]
+    assert hoist_to_command(["static", "ls", "--", "--sleep", "1s"], flavours, names) == \
+        ["static", "ls", "--", "--sleep", "1s"]                       # after --: arguments
+    assert hoist_to_command(["demo", "--sleep", "1s"], flavours, names) == ["demo", "--sleep", "1s"]
+
+
+async def test_sleep_anywhere_after_the_flavour_as_the_go_tool_takes_it(nats_server, js, static_stream):
+    s, url = static_stream, nats_server.url
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=url)).ok()
+    for i in range(4):
+        await js.publish(f"{s}.{i}", b"x")
+    runs = {("static", "--sleep", "70ms", "consume", s, "g", "m1"): "70ms",        # the Go tool's position
+            ("static", "consume", s, "g", "m1", "--sleep=30ms"): "30ms",        # consume's own (nats plugin)
+            ("static", "consume", "--sleep", "40ms", s, "g", "m1"): "40ms"}
+    async with procs() as start:
+        for argv, sleep in runs.items():
+            p = await start(*argv, url=url)
+            await p.wait_output(lambda o: len(message_lines(o)) >= 1, what="a message line")
+            p.signal(signal.SIGINT)
+            res = await p.wait(timeout=15)
+            assert res.code == 0, res.err
+            assert {m["sleep"] for m in message_lines(res.out)} == {sleep}, (argv, res.out)
+            await js.publish(f"{s}.0", b"x")
+    # on any command of the flavour, as the Go tool (a bad value is an error there too)
+    assert (await run_cg("static", "ls", s, "--sleep", "1s", url=url)).ok().out == "static consumer groups: [g]\n"
+    assert (await run_cg("elastic", "--sleep", "1s", "ls", s, url=url)).ok().out == "elastic consumer groups: []\n"
+    assert_cli_error(await run_cg("static", "ls", s, "--sleep", "soon", url=url), "invalid --sleep")
+    assert (await run_cg("static", "ls", s, "--version", url=url)).ok().out == "0.1.0\n"
+    r = await run_cg("static", "delete", s, "g", "--no-force", url=url, input="n\n")   # fisk bools negate
+    assert_cli_error(r, "operation canceled")
+
+
+def test_help_shows_what_the_user_types(nats_server):
+    r = subprocess.run([*_cg(), "static", "consume", "--help"], capture_output=True, text=True, env=cg_env(),
+                       timeout=30)
+    assert r.returncode == 0
+    assert "Usage: cg static consume [OPTIONS] STREAM GROUP MEMBER" in r.stdout
+    assert "--sleep DURATION" in r.stdout and "(default: 20ms)" in r.stdout
+    for typer_ism in ("{stream}", "<str>", "<bool>", "<int>", "╭"):
+        assert typer_ism not in r.stdout
+    r = subprocess.run([*_cg(), "elastic", "add", "-h"], capture_output=True, text=True, env=cg_env(), timeout=30)
+    assert "STREAM GROUP MEMBER..." in r.stdout
+    r = subprocess.run([*_cg(), "static", "--help"], capture_output=True, text=True, env=cg_env(), timeout=30)
+    assert "--sleep DURATION" in r.stdout and "consume" in r.stdout
+
+
+def _cg() -> list[str]:
+    from tests.test_cli_common import cg_argv
+
+    return cg_argv()
+
+
+# ---------------------------------------------------------------- errors in the user's words
+
+
+async def test_errors_name_what_the_user_typed(nats_server, js, static_stream, uniq):
+    s, url = static_stream, nats_server.url
+    await make_stream(js, f"{uniq}e")
+    r = await run_cg("elastic", "consume", f"{uniq}e", "nosuchgroup", "m1", url=url)
+    assert_cli_error(r, f"elastic consumer group nosuchgroup on stream {uniq}e not found")
+    assert "-nosuchgroup" not in r.err                     # not the internal work queue's name
+    assert_cli_error(await run_cg("static", "consume", s, "nosuch", "m1", url=url),
+                     f"static consumer group nosuch on stream {s} not found")
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", "m2", url=url)).ok()
+    assert_cli_error(await run_cg("static", "step-down", s, "g", "m1", url=url),
+                     "member m1 of static consumer group g has no running instance: nothing to step down")
+    r = await run_cg("static", "create", "balanced", s, "g", "8", "m1", "m3", url=url)
+    assert_cli_error(r, "partitions: 4 now, 8 asked; members: m1 m2 now, m1 m3 asked")
+    assert_cli_error(await run_cg("static", "create", "balanced", s, "h", "4.5", "m1", url=url),
+                     "invalid MAX-MEMBERS: '4.5' is not a whole number")
+    assert_cli_error(await run_cg("static", "create", "balanced", s, "h", "0", "m1", url=url),
+                     "the max number of members must be at least 1, got 0")
+    assert_cli_error(await run_cg("demo", "--rate", "5"), "invalid --rate 5: must be between 10 and 2000")
+    assert_cli_error(await run_cg("static", "info", s, url=url), "missing argument 'GROUP'")
+
+
+# ---------------------------------------------------------------- warnings where a mistake was silent
+
+
+async def test_static_group_on_a_stream_without_partition_numbers_is_refused_unless_forced(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq)                                  # subjects <uniq>.*, no transform
+    r = await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)
+    assert_cli_error(r, f"the subjects of stream {uniq} ({uniq}.*) do not start with a partition number")
+    assert f"{{{{partition(4,1)}}}}.{uniq}.{{{{wildcard(1)}}}}" in r.err and "--force" in r.err
+    assert await kv_value(js, "static-consumer-groups", f"{uniq}.g") is None
+    r = (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", "--force", url=url)).ok()
+    assert r.err.startswith("cg: warning: the subjects of stream") and r.out == ""
+    assert await kv_value(js, "static-consumer-groups", f"{uniq}.g") is not None
+    # a transform making another number of partitions: created, with a warning naming the lost ones
+    await make_stream(js, f"{uniq}t", transform=partition_transform(f"{uniq}t", 10))
+    r = (await run_cg("static", "create", "balanced", f"{uniq}t", "g", "4", "m1", url=url)).ok()
+    assert "makes 10 partitions, the group has 4: partitions 4..9 would never be consumed" in r.err
+
+
+async def test_members_twice_or_beyond_the_partitions(nats_server, js, static_stream, uniq):
+    s, url = static_stream, nats_server.url
+    assert_cli_error(await run_cg("static", "create", "balanced", s, "g", "4", "m1", "m2", "m1", url=url),
+                     "member m1 is given twice")
+    r = (await run_cg("static", "create", "balanced", s, "g", "4", "a", "b", "c", "d", "e", url=url)).ok()
+    assert "cg: warning: 5 members for 4 partitions in static consumer group g: e gets no partition" in r.err
+    await make_stream(js, f"{uniq}e")
+    e = f"{uniq}e"
+    (await run_cg("elastic", "create", e, "eg", "2", url=url)).ok()
+    assert_cli_error(await run_cg("elastic", "add", e, "eg", "x", "x", url=url), "member x is given twice")
+    r = (await run_cg("elastic", "add", e, "eg", "m1", "m2", "m3", url=url)).ok()
+    assert r.out == "added members: [m1 m2 m3]\n" and "m3 gets no partition until a member leaves" in r.err
+    r = (await run_cg("elastic", "add", e, "eg", "m1", url=url)).ok()
+    assert "m1 is already a member of elastic consumer group eg" in r.err
+    r = await run_cg("elastic", "drop", e, "eg", "m2", "m9", url=url)
+    assert_cli_error(r, "m9 is not a member of elastic consumer group eg (members: m1 m2 m3): nothing dropped")
+    assert (await run_cg("elastic", "info", e, "eg", url=url)).ok().lines[-2] == "members: [m1 m2 m3]"
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_ls_without_a_bucket_prints_an_empty_list_and_of_no_stream_an_error(fresh_server, kind):
+    import json
+
+    import nats
+
+    url = fresh_server.url
+    assert_cli_error(await run_cg(kind, "ls", "foo", url=url),
+                     f"stream foo does not exist (and no {kind} consumer group is defined under that name)")
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), "foo")
+    finally:
+        await nc.close()
+    assert (await run_cg(kind, "ls", "foo", url=url)).ok().out == f"{kind} consumer groups: []\n"
+    r = (await run_cg(kind, "list", "foo", "--json", url=url)).ok()
+    assert json.loads(r.out) == {"stream": "foo", "kind": kind, "groups": []}
+
+
+async def test_ls_of_no_stream_is_an_error_unless_groups_are_defined_under_that_name(nats_server, js, uniq):
+    url = nats_server.url
+    assert_cli_error(await run_cg("elastic", "ls", f"{uniq}NO", url=url), f"stream {uniq}NO does not exist")
+    parts = [f"{uniq}P{i}" for i in range(2)]
+    for i, name in enumerate(parts):
+        await make_stream(js, name, subjects=[f"{uniq}.p{i}.>"])
+    (await run_cg("elastic", "create", f"{uniq}LOGS", "shipper", "2", "--partition-stream", ",".join(parts),
+                  url=url)).ok()
+    r = (await run_cg("elastic", "ls", f"{uniq}LOGS", url=url)).ok()      # no stream, yet a group's name
+    assert r.out == "elastic consumer groups: [shipper]\n"
+
+
+async def test_membership_changes_under_automatic_membership_warn(nats_server, nc, js, uniq):
+    from pcgroups import ConsumerConfig, create_elastic, elastic_consume
+
+    url = nats_server.url
+    await make_stream(js, uniq)
+    await create_elastic(nc, uniq, "auto", 4)
+    inst = await elastic_consume(nc, uniq, "auto", None, lambda msg: None, auto=True,
+                                 config=ConsumerConfig(ack_wait=2))
+    try:
+        await inst.wait_settled(10)
+        r = await run_cg("elastic", "add", uniq, "auto", "m9", "--sticky", url=url)
+        assert r.code == 0, r.err
+        assert "runs with automatic membership (1 live instance): the next rebalance rewrites this change" in r.err
+    finally:
+        await inst.stop()
+
+
+async def test_a_membership_change_in_a_terminal_shows_before_after_and_what_moved(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "6", url=url)).ok()
+    (await run_cg("elastic", "add", uniq, "g", "e1", "e2", url=url)).ok()
+    r = (await acg("elastic", "add", uniq, "g", "e3", env=cg_env(url, CG_PRETTY="1", COLUMNS="80"))).ok()
+    assert "added members" not in r.out                   # the terminal's summary, not the reference's line
+    assert "members  e1 e2 -> e1 e2 e3" in r.out and "moved    3 of 6 partitions" in r.out
+    rows = {tuple(line.split()) for line in r.out.splitlines()}
+    assert ("e1", "e2", "2") in rows and ("e2", "e3", "4-5") in rows
+    r = (await acg("elastic", "drop", uniq, "g", "e1", env=cg_env(url, CG_PRETTY="1"))).ok()
+    assert "keep running, waiting to be added again" in r.out
+    r = (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))).ok()
+    r = (await acg("elastic", "create-mapping", uniq, "g", "a:0,1,2", "b:3,4,5", env=cg_env(url))).ok()
+    assert r.out == "member mapping: [{Member:a Partitions:[0 1 2]} {Member:b Partitions:[3 4 5]}]\n"
+    r = (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))).ok()
+    assert "the group has no members now" in r.out and "a b -> none" in r.out
+    assert (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url))).ok().out == ""   # the reference's
+
+
+# ---------------------------------------------------------------- a dropped member's instance
+
+
+async def test_a_dropped_members_instance_says_so_and_waits_to_be_added_again(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "2", "--filter", f"{uniq}.*", url=url)).ok()
+
+    async def handled(p, n: int) -> None:
+        await p.wait_output(lambda o: o.count("acked\n") >= n, what=f"{n} acked")
+
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "m1", "--sleep", "1ms", url=url)
+        await p.wait_text("consuming...\n")
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+        await js.publish(f"{uniq}.a", b"1")
+        await handled(p, 1)
+        (await run_cg("elastic", "drop", uniq, "g", "m1", url=url)).ok()
+
+        async def no_consumer() -> bool:
+            return [c.name async for c in _consumers(js, f"{uniq}-g")] == []
+
+        await wait_for(no_consumer, 15, what="m1's consumer released")
+        assert p.proc.returncode is None                   # still running, idle
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+        await js.publish(f"{uniq}.b", b"2")
+        await handled(p, 2)                                # back to work without a restart
+        (await acg("elastic", "delete", uniq, "g", "-f", url=url)).ok()
+        res = await p.wait(timeout=15)
+    assert res.code == 0
+    notes = res.err.splitlines()
+    where = f"elastic consumer group g on stream {uniq}"
+    assert notes == [f"member m1 is not a member of {where} yet: waiting to be added (cg elastic add {uniq} g m1)",
+                     f"member m1 was added to {where}: partitions 0-1",
+                     f"member m1 was dropped from {where}: this instance keeps running, waiting to be added again "
+                     "(Ctrl-C to stop it)",
+                     f"member m1 was added to {where}: partitions 0-1",
+                     f"elastic consumer group g on stream {uniq} was deleted"], res.err
+    assert res.out.splitlines()[0] == "consuming..." and len(message_lines(res.out)) == 2
+
+
+async def _consumers(js, stream: str):
+    for info in await js.consumers_info(stream):
+        yield info
+
+
+# ---------------------------------------------------------------- the traffic script
+
+
+async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
+    import nats
+
+    url = fresh_server.url
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), uniq)
+    finally:
+        await nc.close()
+    proc = await asyncio.create_subprocess_exec(
+        str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq, "--count", "400", "--sleep", "5ms",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=cg_env(url))
+    try:
+        async def count() -> int:
+            c = await nats.connect(url, max_reconnect_attempts=1)
+            try:
+                return (await c.jetstream().stream_info(uniq)).state.messages
+            finally:
+                await c.close()
+
+        async def some() -> bool:
+            return await count() >= 50
+
+        await wait_for(some, 20, what="the first publishes")
+        await asyncio.to_thread(fresh_server.restart)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err
+    summary = re.fullmatch(r"published 400 messages to \S+\.<0\.\.99> \(stream \S+\) in ([0-9.]+)s, (\d+)/s "
+                           r"\(each publish waits for its ack, then a 5ms pause\)(, \d+ publishes retried)?\n",
+                           out.decode())
+    assert summary, out
+    assert abs(400 / float(summary[1]) - int(summary[2])) <= 1     # the rate is the one measured
+    assert "lost the connection" in err.decode() and "reconnected after" in err.decode()
+    assert await count() == 400                                    # nothing lost, nothing twice
+
+
+# ---------------------------------------------------------------- the README's walk-through
+
+
+def _walkthrough() -> list[str]:
+    """The commands of README.md's "The CLI, step by step" block, comments and continuation lines dropped."""
+    from tests.test_cli_common import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The CLI, step by step", 1)[1].split("```", 2)[1]
+    commands = []
+    for line in block.splitlines():
+        line = line.split(" # ", 1)[0].strip()
+        if line and not line.startswith("#") and line.startswith(("cg ", "scripts/")) and "--server" not in line:
+            commands.append(line)
+    return commands
+
+
+@pytest.mark.slow
+async def test_the_readme_walkthrough_runs_top_to_bottom_on_one_server(fresh_server):
+    """Every command of the walk-through, in order, on one fresh server: the long-running ones (consume,
+    the traffic) started in the background as a reader would in other terminals, the others must exit 0."""
+    import shlex
+
+    from tests.test_cli_common import CG_BIN, ROOT, Proc
+
+    commands = _walkthrough()
+    assert any(c.startswith("cg static") for c in commands) and any(c.startswith("cg elastic") for c in commands)
+    env = cg_env(fresh_server.url, CG=str(CG_BIN))
+    background: list[Proc | asyncio.subprocess.Process] = []
+    try:
+        for command in commands:
+            argv = shlex.split(command)
+            if argv[0].startswith("scripts/"):
+                script = [str(ROOT / argv[0]), *argv[1:]]
+                if "generate_traffic" in argv[0]:
+                    background.append(await asyncio.create_subprocess_exec(
+                        *script, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env))
+                    continue
+                p = await asyncio.create_subprocess_exec(*script, stdout=asyncio.subprocess.PIPE,
+                                                         stderr=asyncio.subprocess.PIPE, env=env)
+                out, err = await asyncio.wait_for(p.communicate(), 30)
+                assert p.returncode == 0, (command, err.decode())
+                continue
+            if argv[2] == "consume":
+                proc = await Proc(*argv[1:], env=env).start()
+                background.append(proc)
+                await proc.wait_text("consuming...\n", timeout=20)
+                continue
+            r = await acg(*argv[1:], env=env, input="y\n")
+            assert r.code == 0, (command, r.out, r.err)
+            assert "cg: error" not in r.err, (command, r.err)
+    finally:
+        for p in background:
+            if isinstance(p, Proc):
+                await p.close()
+            elif p.returncode is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    await asyncio.wait_for(p.wait(), 10)
+                except asyncio.TimeoutError:
+                    p.kill()
+                    await p.wait()
