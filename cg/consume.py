@@ -261,6 +261,7 @@ class _MembershipNotes:
         kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
         watcher = await kv.watch(group_key(self.stream, self.group))
         before: tuple[bool, list[int]] | None = None
+        shape: int | None = None   # the partition count: a change of it ends the instance, which says so
         try:
             async for entry in watcher:
                 if entry is None or entry.operation in ("DEL", "PURGE") or not entry.value:
@@ -269,6 +270,9 @@ class _MembershipNotes:
                     cfg = stored_config(self.stream, self.group, entry.value)
                 except Exception:  # noqa: BLE001 - an invalid config ends the instance, which reports it
                     continue
+                if shape is not None and cfg.max_members != shape:
+                    continue
+                shape = cfg.max_members
                 now = (cfg.is_in_membership(self.member), member_partitions(
                     max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
                     member=self.member))

@@ -195,7 +195,6 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
 
     async def body(nc: Client, api: JetStreamApi):
         from pcgroups.elastic import add_members, delete_members, get_elastic_config
-        from pcgroups.membership import list_leases
 
         before = await get_elastic_config(nc, stream, name, api=api)
         named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
@@ -208,7 +207,7 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         result = await (add_members if add else delete_members)(nc, stream, name, list(members), sticky=sticky,
                                                                  api=api)
         after = await get_elastic_config(nc, stream, name, api=api)
-        return before, result, after, await list_leases(nc, stream, name, api=api)
+        return before, result, after, await _live_leases(nc, stream, name, api)
 
     before, result, after, leases = runtime(ctx).with_connection(body)
     if leases:
@@ -221,6 +220,18 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
                                            "again (stop them with Ctrl-C)")
     else:
         print_members_line(add, result, after.member_mappings if sticky else None)
+
+
+async def _live_leases(nc: Client, stream: str, name: str, api: JetStreamApi) -> list:
+    """The group's live leases, for the automatic-membership warning only: none when this user may not
+    read them (an admin role needs no lease permissions, docs/SECURITY.md)."""
+    from pcgroups.errors import PermissionDeniedError
+    from pcgroups.membership import list_leases
+
+    try:
+        return await list_leases(nc, stream, name, api=api)
+    except PermissionDeniedError:
+        return []
 
 
 def _warn_automatic(group: str, instances: int) -> None:
@@ -245,7 +256,6 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
 
     async def body(nc: Client, api: JetStreamApi):
         from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
-        from pcgroups.membership import list_leases
 
         before = await get_elastic_config(nc, stream, name, api=api)
         if mappings is None:
@@ -253,7 +263,7 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         else:
             await set_member_mappings(nc, stream, name, mappings, api=api)
         after = await get_elastic_config(nc, stream, name, api=api)
-        return before, after, await list_leases(nc, stream, name, api=api)
+        return before, after, await _live_leases(nc, stream, name, api)
 
     before, after, leases = runtime(ctx).with_connection(body)
     if leases:

@@ -206,7 +206,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     layout = _layout(stream, cfg, names, infos, starts, partition_streams=bool(partition_streams))
     first = infos[names[0]]["config"]
     replicas = max(i["config"].get("num_replicas", 1) for i in infos.values())
-    kv = await open_or_create_bucket(api, ELASTIC_BUCKET, replicas=replicas)
+    kv = await open_or_create_bucket(api, ELASTIC_BUCKET, group_key(stream, group), replicas=replicas)
     key = group_key(stream, group)
     existing = await read(kv, key)
     if existing is not None:

@@ -76,7 +76,8 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
     info = await _origin_info(api, stream)
-    kv = await open_or_create_bucket(api, STATIC_BUCKET, replicas=info["config"].get("num_replicas", 1))
+    kv = await open_or_create_bucket(api, STATIC_BUCKET, group_key(stream, group),
+                                     replicas=info["config"].get("num_replicas", 1))
     key = group_key(stream, group)
     existing = await read(kv, key)
     if existing is None:

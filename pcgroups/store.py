@@ -25,7 +25,6 @@ STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
-PROBE_KEY = "pcgroups-probe"   # never a group's key (those are <stream>.<group>)
 SNAPSHOT_BATCH = 256
 
 T = TypeVar("T")
@@ -63,8 +62,9 @@ async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
         raise NotFoundError(f"the {kind} consumer group KV bucket doesn't exist: {bucket}") from None
 
 
-async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int) -> KeyValue:
-    """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing."""
+async def open_or_create_bucket(api: JetStreamApi, bucket: str, key: str, *, replicas: int) -> KeyValue:
+    """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing (then
+    waiting until it answers a read of ``key``, the key the caller reads next)."""
     js = api.nc.jetstream(domain=_domain(api))
     try:
         return await bucket_call(api, js.key_value(bucket), bucket)
@@ -76,11 +76,11 @@ async def open_or_create_bucket(api: JetStreamApi, bucket: str, *, replicas: int
         if e.err_code != ERR_STREAM_NAME_IN_USE:  # a concurrent creator won: use theirs
             raise
     kv = await bucket_call(api, js.key_value(bucket), bucket)
-    await _answering(kv, bucket, api.timeout)
+    await _answering(kv, key, api.timeout)
     return kv
 
 
-async def _answering(kv: KeyValue, bucket: str, timeout: float) -> None:
+async def _answering(kv: KeyValue, key: str, timeout: float) -> None:
     """Wait (up to ``timeout``) until a bucket just created answers a get; "not found" is an answer.
 
     In a cluster the create request is answered once the new stream has a leader, but for a moment a get
@@ -91,14 +91,14 @@ async def _answering(kv: KeyValue, bucket: str, timeout: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            await kv.get(PROBE_KEY)
+            await kv_call(kv, kv.get(key), key)   # the caller's key: one its permissions allow
             return
         except nats.js.errors.KeyNotFoundError:
             return
         except nats.errors.NoRespondersError:
             if asyncio.get_running_loop().time() > deadline:
                 return  # the caller's own request reports it
-            log.debug("bucket %s does not answer yet", bucket)
+            log.debug("bucket %s does not answer yet", kv._name)
             await asyncio.sleep(0.01)
 
 
