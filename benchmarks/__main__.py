@@ -23,11 +23,11 @@ from pathlib import Path
 from .common import FULL, QUICK, Result, Size
 from .report import render
 
-SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6"]
+SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
 
 
 MODULES = {"P1": "p1_throughput", "P2": "p2_strict", "P3": "p3_failover", "P4": "p4_elastic", "P5": "p5_sourcing",
-           "P6": "p6_keys"}
+           "P6": "p6_keys", "P7": "p7_consume"}
 
 
 def _module(sid: str):

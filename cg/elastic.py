@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (CLIError, ask, check_elastic_config, check_names, confirm_delete, options,
-                     parse_duration_option, parse_mappings, parse_sleep, parse_wildcards, partitioning_filters, run,
+                     parse_duration_option, parse_mappings, parse_sleep, parse_wildcards, partitioning_filters,
                      stdin_is_terminal, with_connection)
 from .output import go_list, go_mappings, out, print_groups, print_elastic_info, print_member_info
 from .static import Force, Group, Json, MaxMembers, Member, Sleep, Stream, _command
@@ -238,7 +238,7 @@ LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how lon
 @_command(elastic_app, "consume", ALIASES[("elastic", "consume")], "join a partitioned consumer group")
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMember = None,
             sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s") -> None:
-    from .consume import consume as run_consume
+    from .consume import run_consume
 
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
@@ -249,8 +249,8 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         member = auto_member_name()
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(sleep)
-    raise typer.Exit(run(run_consume, options(ctx), "elastic", stream, name, member, seconds,
-                         auto=auto, lease_ttl=lease))
+    raise typer.Exit(run_consume(options(ctx), "elastic", stream, name, member, seconds,
+                                 auto=auto, lease_ttl=lease))
 
 
 # `cg elastic prompt` is added by the prompt module (see cg/main.py).

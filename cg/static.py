@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .common import (check_names, check_static_config, confirm_delete, options, parse_mappings,
-                     parse_sleep, run, with_connection)
+                     parse_sleep, with_connection)
 from .output import print_groups, print_member_info, print_static_info
 
 static_app = typer.Typer(help="static consumer groups mode")
@@ -154,11 +154,11 @@ def step_down(ctx: typer.Context, stream: Stream, name: Group, member: Member) -
 
 @_command(static_app, "consume", ALIASES[("static", "consume")], "join a static partitioned consumer group")
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sleep: Sleep = "20ms") -> None:
-    from .consume import consume as run_consume
+    from .consume import run_consume
 
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(sleep)
-    raise typer.Exit(run(run_consume, options(ctx), "static", stream, name, member, seconds))
+    raise typer.Exit(run_consume(options(ctx), "static", stream, name, member, seconds))
 
 
 # `cg static prompt` is added by the prompt module (see cg/main.py).

@@ -261,7 +261,7 @@ class Delivery:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._buffer: deque[Msg] = deque()
-        self._work = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None   # the dispatcher, asleep in wait_for_work()
         self._acks = RecentAcks(recent_acks)
         self._pin_id: str | None = None
         self._pin_confirmed = 0.0   # when the server last gave or confirmed the pin
@@ -312,7 +312,7 @@ class Delivery:
         """Consumer info shows the pin still ours: handlers may start again."""
         self._pin_doubt = False
         self._pin_confirmed = now
-        self._work.set()
+        self.wake()
 
     def superseded(self, pin: str | None) -> bool:
         """A message received with ``pin`` may now belong to another instance."""
@@ -336,7 +336,7 @@ class Delivery:
             await self.reack(m)
             return False
         self._buffer.append(m)
-        self._work.set()
+        self.wake()
         return True
 
     def expect_reset(self) -> None:
@@ -361,7 +361,7 @@ class Delivery:
     def release(self) -> None:
         """Handlers may start again (unless halted)."""
         self._held = False
-        self._work.set()
+        self.wake()
 
     def halt(self) -> None:
         """Start no new handler, for good (stop)."""
@@ -369,7 +369,7 @@ class Delivery:
 
     def close(self) -> None:
         self._closed = True
-        self._work.set()
+        self.wake()
 
     @property
     def closed(self) -> bool:
@@ -408,12 +408,18 @@ class Delivery:
     async def wait_for_work(self) -> None:
         """Sleep until something changed: a message arrived, handlers may start again, a handler task
         ended (:meth:`wake`), or the Delivery closed. Check the conditions first, without awaiting in
-        between: a wake-up that came before this call is not remembered."""
-        self._work.clear()
-        await self._work.wait()
+        between: a wake-up that came before this call is not remembered. One task waits at a time
+        (the dispatcher's)."""
+        self._waiter = waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     def wake(self) -> None:
-        self._work.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     # --- acks -----------------------------------------------------------------------------
     def acked(self, seq: int) -> None:

@@ -87,7 +87,7 @@ class PullSession:
         self._pull_subject = api.pull_subject(stream, consumer)
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
-        self.delivery = Delivery(nc.publish, self._request, pin_margin=pinned_ttl(ack_wait) * 0.9)
+        self.delivery = Delivery(nc.publish, nc.request, pin_margin=pinned_ttl(ack_wait) * 0.9)
         handle = as_handle(handler)
         self.dispatcher: Dispatcher
         if concurrency > 1:
@@ -95,9 +95,6 @@ class PullSession:
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
         else:
             self.dispatcher = SerialDispatcher(self.delivery, handle, self._fatal)
-
-    async def _request(self, subject: str, body: bytes, timeout: float) -> Any:
-        return await self.nc.request(subject, body, timeout=timeout)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
