@@ -21,6 +21,8 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
 from .errors import NotFoundError
@@ -42,6 +44,62 @@ def pull_expiry(ack_wait: float) -> float:
 def pinned_ttl(ack_wait: float) -> float:
     """PinnedTTL (``priority_timeout``) = max(AckWait, 1 s)."""
     return max(ack_wait, 1.0)
+
+
+class AckReplies:
+    """Double acks (``Msg.ack_sync``) on one reply subscription of the session's own.
+
+    ``nc.request()`` would do, but it costs two more event-loop turns per call (it waits through
+    ``asyncio.wait_for``) and a random token from the OS; the strict path double-acks every message,
+    so this waits on a plain future, with a timer for the timeout and a counter for the token.
+    """
+
+    def __init__(self, nc: Client):
+        self.nc = nc
+        self._prefix = ""
+        self._count = 0
+        self._waiting: dict[str, asyncio.Future[NatsMsg]] = {}
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        self._prefix = self.nc.new_inbox() + "."
+        self._sub = await self.nc.subscribe(self._prefix + "*", cb=self._reply)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # connection already closed
+                pass
+
+    async def _reply(self, msg: NatsMsg) -> None:
+        waiter = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(msg)
+
+    async def request(self, subject: str, body: bytes, timeout: float) -> NatsMsg:
+        """Publish ``body`` with a reply subject and wait (``timeout``) for the reply: nats-py's
+        ``TimeoutError`` when none comes, ``NoRespondersError`` for a no-responders status, as ``request()``."""
+        self._count += 1
+        token = str(self._count)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[NatsMsg] = loop.create_future()
+        self._waiting[token] = waiter
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            await self.nc.publish(subject, body, reply=self._prefix + token)
+            reply = await waiter
+        finally:
+            timer.cancel()
+            self._waiting.pop(token, None)
+        if reply.headers and reply.headers.get("Status") == "503":
+            raise NoRespondersError
+        return reply
+
+
+def _expire(waiter: asyncio.Future[NatsMsg]) -> None:
+    if not waiter.done():
+        waiter.set_exception(NatsTimeoutError())
 
 
 def as_handle(handler: Handler) -> Handle:
@@ -87,7 +145,8 @@ class PullSession:
         self._pull_subject = api.pull_subject(stream, consumer)
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
-        self.delivery = Delivery(nc.publish, nc.request, pin_margin=pinned_ttl(ack_wait) * 0.9)
+        self._ack_replies = AckReplies(nc)
+        self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9)
         handle = as_handle(handler)
         self.dispatcher: Dispatcher
         if concurrency > 1:
@@ -98,6 +157,7 @@ class PullSession:
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        await self._ack_replies.start()
         self._inbox = self.nc.new_inbox()
         self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
         self._pulling = True
@@ -214,6 +274,7 @@ class PullSession:
                 await self._sub.unsubscribe()
             except Exception:  # connection already closed
                 pass
+        await self._ack_replies.stop()
         dropped = self._take_buffered()
         if not self.nc.is_closed:
             for m in dropped:
