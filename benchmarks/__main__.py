@@ -23,12 +23,11 @@ from pathlib import Path
 from .common import FULL, QUICK, Result, Size
 from .report import render
 
-SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P8", "P9"]
+SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"]
 
 
 MODULES = {"P1": "p1_throughput", "P2": "p2_strict", "P3": "p3_failover", "P4": "p4_elastic", "P5": "p5_sourcing",
-           "P6": "p6_keys",
-           "P8": "p8_startup", "P9": "p9_aggregate"}
+           "P6": "p6_keys", "P7": "p7_consume", "P8": "p8_startup", "P9": "p9_aggregate"}
 
 
 def _module(sid: str):

@@ -37,15 +37,20 @@ class Size:
     p6_burst: int
     p6_others: int
     p6_window: float
+    p7_work_messages: int   # the backlog with 5 ms of work per message (the Go comparison's 1,600)
+    p7_idle_messages: int   # the backlog without work (long enough for all four members to overlap)
+    p7_rounds: int
     time_limit: float       # per scenario
 
 
 QUICK = Size("quick", p1_messages=20_000, p1_rounds=2, p2_window=2.0, p2_members=(1, 2, 4, 8), p3_kills=3,
              p3_stepdowns=3, p4_cycles=1, p4_window=2.0, p5_messages=20_000, p5_load_messages=10_000,
-             p6_burst=200, p6_others=20, p6_window=2.0, time_limit=120.0)
+             p6_burst=200, p6_others=20, p6_window=2.0, p7_work_messages=1600, p7_idle_messages=16_000,
+             p7_rounds=2, time_limit=120.0)
 FULL = Size("full", p1_messages=100_000, p1_rounds=3, p2_window=5.0, p2_members=(1, 2, 4, 8), p3_kills=10,
             p3_stepdowns=10, p4_cycles=3, p4_window=3.0, p5_messages=100_000, p5_load_messages=50_000,
-            p6_burst=1000, p6_others=50, p6_window=5.0, time_limit=600.0)
+            p6_burst=1000, p6_others=50, p6_window=5.0, p7_work_messages=1600, p7_idle_messages=16_000,
+            p7_rounds=5, time_limit=600.0)
 
 
 @dataclass
@@ -183,6 +188,22 @@ async def wait_until(cond: Callable[[], bool], timeout: float, what: str, step: 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         await asyncio.sleep(step)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used so far, in seconds: its time on a CPU from ``/proc/PID/schedstat``
+    (nanoseconds), else user + system time from ``/proc/PID/stat`` (clock ticks, 10 ms here)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float | None:

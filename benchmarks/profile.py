@@ -5,6 +5,11 @@
 
 Cases: ``p1`` (static member, ack only), ``p1-raw`` (the leanest raw pull loop), ``p6`` (K=8, many keys,
 10 ms of work), ``p6-k1``. The server is started before the measured part; what is printed is the rate.
+
+``p7`` / ``p7-raw``: one ``cg static consume`` member (asyncio's loop; ``p7-uvloop``: uvloop's) or one raw
+pinned loop, in a child process, on a stored backlog of N messages without work; profile the child:
+
+    py-spy record --subprocesses -r 1000 -f raw -o p7.txt -- python -m benchmarks.profile p7 30000
 """
 
 from __future__ import annotations
@@ -28,9 +33,25 @@ async def publish_only(url: str, n: int) -> None:
         await nc.close()
 
 
+async def p7_member(case: str, n: int) -> None:
+    from pcgroups.jsapi import JetStreamApi
+
+    from . import p7_consume as p7
+    from .common import keys_by_partition, round_robin_subjects
+    async with server_and_connection() as (server, nc):
+        await static_stream(nc.jetstream(), "PROF", p7.PARTITIONS)
+        await publish_all(nc, round_robin_subjects("PROF", keys_by_partition("PROF.*", p7.PARTITIONS, 20), n))
+        side = {"p7": p7.Side("cg", env=p7.ASYNCIO), "p7-uvloop": p7.Side("cg"), "p7-raw": p7.Side("raw")}[case]
+        ms, cpu = await p7.one_round(server.url, nc, JetStreamApi(nc), side, "PROF", "prof", 0.0, n, ["m1"])
+        print(f"{case}: {ms:.3f} ms and {cpu:.0f} us of CPU per message")
+
+
 async def main(case: str, n: int) -> None:
     from . import p1_throughput as p1
     from . import p6_keys as p6
+    if case.startswith("p7"):
+        await p7_member(case, n)
+        return
     async with server_and_connection() as (server, nc):
         js = nc.jetstream()
         if case.startswith("p1"):
@@ -52,7 +73,7 @@ async def main(case: str, n: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "publish"])
+    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p7", "p7-raw", "p7-uvloop", "publish"])
     ap.add_argument("n", type=int, nargs="?", default=100_000)
     ap.add_argument("--pyinstrument", action="store_true")
     ap.add_argument("--url", help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """A member instance in a process of its own, for the benchmarks that kill instances or weigh them.
 
-usage: python -m benchmarks.worker URL static|elastic|plain|bare STREAM GROUP MEMBER [--ack-wait S] [--work S]
+usage: python -m benchmarks.worker URL static|elastic|plain|raw|bare STREAM GROUP MEMBER [--ack-wait S] [--work S]
        [--max-ack-pending N] [--concurrency K] [--report every|count]
 
 Prints JSON lines on stdout: {"ev":"ready","pid":..}; with ``--report every`` one
@@ -9,6 +9,10 @@ with ``--report count`` {"ev":"count","n":..,"t":..} every 0.2 s; {"ev":"done","
 ``bare`` only connects and waits: the footprint of a nats-py client with nothing of pcgroups running.
 ``plain`` is the baseline: a plain nats-py pull consumer (durable GROUP, filter subject MEMBER, ``fetch(1)``,
 the same work and ack), for comparisons with as many processes as members.
+``raw`` is the leanest pinned pull loop nats-py allows on an existing priority-group consumer (GROUP: the
+consumer's name): the work (``--work``, slept as ``cg consume --sleep`` sleeps) and a double ack in the
+subscription callback, nothing else; it reports nothing per message (the parent watches the acks). With
+``--lines`` it also writes and flushes the two parts of ``cg consume``'s line for MEMBER, as the Go cg does.
 SIGTERM stops the instance (in-flight work finishes).
 """
 
@@ -33,7 +37,7 @@ def emit(**fields) -> None:
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("url")
-    p.add_argument("flavour", choices=["static", "elastic", "plain", "bare"])
+    p.add_argument("flavour", choices=["static", "elastic", "plain", "raw", "bare"])
     p.add_argument("stream")
     p.add_argument("group")
     p.add_argument("member")
@@ -42,6 +46,7 @@ async def main() -> None:
     p.add_argument("--max-ack-pending", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--report", choices=["every", "count"], default="every")
+    p.add_argument("--lines", action="store_true", help="raw: print cg consume's per-message lines")
     args = p.parse_args()
     nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     loop = asyncio.get_running_loop()
@@ -57,6 +62,9 @@ async def main() -> None:
     every = args.report == "every"
     if args.flavour == "plain":
         await plain(nc, args, loop)
+        return
+    if args.flavour == "raw":
+        await raw(nc, args, loop)
         return
 
     from pcgroups import ConsumerConfig, elastic_consume, static_consume
@@ -116,6 +124,67 @@ async def plain(nc, args, loop) -> None:
             await m.ack()
             count += 1
     emit(ev="done", error=None, n=count)
+    await nc.close()
+
+
+async def raw(nc, args, loop) -> None:
+    """MSG.NEXT with ``group`` and the pin id, batch 500 topped up at half, expiry max(AckWait/2, 1 s) as the
+    session's; per message the work and a double ack, as the reference cg does."""
+    from cg.consume import precise_sleep
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{args.stream}.{args.group}"
+    inbox = nc.new_inbox()
+    expires = int(max(args.ack_wait / 2, 1.0) * 1e9)
+    state = {"pending": 0, "pin": None}
+    wake = asyncio.Event()
+    work = args.work
+    lines = args.lines
+    processing = f". Processing for {work * 1000:g}ms ... " if work else ". Processing for 0s ... "
+    out = sys.stdout
+
+    async def cb(msg) -> None:
+        if not msg.reply:  # a status: 100 (heartbeat), 408 (the pull expired), 423 (the pin moved)
+            status = msg.headers.get("Status") if msg.headers else None
+            if status == "423":
+                state["pin"] = None
+            if status != "100":
+                left = msg.headers.get("Nats-Pending-Messages") if msg.headers else None
+                state["pending"] = max(state["pending"] - int(left), 0) if left else 0
+                wake.set()
+            return
+        state["pin"] = msg.headers.get("Nats-Pin-Id") if msg.headers else None
+        state["pending"] -= 1
+        if state["pending"] <= 250:
+            wake.set()
+        if lines:
+            seq = msg.reply.split(".")[-4]
+            out.write(f"[{args.member}] subject={msg.subject.partition('.')[2]}, seq={seq}, "
+                      f"pinnedID={state['pin']}{processing}")
+            out.flush()
+        if work:
+            await precise_sleep(work)
+        await nc.request(msg.reply, b"+ACK", timeout=5)
+        if lines:
+            out.write("acked\n")
+            out.flush()
+
+    await nc.subscribe(inbox, cb=cb)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    emit(ev="ready")
+    while not stop.is_set():
+        if state["pending"] <= 250:
+            want = 500 - state["pending"]
+            req = {"expires": expires, "batch": want, "group": "PCG"}
+            if state["pin"]:
+                req["id"] = state["pin"]
+            await nc.publish(subject, json.dumps(req).encode(), reply=inbox)
+            state["pending"] += want
+        wake.clear()
+        try:
+            await asyncio.wait_for(wake.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+    emit(ev="done", error=None)
     await nc.close()
 
 

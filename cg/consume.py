@@ -18,6 +18,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import CLIError
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 
 ACK_WAIT = 2.0          # the reference cg's consumer template: AckWait 2s, MaxAckPending 1, explicit
 MAX_ACK_PENDING = 1
+# asyncio wakes on the selector's whole milliseconds, late by up to one (5 ms asked: 5.2 ms slept), and
+# time.sleep ~0.09 ms late (the kernel's timer slack): the last 1.5 ms of a --sleep is slept blocking
+# but for its last 0.1 ms, which is a busy wait
+SLEEP_TAIL = 0.0015
+SLEEP_SPIN = 0.0001
 
 
 def consumer_template():
@@ -53,6 +59,33 @@ class _Printer:
             return False
 
 
+async def precise_sleep(seconds: float) -> None:
+    """Sleep ``seconds`` as the reference's Go ``time.Sleep`` does (it simulates work: a comparison of
+    tools expects the same work). The event loop runs for all but the last ``SLEEP_TAIL`` (1.5 ms),
+    which holds the loop: never longer than that (pin keep-alives come every PinnedTTL/3, 0.67 s with
+    cg's AckWait)."""
+    deadline = time.monotonic() + seconds
+    if seconds > SLEEP_TAIL:
+        await asyncio.sleep(seconds - SLEEP_TAIL)
+    left = deadline - time.monotonic()
+    if left > SLEEP_SPIN:
+        time.sleep(left - SLEEP_SPIN)
+    while time.monotonic() < deadline:
+        pass
+
+
+def member_loop_factory() -> Any:
+    """The event loop a ``consume`` runs on: uvloop's when it is installed (the ``uvloop`` extra: about a
+    fifth less CPU per message, BENCHMARKS.md P7) unless ``CG_EVENT_LOOP=asyncio``; else asyncio's."""
+    if os.environ.get("CG_EVENT_LOOP", "").lower() == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any:
     from nats.errors import NoRespondersError
 
@@ -65,7 +98,7 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
             on_broken()
             return  # not acked: redelivered to whoever carries on
         if sleep > 0:
-            await asyncio.sleep(sleep)
+            await precise_sleep(sleep)
         try:
             await msg.ack_sync()
         except NoRespondersError as e:

@@ -349,7 +349,7 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(flavour_sleep(ctx, sleep))
     rt = runtime(ctx)
-    raise typer.Exit(rt.run(consume, rt, flavour.name, stream, name, member, seconds, **options))
+    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, **options))
 
 
 __all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",

@@ -189,6 +189,8 @@ class SessionRuntime(Runtime):
         """On the session's event loop (Ctrl-C cancels the command, not the shell)."""
         return self.repl.runner.run(coro_fn(*args, **kwargs))
 
+    run_member = run   # the shell's loop, whatever it is
+
     async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
         return self.repl.nc, self.repl.api
 

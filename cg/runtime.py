@@ -74,6 +74,16 @@ class Runtime:
 
         return asyncio.run(coro_fn(*args, **kwargs))  # type: ignore[arg-type]
 
+    def run_member(self, coro_fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """:meth:`run` for a member instance (``consume``): on uvloop when it is installed
+        (:func:`cg.consume.member_loop_factory`)."""
+        import asyncio
+
+        from .consume import member_loop_factory
+
+        with asyncio.Runner(loop_factory=member_loop_factory()) as runner:
+            return runner.run(coro_fn(*args, **kwargs))  # type: ignore[arg-type]
+
     async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
         """A new connection (``reconnect``: forever after losing the server) and its JetStream API."""
         from pcgroups.connect import connect

@@ -14,7 +14,7 @@ from .partitions import (balanced_assignment, elastic_member_filters, member_par
                          partition_of_subject, static_member_filters, transform_destination)
 from .scheduler import RetryPolicy, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens
 from .membership import AutoInstance, Lease, elastic_consume_auto, list_leases
-from .session import Msg
+from .delivery import Msg
 from .sources import Layout, SourceStream, Start
 from .sticky import sticky_assignment, sticky_change, sticky_mappings
 from .static import (create_static, delete_static, get_static_config, list_static_active_members,
@@ -23,5 +23,5 @@ from .static import (create_static, delete_static, get_static_config, list_stati
 __version__ = "0.1.0"
 
 _MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler",
-            "membership", "sticky", "sources", "permissions"}
+            "membership", "sticky", "sources", "permissions", "delivery"}
 __all__ = [name for name in list(globals()) if not name.startswith("_") and name not in _MODULES]

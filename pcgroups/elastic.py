@@ -848,10 +848,9 @@ class ElasticInstance(ConsumerInstance):
         an ack can overtake it, and the acked message then comes back (as a first delivery to the
         partition's next owner). In a work queue an applied ack removes the message.
         """
-        acked = session._recent_acks._order
-        if not acked:
+        seq = session.last_acked()
+        if seq is None:
             return
-        seq = acked[-1]
         deadline = time.monotonic() + self.template.ack_wait
         while True:
             try:

@@ -1,9 +1,16 @@
-"""Key-level concurrency inside one member instance: per-key queues served round-robin.
+"""The two dispatchers of a session: one handler at a time, or key-level concurrency.
 
-With partition order a burst on one key delays every other key of its partition. Here each key keeps
-its own stream order and at most one message per key runs at a time, up to ``concurrency`` handlers
-at once; keys with work are served in turn, so a key with 1,000 queued messages gets one turn per
-round. A failed handler (exception or ``nak()``) blocks only its key: the message is retried in place
+Both implement :class:`~pcgroups.delivery.Dispatcher` and talk to the session's
+:class:`~pcgroups.delivery.Delivery` through its public methods only; the session picks one at
+construction (``concurrency`` 1 or more).
+
+:class:`SerialDispatcher` runs the handler on one message at a time in delivery order; a failed
+handler ends the instance, ``nak()`` sends ``-NAK`` (the server redelivers).
+
+:class:`KeyedDispatcher` is key-level concurrency. With partition order a burst on one key delays
+every other key of its partition. Here each key keeps its own stream order and at most one message
+per key runs at a time, up to ``concurrency`` handlers at once; keys with work are served in turn,
+so a key with 1,000 queued messages gets one turn per round. A failed handler (exception or ``nak()``) blocks only its key: the message is retried in place
 with backoff (later messages of the key wait), and after ``max_deliver`` attempts it goes to a
 dead-letter subject and the key moves on.
 """
@@ -14,26 +21,26 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .session import Msg, PullSession
+from .delivery import PIN_HEADER, Delivery, Msg
 
 log = logging.getLogger("pcgroups")
 
-KeyFunc = Callable[["Msg"], str]
+KeyFunc = Callable[[Msg], str]
+Handle = Callable[[Msg], Awaitable[None]]   # the handler, sync ones already wrapped to run in a thread
 
 
-def key_by_subject(msg: "Msg") -> str:
+def key_by_subject(msg: Msg) -> str:
     """The default key: the subject with the partition token stripped."""
     return msg.subject
 
 
 def key_by_tokens(indexes: list[int]) -> KeyFunc:
     """Key by subject tokens (1-based, of the stripped subject), joined with '.'."""
-    def key(msg: "Msg") -> str:
+    def key(msg: Msg) -> str:
         tokens = msg.subject.split(".")
         return ".".join(tokens[i - 1] for i in indexes if 0 < i <= len(tokens))
     return key
@@ -41,7 +48,7 @@ def key_by_tokens(indexes: list[int]) -> KeyFunc:
 
 def key_by_header(name: str) -> KeyFunc:
     """Key by a header's value (messages without it share the empty key)."""
-    def key(msg: "Msg") -> str:
+    def key(msg: Msg) -> str:
         return (msg.headers or {}).get(name, "")
     return key
 
@@ -51,7 +58,7 @@ def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
     tokens (the whole subject when it has no indexes, or no filter matches)."""
     parsed = [(f.split("."), [i for i, t in enumerate(f.split(".")) if t == "*"], idx) for f, idx in filters]
 
-    def key(msg: "Msg") -> str:
+    def key(msg: Msg) -> str:
         tokens = msg.subject.split(".")
         for ftoks, stars, idx in parsed:
             if _matches(ftoks, tokens):
@@ -79,105 +86,205 @@ class RetryPolicy:
     dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
 
 
-class KeyedDispatcher:
-    """Runs a session's handler with up to ``concurrency`` keys at once, one message per key."""
+async def _noop() -> None:
+    return None
 
-    def __init__(self, session: "PullSession", *, concurrency: int, key: KeyFunc, retry: RetryPolicy):
-        self.s = session
-        self.concurrency = concurrency
-        self.key = key
-        self.retry = retry
-        self.keys: OrderedDict[str, deque[Msg]] = OrderedDict()   # keys with queued messages
-        self.ready: deque[str] = deque()                          # keys with work and no handler running
-        self.running: dict[str, Msg] = {}
-        self.started: dict[int, float] = {}
-        self.tasks: set[asyncio.Task] = set()
-        # The dispatcher waits on one event: set when messages arrive, when dispatching resumes and when a
-        # handler task ends (a slot is free).
-        self.slot = session._queued
-        self.checked_pin: str | None = None
-        self.checking = False   # _restore_order is asking: no task takes a message meanwhile (a reset drops them)
+
+class SerialDispatcher:
+    """One handler at a time, in delivery order (concurrency 1).
+
+    A handler that raises ends the instance: its message is nak'd if it was not settled, and
+    ``on_fatal`` gets the error. ``nak()`` sends ``-NAK`` (with the delay, if any).
+    """
+
+    def __init__(self, delivery: Delivery, handle: Handle, on_fatal: Callable[[BaseException], None]):
+        self._delivery = delivery
+        self._handle = handle
+        self._on_fatal = on_fatal
+        self._current: Msg | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._current is not None
 
     @property
     def busy(self) -> bool:
-        return bool(self.running) or bool(self.keys)
+        return self._current is not None
 
-    def queued(self):
-        for q in self.keys.values():
-            yield from q
+    def drop_queued(self) -> list[Msg]:
+        return []   # nothing waits here: the Delivery's buffer is the queue
 
-    def drop_queued(self) -> list["Msg"]:
-        dropped = [m for q in self.keys.values() for m in q]
-        self.keys.clear()
-        self.ready.clear()
-        return dropped
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """The running message once its handler has run ``interval`` (then at every check)."""
+        m = self._current
+        return [m] if m is not None and not m.settled and now - m.started >= interval else []
 
-    def _admit(self, m: "Msg") -> None:
-        k = self.key(m)
-        q = self.keys.get(k)
-        if q is None:
-            q = self.keys[k] = deque()
-            if k not in self.running:
-                self.ready.append(k)
-        q.append(m)
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        body = b"-NAK" if not delay else f'-NAK {{"delay":{int(delay * 1e9)}}}'.encode()
+        return msg.respond(body, settle=True)
 
     async def run(self) -> None:
-        s = self.s
-        while not s.closed:
-            while s._queue:
-                m = s._queue.popleft()
-                if m.pin_id is not None and m.pin_id != self.checked_pin and m.pin_id == s.pin_id:
-                    self.checked_pin = m.pin_id
-                    self.checking = True
+        d = self._delivery
+        while not d.closed:
+            if not d.buffered or not d.may_start():
+                await d.wait_for_work()
+                continue
+            m = await d.take()
+            if m is None or await d.skip_acked(m):
+                continue
+            if not await self._run_one(m):
+                return
+
+    async def _run_one(self, m: Msg) -> bool:
+        """Handle ``m``; False when the handler failed (the instance ends)."""
+        self._current = m
+        m.started = time.monotonic()
+        try:
+            await self._handle(m)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # the handler failed: redeliver, end the instance
+            if not m.settled:
+                await self._delivery.nak_quietly(m)
+            self._current = None
+            self._on_fatal(e)
+            return False
+        self._current = None
+        return True
+
+
+class ConsumerControl(Protocol):
+    """What the keyed dispatcher asks of the consumer it dispatches for (``PullSession`` is one)."""
+
+    stream: str
+    consumer: str
+    label: str
+
+    async def consumer_info(self) -> dict[str, Any]: ...
+
+    async def reset_consumer(self, seq: int | None = None) -> None: ...
+
+    async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
+
+
+class KeyedDispatcher:
+    """Runs the handler with up to ``concurrency`` keys at once, one message per key, keys served in turn.
+
+    ``nak()`` retries in place: the key waits (later messages of the key too) and the message is handled
+    again after its delay, up to ``retry.max_deliver`` deliveries, then it is dead-lettered. Messages
+    waiting for their key's turn get ``+WPI`` like running ones (:meth:`overdue`).
+    """
+
+    def __init__(self, delivery: Delivery, handle: Handle, consumer: ConsumerControl, *, concurrency: int,
+                 key: KeyFunc, retry: RetryPolicy):
+        self._delivery = delivery
+        self._handle = handle
+        self._consumer = consumer
+        self.concurrency = concurrency
+        self.key = key
+        self.retry = retry
+        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()   # keys with queued messages
+        self._ready: deque[str] = deque()                          # keys with work and no handler running
+        self._running: dict[str, Msg] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
+        self._checked_pin: str | None = None
+        self._checking = False   # _restore_order is asking: no task takes a message meanwhile (a reset drops them)
+
+    @property
+    def running(self) -> bool:
+        return bool(self._running)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running) or bool(self._keys)
+
+    def drop_queued(self) -> list[Msg]:
+        dropped = [m for q in self._keys.values() for m in q]
+        self._keys.clear()
+        self._ready.clear()
+        return dropped
+
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """Running messages and messages waiting for their key's turn, ``interval`` after their receipt
+        or their last ``+WPI``."""
+        waiting = [m for q in self._keys.values() for m in q]
+        return [m for m in [*self._running.values(), *waiting]
+                if not m.settled and now - m.last_progress >= interval]
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        self._naks[msg] = delay or 0.0
+        return _noop()
+
+    async def run(self) -> None:
+        try:
+            await self._dispatch()
+        finally:
+            await self._cancel_tasks()
+
+    async def _dispatch(self) -> None:
+        d = self._delivery
+        while not d.closed:
+            while d.buffered:
+                m = await d.take()
+                if m is None:
+                    continue
+                if m.pin_id is not None and m.pin_id != self._checked_pin:
+                    self._checked_pin = m.pin_id
+                    self._checking = True
                     try:
                         reset = await self._restore_order(m)
                     finally:
-                        self.checking = False
+                        self._checking = False
                     if reset:
                         break
-                if m.pin_id != s.pin_id:
-                    await s._nak_quietly(m)
-                elif s.partitions is None or m.partition in s.partitions:
-                    self._admit(m)
+                    if not d.current(m):   # the pin moved while we asked
+                        await d.nak_quietly(m)
+                        continue
+                self._admit(m)
             while (taken := self._take()) is not None:
                 task = asyncio.create_task(self._run_one(*taken))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-            if not self.busy and not s._queue:
-                s._idle.set()
-            s._queued.clear()
-            if s._queue:
-                continue
-            await s._queued.wait()
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if not d.buffered:
+                await d.wait_for_work()
 
-    def _take(self) -> "tuple[str, Msg] | None":
+    def _admit(self, m: Msg) -> None:
+        k = self.key(m)
+        q = self._keys.get(k)
+        if q is None:
+            q = self._keys[k] = deque()
+            if k not in self._running:
+                self._ready.append(k)
+        q.append(m)
+
+    def _take(self) -> tuple[str, Msg] | None:
         """The next ready key (round-robin) and its next message, marked running; None when
-        ``concurrency`` handlers run, no key is ready, or dispatching is paused."""
-        s = self.s
-        while (self.ready and len(self.running) < self.concurrency and not s._paused and not s.closed
-               and not self.checking):
-            k = self.ready.popleft()
-            q = self.keys.get(k)
+        ``concurrency`` handlers run, no key is ready, or no handler may start."""
+        while (self._ready and len(self._running) < self.concurrency and not self._checking
+               and self._delivery.may_start()):
+            k = self._ready.popleft()
+            q = self._keys.get(k)
             if not q:
-                self.keys.pop(k, None)
+                self._keys.pop(k, None)
                 continue
             m = q.popleft()
             if not q:
-                del self.keys[k]
-            self.running[k] = m
+                del self._keys[k]
+            self._running[k] = m
             return k, m
         return None
 
-    async def _restore_order(self, first: "Msg") -> bool:
+    async def _restore_order(self, first: Msg) -> bool:
         """On taking the pin with an earlier owner's messages unacked (redelivered after AckWait out of
         order, or still pending), RESET the consumer to its ack floor: everything comes again in stream
         order at once. A fresh pin (first delivery, nothing unacked below it) needs no reset. Returns
         True when it reset (what was buffered is dropped)."""
-        s = self.s
+        c, d = self._consumer, self._delivery
         try:
-            info = await s.api.consumer_info(s.stream, s.consumer)
+            info = await c.consumer_info()
         except Exception as e:
-            log.debug("%s: consumer info failed: %s", s.label, e)
+            log.debug("%s: consumer info failed: %s", c.label, e)
             return False
         if info.get("num_ack_pending", 0) == 0:
             return False
@@ -185,26 +292,25 @@ class KeyedDispatcher:
         # a first delivery with the ack floor right below it means no earlier owner's message is
         # outstanding, and no reset is needed. A redelivery, or a gap between the floor and our first
         # consumer sequence, still resets (a take-over with messages in flight).
-        if first._deliveries == 1:
+        if first.deliveries == 1:
             floor = (info.get("ack_floor") or {}).get("consumer_seq", 0)
-            if floor >= first._consumer_seq - 1:
+            if floor >= first.consumer_sequence - 1:
                 return False
         # From here on what arrives is dropped until the first delivery after the reset (consumer
         # sequence 1): the reset may redeliver before its own reply reaches us.
-        s._await_reset = True
-        s._queue.clear()
+        d.expect_reset()
         self.drop_queued()
         try:
-            await s.api.reset(s.stream, s.consumer)
+            await c.reset_consumer()
         except Exception as e:
-            log.warning("%s: reset failed: %s", s.label, e)
-            s._await_reset = False
+            log.warning("%s: reset failed: %s", c.label, e)
+            d.reset_failed()
             return True  # what was dropped is redelivered after AckWait
         log.info("%s: pinned with %d unacked messages: reset to the ack floor (%d) to keep stream order",
-                 s.label, info.get("num_ack_pending", 0), info.get("ack_floor", {}).get("stream_seq", 0))
+                 c.label, info.get("num_ack_pending", 0), info.get("ack_floor", {}).get("stream_seq", 0))
         return True
 
-    async def _run_one(self, k: str, m: "Msg") -> None:
+    async def _run_one(self, k: str, m: Msg) -> None:
         """Handle ``m`` of key ``k``, then chain: while a slot is free this task takes the next ready
         key itself (same round-robin, same ``running`` bookkeeping), without a round trip through the
         dispatcher. The dispatcher is woken only when the task ends, i.e. when a slot really frees."""
@@ -213,77 +319,65 @@ class KeyedDispatcher:
                 try:
                     await self._attempts(k, m)
                 finally:
-                    self.started.pop(id(m), None)
-                    del self.running[k]
-                    if k in self.keys:
-                        self.ready.append(k)
+                    self._naks.pop(m, None)
+                    del self._running[k]
+                    if k in self._keys:
+                        self._ready.append(k)
                 taken = self._take()
                 if taken is None:
                     return
                 k, m = taken
         finally:
-            self.slot.set()
+            self._delivery.wake()
 
-    async def _attempts(self, k: str, m: "Msg") -> None:
-        s = self.s
-        if m._deliveries > 1 and m._stream_seq in s._recent_acks:
-            # Redelivered while it waited here (AckWait ran out), and acked meanwhile: not handled again.
-            # Acked once more, in case the first ack was lost (else it would come back after every AckWait).
-            await s._reack(m)
+    async def _attempts(self, k: str, m: Msg) -> None:
+        d = self._delivery
+        if await d.skip_acked(m):
             return
         attempt = 0
-        while not s.closed:
+        while not d.closed:
             attempt += 1
-            self.started[id(m)] = time.monotonic()
-            m._retry = None
+            m.started = time.monotonic()
+            self._naks.pop(m, None)
             error: BaseException | None = None
             try:
-                if s._is_async:
-                    await s.handler(m)
-                else:
-                    await asyncio.to_thread(s.handler, m)
+                await self._handle(m)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 error = e
-            if error is None and m._retry is None:
+            retry = self._naks.pop(m, None)
+            if error is None and retry is None:
                 return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
             reason = repr(error) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
             if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
                 await self._dead_letter(m, reason, deliveries)
                 return
-            delay = m._retry if m._retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
-            log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", s.label, k, m.sequence,
-                     reason, attempt, delay)
+            delay = retry if retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+            log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
+                     m.sequence, reason, attempt, delay)
             await asyncio.sleep(delay)
             if m.superseded:
                 return  # the pin moved: the new owner has it
 
-    async def _dead_letter(self, m: "Msg", reason: str, deliveries: int) -> None:
-        s = self.s
+    async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:
+        c = self._consumer
         if self.retry.dead_letter_subject:
             headers = dict(m.headers or {})
             headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject,
-                            "Pcg-Stream": s.stream, "Pcg-Consumer": s.consumer,
+                            "Pcg-Stream": c.stream, "Pcg-Consumer": c.consumer,
                             "Pcg-Stream-Seq": str(m.sequence), "Pcg-Deliveries": str(deliveries)})
-            headers.pop("Nats-Pin-Id", None)
-            await s.nc.publish(self.retry.dead_letter_subject, m.data, headers=headers)
-            await s.nc.flush()
-        log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", s.label, m.sequence,
+            headers.pop(PIN_HEADER, None)
+            await c.dead_letter(self.retry.dead_letter_subject, m.data, headers)
+        log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
                     m.subject, deliveries, reason)
-        await m._publish(b"+TERM " + reason[:200].encode(), True)
+        await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
 
-    def long_running(self, older_than: float):
-        now = time.monotonic()
-        for m in self.running.values():
-            if not m.settled and now - self.started.get(id(m), now) >= older_than:
-                yield m
-
-    async def cancel(self) -> None:
-        for t in list(self.tasks):
+    async def _cancel_tasks(self) -> None:
+        for t in list(self._tasks):
             t.cancel()
-        for t in list(self.tasks):
+        for t in list(self._tasks):
             try:
                 await t
             except (asyncio.CancelledError, Exception):

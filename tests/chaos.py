@@ -116,9 +116,7 @@ async def worker_main(argv: list[str]) -> None:
         ids = dict(member=member, instance=instance, partition=unit, key=origin, order=origin,
                    seq=msg.sequence, subject=subject)
         # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
-        sess = msg._session
-        since = sess._inflight_since if sess._keyed is None else sess._keyed.started.get(id(msg), time.monotonic())
-        _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - since)}))
+        _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - msg.started)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
         deadline = time.monotonic() + (args.slow if msg.data.startswith(b"slow") else args.work)
         last_wpi = time.monotonic()
@@ -139,8 +137,8 @@ async def worker_main(argv: list[str]) -> None:
 
     if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
         # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
-        from pcgroups.session import PullSession
-        PullSession._pin_doubtful = lambda self: False
+        from pcgroups.delivery import Delivery
+        Delivery.pin_doubtful = lambda self: False
 
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, member, handler,

@@ -158,11 +158,15 @@ async def test_consume_prints_reference_lines_and_exits_0_when_the_group_is_dele
     assert "Traceback" not in res.err
 
 
-async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handler(nats_server, js, stream):
+@pytest.mark.parametrize("event_loop", ["asyncio", "default"])
+async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handler(nats_server, js, stream,
+                                                                                 event_loop):
+    """On asyncio's event loop and on the default one (uvloop's when the extra is installed)."""
     url = nats_server.url
     (await run_cg("static", "create", "balanced", stream, "s", "10", "m1", url=url)).ok()
+    env = cg_env(url, CG_EVENT_LOOP=event_loop)
     async with procs() as start:
-        p = await start("static", "join", stream, "s", "m1", "--sleep", "1.5s", url=url)
+        p = await start("static", "join", stream, "s", "m1", "--sleep", "1.5s", url=url, env=env)
         await p.wait_text("consuming...\n")
         await _publish(js, stream, 1)
         t0 = time.monotonic()

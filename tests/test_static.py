@@ -341,3 +341,34 @@ async def test_a_member_share_too_large_for_one_consumer_is_a_clear_error(nc, js
     with pytest.raises(ConfigError, match="member m1 would own 1000000000 of the group's 1000000000 partitions"):
         await asyncio.wait_for(static_consume(nc, uniq, "g", "m1", counter({}, "m1"), config=FAST), 10)
     assert await JetStreamApi(nc).list_consumers(uniq) == []
+
+
+async def test_double_ack_replies_come_back_time_out_and_report_no_responders(nc, uniq):
+    """The session's reply subscription for Msg.ack_sync (session.AckReplies) behaves as nc.request():
+    the reply, nats-py's TimeoutError when none comes, NoRespondersError when nobody listens."""
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeoutError
+
+    from pcgroups.session import AckReplies
+
+    async def echo(msg):
+        await msg.respond(b"ok:" + msg.data)
+
+    replies = AckReplies(nc)
+    await replies.start()
+    answering = await nc.subscribe(f"{uniq}.echo", cb=echo)
+    silent = await nc.subscribe(f"{uniq}.silent")
+    try:
+        assert [(await replies.request(f"{uniq}.echo", str(i).encode(), 2)).data for i in range(3)] == \
+            [b"ok:0", b"ok:1", b"ok:2"]
+        t0 = time.monotonic()
+        with pytest.raises(NatsTimeoutError):
+            await replies.request(f"{uniq}.silent", b"x", 0.3)
+        assert 0.25 < time.monotonic() - t0 < 2
+        with pytest.raises(NoRespondersError):
+            await replies.request(f"{uniq}.nobody", b"x", 2)
+        assert replies._waiting == {}   # nothing left behind
+    finally:
+        await answering.unsubscribe()
+        await silent.unsubscribe()
+        await replies.stop()

@@ -1,0 +1,507 @@
+"""Server-free unit tests of the consume loop's pure logic: the Delivery bridge's rules
+(pcgroups/delivery.py) and the two dispatchers (pcgroups/scheduler.py) driven by hand-made messages.
+
+Acks go to a recording publisher callable (no NATS server is faked: nothing here subscribes or
+pulls). The pull loop, pins given by a real server, RESETs and redeliveries are covered by the server
+suites (test_static, test_keys, test_elastic, test_chaos)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg as NatsMsg
+
+from pcgroups.delivery import PIN_HEADER, Delivery, Msg, RecentAcks
+from pcgroups.scheduler import KeyedDispatcher, RetryPolicy, SerialDispatcher, key_by_subject
+
+from .support import wait_for
+
+PIN = "pin-a"
+
+
+class Wire:
+    """Records what a Delivery sends on ack subjects (a publisher and a request callable)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, body: bytes) -> None:
+        self.sent.append((subject, body))
+
+    async def request(self, subject: str, body: bytes, timeout: float) -> None:
+        self.sent.append((subject, body))
+
+    def bodies(self, seq: int) -> list[bytes]:
+        """What was sent for stream sequence ``seq``."""
+        return [b for s, b in self.sent if s.split(".")[5] == str(seq)]
+
+
+def delivery(wire: Wire, *, margin: float = 60.0) -> Delivery:
+    d = Delivery(wire.publish, wire.request, pin_margin=margin)
+    d.pin_given(PIN, time.monotonic())
+    return d
+
+
+def raw(seq: int, subject: str = "0.orders.k1", *, deliveries: int = 1, cseq: int | None = None,
+        pin: str | None = PIN) -> NatsMsg:
+    reply = f"$JS.ACK.S.C.{deliveries}.{seq}.{seq if cseq is None else cseq}.1700000000000000000.0"
+    return NatsMsg(_client=None, subject=subject, reply=reply, data=str(seq).encode(),  # type: ignore[arg-type]
+                   headers={PIN_HEADER: pin} if pin else None)
+
+
+def msg(d: Delivery, dispatcher: Any, seq: int, subject: str = "0.orders.k1", **kw: Any) -> Msg:
+    pin = kw.get("pin", PIN)
+    return Msg(raw(seq, subject, **kw), d, dispatcher, pin)
+
+
+async def running(coro: Any) -> asyncio.Task[None]:
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0)
+    return task
+
+
+async def turns(n: int = 20) -> None:
+    """Let every ready task run a few times (to show that something does NOT happen; no clock involved)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def stopped(d: Delivery, task: asyncio.Task[None]) -> None:
+    d.close()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# --- Msg -----------------------------------------------------------------------------------
+
+async def test_msg_reads_its_numbers_from_the_ack_subject_and_strips_the_partition():
+    d = delivery(Wire())
+    m = msg(d, None, 10, "3.orders.k1", deliveries=2, cseq=5)
+    assert (m.deliveries, m.stream_sequence, m.consumer_sequence, m.sequence) == (2, 10, 5, 10)
+    assert (m.subject, m.partition, m.partitioned_subject, m.pin_id) == ("orders.k1", 3, "3.orders.k1", PIN)
+    assert m.metadata.num_delivered == 2
+
+
+async def test_acks_go_to_the_ack_subject_and_only_an_ack_is_remembered():
+    wire = Wire()
+    d = delivery(wire)
+    a, b, c = (msg(d, None, seq) for seq in (1, 2, 3))
+    await a.in_progress()
+    assert not a.settled
+    await a.ack()
+    await b.term("bad")
+    await c.ack_sync()
+    assert a.settled and b.settled
+    assert wire.bodies(1) == [b"+WPI", b"+ACK"] and wire.bodies(2) == [b"+TERM bad"] and wire.bodies(3) == [b"+ACK"]
+    assert d.last_acked() == 3
+    d2 = delivery(Wire())
+    await msg(d2, None, 2).term()
+    assert d2.last_acked() is None
+
+
+async def test_an_ack_from_a_sync_handlers_thread_blocks_until_sent():
+    wire = Wire()
+    d = delivery(wire)
+    m = msg(d, None, 7)
+    await asyncio.to_thread(m.ack)   # a worker thread: ack() returns once the loop has sent it
+    assert wire.bodies(7) == [b"+ACK"] and m.settled
+
+
+def test_recent_acks_remember_only_the_last_ones():
+    acks = RecentAcks(3)
+    for seq in (1, 2, 2, 3, 4):
+        acks.add(seq)
+    assert 1 not in acks and all(s in acks for s in (2, 3, 4)) and len(acks) == 3 and acks.last() == 4
+
+
+# --- Delivery: the rules ---------------------------------------------------------------------
+
+async def test_a_message_of_another_pin_is_never_handed_out_but_nakd():
+    wire = Wire()
+    d = delivery(wire)
+    assert await d.deliver(msg(d, None, 1, pin="old"))
+    assert await d.deliver(msg(d, None, 2))
+    assert await d.take() is None
+    assert wire.bodies(1) == [b"-NAK"]
+    m = await d.take()
+    assert m is not None and m.stream_sequence == 2
+    assert await d.take() is None and d.buffered == 0
+
+
+async def test_a_redelivery_of_an_acked_message_is_acked_again_never_handled():
+    wire = Wire()
+    d = delivery(wire)
+    await msg(d, None, 5).ack()
+    # arrives again after AckWait (the ack was lost): acked again, not buffered
+    assert not await d.deliver(msg(d, None, 5, deliveries=2))
+    assert d.buffered == 0 and wire.bodies(5) == [b"+ACK", b"+ACK"]
+    # a first delivery of the same sequence (after a RESET) is handled: dedup is for redeliveries only
+    assert await d.deliver(msg(d, None, 5))
+    # redelivered while it waited, and acked meanwhile: skipped just before its handler would start
+    waiting = msg(d, None, 6, deliveries=2)
+    assert await d.deliver(waiting)
+    await msg(d, None, 6).ack()
+    assert await d.skip_acked(waiting) and wire.bodies(6) == [b"+ACK", b"+ACK"]
+    assert not await d.skip_acked(msg(d, None, 8, deliveries=2))
+
+
+async def test_after_expect_reset_only_the_resets_deliveries_are_buffered():
+    d = delivery(Wire())
+    await d.deliver(msg(d, None, 1))
+    d.expect_reset()
+    assert d.buffered == 0
+    assert not await d.deliver(msg(d, None, 2, cseq=7))   # sent before the RESET
+    assert await d.deliver(msg(d, None, 1, cseq=1))       # the RESET's first delivery
+    assert await d.deliver(msg(d, None, 2, cseq=2))
+    assert d.buffered == 2
+    d.expect_reset()
+    d.reset_failed()
+    assert await d.deliver(msg(d, None, 3, cseq=3))
+
+
+async def test_messages_of_partitions_given_up_are_not_handed_out():
+    d = delivery(Wire())
+    d.partitions = {1}
+    await d.deliver(msg(d, None, 1, "0.a"))
+    await d.deliver(msg(d, None, 2, "1.a"))
+    assert await d.take() is None
+    m = await d.take()
+    assert m is not None and m.partition == 1
+
+
+async def test_hold_release_halt_close():
+    d = delivery(Wire())
+    assert d.may_start()
+    d.hold()
+    assert not d.may_start()
+    d.release()
+    assert d.may_start()
+    d.halt()
+    d.release()   # a reset_and_resume after stop() does not undo it
+    assert not d.may_start()
+    d2 = delivery(Wire())
+    d2.close()
+    assert not d2.may_start() and d2.closed
+
+
+async def test_the_pin_is_in_doubt_after_a_gap_in_the_pulls_until_confirmed():
+    d = Delivery(Wire().publish, Wire().request, pin_margin=1.0)
+    assert not d.pin_doubtful()                       # no pin, no doubt
+    long_ago = time.monotonic() - 5
+    d.pin_given(PIN, long_ago)
+    d.pulled(long_ago)
+    assert d.pin_doubtful() and not d.may_start() and d.superseded(PIN)
+    d.pulled(time.monotonic())                        # the first pull after the gap does not end the doubt
+    assert d.pin_doubtful() and not d.may_start()
+    d.pin_confirmed(time.monotonic())                 # consumer info still shows the pin
+    assert not d.pin_doubtful() and d.may_start() and not d.superseded(PIN)
+    assert d.superseded("other") and d.last_pull > long_ago
+    d.pin_given(PIN, long_ago)
+    d.pin_given("pin-b", time.monotonic())            # a delivery with a new pin: the server just gave it
+    assert not d.pin_doubtful() and d.superseded(PIN)
+    d.forget_pin()                                    # 423
+    assert d.pin_id is None and not d.pin_doubtful() and d.superseded("pin-b")
+
+
+async def test_wait_for_work_wakes_on_a_delivery_a_release_and_a_close():
+    d = delivery(Wire())
+    for poke in (lambda: asyncio.ensure_future(d.deliver(msg(d, None, 1))), d.release, d.wake, d.close):
+        waiter = asyncio.ensure_future(d.wait_for_work())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        poke()
+        await asyncio.wait_for(waiter, 1)
+
+
+# --- the serial dispatcher -------------------------------------------------------------------
+
+def serial(d: Delivery, handler: Any, fatal: list[BaseException] | None = None) -> SerialDispatcher:
+    return SerialDispatcher(d, handler, (fatal if fatal is not None else []).append)
+
+
+async def test_serial_dispatcher_runs_one_at_a_time_in_order():
+    wire = Wire()
+    d = delivery(wire)
+    seen: list[int] = []
+    active = [0, 0]   # now, peak
+
+    async def handler(m: Msg) -> None:
+        active[0] += 1
+        active[1] = max(active)
+        await asyncio.sleep(0.001)
+        seen.append(m.stream_sequence)
+        active[0] -= 1
+        await m.ack()
+
+    disp = serial(d, handler)
+    task = await running(disp.run())
+    for seq in range(1, 21):
+        await d.deliver(msg(d, disp, seq))
+    await wait_for(lambda: len(seen) == 20, 5, what="20 messages handled")
+    assert seen == list(range(1, 21)) and active[1] == 1
+    assert all(wire.bodies(s) == [b"+ACK"] for s in seen)
+    await wait_for(lambda: not disp.busy and not disp.running, 1, what="idle")
+    await stopped(d, task)
+
+
+async def test_serial_dispatcher_starts_nothing_while_held_or_the_pin_is_in_doubt():
+    d = delivery(Wire())
+    seen: list[int] = []
+
+    async def handler(m: Msg) -> None:
+        seen.append(m.stream_sequence)
+
+    disp = serial(d, handler)
+    task = await running(disp.run())
+    d.hold()
+    await d.deliver(msg(d, disp, 1))
+    await turns()
+    assert seen == [] and d.buffered == 1
+    d.release()
+    await wait_for(lambda: seen == [1], 2, what="handled after release")
+    long_ago = time.monotonic() - 120                   # a SIGSTOP longer than the margin
+    d.pin_given(PIN, long_ago)
+    d.pulled(long_ago)
+    await d.deliver(msg(d, disp, 2))
+    await turns()
+    assert seen == [1]
+    d.pin_confirmed(time.monotonic())
+    await wait_for(lambda: seen == [1, 2], 2, what="handled once the pin is confirmed")
+    await stopped(d, task)
+
+
+async def test_serial_nak_sends_nak_with_the_delay():
+    wire = Wire()
+    d = delivery(wire)
+    disp = serial(d, None)
+    await msg(d, disp, 1).nak()
+    await msg(d, disp, 2).nak(1.5)
+    assert wire.bodies(1) == [b"-NAK"]
+    assert wire.bodies(2)[0].startswith(b"-NAK ") and json.loads(wire.bodies(2)[0][5:]) == {"delay": 1_500_000_000}
+
+
+async def test_a_failing_handler_naks_its_message_and_ends_the_serial_dispatcher():
+    wire = Wire()
+    d = delivery(wire)
+    fatal: list[BaseException] = []
+
+    async def handler(m: Msg) -> None:
+        raise ValueError("boom")
+
+    disp = serial(d, handler, fatal)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await asyncio.wait_for(task, 2)          # the dispatcher returns: the instance ends
+    assert [type(e) for e in fatal] == [ValueError] and wire.bodies(1) == [b"-NAK"] and not disp.running
+
+
+async def test_serial_overdue_is_the_running_message_after_the_interval():
+    d = delivery(Wire())
+    gate = asyncio.Event()
+
+    async def handler(m: Msg) -> None:
+        await gate.wait()
+
+    disp = serial(d, handler)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await wait_for(lambda: disp.running, 2, what="the handler runs")
+    now = time.monotonic()
+    assert disp.overdue(now, 10.0) == []
+    [m] = disp.overdue(now + 10.0, 10.0)
+    assert m.stream_sequence == 1 and m.started > 0
+    gate.set()
+    await wait_for(lambda: not disp.running, 2, what="the handler ends")
+    assert disp.overdue(now + 10.0, 10.0) == [] and disp.drop_queued() == []
+    await stopped(d, task)
+
+
+async def test_a_sync_handler_runs_in_a_worker_thread():
+    from pcgroups.session import as_handle
+
+    d = delivery(Wire())
+    threads: list[int] = []
+
+    def handler(m: Msg) -> None:
+        threads.append(threading.get_ident())
+        m.ack()
+
+    disp = serial(d, as_handle(handler))
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await wait_for(lambda: d.last_acked() == 1, 2, what="acked from the worker thread")
+    assert threads and threads[0] != threading.get_ident()
+    await stopped(d, task)
+
+
+# --- the keyed dispatcher --------------------------------------------------------------------
+
+class Consumer:
+    """The keyed dispatcher's view of its consumer: canned consumer info, recorded resets and dead letters."""
+
+    stream, consumer, label = "S", "C", "S/C"
+
+    def __init__(self, info: dict[str, Any] | None = None):
+        self.info = info or {"num_ack_pending": 0}
+        self.resets: list[int | None] = []
+        self.dead: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def consumer_info(self) -> dict[str, Any]:
+        return self.info
+
+    async def reset_consumer(self, seq: int | None = None) -> None:
+        self.resets.append(seq)
+
+    async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+        self.dead.append((subject, data, headers))
+
+
+def keyed(d: Delivery, handler: Any, consumer: Consumer | None = None, *, concurrency: int = 2,
+          retry: RetryPolicy | None = None) -> KeyedDispatcher:
+    return KeyedDispatcher(d, handler, consumer or Consumer(), concurrency=concurrency, key=key_by_subject,
+                           retry=retry or RetryPolicy(backoff=0.001))
+
+
+async def test_keyed_dispatcher_keeps_key_order_and_exclusivity_within_its_concurrency():
+    d = delivery(Wire())
+    active: dict[str, int] = {}
+    peak = [0]
+    overlaps: list[str] = []
+    seen: dict[str, list[int]] = {}
+
+    async def handler(m: Msg) -> None:
+        if active.get(m.subject):
+            overlaps.append(m.subject)
+        active[m.subject] = 1
+        peak[0] = max(peak[0], sum(active.values()))
+        await asyncio.sleep(0.001 * (m.stream_sequence % 3))
+        seen.setdefault(m.subject, []).append(m.stream_sequence)
+        active[m.subject] = 0
+        await m.ack()
+
+    disp = keyed(d, handler, concurrency=3)
+    task = await running(disp.run())
+    for seq in range(1, 61):
+        await d.deliver(msg(d, disp, seq, f"0.k{seq % 5}"))
+        if seq % 7 == 0:
+            await turns(3)   # some arrive while their key's handler runs
+    await wait_for(lambda: sum(map(len, seen.values())) == 60, 5, what="60 messages handled")
+    assert overlaps == [] and peak[0] == 3
+    assert all(v == sorted(v) for v in seen.values()) and len(seen) == 5
+    await wait_for(lambda: not disp.busy, 1, what="idle")
+    await stopped(d, task)
+
+
+async def test_keyed_nak_retries_in_place_and_the_key_waits():
+    wire = Wire()
+    d = delivery(wire)
+    calls: list[int] = []
+
+    async def handler(m: Msg) -> None:
+        calls.append(m.stream_sequence)
+        if calls.count(m.stream_sequence) == 1 and m.stream_sequence == 1:
+            await m.nak(0.01)
+            return
+        await m.ack()
+
+    disp = keyed(d, handler)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1, "0.a"))
+    await d.deliver(msg(d, disp, 2, "0.a"))
+    await wait_for(lambda: len(calls) == 3, 2, what="the retry and the next message")
+    assert calls == [1, 1, 2]
+    assert wire.bodies(1) == [b"+ACK"]          # nothing went to the server for the nak
+    await stopped(d, task)
+
+
+async def test_keyed_dead_letters_after_max_deliver_and_the_key_moves_on():
+    wire = Wire()
+    d = delivery(wire)
+    consumer = Consumer()
+    handled: list[int] = []
+
+    async def handler(m: Msg) -> None:
+        if m.stream_sequence == 1:
+            raise RuntimeError("poison")
+        handled.append(m.stream_sequence)
+        await m.ack()
+
+    disp = keyed(d, handler, consumer, retry=RetryPolicy(max_deliver=3, backoff=0.001, dead_letter_subject="dlq"))
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1, "0.a"))
+    await d.deliver(msg(d, disp, 2, "0.a"))
+    await wait_for(lambda: handled == [2], 2, what="the key moves on")
+    [(subject, data, headers)] = consumer.dead
+    assert subject == "dlq" and data == b"1" and PIN_HEADER not in headers
+    assert headers["Pcg-Deliveries"] == "3" and "poison" in headers["Pcg-Dead-Reason"]
+    assert headers["Pcg-Stream-Seq"] == "1" and headers["Pcg-Subject"] == "a"
+    assert wire.bodies(1)[0].startswith(b"+TERM RuntimeError")
+    await stopped(d, task)
+
+
+@pytest.mark.parametrize("deliveries", [2, 1], ids=["redelivered", "first-delivery-above-a-gap"])
+async def test_keyed_take_over_with_unacked_messages_resets_to_the_ack_floor(deliveries):
+    d = delivery(Wire())
+    consumer = Consumer({"num_ack_pending": 3, "ack_floor": {"consumer_seq": 4, "stream_seq": 4}})
+    seen: list[int] = []
+
+    async def handler(m: Msg) -> None:
+        seen.append(m.stream_sequence)
+        await m.ack()
+
+    disp = keyed(d, handler, consumer)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 6, "0.a", deliveries=deliveries, cseq=9))   # the new pin's first message
+    await wait_for(lambda: consumer.resets == [None], 2, what="the RESET")
+    assert not await d.deliver(msg(d, disp, 7, "0.a", cseq=10))     # sent before the RESET: dropped
+    await d.deliver(msg(d, disp, 5, "0.a", cseq=1))                 # from the ack floor, in order
+    await d.deliver(msg(d, disp, 6, "0.a", cseq=2))
+    await wait_for(lambda: seen == [5, 6], 2, what="the messages from the floor")
+    await stopped(d, task)
+
+
+async def test_keyed_fresh_pin_does_not_reset():
+    d = delivery(Wire())
+    consumer = Consumer({"num_ack_pending": 1, "ack_floor": {"consumer_seq": 0}})
+    seen: list[int] = []
+
+    async def handler(m: Msg) -> None:
+        seen.append(m.stream_sequence)
+
+    disp = keyed(d, handler, consumer)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1, "0.a", cseq=1))
+    await wait_for(lambda: seen == [1], 2, what="handled")
+    assert consumer.resets == []
+    await stopped(d, task)
+
+
+async def test_keyed_holds_and_the_waiting_messages_are_overdue_and_dropped():
+    d = delivery(Wire())
+    gate = asyncio.Event()
+
+    async def handler(m: Msg) -> None:
+        await gate.wait()
+        await m.ack()
+
+    disp = keyed(d, handler)
+    task = await running(disp.run())
+    for seq in (1, 2, 3):
+        await d.deliver(msg(d, disp, seq, "0.a"))
+    await wait_for(lambda: disp.running and disp.busy, 2, what="the first runs")
+    d.hold()
+    later = time.monotonic() + 10
+    assert sorted(m.stream_sequence for m in disp.overdue(later, 5.0)) == [1, 2, 3]
+    assert disp.overdue(time.monotonic(), 5.0) == []
+    gate.set()
+    await wait_for(lambda: not disp.running, 2, what="the running one ends")
+    await turns()
+    assert not disp.running                               # held: the next one of the key does not start
+    assert [m.stream_sequence for m in disp.drop_queued()] == [2, 3] and not disp.busy
+    await stopped(d, task)
