@@ -74,18 +74,6 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def member_loop_factory() -> Any:
-    """The event loop a ``consume`` runs on: uvloop's when it is installed (the ``uvloop`` extra: about a
-    fifth less CPU per message, BENCHMARKS.md P7) unless ``CG_EVENT_LOOP=asyncio``; else asyncio's."""
-    if os.environ.get("CG_EVENT_LOOP", "").lower() == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any:
     from nats.errors import NoRespondersError
 

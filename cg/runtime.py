@@ -76,10 +76,8 @@ class Runtime:
 
     def run_member(self, coro_fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """:meth:`run` for a member instance (``consume``): on uvloop when it is installed
-        (:func:`cg.consume.member_loop_factory`)."""
+        (:func:`member_loop_factory`)."""
         import asyncio
-
-        from .consume import member_loop_factory
 
         with asyncio.Runner(loop_factory=member_loop_factory()) as runner:
             return runner.run(coro_fn(*args, **kwargs))  # type: ignore[arg-type]
@@ -202,4 +200,20 @@ async def read_answer_async(prompt: str) -> str | None:
     return await answer
 
 
-__all__ = ["DELETE_WARNING", "Runtime", "close_quietly", "read_answer", "read_answer_async", "runtime", "stdin_is_terminal"]
+
+
+def member_loop_factory() -> Any:
+    """The event loop a member instance (``consume``) runs on: uvloop's when it is installed (the
+    ``uvloop`` extra: about a fifth less CPU per message, BENCHMARKS.md P7) unless
+    ``CG_EVENT_LOOP=asyncio``; else asyncio's (None)."""
+    import os
+
+    if os.environ.get("CG_EVENT_LOOP", "").lower() == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+__all__ = ["DELETE_WARNING", "Runtime", "member_loop_factory", "close_quietly", "read_answer", "read_answer_async", "runtime", "stdin_is_terminal"]
