@@ -1,0 +1,51 @@
+"""What a running instance tells its owner: state changes and rebalance hooks.
+
+A consume entry point (``static_consume``, ``elastic_consume``, automatic membership) takes
+
+- ``on_event``: called with an :class:`InstanceEvent` each time the instance's state changes
+  (a plain callable, called on the event loop; it must not block);
+- ``on_assigned(partitions)``: called, and awaited if it returns an awaitable, before the first
+  message of newly owned partitions is handed to the handler;
+- ``on_revoked(partitions)``: called, and awaited, after the in-flight handlers of those partitions
+  finished and before they are released to another member.
+
+An exception raised by a hook is logged and ends the instance with that error (``done()`` gives it).
+
+Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
+
+``pinned``        this instance holds the member's pin and handles ``partitions``;
+``standby``       another instance of the member holds the pin;
+``lost-pin``      this instance held the pin and lost it (another took over, or the server said so);
+``not-a-member``  elastic: the member is not in the group (yet); the instance waits to be added;
+``added``         elastic: the member was added; ``partitions`` are its partitions;
+``partitions``    the member's partitions changed (a rebalance); ``partitions`` are the new ones;
+``dropped``       elastic: the member was dropped; the instance idles until it is added again;
+``disconnected``  the connection to ``detail`` (a server URL, credentials removed) was lost;
+``reconnected``   the connection is back, to ``detail``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
+         "disconnected", "reconnected")
+
+
+@dataclass(frozen=True)
+class InstanceEvent:
+    """One change of an instance's state; ``partitions`` sorted, ``detail`` free text (a URL)."""
+
+    kind: str
+    member: str
+    partitions: tuple[int, ...] = ()
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown instance event kind {self.kind!r}; known: {', '.join(KINDS)}")
+
+
+EventCallback = Callable[[InstanceEvent], None]
+PartitionsHook = Callable[[set[int]], Awaitable[None] | None]
