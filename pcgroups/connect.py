@@ -6,7 +6,8 @@ The context is chosen by ``--context`` > ``NATS_CONTEXT`` > ``<config>/nats/cont
 
 :func:`connect` makes the first connection fail fast with one clear :class:`PCGroupsError`
 (nats-py would otherwise retry an unreachable server for minutes) and then lets the connected
-client reconnect forever, as a long-running consumer wants.
+client reconnect forever, as a long-running consumer wants. :class:`ConnectionWatch` tells any
+number of listeners (running instances) when a client loses and regains its server.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import os
 import re
 import socket
 import ssl
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "DEFAULT_URL",
     "DEFAULT_TIMEOUT",
     "ConnectionOptions",
+    "ConnectionWatch",
     "NatsContext",
     "ResolvedConnection",
     "config_dir",
@@ -693,3 +696,70 @@ def _silence_ssl_eof_warning() -> None:
     if _ssl_noise_filter is None:
         _ssl_noise_filter = _SSLEOFNoise()
         logging.getLogger("asyncio").addFilter(_ssl_noise_filter)
+
+
+class ConnectionWatch:
+    """The disconnections and reconnections of one client, for several listeners; get it with :meth:`of`.
+
+    It attaches itself by wrapping the client's ``disconnected`` and ``reconnected`` callbacks (nats-py
+    keeps one of each, no list of listeners); the callbacks it wraps still run, after the listeners.
+    A listener gets ``("disconnected" | "reconnected", url)``, the server's URL without credentials.
+    """
+
+    def __init__(self, nc: Any):
+        self._nc = nc
+        self._listeners: list[Callable[[str, str], None]] = []
+        self._url = _plain_url(nc.connected_url)
+        self._forward_disconnected = nc._disconnected_cb
+        self._forward_reconnected = nc._reconnected_cb
+        nc._disconnected_cb = self._disconnected
+        nc._reconnected_cb = self._reconnected
+
+    @classmethod
+    def of(cls, nc: Any) -> "ConnectionWatch":
+        """The client's watch, attached on first use."""
+        watch = _connection_watches.get(nc)
+        if watch is None:
+            watch = _connection_watches[nc] = cls(nc)
+        return watch
+
+    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``listener(kind, url)`` on each change; returns the function that stops it."""
+        self._listeners.append(listener)
+
+        def unlisten() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return unlisten
+
+    def _tell(self, kind: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(kind, self._url)
+            except Exception as e:  # noqa: BLE001 - one listener's failure is its own
+                log.warning("connection listener failed on %s: %r", kind, e)
+
+    async def _disconnected(self) -> None:
+        if not self._nc.is_closed:   # nats-py calls it on close() too: that is no disconnection
+            self._tell("disconnected")
+        if self._forward_disconnected is not None:
+            await self._forward_disconnected()
+
+    async def _reconnected(self) -> None:
+        self._url = _plain_url(self._nc.connected_url) or self._url
+        self._tell("reconnected")
+        if self._forward_reconnected is not None:
+            await self._forward_reconnected()
+
+
+_connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
+
+
+def _plain_url(url: Any) -> str:
+    """``scheme://host:port`` of a parsed server URL (credentials left out); "" for None."""
+    if url is None:
+        return ""
+    host = url.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{url.scheme}://{host}:{url.port}" if url.port else f"{url.scheme}://{host}"

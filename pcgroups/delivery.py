@@ -29,7 +29,9 @@ Invariants (tests/test_session_units.py checks each):
 1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
    for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when
    no pull carried it for 0.9 x PinnedTTL (the process was paused or its loop blocked: the server may
-   have given it away) until the pull side confirms it by consumer info or the server gives a pin.
+   have given it away) until the pull side confirms it by consumer info or the server gives a pin;
+   and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and events to run first),
+   until the current pin is admitted (:meth:`~Delivery.admit`).
 2. A message whose pin is not the current pin is never handed out: :meth:`~Delivery.take` naks it
    (the pin's new holder gets it).
 3. A redelivery of a message this instance acked is acked again, never handled: on arrival
@@ -273,6 +275,8 @@ class Delivery:
         self._stopping = False
         self._closed = False
         self._await_reset = False
+        self.gated = False          # when set, handlers of a pin start only once it is admitted
+        self._admitted: str | None = None
 
     # --- the pin (pull side) --------------------------------------------------------------
     @property
@@ -320,6 +324,12 @@ class Delivery:
         """Consumer info shows the pin still ours: handlers may start again."""
         self._pin_doubt = False
         self._pin_confirmed = now
+        self.wake()
+
+    def admit(self, pin: str | None) -> None:
+        """With :attr:`gated`: the owner was told about ``pin`` (its rebalance hook ran), so handlers
+        of messages received with it may start."""
+        self._admitted = pin
         self.wake()
 
     def superseded(self, pin: str | None) -> bool:
@@ -385,7 +395,8 @@ class Delivery:
 
     def may_start(self) -> bool:
         """A handler may start now (invariant 1)."""
-        return not (self._held or self._stopping or self._closed) and not self.pin_doubtful()
+        return (not (self._held or self._stopping or self._closed) and not self.pin_doubtful()
+                and (not self.gated or self._pin_id == self._admitted))
 
     # --- the dispatcher's side ------------------------------------------------------------
     @property

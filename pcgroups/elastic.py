@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
@@ -24,6 +24,7 @@ from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_ela
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                      NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .sticky import group_members, sticky_change
+from .events import EventCallback, PartitionsHook
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
                     JetStreamApi, StreamConfig, pinned_client_id)
@@ -34,6 +35,9 @@ from .sources import (Layout, SourceStream, Start, assign_filters, explicit_star
                       source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
+
+if TYPE_CHECKING:
+    from .membership import AutoInstance
 
 log = logging.getLogger("pcgroups")
 
@@ -657,12 +661,14 @@ async def elastic_member_step_down(nc: Client, stream: str, group: str, member: 
     await api.unpin(work_queue_name(stream, group), member)
 
 
-async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
+async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
                           config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                           auto: bool = False, lease_ttl: float = 5.0,
-                          create: "ElasticSpec | None" = None) -> "ElasticInstance":
+                          create: "ElasticSpec | None" = None, on_assigned: PartitionsHook | None = None,
+                          on_revoked: PartitionsHook | None = None,
+                          on_event: EventCallback | None = None) -> "ElasticInstance | AutoInstance":
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -670,7 +676,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     ``auto=True`` the membership follows the instances' leases (see :mod:`pcgroups.membership`);
     ``member`` may then be empty for a generated name, and ``create`` (an :class:`ElasticSpec`)
     joins the group by name: it is created with that shape if it does not exist (an existing group
-    of another shape is a ``GroupExistsError``).
+    of another shape is a ``GroupExistsError``). ``on_assigned``, ``on_revoked`` and ``on_event``: see
+    :mod:`pcgroups.events`. Without a ``handler`` the instance is iterated: ``async for msg in instance``.
     """
     if create is not None and not auto:
         raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
@@ -680,7 +687,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
         return await elastic_consume_auto(nc, stream, group, handler, member=member or None, lease_ttl=lease_ttl,
                                           config=config, api=api, create=create, batch=batch,
                                           auto_in_progress=auto_in_progress, concurrency=concurrency, key=key,
-                                          retry=retry)
+                                          retry=retry, on_assigned=on_assigned, on_revoked=on_revoked,
+                                          on_event=on_event)
     api = _api(nc, api)
     _names(stream, group)
     validate_name("member", member)
@@ -690,7 +698,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     template.inactive_threshold = template.ack_wait
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
-                           concurrency=concurrency, key=key, retry=retry)
+                           concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
+                           on_revoked=on_revoked, on_event=on_event)
     await inst._setup()
     return inst
 
@@ -722,6 +731,9 @@ class ElasticInstance(ConsumerInstance):
                                 f"{self.group_name} on stream {self.stream_name} not found")
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
         self.desired = elastic_member_filters(self.config, self.member_name)
+        self._membership: tuple[bool, list[int]] = self._member_state(self.config)
+        if not self._membership[0]:
+            self._reporter.emit("not-a-member")
         self._partition_key = _partitioning_key(self.config)
         self.current: list[str] | None = None    # the filters our consumer has, when attached
         self._retry_at = 0.0
@@ -781,6 +793,7 @@ class ElasticInstance(ConsumerInstance):
             if cfg.partitioning_filters != self.config.partitioning_filters:
                 self._partition_key = _partitioning_key(cfg)   # a stream was added or removed
             self.config = cfg
+            self._note_membership(cfg)
             desired = elastic_member_filters(cfg, self.member_name)
             if desired == self.desired and (self.current == desired or not desired):
                 return _CONTINUE  # our partitions did not change: keep consuming without a pause
@@ -808,6 +821,22 @@ class ElasticInstance(ConsumerInstance):
             await self._reconcile()
             return _CONTINUE
         return _CONTINUE
+
+    def _member_state(self, cfg: ElasticConfig) -> tuple[bool, list[int]]:
+        return cfg.is_in_membership(self.member_name), member_partitions(
+            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
+            member=self.member_name)
+
+    def _note_membership(self, cfg: ElasticConfig) -> None:
+        """The membership event of a new config: added, dropped, or the member's partitions changed."""
+        (was_in, had), (is_in, has) = self._membership, self._member_state(cfg)
+        self._membership = (is_in, has)
+        if is_in and not was_in:
+            self._reporter.emit("added", has)
+        elif was_in and not is_in:
+            self._reporter.emit("dropped")
+        elif is_in and has != had:
+            self._reporter.emit("partitions", has)
 
     # --- reconciliation ---------------------------------------------------------------------
     async def _reconcile(self) -> None:
@@ -922,7 +951,12 @@ class ElasticInstance(ConsumerInstance):
         have = info["config"].get("filter_subjects") or []
         if have == self.desired:  # another instance of ours did it already
             self.current = list(self.desired)
-            self.session.partitions = set(self.partitions)
+            owned = set(self.partitions)
+            if self._reporter.assigned - owned:   # hand out no more of what we lose; let its handlers finish
+                self.session.partitions = self._handed_out(self.session) & owned
+                await self.session.idle()
+            await self._settle_pinned(owned)
+            self.session.partitions = owned
             return
         if not self._may_change(info):
             return  # the pinned instance (maybe not this process) does it; check again shortly
@@ -947,7 +981,11 @@ class ElasticInstance(ConsumerInstance):
         first = stream.get("state", {}).get("first_seq", 0)
 
         async def update() -> None:
+            # Nothing runs (quiesced) and nothing is handed out until the RESET: the hooks' moment.
+            kept = _partitions_of(target)
+            await self._settle_pinned(self._reporter.assigned & kept)
             await self.api.create_consumer(self.work_queue, self._consumer_config(target), action="update")
+            await self._settle_pinned(kept)
 
         # Update the filters, then RESET to the first message: what was buffered is dropped and comes
         # again in stream order (to us for kept partitions, to the new owner for the others), and the

@@ -1,16 +1,27 @@
-"""The consume context ``*_consume`` returns: one member instance, its control loop and its end."""
+"""The consume context ``*_consume`` returns: one member instance, its control loop and its end.
+
+The control loop also follows the pin (the session reports each change of it): it decides pinned or
+standby, runs the rebalance hooks at the points their promises hold and emits the instance events
+(:mod:`pcgroups.events`, :mod:`pcgroups.hooks`). A standby is said only after the instance was seen
+without the pin twice, half a PinnedTTL apart (the server gives the pin a moment after the first pull).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
 from nats.aio.client import Client
 
+from .connect import ConnectionWatch
+from .delivery import Msg
 from .errors import ConfigError, PCGroupsError
+from .events import EventCallback, PartitionsHook
+from .hooks import Handoff, HookError, Reporter
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
@@ -39,20 +50,24 @@ class ConsumerInstance:
     """A running member instance. ``stop()`` ends it; ``await done()`` gives None or the error.
 
     Use it as an async context manager to stop it on exit. Events (config updates, a lost consumer,
-    a failed handler, stop) are handled one at a time by the control loop in arrival order.
+    a failed handler, a change of the pin, stop) are handled one at a time by the control loop in
+    arrival order. Started with ``handler=None`` it is iterated instead: ``async for msg in instance``
+    (:class:`~pcgroups.hooks.Handoff`).
     """
 
     def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, group: str, member: str,
-                 handler: Handler, template: ConsumerConfig, batch: int, auto_in_progress: bool,
-                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None):
-        if handler is None:
-            raise ConfigError("a message handler must be provided")
+                 handler: Handler | None, template: ConsumerConfig, batch: int, auto_in_progress: bool,
+                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
+                 on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
+                 on_event: EventCallback | None = None):
+        if handler is None and concurrency != 1:
+            raise ConfigError("an instance iterated with async for takes one message at a time: concurrency "
+                              f"must be 1 without a handler, got {concurrency}")
         self.nc = nc
         self.api = api
         self.stream_name = stream
         self.group_name = group
         self.member_name = member
-        self.handler = handler
         self.template = template
         self.batch = batch
         self.auto_in_progress = auto_in_progress
@@ -66,12 +81,19 @@ class ConsumerInstance:
         self.recovered_errors = 0
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._handoff = Handoff(self._done) if handler is None else None
+        self.handler: Handler = handler if handler is not None else self._handoff.handler
+        self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
+                                  on_failure=lambda e: self._events.put_nowait(("fatal", e)))
+        self._pin_state: str | None = None        # "pinned", "lost-pin" or "standby" once said
+        self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._consuming = asyncio.Event()
         self._stop_requested = False
         self._task: asyncio.Task | None = None
         self._watcher = None
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
+        self._unwatch: Callable[[], None] = lambda: None
 
     # --- public surface -------------------------------------------------------------------
     @property
@@ -115,9 +137,18 @@ class ConsumerInstance:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        """The messages, for an instance started with ``handler=None`` (see :mod:`pcgroups.hooks`)."""
+        if self._handoff is None:
+            raise ConfigError("this instance runs a handler: only an instance started with handler=None "
+                              "is iterated with async for")
+        return self._handoff.messages()
+
     # --- for subclasses -------------------------------------------------------------------
     def _start(self, watcher) -> None:
         self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
+        self._unwatch = ConnectionWatch.of(self.nc).listen(
+            lambda kind, url: self._reporter.emit(kind, detail=url))
         self._watcher = watcher
         self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")
         self._task = asyncio.create_task(self._control(), name=f"pcg-control-{self.member_name}")
@@ -151,6 +182,8 @@ class ConsumerInstance:
                     break
         except asyncio.CancelledError:
             result = None
+        except HookError as e:  # logged by the reporter
+            result = e.error
         except Exception as e:  # a bug or an unexpected server answer: end, never idle as a zombie
             log.exception("%s: control loop failed", self.member_name)
             result = e
@@ -167,6 +200,9 @@ class ConsumerInstance:
         if kind == "fatal":
             await self._stop_session(drain=False)
             return value
+        if kind == "pin":
+            await self._follow_pin()
+            return _CONTINUE
         if kind == "watch-closed":
             await self._stop_session(drain=True)
             return PCGroupsError(f"the {self.flavour} consumer group config watcher has been closed, stopping")
@@ -187,18 +223,76 @@ class ConsumerInstance:
                               on_fatal=lambda e: self._events.put_nowait(("fatal", e)),
                               on_gone=lambda r: self._events.put_nowait(("gone", r)),
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
-                              key=self.key or self._default_key(), retry=self.retry)
+                              key=self.key or self._default_key(), retry=self.retry,
+                              on_pin=lambda: self._events.put_nowait(("pin", None)), gated=self._reporter.gates)
         if self._stop_requested:
             session.halt()
         await session.start()
         self.session = session
         self._consuming.set()
+        self._events.put_nowait(("pin", None))   # starts the standby check
 
     async def _stop_session(self, *, drain: bool) -> None:
+        """Stop consuming (``drain``: in-flight handlers finish first); then ``on_revoked`` for what the
+        owner was told it owns."""
         session, self.session = self.session, None
         self._consuming.clear()
         if session is not None:
             await session.stop(drain=drain)
+        self._pin_state = self._unpinned_since = None
+        self._reporter.forget("pin")
+        await self._reporter.settle(())
+
+    # --- the pin, the hooks and the events ----------------------------------------------------
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this instance's member owns under the current config."""
+        raise NotImplementedError
+
+    def _handed_out(self, session: PullSession) -> set[int]:
+        """The partitions ``session`` hands out (what a pinned instance owns for its hooks)."""
+        return set(session.partitions) if session.partitions is not None else set(self.partitions)
+
+    async def _follow_pin(self) -> None:
+        """The pin changed, or a standby check is due: hooks and events for the instance's pin state."""
+        session = self.session
+        if session is None or session.closed or self._stop_requested:
+            return
+        if session.pinned:
+            self._unpinned_since = None
+            if self._pin_state != "pinned":
+                owned = self._handed_out(session)
+                await self._reporter.settle(owned)
+                self._pin_state = "pinned"
+                self._reporter.emit("pinned", owned)
+            session.admit()
+            return
+        if self._pin_state == "pinned":
+            await session.idle()   # the handlers in flight under the lost pin finish first
+            await self._reporter.settle(())
+            self._pin_state = "lost-pin"
+            self._reporter.emit("lost-pin")
+        now = time.monotonic()
+        if self._unpinned_since is None:
+            self._unpinned_since = now
+        due = self._unpinned_since + pinned_ttl(self.template.ack_wait) / 2
+        if now >= due:
+            if self._pin_state != "standby":
+                self._pin_state = "standby"
+                self._reporter.emit("standby")
+        else:
+            asyncio.get_running_loop().call_later(due - now + 0.01, self._events.put_nowait, ("pin", None))
+
+    async def _settle_pinned(self, owned: set[int]) -> None:
+        """While pinned: the hooks for a change of the partitions handed out (the caller made sure no handler
+        of a partition given up runs, and none of a partition gained started)."""
+        if self._pin_state == "pinned":
+            try:
+                await self._reporter.settle(owned)
+            except HookError:
+                if self.session is not None:
+                    self.session.halt()   # the instance ends: no handler starts meanwhile
+                raise
 
     _consume_stream = ""
 
@@ -207,7 +301,11 @@ class ConsumerInstance:
 
     async def _finish(self, result: BaseException | None) -> None:
         self._unlisten()
-        await self._stop_session(drain=result is None)
+        self._unwatch()
+        try:
+            await self._stop_session(drain=result is None)
+        except HookError as e:
+            result = result or e.error
         if self._watch_task is not None:
             self._watch_task.cancel()
         if self._watcher is not None:

@@ -30,7 +30,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -173,7 +173,7 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
 
 
 # --- the instance -------------------------------------------------------------------------------
-async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Handler, *,
+async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Handler | None = None, *,
                                member: str | None = None, lease_ttl: float = DEFAULT_LEASE_TTL,
                                config: ConsumerConfig | None = None, debounce: float = DEFAULT_DEBOUNCE,
                                api: JetStreamApi | None = None, create: "ElasticSpec | None" = None,
@@ -182,7 +182,10 @@ async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Han
 
     ``member``: a name shared by hot-standby instances; None gives a unique ``auto-<8 hex>``.
     ``lease_ttl`` (>= 1 s): a dead instance's member is dropped this long after its last renewal.
-    ``config`` and ``consume_kwargs`` (batch, concurrency, key, retry, ...) go to ``elastic_consume``.
+    ``config`` and ``consume_kwargs`` (batch, concurrency, key, retry, on_assigned, on_revoked, on_event,
+    ...) go to ``elastic_consume``: the hooks and events are those of the member's instance, so a
+    rebalance calls ``on_revoked`` / ``on_assigned`` with the partitions that moved. Without a
+    ``handler`` the instance is iterated (``async for msg in instance``).
     The group must exist (``create_elastic``), or ``create`` (an ``ElasticSpec``) gives the shape it is
     created with when it does not (joining by name; instances starting together make one group). Its
     membership is then managed by its instances.
@@ -219,7 +222,8 @@ class AutoInstance:
     """An elastic instance in automatic membership: its lease, the group's membership, its consumer.
 
     Mirrors the consume context: ``stop()``, ``await done()``, ``wait_for_consuming()``, ``pinned``,
-    ``member_name``, ``async with``. ``consumer`` is the underlying :class:`ElasticInstance`.
+    ``member_name``, ``async with``, ``async for`` (started without a handler). ``consumer`` is the
+    underlying :class:`ElasticInstance`.
     """
 
     def __init__(self, nc: Client, api: JetStreamApi, consumer: Any, *, stream: str, group: str, member: str,
@@ -322,6 +326,10 @@ class AutoInstance:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        """The member's messages, for an instance started with ``handler=None``."""
+        return self.consumer.__aiter__()
 
     def __repr__(self) -> str:
         return (f"<AutoInstance {self.stream_name}/{self.group_name} member={self.member_name} "

@@ -119,6 +119,7 @@ class PullSession:
                  ack_wait: float, batch: int = DEFAULT_BATCH, auto_in_progress: bool = True,
                  on_fatal: Callable[[BaseException], None] | None = None,
                  on_gone: Callable[[str], None] | None = None, label: str = "",
+                 on_pin: Callable[[], None] | None = None, gated: bool = False,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None):
         self.nc = nc
         self.api = api
@@ -134,6 +135,7 @@ class PullSession:
         self.auto_in_progress = auto_in_progress
         self.on_fatal = on_fatal
         self.on_gone = on_gone
+        self.on_pin = on_pin
         self.label = label or consumer
         self._pending = 0                 # messages requested by outstanding pulls, not yet delivered
         self._pulling = False
@@ -149,6 +151,8 @@ class PullSession:
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
         self._ack_replies = AckReplies(nc)
         self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9)
+        # gated: handlers of a new pin wait until the owner admits it (admit()), told by on_pin: its hooks run first
+        self.delivery.gated = gated
         handle = as_handle(handler)
         self.dispatcher: Dispatcher
         if concurrency > 1:
@@ -175,6 +179,14 @@ class PullSession:
     @property
     def pinned(self) -> bool:
         return self.delivery.pin_id is not None
+
+    def admit(self) -> None:
+        """Handlers of the current pin may start (the owner has run its hooks for it: see ``on_pin``)."""
+        self.delivery.admit(self.delivery.pin_id)
+
+    def _pin_changed(self) -> None:
+        if self.on_pin is not None:
+            self.on_pin()
 
     @property
     def closed(self) -> bool:
@@ -218,6 +230,10 @@ class PullSession:
         """Start no new handler and wait (default: AckWait) until none runs. Pulls go on, so the pin
         is kept; what arrives meanwhile waits. Follow with :meth:`reset_and_resume`."""
         self.delivery.hold()
+        return await self.idle(timeout)
+
+    async def idle(self, timeout: float | None = None) -> bool:
+        """Wait (default: AckWait) until no handler runs; False if the time ran out first."""
         deadline = time.monotonic() + (timeout if timeout is not None else self.ack_wait)
         while time.monotonic() < deadline:
             if not self.dispatcher.running:
@@ -319,6 +335,7 @@ class PullSession:
             if delivery.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
             delivery.pin_given(pin, now)
+            self._pin_changed()
         await delivery.deliver(Msg(msg, delivery, self.dispatcher, pin, now))
 
     def _on_status(self, status: str, headers: dict[str, str]) -> None:
@@ -339,6 +356,7 @@ class PullSession:
             if self.pin_id is not None:
                 log.info("%s: lost the pin (%s)", self.label, description or "423")
             self.delivery.forget_pin()
+            self._pin_changed()
             self._pending = 0
             self._drop_queued()
             self._wake.set()
@@ -439,6 +457,7 @@ class PullSession:
         log.info("%s: the pin moved while this instance was paused; dropping %d buffered message(s)", self.label,
                  len(self._take_buffered()))
         self.delivery.forget_pin()
+        self._pin_changed()
         self._wake.set()
 
     async def _pull(self, n: int) -> None:

@@ -13,7 +13,8 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      JetStreamAPIError, NotAMemberError, NotFoundError)
 from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
-from .partitions import static_member_filters
+from .events import EventCallback, PartitionsHook
+from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
 from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call,
@@ -165,13 +166,17 @@ async def static_member_step_down(nc: Client, stream: str, group: str, member: s
     await api.unpin(stream, static_consumer_name(group, member))
 
 
-async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler, *,
+async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
-                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None) -> "StaticInstance":
+                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
+                         on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
+                         on_event: EventCallback | None = None) -> "StaticInstance":
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
+    ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`. Without a ``handler``
+    the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`).
     """
     api = _api(nc, api)
     validate_name("stream", stream)
@@ -179,7 +184,8 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
     validate_name("member", member)
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                           template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
-                          concurrency=concurrency, key=key, retry=retry)
+                          concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
+                          on_revoked=on_revoked, on_event=on_event)
     await inst._setup()
     return inst
 
@@ -211,6 +217,13 @@ class StaticInstance(ConsumerInstance):
     @property
     def _consume_stream(self) -> str:  # type: ignore[override]
         return self.stream_name
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this instance's member owns (fixed: the membership of a static group is)."""
+        c = self.config
+        return member_partitions(max_members=c.max_members, members=c.members, member_mappings=c.member_mappings,
+                                 member=self.member_name)
 
     async def _join(self, filters: list[str]) -> None:
         cfg = with_priority_group(self.template, filters)

@@ -176,8 +176,8 @@ async def test_join_errors(nc, js, uniq):
     await create_static(nc, uniq, "g", 2, members=["m1"])
     with pytest.raises(NotAMemberError):
         await static_consume(nc, uniq, "g", "zz", counter({}, "x"))
-    with pytest.raises(ConfigError, match="handler must be provided"):
-        await static_consume(nc, uniq, "g", "m1", None)
+    with pytest.raises(ConfigError, match="concurrency must be 1 without a handler"):
+        await static_consume(nc, uniq, "g", "m1", None, concurrency=2)   # handler=None: iterated
     with pytest.raises(NotFoundError):
         await static_consume(nc, uniq, "nope", "m1", counter({}, "x"))
     with pytest.raises(NotFoundError, match="stream does not exist"):
