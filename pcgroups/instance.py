@@ -2,8 +2,10 @@
 
 The control loop also follows the pin (the session reports each change of it): it decides pinned or
 standby, runs the rebalance hooks at the points their promises hold and emits the instance events
-(:mod:`pcgroups.events`, :mod:`pcgroups.hooks`). A standby is said only after the instance was seen
-without the pin twice, half a PinnedTTL apart (the server gives the pin a moment after the first pull).
+(:mod:`pcgroups.events`, :mod:`pcgroups.hooks`). The server gives the pin with a message, so an
+instance is not a standby merely for having none: it is one once it was seen without the pin twice,
+half a PinnedTTL apart, and consumer info shows another instance's pin (asked every half PinnedTTL
+until then).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .delivery import Msg
 from .errors import ConfigError, PCGroupsError
 from .events import EventCallback, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
-from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
@@ -87,6 +89,7 @@ class ConsumerInstance:
                                   on_failure=lambda e: self._events.put_nowait(("fatal", e)))
         self._pin_state: str | None = None        # "pinned", "lost-pin" or "standby" once said
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
+        self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
         self._stop_requested = False
         self._task: asyncio.Task | None = None
@@ -240,6 +243,8 @@ class ConsumerInstance:
         if session is not None:
             await session.stop(drain=drain)
         self._pin_state = self._unpinned_since = None
+        if self._pin_check is not None:
+            self._pin_check.cancel()
         self._reporter.forget("pin")
         await self._reporter.settle(())
 
@@ -272,16 +277,32 @@ class ConsumerInstance:
             await self._reporter.settle(())
             self._pin_state = "lost-pin"
             self._reporter.emit("lost-pin")
+        if self._pin_state == "standby":
+            return
         now = time.monotonic()
         if self._unpinned_since is None:
             self._unpinned_since = now
-        due = self._unpinned_since + pinned_ttl(self.template.ack_wait) / 2
-        if now >= due:
-            if self._pin_state != "standby":
-                self._pin_state = "standby"
-                self._reporter.emit("standby")
-        else:
-            asyncio.get_running_loop().call_later(due - now + 0.01, self._events.put_nowait, ("pin", None))
+        half = pinned_ttl(self.template.ack_wait) / 2
+        due = self._unpinned_since + half
+        if now >= due and await self._other_pinned(session):
+            self._pin_state = "standby"
+            self._reporter.emit("standby")
+            return
+        # Not yet, or nobody holds the pin (the server gives it with a message): look again later.
+        if self._pin_check is not None:
+            self._pin_check.cancel()
+        self._pin_check = asyncio.get_running_loop().call_later(
+            max(due - now, 0.0) + (0.01 if now < due else half), self._events.put_nowait, ("pin", None))
+
+    async def _other_pinned(self, session: PullSession) -> bool:
+        """Consumer info shows another instance's pin (None: no answer, or nobody is pinned)."""
+        try:
+            info = await session.consumer_info()
+        except Exception as e:  # noqa: BLE001 - disconnected, no leader: asked again later
+            log.debug("%s: consumer info for the pin: %s", self.member_name, e)
+            return False
+        pin = pinned_client_id(info)
+        return pin is not None and not session.pinned and pin != session.pin_id
 
     async def _settle_pinned(self, owned: set[int]) -> None:
         """While pinned: the hooks for a change of the partitions handed out (the caller made sure no handler

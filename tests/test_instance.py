@@ -1,0 +1,285 @@
+"""Rebalance hooks, instance events and ``async for`` iteration against a real nats-server.
+
+Each test records what happened with monotonic timestamps (hooks called, handlers started and ended,
+events) and checks the hooks' promises: ``on_assigned`` before the first message of partitions
+gained, ``on_revoked`` after the in-flight handlers of partitions given up finished, each event once
+per change; a failing hook ends the instance with its error; iteration keeps order and acks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import (ConfigError, ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
+                      static_consume, static_member_step_down)
+from pcgroups.events import InstanceEvent
+
+from .faultproxy import FaultProxy
+from .support import wait_for
+
+FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)   # PinnedTTL 1 s
+
+
+class Journal:
+    """What every instance of a test did, in order: (time, instance, what, detail)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, str, str, object]] = []
+
+    def note(self, who: str, what: str, detail: object = None) -> None:
+        self.items.append((time.monotonic(), who, what, detail))
+
+    def hooks(self, who: str) -> dict:
+        async def assigned(parts: set[int]) -> None:
+            self.note(who, "assigned", frozenset(parts))
+
+        def revoked(parts: set[int]) -> None:   # a plain function is called too
+            self.note(who, "revoked", frozenset(parts))
+
+        def event(ev: InstanceEvent) -> None:
+            self.note(who, "event", ev)
+        return {"on_assigned": assigned, "on_revoked": revoked, "on_event": event}
+
+    def handler(self, who: str, work: float = 0.0):
+        async def handle(msg) -> None:
+            self.note(who, "start", msg.partition)
+            if work:
+                await asyncio.sleep(work)
+            await msg.ack()
+            self.note(who, "end", msg.partition)
+        return handle
+
+    def of(self, who: str, what: str | None = None) -> list[tuple[float, str, object]]:
+        return [(t, w, d) for t, i, w, d in self.items if i == who and (what is None or w == what)]
+
+    def events(self, who: str) -> list[tuple[str, tuple[int, ...]]]:
+        return [(d.kind, d.partitions) for _, w, d in self.of(who, "event")]
+
+    def first(self, who: str, what: str, pred=lambda d: True) -> float:
+        return next(t for t, w, d in self.of(who, what) if pred(d))
+
+
+async def static_group(js, nc, uniq: str, partitions: int = 2) -> None:
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
+        src=f"{uniq}.*", dest=f"{{{{partition({partitions},1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await create_static(nc, uniq, "g", partitions, members=["m1"])
+
+
+async def test_static_failover_hooks_order_and_events(nc, js, uniq):
+    """Stop the pinned instance with a handler in flight: its on_revoked comes after that handler ended; the
+    standby says standby, then gets on_assigned before its first message, then pinned."""
+    await static_group(js, nc, uniq)
+    j = Journal()
+    a = await static_consume(nc, uniq, "g", "m1", j.handler("a", work=0.6), config=FAST, **j.hooks("a"))
+    await a.wait_for_consuming(10)
+    await js.publish(f"{uniq}.x", b"warm-up")      # the server gives the pin with a message
+    await wait_for(lambda: len(j.of("a", "end")) == 1, 10, what="a handled the first message")
+    assert a.pinned
+    b = await static_consume(nc, uniq, "g", "m1", j.handler("b"), config=FAST, **j.hooks("b"))
+    try:
+        await wait_for(lambda: ("standby", ()) in j.events("b"), 10, what="b standby")
+        await js.publish(f"{uniq}.y", b"in flight")
+        await wait_for(lambda: len(j.of("a", "start")) == 2, 10, what="a's second handler started")
+        await a.stop()
+        assert await a.done() is None
+        for i in range(4):
+            await js.publish(f"{uniq}.k{i}", b"after")
+        await wait_for(lambda: len(j.of("b", "end")) == 4, 15, what="b handled what came after")
+    finally:
+        await b.stop()
+    assert j.events("a") == [("pinned", (0, 1))]          # a stop is no lost pin
+    assert [w for _, w, _ in j.of("a") if w in ("assigned", "revoked")] == ["assigned", "revoked"]
+    assert j.first("a", "revoked") >= j.of("a", "end")[-1][0]            # after the in-flight handler
+    assert j.of("a", "end")[-1][0] - j.of("a", "start")[-1][0] >= 0.55   # which ran to its end
+    assert j.events("b") == [("standby", ()), ("pinned", (0, 1))]
+    assert j.first("b", "assigned") <= j.first("b", "start")
+    assert j.of("b", "assigned")[0][2] == {0, 1}
+    assert j.of("b", "revoked")[-1][2] == {0, 1}           # on stop
+
+
+async def test_step_down_moves_the_hooks_with_the_pin(nc, js, uniq):
+    await static_group(js, nc, uniq)
+    j = Journal()
+    a = await static_consume(nc, uniq, "g", "m1", j.handler("a"), config=FAST, **j.hooks("a"))
+    b = await static_consume(nc, uniq, "g", "m1", j.handler("b"), config=FAST, **j.hooks("b"))
+    try:
+        await a.wait_for_consuming(10)
+        await b.wait_for_consuming(10)
+        await js.publish(f"{uniq}.first", b"x")        # the server gives the pin with a message
+        await wait_for(lambda: {j.events("a")[-1:][0][0] if j.events("a") else None,
+                                j.events("b")[-1:][0][0] if j.events("b") else None} == {"pinned", "standby"},
+                       10, what="one pinned, one standby")
+        holder, other = ("a", "b") if j.events("a")[-1][0] == "pinned" else ("b", "a")
+        await static_member_step_down(nc, uniq, "g", "m1")
+        for i in range(6):
+            await js.publish(f"{uniq}.s{i}", b"x")
+        await wait_for(lambda: len(j.of("a", "end")) + len(j.of("b", "end")) == 7, 15, what="7 handled")
+        await wait_for(lambda: j.events(holder)[-1][0] == "standby", 10, what="the old holder standby")
+    finally:
+        await a.stop()
+        await b.stop()
+    # The server may give the pin back to the same instance; either way each change is said once.
+    for who in (holder, other):
+        kinds = [k for k, _ in j.events(who)]
+        assert all(x != y for x, y in zip(kinds, kinds[1:])), kinds
+        assigned = [t for t, w, _ in j.of(who) if w == "assigned"]
+        starts = [t for t, w, _ in j.of(who) if w == "start"]
+        if starts:
+            assert assigned and assigned[-1] <= starts[0] or any(t <= starts[0] for t in assigned)
+    assert "lost-pin" in [k for k, _ in j.events(holder)]
+    assert [w for _, w, _ in j.of(holder) if w in ("assigned", "revoked")][:2] == ["assigned", "revoked"]
+    # what moved to the new holder was announced before its messages
+    new_holder = other if j.of(other, "start") else holder
+    last_assigned = [t for t, w, _ in j.of(new_holder, "assigned")][-1]
+    assert last_assigned <= [t for t, w, _ in j.of(new_holder, "start")][-1]
+
+
+async def publish(js, stream: str, prefix: str, n: int) -> None:
+    for i in range(n):
+        await js.publish(f"{stream}.{prefix}{i}", b"x")
+
+
+def handled(j: Journal) -> int:
+    return len(j.of("m1", "end")) + len(j.of("m2", "end"))
+
+
+async def elastic_group(js, nc, uniq: str, partitions: int = 4) -> None:
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+    await create_elastic(nc, uniq, "g", partitions, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+
+
+async def test_elastic_add_and_drop_call_the_hooks_for_what_moves(nc, js, uniq):
+    await elastic_group(js, nc, uniq)
+    j = Journal()
+    m1 = await elastic_consume(nc, uniq, "g", "m1", j.handler("m1", work=0.05), config=FAST, **j.hooks("m1"))
+    m2 = await elastic_consume(nc, uniq, "g", "m2", j.handler("m2", work=0.05), config=FAST, **j.hooks("m2"))
+    try:
+        await wait_for(lambda: j.events("m2") == [("not-a-member", ())], 10, what="m2 not a member")
+        await add_members(nc, uniq, "g", ["m1"])
+        await publish(js, uniq, "a", 10)          # the server gives the pin with a message
+        await wait_for(lambda: ("pinned", (0, 1, 2, 3)) in j.events("m1"), 10, what="m1 pinned")
+        await wait_for(lambda: handled(j) == 10, 10, what="10 handled")
+        await publish(js, uniq, "b", 10)          # in flight while m2 joins
+        await add_members(nc, uniq, "g", ["m2"])
+        await publish(js, uniq, "c", 10)
+        await wait_for(lambda: ("pinned", (2, 3)) in j.events("m2"), 15, what="m2 pinned on 2 3")
+        await wait_for(lambda: handled(j) == 30, 20, what="30 handled")
+        await publish(js, uniq, "d", 10)          # in flight while m2 is dropped
+        await delete_members(nc, uniq, "g", ["m2"])
+        await wait_for(lambda: ("partitions", (0, 1, 2, 3)) in j.events("m1") and
+                       j.of("m2", "revoked"), 15, what="m1 back on 0-3")
+        await publish(js, uniq, "e", 10)
+        await wait_for(lambda: handled(j) == 50, 20, what="50 handled")
+    finally:
+        await m1.stop()
+        await m2.stop()
+    assert j.events("m1") == [("not-a-member", ()), ("added", (0, 1, 2, 3)), ("pinned", (0, 1, 2, 3)), ("partitions", (0, 1)),
+                              ("partitions", (0, 1, 2, 3))]
+    assert j.events("m2") == [("not-a-member", ()), ("added", (2, 3)), ("pinned", (2, 3)), ("dropped", ())]
+    hooks1 = [(w, set(d)) for _, w, d in j.of("m1") if w in ("assigned", "revoked")]
+    assert hooks1 == [("assigned", {0, 1, 2, 3}), ("revoked", {2, 3}), ("assigned", {2, 3}),
+                      ("revoked", {0, 1, 2, 3})]
+    hooks2 = [(w, set(d)) for _, w, d in j.of("m2") if w in ("assigned", "revoked")]
+    assert hooks2 == [("assigned", {2, 3}), ("revoked", {2, 3})]
+    # m1 gave 2 3 up after its handlers of them ended, and m2 was told before its first message
+    revoked1 = j.first("m1", "revoked")
+    assert all(t <= revoked1 for t, _, _ in j.of("m1", "end") if t < revoked1 + 0.0)
+    assert revoked1 <= j.first("m2", "assigned") <= j.first("m2", "start")
+    assert not [t for t, _, p in j.of("m1", "start") if p in (2, 3) and revoked1 < t < j.of("m1", "assigned")[1][0]]
+    # and back: m2 let go after its in-flight handler, m1 was told before handling 2 3 again
+    revoked2 = j.first("m2", "revoked")
+    assert all(t <= revoked2 for t, _, _ in j.of("m2", "end"))
+    regained = j.of("m1", "assigned")[1][0]
+    assert revoked2 <= regained
+    assert all(t > regained for t, _, p in j.of("m1", "start") if p in (2, 3) and t > revoked1)
+
+
+@pytest.mark.parametrize("hook", ["on_assigned", "on_revoked", "on_event"])
+async def test_a_failing_hook_ends_the_instance_with_its_error(nc, js, uniq, hook):
+    await static_group(js, nc, uniq)
+    j = Journal()
+
+    def boom(*_):
+        raise RuntimeError(f"{hook} says no")
+
+    inst = await static_consume(nc, uniq, "g", "m1", j.handler("a"), config=FAST, **{hook: boom})
+    await js.publish(f"{uniq}.x", b"x")
+    if hook == "on_revoked":
+        await wait_for(lambda: len(j.of("a", "end")) == 1, 10, what="a message handled")
+        await inst.stop()
+    error = await asyncio.wait_for(inst.done(), 10)
+    assert isinstance(error, RuntimeError) and str(error) == f"{hook} says no"
+    if hook != "on_revoked":
+        assert j.of("a", "start") == []      # nothing was handed out: the hook runs first
+
+
+async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_exception(nc, js, uniq):
+    await static_group(js, nc, uniq, partitions=1)
+    for i in range(5):
+        await js.publish(f"{uniq}.k", str(i).encode())
+    consumer = "g-m1"
+    got: list[bytes] = []
+    floors: list[int] = []
+    inst = await static_consume(nc, uniq, "g", "m1", config=FAST)
+    with pytest.raises(ValueError, match="body failed"):
+        async with inst:
+            async for msg in inst:
+                got.append(msg.data)
+                floors.append((await js.consumer_info(uniq, consumer)).ack_floor.stream_seq)
+                if msg.data == b"3":
+                    raise ValueError("body failed")
+    assert await inst.done() is None
+    assert got == [b"0", b"1", b"2", b"3"]
+    assert floors == [0, 1, 2, 3]        # each message acked once the loop asked for the next one
+    info = await js.consumer_info(uniq, consumer)
+    assert info.ack_floor.stream_seq == 3                # message 3 was not acked
+    rest: list[bytes] = []
+    again = await static_consume(nc, uniq, "g", "m1", None, config=FAST)
+    async with again:
+        async for msg in again:
+            rest.append(msg.data)
+            if msg.data == b"4":
+                again.stop()                             # the loop ends when the instance does
+    assert rest == [b"3", b"4"]                          # redelivered first, in order
+    await wait_for(lambda: _acked(js, uniq, consumer, 5), 10, what="everything acked")
+    with_handler = await static_consume(nc, uniq, "g", "m1", Journal().handler("x"), config=FAST)
+    async with with_handler:
+        with pytest.raises(ConfigError, match="handler=None"):
+            aiter(with_handler)
+
+
+async def _acked(js, stream: str, consumer: str, seq: int) -> bool:
+    return (await js.consumer_info(stream, consumer)).ack_floor.stream_seq == seq
+
+
+async def test_connection_events_chain_the_clients_callbacks(nats_server, nc, js, uniq):
+    await static_group(js, nc, uniq)
+    seen: list[str] = []
+
+    async def users_cb() -> None:
+        seen.append("user's disconnected_cb")
+
+    async with FaultProxy(nats_server.port) as proxy:
+        conn = await nats.connect(proxy.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                                  disconnected_cb=users_cb)
+        j = Journal()
+        inst = await static_consume(conn, uniq, "g", "m1", j.handler("a"), config=FAST, **j.hooks("a"))
+        try:
+            await inst.wait_for_consuming(10)
+            await js.publish(f"{uniq}.x", b"x")
+            await wait_for(lambda: j.events("a") == [("pinned", (0, 1))], 10, what="pinned")
+            proxy.close_connections()
+            await wait_for(lambda: [k for k, _ in j.events("a")][-1] == "reconnected", 10, what="reconnected")
+        finally:
+            await inst.stop()
+            await conn.close()
+    kinds = [k for k, _ in j.events("a")]
+    assert kinds[:3] == ["pinned", "disconnected", "reconnected"], kinds
+    details = [d.detail for _, w, d in j.of("a", "event") if d.kind in ("disconnected", "reconnected")]
+    assert details[:2] == [proxy.url, proxy.url]
+    assert seen[:1] == ["user's disconnected_cb"]         # still called (again on close)
