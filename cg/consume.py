@@ -6,10 +6,15 @@ double-acked and the line ends with ``acked`` (or the reference's can-not-be-ack
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the instance fails.
 
-An elastic member's changes of membership are said on stderr (stdout keeps the reference's lines):
-not a member yet (waiting to be added), added (its partitions), its partitions changed, dropped. A
-dropped member's instance keeps running and waits to be added again, as an instance started before its
-member was added does (:class:`_MembershipNotes`).
+What the instance is doing is one line per event (``pcgroups.events``), each naming the member:
+``[m1] pinned: partitions 0-3``, ``[m1] standby: ...``, ``[m1] lost the pin``, ``[m1] not a member of
+the group yet: ...``, ``[m1] added ...``, ``[m1] partitions now 2-3``, ``[m1] dropped ...``,
+``[m1] disconnected from <url>``, ``[m1] reconnected to <url>``: on stdout in a terminal, on stderr in
+a pipe (stdout keeps the reference's lines exactly). A dropped member's instance keeps running and
+waits to be added again, as an instance started before its member was added does.
+
+One :class:`Printer` owns the output: a status line never lands inside a message line (written in
+two parts around the processing): it waits until the line is ended.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import CLIError
-from .output import go_duration, line_buffered_stdout, out
+from .output import go_duration, line_buffered_stdout, out, ranges
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -42,13 +47,68 @@ def consumer_template():
     return ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=ACK_WAIT, ack_policy="explicit")
 
 
-class _Printer:
-    """Writes the per-message lines; a closed stdout (``| head``) stops the instance quietly."""
+class Printer:
+    """The one writer of consume's output (see the module docstring); a closed stdout (``| head``)
+    stops the instance quietly. ``status_on_stdout``: status lines go to stdout (a terminal), else to
+    stderr; ``width``: a terminal's, at which they wrap. Status lines wait until :meth:`ready` (after
+    ``consuming...``); any line waits while a message line is open, and lines keep their order.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, *, status_on_stdout: bool, width: int = 0) -> None:
         self.broken = False
+        self.status_on_stdout = status_on_stdout
+        self.width = width
+        self._open = False                        # a message line is started and not ended
+        self._ready = False
+        self._early: list[tuple[bool, str]] = []   # status lines before ready()
+        self._waiting: list[tuple[bool, str]] = []  # (on stdout, line) held while a message line is open
 
-    def write(self, text: str) -> bool:
+    def begin(self, text: str) -> bool:
+        """The first part of a message line (flushed: the processing comes next)."""
+        self._open = True
+        return self._stdout(text)
+
+    def end(self, text: str) -> bool:
+        """The end of the open message line; then the lines that waited."""
+        written = self._stdout(text + "\n")
+        self._open = False
+        self._release()
+        return written
+
+    def line(self, text: str) -> None:
+        """A whole line of the reference's on stdout (``consuming...``)."""
+        self._waiting.append((True, text))
+        self._release()
+
+    def status(self, text: str) -> None:
+        """A line about the instance (stdout in a terminal, else stderr)."""
+        if self.status_on_stdout and self.width:
+            import textwrap
+
+            text = "\n".join(textwrap.wrap(text, self.width - 1, subsequent_indent="    ")) or text
+        (self._waiting if self._ready else self._early).append((self.status_on_stdout, text))
+        self._release()
+
+    def ready(self) -> None:
+        """Status lines may be written from now on (those that came before first)."""
+        self._ready = True
+        self._waiting.extend(self._early)
+        self._early.clear()
+        self._release()
+
+    def _release(self) -> None:
+        while self._waiting and not self._open:
+            on_stdout, text = self._waiting.pop(0)
+            if on_stdout:
+                self._stdout(text + "\n")
+                continue
+            try:
+                sys.stdout.flush()
+                print(text, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def _stdout(self, text: str) -> bool:
         if self.broken:
             return False
         try:
@@ -57,6 +117,27 @@ class _Printer:
         except (BrokenPipeError, ValueError, OSError):
             self.broken = True
             return False
+
+
+def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False) -> str:
+    """What ``cg ... consume`` says about an :class:`~pcgroups.events.InstanceEvent`."""
+    m = ev.member
+    said = {
+        "pinned": f"pinned: partitions {ranges(list(ev.partitions))}",
+        "standby": f"standby: another instance of {m} holds the pin",
+        "lost-pin": "lost the pin: another instance of it took over",
+        "not-a-member": ("not a member of the group yet: joining (automatic membership)" if auto else
+                         f"not a member of the group yet: waiting to be added (cg {kind} add {stream} {group} {m})"),
+        "added": (f"added to the group: partitions {ranges(list(ev.partitions))}" if ev.partitions else
+                  "added to the group: no partition yet (more members than partitions)"),
+        "partitions": (f"partitions now {ranges(list(ev.partitions))}" if ev.partitions else
+                       "partitions now none (more members than partitions): waiting for one"),
+        "dropped": "dropped from the group: this instance keeps running, waiting to be added again (Ctrl-C "
+                   "to stop it)",
+        "disconnected": f"disconnected from {ev.detail or 'the server'}",
+        "reconnected": f"reconnected to {ev.detail or 'the server'}",
+    }
+    return f"[{m}] {said[ev.kind]}"
 
 
 async def precise_sleep(seconds: float) -> None:
@@ -74,14 +155,14 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any:
+def make_handler(member: str, sleep: float, printer: Printer, on_broken) -> Any:
     from nats.errors import NoRespondersError
 
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
         seq = msg.sequence
-        if not printer.write(f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
+        if not printer.begin(f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
                              f"Processing for {sleep_text} ... "):
             on_broken()
             return  # not acked: redelivered to whoever carries on
@@ -96,7 +177,7 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
             text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
         else:
             text = "acked"
-        if not printer.write(text + "\n"):
+        if not printer.end(text):
             on_broken()
 
     return handler
@@ -142,7 +223,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
 
-    printer = _Printer()
+    printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
 
     def on_broken() -> None:
         stop_requested.set()
@@ -156,7 +237,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
-            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
+            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api,
+                               on_event=lambda ev: printer.status(status_line(ev, stream, group, kind, auto)), **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)
         if inst is None:
@@ -165,19 +247,12 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             inst.stop()
         done = asyncio.ensure_future(inst.done())
         await _wait_ready(inst, done, stop_requested)
-        notes = None
         if not done.done() and not stop_requested.is_set():
             if auto:
-                printer.write(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})\n")
-            printer.write("consuming...\n")
-            if kind == "elastic" and not auto:
-                notes = _MembershipNotes(inst.api, stream, group, member)
-                notes.start()
-        try:
-            result = await done
-        finally:
-            if notes is not None:
-                notes.stop()
+                printer.line(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})")
+            printer.line("consuming...")
+        printer.ready()
+        result = await done
         if result is not None:
             raise CLIError(str(result) or type(result).__name__) from None
         if not stop_requested.is_set():
@@ -230,88 +305,10 @@ async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event) -> None:
                 pass
 
 
-class _MembershipNotes:
-    """Says on stderr when an elastic instance's member is not (yet) a member, is added, sees its partitions
-    change or is dropped: from a watch of the group's config (every change, however short)."""
+def _terminal_width() -> int:
+    import shutil
 
-    def __init__(self, api: Any, stream: str, group: str, member: str) -> None:
-        self.api, self.stream, self.group, self.member = api, stream, group, member
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    def note(self, before: tuple[bool, list[int]] | None, now: tuple[bool, list[int]], members: int,
-             partitions: int) -> str | None:
-        """The line for a change of (in the membership, partitions), None when there is nothing to say."""
-        from .output import ranges
-
-        was_in, had = before if before is not None else (None, None)
-        is_in, has = now
-        where = f"elastic consumer group {self.group} on stream {self.stream}"
-        if not is_in:
-            if was_in is None:
-                return (f"member {self.member} is not a member of {where} yet: waiting to be added "
-                        f"(cg elastic add {self.stream} {self.group} {self.member})")
-            if was_in:
-                return (f"member {self.member} was dropped from {where}: this instance keeps running, waiting to "
-                        "be added again (Ctrl-C to stop it)")
-            return None
-        if not has:
-            if had or was_in is not True:
-                return (f"member {self.member} of {where} owns no partition ({members} members for {partitions} "
-                        "partitions): waiting for one")
-            return None
-        if was_in is not True:
-            if was_in is None:
-                return None  # a member from the start: consuming... says it
-            return f"member {self.member} was added to {where}: partitions {ranges(has)}"
-        if had != has:
-            return f"member {self.member} of {where}: partitions {ranges(had or [])} -> {ranges(has)}"
-        return None
-
-    async def _run(self) -> None:
-        from pcgroups.elastic import stored_config
-        from pcgroups.partitions import member_partitions
-        from pcgroups.store import ELASTIC_BUCKET, group_key, open_bucket
-
-        kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
-        watcher = await kv.watch(group_key(self.stream, self.group))
-        before: tuple[bool, list[int]] | None = None
-        shape: int | None = None   # the partition count: a change of it ends the instance, which says so
-        try:
-            async for entry in watcher:
-                if entry is None or entry.operation in ("DEL", "PURGE") or not entry.value:
-                    continue  # the end of the initial values, or the group deleted (the instance says so)
-                try:
-                    cfg = stored_config(self.stream, self.group, entry.value)
-                except Exception:  # noqa: BLE001 - an invalid config ends the instance, which reports it
-                    continue
-                if shape is not None and cfg.max_members != shape:
-                    continue
-                shape = cfg.max_members
-                now = (cfg.is_in_membership(self.member), member_partitions(
-                    max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
-                    member=self.member))
-                if now != before:
-                    text = self.note(before, now, len(cfg.members) + len(cfg.member_mappings), cfg.max_members)
-                    if text:
-                        _say(text)
-                    before = now
-        finally:
-            await watcher.stop()
-
-
-def _say(text: str) -> None:
-    try:
-        sys.stdout.flush()
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    return shutil.get_terminal_size((80, 24)).columns
 
 
 def _silence_stdout() -> None:

@@ -258,12 +258,13 @@ async def test_a_dropped_members_instance_says_so_and_waits_to_be_added_again(na
         res = await p.wait(timeout=15)
     assert res.code == 0
     notes = res.err.splitlines()
-    where = f"elastic consumer group g on stream {uniq}"
-    assert notes == [f"member m1 is not a member of {where} yet: waiting to be added (cg elastic add {uniq} g m1)",
-                     f"member m1 was added to {where}: partitions 0-1",
-                     f"member m1 was dropped from {where}: this instance keeps running, waiting to be added again "
+    assert notes == [f"[m1] not a member of the group yet: waiting to be added (cg elastic add {uniq} g m1)",
+                     "[m1] added to the group: partitions 0-1",
+                     "[m1] pinned: partitions 0-1",
+                     "[m1] dropped from the group: this instance keeps running, waiting to be added again "
                      "(Ctrl-C to stop it)",
-                     f"member m1 was added to {where}: partitions 0-1",
+                     "[m1] added to the group: partitions 0-1",
+                     "[m1] pinned: partitions 0-1",
                      f"elastic consumer group g on stream {uniq} was deleted"], res.err
     assert res.out.splitlines()[0] == "consuming..." and len(message_lines(res.out)) == 2
 
