@@ -1,0 +1,132 @@
+"""``cg ... consume`` says what its instance is doing, black-box through the real ``cg``:
+
+- two instances of m1: one says it is pinned, the other that it is a standby; a step-down swaps them;
+- a status line never lands inside a message line (written in two parts around the processing), in a
+  terminal (status lines on stdout) as in a pipe (stdout keeps only the reference's lines).
+
+``CG_PRETTY=1`` stands for a terminal: status lines go to stdout, which the test reads as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+
+import pytest
+
+from tests.test_cli_common import (MSG_LINE, cg_env, make_stream, message_lines, partition_transform, procs,
+                                   run_cg)
+
+STATUS = re.compile(r"^\[m\d\] (pinned|standby|lost the pin|not a member|added|partitions now|dropped|"
+                    r"disconnected|reconnected)\b")
+
+
+def statuses(text: str) -> list[str]:
+    return [line for line in text.splitlines() if STATUS.match(line)]
+
+
+def last_state(text: str) -> str | None:
+    said = [s.split()[1].rstrip(":") for s in statuses(text) if re.match(r"^\[m1\] (pinned|standby|lost)", s)]
+    return said[-1] if said else None
+
+
+async def test_two_instances_of_a_member_say_pinned_and_standby_and_swap_on_step_down(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    env = cg_env(url, CG_PRETTY="1", COLUMNS="80")
+    async with procs() as start:
+        a = await start("static", "consume", uniq, "g", "m1", env=env)
+        await a.wait_text("consuming...\n")
+        b = await start("static", "consume", uniq, "g", "m1", env=env)
+        await b.wait_text("consuming...\n")
+        await js.publish(f"{uniq}.first", b"x")            # the server gives the pin with a message
+        await a.wait_output(lambda o: "acked" in o + b.out, what="the first message handled")
+        pinned, standby = (a, b) if message_lines(a.out) else (b, a)
+        await pinned.wait_text("[m1] pinned: partitions 0-1\n")
+        await standby.wait_text("[m1] standby: another instance of m1 holds the pin\n")
+        # A step-down unpins; the server gives the pin to the pull that waits longest: the standby's.
+        # Should it come back to the same instance, step down again.
+        for attempt in range(5):
+            (await run_cg("static", "step-down", uniq, "g", "m1", url=url)).ok()
+            await js.publish(f"{uniq}.after{attempt}", b"x")
+            await asyncio.sleep(0)
+            try:
+                await standby.wait_output(lambda o: last_state(o) == "pinned", timeout=4, what="the swap")
+                break
+            except AssertionError:
+                continue
+        await pinned.wait_output(lambda o: last_state(o) == "standby", timeout=10, what="the old holder standby")
+        for p in (a, b):
+            p.signal(signal.SIGINT)
+        done = [await p.wait(timeout=15) for p in (a, b)]
+    assert all(r.code == 0 for r in done)
+    old, new = statuses(pinned.out), statuses(standby.out)
+    assert old[0] == "[m1] pinned: partitions 0-1" and "[m1] lost the pin: another instance of it took over" in old
+    assert old[-1] == "[m1] standby: another instance of m1 holds the pin"
+    assert new[0] == "[m1] standby: another instance of m1 holds the pin" and new[-1] == "[m1] pinned: partitions 0-1"
+    for said in (old, new):
+        assert all(x != y for x, y in zip(said, said[1:])), said   # once per change
+        assert all(len(line) <= 80 for line in said)
+
+
+@pytest.mark.parametrize("where", ["pipe", "terminal"])
+async def test_status_lines_never_split_a_message_line(nats_server, js, uniq, where):
+    """Membership changes and step-downs while every message is processed for 30 ms: each stdout line is
+    whole (a pipe's stdout has only the reference's lines; a terminal's also the status lines)."""
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "4", "--filter", f"{uniq}.*", url=url)).ok()
+    env = cg_env(url, CG_PRETTY="1" if where == "terminal" else "0", COLUMNS="200")
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "m1", "--sleep", "30ms", env=env)
+        await p.wait_text("consuming...\n")
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+        for round_ in range(4):
+            for i in range(8):
+                await js.publish(f"{uniq}.k{round_}{i}", b"x")
+            await p.wait_output(lambda o: "Processing" in o.rsplit("\n", 1)[-1], what="a message line open")
+            change = (("add", uniq, "g", "m2"), ("drop", uniq, "g", "m2"), ("step-down", uniq, "g", "m1"),
+                      ("add", uniq, "g", "m3"))[round_]
+            (await run_cg("elastic", *change, url=url)).ok()
+        (await run_cg("elastic", "drop", uniq, "g", "m3", url=url)).ok()    # m1 owns every partition again
+        await p.wait_output(lambda o: o.count("acked\n") == 32, timeout=30, what="32 acked")
+        p.signal(signal.SIGINT)
+        res = await p.wait(timeout=15)
+    assert res.code == 0, res.err
+    lines = res.out.splitlines()
+    reference = [line for line in lines if line == "consuming..." or MSG_LINE.match(line)]
+    said = statuses(res.out) if where == "terminal" else statuses(res.err)
+    assert len(message_lines(res.out)) == 32 and all(m["end"] == "acked" for m in message_lines(res.out))
+    if where == "pipe":
+        assert lines == reference                           # the reference's lines only, each whole
+        assert statuses(res.out) == []
+    else:
+        assert sorted(lines) == sorted(reference + said)    # nothing else, nothing cut
+    assert "[m1] pinned: partitions 0-3" in said
+    assert "[m1] partitions now 0-1" in said and "[m1] partitions now 0-3" in said
+
+
+def test_the_printer_holds_status_lines_until_the_message_line_ends(capsys):
+    """Server-free: the printer's own rule, for both destinations of status lines."""
+    from cg.consume import Printer
+
+    for on_stdout in (True, False):
+        p = Printer(status_on_stdout=on_stdout)
+        p.status("[m1] not a member of the group yet")       # before consuming...: waits for it
+        p.line("consuming...")
+        p.ready()
+        p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... ")
+        p.status("[m1] partitions now 0-1")
+        p.line("consuming...")                                 # a reference line waits as well
+        out, err = capsys.readouterr()
+        early = ["[m1] not a member of the group yet"]
+        assert out == "\n".join(["consuming...", *(early if on_stdout else [])]) + \
+            "\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... "
+        p.end("acked")
+        out2, err2 = capsys.readouterr()
+        if on_stdout:
+            assert (err, out2, err2) == ("", "acked\n[m1] partitions now 0-1\nconsuming...\n", "")
+        else:
+            assert (err, out2, err2) == (early[0] + "\n", "acked\nconsuming...\n", "[m1] partitions now 0-1\n")
