@@ -63,6 +63,23 @@ class Journal:
     def first(self, who: str, what: str, pred=lambda d: True) -> float:
         return next(t for t, w, d in self.of(who, what) if pred(d))
 
+    def check_promises(self, who: str) -> None:
+        """Every handler of ``who`` started on a partition it was told it owns (on_assigned, not revoked
+        since), and no handler of it ran when on_revoked was called."""
+        owned: set[int] = set()
+        running = 0
+        for _, what, detail in self.of(who):
+            if what == "assigned":
+                owned |= detail
+            elif what == "revoked":
+                assert running == 0, f"{who}: on_revoked({set(detail)}) with a handler running"
+                owned -= detail
+            elif what == "start":
+                assert detail in owned, f"{who}: a handler of partition {detail} started, owned {owned}"
+                running += 1
+            elif what == "end":
+                running -= 1
+
 
 async def static_group(js, nc, uniq: str, partitions: int = 2) -> None:
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
@@ -98,6 +115,8 @@ async def test_static_failover_hooks_order_and_events(nc, js, uniq):
     assert j.of("a", "end")[-1][0] - j.of("a", "start")[-1][0] >= 0.55   # which ran to its end
     assert j.events("b") == [("standby", ()), ("pinned", (0, 1))]
     assert j.first("b", "assigned") <= j.first("b", "start")
+    j.check_promises("a")
+    j.check_promises("b")
     assert j.of("b", "assigned")[0][2] == {0, 1}
     assert j.of("b", "revoked")[-1][2] == {0, 1}           # on stop
 
@@ -123,20 +142,14 @@ async def test_step_down_moves_the_hooks_with_the_pin(nc, js, uniq):
     finally:
         await a.stop()
         await b.stop()
-    # The server may give the pin back to the same instance; either way each change is said once.
+    # The server may give the pin back to the same instance; either way each change is said once, and
+    # the hooks kept their promises around the move.
     for who in (holder, other):
         kinds = [k for k, _ in j.events(who)]
         assert all(x != y for x, y in zip(kinds, kinds[1:])), kinds
-        assigned = [t for t, w, _ in j.of(who) if w == "assigned"]
-        starts = [t for t, w, _ in j.of(who) if w == "start"]
-        if starts:
-            assert assigned and assigned[-1] <= starts[0] or any(t <= starts[0] for t in assigned)
+        j.check_promises(who)
     assert "lost-pin" in [k for k, _ in j.events(holder)]
     assert [w for _, w, _ in j.of(holder) if w in ("assigned", "revoked")][:2] == ["assigned", "revoked"]
-    # what moved to the new holder was announced before its messages
-    new_holder = other if j.of(other, "start") else holder
-    last_assigned = [t for t, w, _ in j.of(new_holder, "assigned")][-1]
-    assert last_assigned <= [t for t, w, _ in j.of(new_holder, "start")][-1]
 
 
 async def publish(js, stream: str, prefix: str, n: int) -> None:
@@ -184,19 +197,14 @@ async def test_elastic_add_and_drop_call_the_hooks_for_what_moves(nc, js, uniq):
     hooks1 = [(w, set(d)) for _, w, d in j.of("m1") if w in ("assigned", "revoked")]
     assert hooks1 == [("assigned", {0, 1, 2, 3}), ("revoked", {2, 3}), ("assigned", {2, 3}),
                       ("revoked", {0, 1, 2, 3})]
+    j.check_promises("m1")
+    j.check_promises("m2")
     hooks2 = [(w, set(d)) for _, w, d in j.of("m2") if w in ("assigned", "revoked")]
     assert hooks2 == [("assigned", {2, 3}), ("revoked", {2, 3})]
-    # m1 gave 2 3 up after its handlers of them ended, and m2 was told before its first message
-    revoked1 = j.first("m1", "revoked")
-    assert all(t <= revoked1 for t, _, _ in j.of("m1", "end") if t < revoked1 + 0.0)
-    assert revoked1 <= j.first("m2", "assigned") <= j.first("m2", "start")
-    assert not [t for t, _, p in j.of("m1", "start") if p in (2, 3) and revoked1 < t < j.of("m1", "assigned")[1][0]]
-    # and back: m2 let go after its in-flight handler, m1 was told before handling 2 3 again
-    revoked2 = j.first("m2", "revoked")
-    assert all(t <= revoked2 for t, _, _ in j.of("m2", "end"))
-    regained = j.of("m1", "assigned")[1][0]
-    assert revoked2 <= regained
-    assert all(t > regained for t, _, p in j.of("m1", "start") if p in (2, 3) and t > revoked1)
+    # Each instance kept the promises (check_promises); across them: m1 let 2 3 go before m2 was told it
+    # has them, and m2 let them go before m1 was told it has them again.
+    assert j.first("m1", "revoked") <= j.first("m2", "assigned") <= j.first("m2", "start")
+    assert j.first("m2", "revoked") <= j.of("m1", "assigned")[1][0]
 
 
 @pytest.mark.parametrize("hook", ["on_assigned", "on_revoked", "on_event"])
@@ -283,3 +291,36 @@ async def test_connection_events_chain_the_clients_callbacks(nats_server, nc, js
     details = [d.detail for _, w, d in j.of("a", "event") if d.kind in ("disconnected", "reconnected")]
     assert details[:2] == [proxy.url, proxy.url]
     assert seen[:1] == ["user's disconnected_cb"]         # still called (again on close)
+
+
+async def test_automatic_membership_passes_the_hooks_to_its_member_instance(nc, js, uniq):
+    """A second instance joins: only the partitions that move are revoked from the first and assigned to
+    the second; when it leaves they come back the same way."""
+    await elastic_group(js, nc, uniq)
+    j = Journal()
+
+    def start(who: str):
+        return elastic_consume(nc, uniq, "g", "", j.handler(who), auto=True, lease_ttl=2, config=FAST,
+                               **j.hooks(who))
+
+    a = await start("m1")
+    await a.wait_settled(10)
+    await publish(js, uniq, "a", 8)
+    await wait_for(lambda: j.events("m1")[-1:] == [("pinned", (0, 1, 2, 3))], 10, what="a pinned on 0-3")
+    b = await start("m2")
+    try:
+        await b.wait_settled(10)
+        await wait_for(lambda: j.of("m1", "revoked"), 10, what="a gave partitions up")
+        await publish(js, uniq, "b", 16)
+        await wait_for(lambda: j.of("m2", "assigned"), 10, what="b was told")
+    finally:
+        await b.stop()
+    await wait_for(lambda: len(j.of("m1", "assigned")) == 2, 10, what="a got them back")
+    await a.stop()
+    moved = j.of("m1", "revoked")[0][2]
+    assert moved and len(moved) == 2                     # sticky: half of 4, and only those
+    assert j.of("m2", "assigned")[0][2] == moved and j.of("m1", "assigned")[1][2] == moved
+    assert [k for k, _ in j.events("m2")][:3] == ["not-a-member", "added", "pinned"]
+    assert ("partitions", tuple(sorted({0, 1, 2, 3} - moved))) in j.events("m1")
+    for who in ("m1", "m2"):
+        j.check_promises(who)
