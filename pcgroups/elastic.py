@@ -25,7 +25,7 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
 from .sticky import group_members, sticky_change
 from .events import EventCallback, PartitionsHook
-from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
+from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
                     JetStreamApi, StreamConfig, pinned_client_id)
 from .partitions import elastic_member_filters, member_partitions, unmatched_filters
@@ -661,6 +661,7 @@ async def elastic_member_step_down(nc: Client, stream: str, group: str, member: 
     await api.unpin(work_queue_name(stream, group), member)
 
 
+@startable
 async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
                           config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
@@ -678,6 +679,7 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     joins the group by name: it is created with that shape if it does not exist (an existing group
     of another shape is a ``GroupExistsError``). ``on_assigned``, ``on_revoked`` and ``on_event``: see
     :mod:`pcgroups.events`. Without a ``handler`` the instance is iterated: ``async for msg in instance``.
+    Await the result for the instance, or use it directly: ``async with elastic_consume(...) as inst``.
     """
     if create is not None and not auto:
         raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from nats.aio.client import Client
 
@@ -46,6 +47,37 @@ def with_priority_group(cfg: ConsumerConfig, filters: list[str]) -> ConsumerConf
     """The member consumer: the template plus filters and the ``PCG`` pinned-client group."""
     return replace(cfg, filter_subjects=list(filters), priority_groups=[PRIORITY_GROUP],
                    priority_policy=PINNED_CLIENT, priority_timeout=pinned_ttl(cfg.ack_wait))
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Starting(Generic[T]):
+    """What a consume entry point returns: ``await`` it for the instance, or enter it directly with
+    ``async with`` (the instance starts on entry and stops on exit)."""
+
+    def __init__(self, start: Coroutine[Any, Any, T]):
+        self._start = start
+        self._instance: Any = None
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._start.__await__()
+
+    async def __aenter__(self) -> T:
+        self._instance = await self._start
+        return await self._instance.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._instance.__aexit__(*exc)
+
+
+def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Starting[T]]:
+    """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`)."""
+    @functools.wraps(start)
+    def entry(*args: P.args, **kwargs: P.kwargs) -> Starting[T]:
+        return Starting(start(*args, **kwargs))
+    return entry
 
 
 class ConsumerInstance:

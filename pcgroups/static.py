@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from .config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError,
                      JetStreamAPIError, NotAMemberError, NotFoundError)
-from .instance import _CONTINUE, ConsumerInstance, member_template, with_priority_group
+from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
 from .events import EventCallback, PartitionsHook
 from .partitions import member_partitions, static_member_filters
@@ -166,6 +166,7 @@ async def static_member_step_down(nc: Client, stream: str, group: str, member: s
     await api.unpin(stream, static_consumer_name(group, member))
 
 
+@startable
 async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
@@ -176,7 +177,8 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
     ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`. Without a ``handler``
-    the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`).
+    the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`). Await the result
+    for the instance, or use it directly: ``async with static_consume(...) as inst``.
     """
     api = _api(nc, api)
     validate_name("stream", stream)

@@ -247,8 +247,7 @@ async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_except
     info = await js.consumer_info(uniq, consumer)
     assert info.ack_floor.stream_seq == 3                # message 3 was not acked
     rest: list[bytes] = []
-    again = await static_consume(nc, uniq, "g", "m1", None, config=FAST)
-    async with again:
+    async with static_consume(nc, uniq, "g", "m1", None, config=FAST) as again:   # no await needed
         async for msg in again:
             rest.append(msg.data)
             if msg.data == b"4":
