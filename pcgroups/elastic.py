@@ -739,6 +739,7 @@ class ElasticInstance(ConsumerInstance):
         self._partition_key = _partitioning_key(self.config)
         self.current: list[str] | None = None    # the filters our consumer has, when attached
         self._retry_at = 0.0
+        self._reconcile_at: float | None = None   # when a quiet control loop reconciles (_next_event)
         self._source_stalled_since: float | None = None
         self._next_stepdown = 0.0
         self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
@@ -762,13 +763,22 @@ class ElasticInstance(ConsumerInstance):
                                  member=self.member_name)
 
     async def _next_event(self) -> tuple[str, Any]:
+        """The next event, or "reconcile" after a quiet while; the pin's checks (every half PinnedTTL while
+        the instance is neither pinned nor a standby) do not count as events here, or they would put
+        the periodic reconcile off for good."""
         timeout = RETRY_FAST if self._unsettled() else self.template.ack_wait + 0.5
         if self._source_stalled_since is not None:
             timeout = min(timeout, SOURCE_CHECK)
+        now = time.monotonic()
+        if self._reconcile_at is None or self._reconcile_at > now + timeout:
+            self._reconcile_at = now + timeout
         try:
-            return await asyncio.wait_for(self._events.get(), timeout)
+            kind, value = await asyncio.wait_for(self._events.get(), self._reconcile_at - now)
         except asyncio.TimeoutError:
-            return ("reconcile", None)
+            kind, value = "reconcile", None
+        if kind != "pin":
+            self._reconcile_at = None
+        return kind, value
 
     def _unsettled(self) -> bool:
         return (self.current or []) != self.desired
