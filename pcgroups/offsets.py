@@ -315,8 +315,8 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
         plan.queued = sum(queued.values()) if not members else sum(m.skip for m in plan.members)
         return plan
     if members:
-        raise ConfigError("replay in an elastic group is for the whole group (its partitions are computed as the "
-                          "messages are sourced): name no member, or use --to-latest to skip a member's queue")
+        raise ConfigError("replay in an elastic group is for the whole group: name no member (--to-latest "
+                          "skips one member's queue)")
     layout = await get_elastic_layout(nc, stream, group, api=api)
     if target.kind == "seq" and len(layout.streams) > 1:
         raise ConfigError(f"--to-seq needs a group over one stream, and {group} consumes "

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic,
-                      create_static, elastic_consume, static_consume)
-from pcgroups.offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
+from pcgroups import (
+    ConfigError,
+    ConsumerConfig,
+    JetStreamApi,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    create_static,
+    elastic_consume,
+    static_consume,
+)
+from pcgroups.offsets import (
+    Target,
+    execute_reset,
+    plan_elastic_reset,
+    plan_static_reset,
+)
 
 from .support import wait_for
 
@@ -82,7 +96,7 @@ async def test_static_to_time_lands_on_the_first_message_at_or_after_it_and_late
     stream = uniq
     await static_stream(js, stream, 6, partitions=1)
     await asyncio.sleep(0.05)
-    cut = datetime.now(timezone.utc)
+    cut = datetime.now(UTC)
     await asyncio.sleep(0.05)
     await publish(js, stream, 6, 10)
     await create_static(nc, stream, "g", 1, members=["m1"])
@@ -108,6 +122,42 @@ async def test_static_to_time_lands_on_the_first_message_at_or_after_it_and_late
         assert seen[-1][1] == 15
     finally:
         await inst.stop()
+
+
+async def test_static_reset_under_key_level_concurrency_keeps_each_keys_order(nc, js, uniq):
+    """A RESET to the first message while four handlers run and more wait: the new epoch handles every
+    message once, in order per key; nothing of the old epoch starts after it."""
+    stream = uniq
+    await js.add_stream(StreamConfig(
+        name=stream, subjects=[f"{stream}.*"],
+        subject_transform=SubjectTransform(src=f"{stream}.*", dest=f"0.{stream}.{{{{wildcard(1)}}}}")))
+    for i in range(40):
+        await js.publish(f"{stream}.k{i % 4}", str(i).encode())
+    await create_static(nc, stream, "g", 1, members=["m1"])
+    starts: list[tuple[int, int, str]] = []
+
+    async def handler(msg):
+        starts.append((msg.sequence, msg.epoch, msg.subject))
+        await asyncio.sleep(0.02)
+        await msg.ack()
+
+    inst = await static_consume(nc, stream, "g", "m1", handler, concurrency=4,
+                                config=ConsumerConfig(max_ack_pending=16, ack_wait=5))
+    try:
+        await wait_for(lambda: len(starts) >= 15, 10, what="some handled")
+        await execute_reset(nc, await plan_static_reset(nc, stream, "g", Target.of(earliest=True)))
+        await wait_for(lambda: sum(s[1] == 1 for s in starts) >= 40, 15, what="the new epoch's forty")
+        await wait_for(lambda: _settled(JetStreamApi(nc), stream, "g-m1"), 10, what="settled")
+    finally:
+        await inst.stop()
+    first_new = next(i for i, s in enumerate(starts) if s[1] == 1)
+    before, after = starts[:first_new], starts[first_new:]
+    assert {s[1] for s in before} == {0} and {s[1] for s in after} == {1}   # no old message starts after the RESET
+    assert sorted(s[0] for s in after) == list(range(1, 41))            # each once in the new epoch
+    assert len({s[0] for s in before}) == len(before)                   # none twice in the old one
+    for key in ("k0", "k1", "k2", "k3"):
+        seqs = [s[0] for s in after if s[2].endswith(key)]
+        assert seqs == sorted(seqs)
 
 
 async def elastic_group(nc, js, stream: str, n: int) -> None:

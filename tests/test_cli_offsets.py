@@ -1,0 +1,97 @@
+"""``cg static|elastic reset`` against a real server, with a ``cg ... consume`` subprocess running."""
+
+from __future__ import annotations
+
+import json
+
+from pcgroups import JetStreamApi
+from tests.support import wait_for
+from tests.test_cli_common import (assert_cli_error, make_stream, message_lines, partition_transform, procs,
+                                   run_cg)
+
+
+async def _publish(js, stream: str, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await js.publish(f"{stream}.{i}", b"x")
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected
+
+
+def _state(info: dict) -> tuple:
+    return (info["delivered"], info["ack_floor"], info["num_pending"], info["num_ack_pending"])
+
+
+async def test_static_reset_plans_then_replays_under_a_running_consume(nats_server, nc, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    api = JetStreamApi(nc)
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", url=url)
+        await p.wait_text("consuming...\n")
+        await _publish(js, stream, 8)
+        await p.wait_output(lambda o: o.count("acked\n") == 8, what="8 acked lines")
+        before = _state(await api.consumer_info(stream, "c-m1"))
+        r = (await run_cg("static", "reset", stream, "c", "--to-earliest", url=url)).ok()
+        assert r.lines[0].startswith("m1: seq 9 -> seq 1 (") and r.lines[0].endswith("): replay 8")
+        assert "nothing changed" in r.err
+        assert _state(await api.consumer_info(stream, "c-m1")) == before
+        r = (await run_cg("static", "reset", stream, "c", "m1", "--to-seq", "5", "--json", url=url)).ok()
+        plan = json.loads(r.out)
+        assert plan["members"][0]["after"] == 5 and plan["members"][0]["replay"] == 4 and not plan["executed"]
+        r = (await run_cg("static", "reset", stream, "c", "--to-earliest", "--execute", url=url)).ok()
+        assert "done" in r.err
+        await p.wait_output(lambda o: o.count("acked\n") == 16, what="8 replayed")
+        seqs = [int(m["seq"]) for m in message_lines(p.out)]
+        assert seqs == list(range(1, 9)) * 2   # every message once more, in order
+        await _publish(js, stream, 1, start=8)
+        await p.wait_output(lambda o: o.count("acked\n") == 17, what="the next new message")
+        assert [int(m["seq"]) for m in message_lines(p.out)][-1] == 9
+
+
+async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream)
+    await _publish(js, stream, 6)
+    (await run_cg("elastic", "create", stream, "c", "2", "--filter", f"{stream}.*", "--wildcards", "1",
+                  url=url)).ok()
+    (await run_cg("elastic", "add", stream, "c", "m1", url=url)).ok()
+    api = JetStreamApi(nc)
+
+    async def queued() -> int:
+        return (await api.stream_info(f"{stream}-c"))["state"]["messages"]
+
+    await wait_for(lambda: _is(queued(), 6), 10, what="the six sourced")
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
+    assert r.lines == ["m1: partitions 0-1: skip 6 queued"]
+    (await run_cg("elastic", "reset", stream, "c", "m1", "--to-latest", "--execute", url=url)).ok()
+    assert await queued() == 0
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", url=url)).ok()
+    assert r.lines == [f"{stream}: source again from seq 3 ({r.lines[0].split('(')[1]}"]
+    assert r.lines[0].endswith(": 4 messages")
+    async with procs() as start:
+        p = await start("elastic", "consume", stream, "c", "m1", url=url)
+        await p.wait_text("consuming...\n")
+        await _publish(js, stream, 1, start=6)
+        await p.wait_output(lambda o: o.count("acked\n") == 1, what="only the new message (the six were skipped)")
+        (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count("acked\n") == 6, what="seq 3..7 sourced again")
+        subjects = [m["subject"] for m in message_lines(p.out)]
+        assert sorted(subjects[1:]) == sorted(f"{stream}.{i}" for i in range(2, 7))
+
+
+async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 2))
+    (await run_cg("static", "create", "balanced", stream, "c", "2", "m1", "m2", url=url)).ok()
+    assert_cli_error(await run_cg("static", "reset", stream, "c", url=url), "no position given")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
+                     "--to-earliest and --to-seq given together")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url),
+                     "m7 is not a member")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-time", "noon", url=url), "invalid --to-time")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1x", url=url),
+                     "invalid --by-duration")
+    assert_cli_error(await run_cg("static", "reset", stream, "nope", "--to-earliest", url=url))
