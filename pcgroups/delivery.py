@@ -209,8 +209,10 @@ class Msg:
     def superseded(self) -> bool:
         """True once this instance lost the pin it received the message with, or may have lost it (it
         sent no pull carrying the pin for nearly PinnedTTL: the process was paused or its event loop
-        blocked): another instance may now own the partition, so a long handler should stop and not ack."""
-        return self._delivery.superseded(self.pin_id)
+        blocked): another instance may now own the partition, so a long handler should stop and not ack.
+        Also True once the consumer was RESET after it was delivered (invariant 6): it comes again if the
+        new position is at or before it, so a retry or a long handler should stop."""
+        return self._delivery.superseded(self.pin_id) or self.epoch != self._delivery.epoch
 
     # --- acks ---------------------------------------------------------------------------
     def ack(self) -> Any:

@@ -531,8 +531,10 @@ async def test_a_message_of_an_old_epoch_is_never_handed_out():
     assert await d.deliver(old)
     assert await d.deliver(msg(d, None, 3, cseq=1))   # RESET
     assert await d.skip_acked(old)                    # e.g. queued inside the keyed dispatcher meanwhile
+    assert old.superseded                             # a retry in place (keyed dispatcher) stops
     fresh = await d.take()
     assert fresh is not None and fresh.stream_sequence == 3 and not await d.skip_acked(fresh)
+    assert not fresh.superseded
 
 
 async def test_acks_of_an_old_epoch_do_not_mark_the_new_epochs_redeliveries():
