@@ -19,6 +19,11 @@ async def _is(value, expected) -> bool:
     return await value == expected
 
 
+def _last_seq(text: str) -> int:
+    lines = message_lines(text)
+    return int(lines[-1]["seq"]) if lines and lines[-1]["end"] == "acked" else 0
+
+
 def _state(info: dict) -> tuple:
     return (info["delivered"], info["ack_floor"], info["num_pending"], info["num_ack_pending"])
 
@@ -95,3 +100,20 @@ async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1x", url=url),
                      "invalid --by-duration")
     assert_cli_error(await run_cg("static", "reset", stream, "nope", "--to-earliest", url=url))
+
+
+async def test_static_reset_back_while_messages_are_flowing_loses_and_repeats_nothing(nats_server, js, uniq):
+    """Mid-stream, --to-seq 5: what was handled before, then 5.. to the end once each, in order."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    await _publish(js, stream, 30)
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "30ms", url=url)
+        await p.wait_output(lambda o: o.count("acked\n") >= 10, what="10 acked lines")
+        (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count("acked\n") >= 2 and _last_seq(o) == 30 and o.count("seq=5,") == 2,
+                            what="5..30 again, the last one acked")
+        seqs = [int(m["seq"]) for m in message_lines(p.out)]
+    k = seqs.index(5, 5)   # where the replay starts
+    assert seqs[:k] == list(range(1, k + 1)) and seqs[k:] == list(range(5, 31)), seqs
