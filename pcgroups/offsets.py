@@ -34,6 +34,7 @@ message comes again. ``seq:N`` needs a group over one stream (sequences are per 
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -397,16 +398,19 @@ async def _resource(api: JetStreamApi, wq: str, moves: list[SourceMove]) -> None
     try:
         await _purge(api, wq, None)
     finally:
-        fresh = [{**{k: v for k, v in s.items() if k not in ("opt_start_seq", "opt_start_time")},
-                  "opt_start_seq": starts.get(s.get("name"), 1)} for s in sources]
-        await _update(api, dict(config, sources=[_ordered(s) for s in fresh]))
+        fresh = [_starting(src, starts.get(str(src.get("name")), 1)) for src in sources]
+        try:
+            await _update(api, dict(config, sources=fresh))
+        except PCGroupsError as e:
+            raise PCGroupsError(f"{e}; the work queue {wq} is left without its sources, which were: "
+                                f"{json.dumps(fresh)}") from None
     await settle_starts(api, wq, [m.stream for m in moves])
 
 
-def _ordered(source: dict[str, Any]) -> dict[str, Any]:
-    """A source entry with ``name`` and its start first (the order pcgroups writes)."""
-    head = {k: source[k] for k in ("name", "opt_start_seq") if k in source}
-    return {**head, **{k: v for k, v in source.items() if k not in head}}
+def _starting(source: dict[str, Any], seq: int) -> dict[str, Any]:
+    """A work queue's source entry starting at ``seq`` (name and start first, as pcgroups writes them)."""
+    rest = {k: v for k, v in source.items() if k not in ("name", "opt_start_seq", "opt_start_time")}
+    return {"name": source.get("name"), "opt_start_seq": seq, **rest}
 
 
 async def _update(api: JetStreamApi, config: dict[str, Any]) -> None:
