@@ -57,7 +57,7 @@ def print_plan(plan: ResetPlan, *, as_json: bool) -> None:
         out.json(plan.to_dict())
         return
     if out.pretty:
-        out.print(_table(plan))
+        out.print(plan_table(plan))
         out.styled(summary(plan), "green" if plan.executed else "yellow")
         return
     if plan.replay:
@@ -69,7 +69,7 @@ def print_plan(plan: ResetPlan, *, as_json: bool) -> None:
     print(summary(plan), file=sys.stderr)
 
 
-def _table(plan: ResetPlan) -> Any:
+def plan_table(plan: ResetPlan) -> Any:
     from rich.table import Table
 
     title = f"reset {plan.flavour} group {plan.group} on {plan.stream} to {plan.target}"

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+
+import pytest
 
 from pcgroups import JetStreamApi
 from tests.support import wait_for
-from tests.test_cli_common import (assert_cli_error, make_stream, message_lines, partition_transform, procs,
-                                   run_cg)
+from tests.test_cli_common import (
+    assert_cli_error,
+    make_stream,
+    message_lines,
+    partition_transform,
+    procs,
+    run_cg,
+)
 
 
 async def _publish(js, stream: str, n: int, start: int = 0) -> None:
@@ -117,3 +126,29 @@ async def test_static_reset_back_while_messages_are_flowing_loses_and_repeats_no
         seqs = [int(m["seq"]) for m in message_lines(p.out)]
     k = seqs.index(5, 5)   # where the replay starts
     assert seqs[:k] == list(range(1, k + 1)) and seqs[k:] == list(range(5, 31)), seqs
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic-skip", "elastic-replay"])
+def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
+    from rich.console import Console
+
+    from cg.offsets import plan_table
+    from pcgroups.offsets import MemberMove, ResetPlan, SourceMove
+
+    stamp = "2026-11-26T14:32:19.123456789Z"
+    plan = ResetPlan(kind.split("-")[0], "ORDERS_EUROPE_WEST", "billing-and-invoicing", "time 2026-11-25T08:00:00Z")
+    numbers: list[int] = []
+    if kind == "elastic-replay":
+        plan.sources = [SourceMove(f"ORDERS_{i}", 123456789 + i, stamp, 987654321) for i in range(3)]
+        numbers = [123456789, 987654321]
+    else:
+        plan.members = [MemberMove(f"member-with-a-long-name-{i}", list(range(0, 64, 2)), now=9876543210,
+                                   after=1234567890, now_time=stamp, after_time=stamp, replay=8641975320, skip=0)
+                        for i in range(3)]
+        plan.members.append(MemberMove("never", [1], exists=False, note="no consumer yet"))
+        numbers = [9876543210, 1234567890, 8641975320] if kind == "static" else [0]
+    buf = io.StringIO()
+    Console(file=buf, width=80, force_terminal=False, color_system=None, highlight=False).print(plan_table(plan))
+    text = buf.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert all(str(n) in text for n in numbers), text
