@@ -188,6 +188,39 @@ async def test_elastic_replay_from_earliest_with_a_member_running(nc, js, uniq):
         await inst.stop()
 
 
+async def test_elastic_replay_of_a_group_over_two_streams_by_time(nc, js, uniq):
+    """--to-time on an aggregate group: each stream sourced again from its first message at or after it."""
+    orders, payments = uniq + "o", uniq + "p"
+    await js.add_stream(StreamConfig(name=orders, subjects=[f"{orders}.*"]))
+    await js.add_stream(StreamConfig(name=payments, subjects=[f"{payments}.*"]))
+    await publish(js, orders, 0, 3)
+    await publish(js, payments, 0, 3)
+    await asyncio.sleep(0.05)
+    cut = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    await publish(js, orders, 3, 5)
+    await publish(js, payments, 3, 6)
+    await create_elastic(nc, orders, "g", 2, sources=[payments],
+                         partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]),
+                                               PartitioningFilter(f"{payments}.*", [1])])
+    await add_members(nc, orders, "g", ["m1"])
+    seen: list = []
+    inst = await elastic_consume(nc, orders, "g", "m1", recorder(seen), config=FAST)
+    try:
+        await wait_for(lambda: len(seen) == 11, 15, what="all eleven")
+        with pytest.raises(ConfigError, match="--to-seq needs a group over one stream"):
+            await plan_elastic_reset(nc, orders, "g", Target.of(seq=1))
+        plan = await plan_elastic_reset(nc, orders, "g", Target.of(time=cut.isoformat()))
+        assert sorted((s.stream, s.start, s.messages) for s in plan.sources) == [(orders, 4, 2), (payments, 4, 3)]
+        await execute_reset(nc, plan)
+        await wait_for(lambda: len(seen) == 16, 15, what="the five after the time again")
+        assert sorted(v for _, v, _ in seen[11:]) == [3, 3, 4, 4, 5]
+        cfg = (await JetStreamApi(nc).stream_info(f"{orders}-g"))["config"]
+        assert all("opt_start_seq" not in src for src in cfg["sources"])
+    finally:
+        await inst.stop()
+
+
 async def test_elastic_skip_purges_only_the_named_members_queue(nc, js, uniq):
     stream = uniq
     await elastic_group(nc, js, stream, 40)
