@@ -336,6 +336,6 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
     join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease, create=spec)
 
 
-add_shared(elastic_app, ELASTIC, "status", "prompt")
+add_shared(elastic_app, ELASTIC, "status", "reset", "prompt")
 
 __all__ = ["elastic_app"]

@@ -3,7 +3,7 @@
 A :class:`Flavour` holds what differs between ``cg static ...`` and ``cg elastic ...``: the name, the
 mode's help, the commands' aliases and the library functions behind them (:class:`Calls`, imported
 on first use). The commands both flavours have are written once here as functions of a flavour:
-``ls``, ``info``, ``delete``, ``member-info``, ``step-down``, ``status`` and ``prompt`` (see
+``ls``, ``info``, ``delete``, ``member-info``, ``step-down``, ``status``, ``reset`` and ``prompt`` (see
 :data:`SHARED`), and the common part of ``consume`` (:func:`join`). cg/static.py and cg/elastic.py
 build their apps with :func:`add_shared` and :func:`flavour_command`, in the reference's command
 order, between their own commands (static ``create balanced|mapped``; elastic ``create``, ``add``,
@@ -316,6 +316,43 @@ def _status(flavour: Flavour) -> tuple[Fn, str]:
     return status, STATUS_HELP
 
 
+Members = Annotated[Optional[list[str]], typer.Argument(help="members to reset (default: all)", metavar="MEMBER",
+                                                        show_default=False)]
+
+
+def _reset(flavour: Flavour) -> tuple[Fn, str]:
+    def reset(ctx: typer.Context, stream: Stream, name: Group, members: Members = None,
+              to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
+              to_latest: Annotated[bool, typer.Option("--to-latest", help="past the last message: skip "
+                                                      "everything pending")] = False,
+              to_seq: Annotated[Optional[int], typer.Option("--to-seq", help="to this stream sequence",
+                                                            metavar="N")] = None,
+              to_time: Annotated[Optional[str], typer.Option("--to-time", help="to the first message at or after "
+                                                             "this time", metavar="RFC3339")] = None,
+              by_duration: Annotated[Optional[str], typer.Option("--by-duration", help="to this long before now",
+                                                                 metavar="DURATION")] = None,
+              execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing "
+                                                    "changes)")] = False,
+              json: Json = False) -> None:
+        from pcgroups import offsets
+
+        from .offsets import print_plan
+
+        check_names(stream=stream, group=name, members=members or [])
+        target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=to_seq, time=to_time,
+                                   duration=by_duration)
+        plan_fn = offsets.plan_static_reset if flavour.name == "static" else offsets.plan_elastic_reset
+
+        async def body(nc: Client, api: JetStreamApi) -> Any:
+            plan = await plan_fn(nc, stream, name, target, members or None, api=api)
+            return await offsets.execute_reset(nc, plan, api=api) if execute else plan
+
+        print_plan(runtime(ctx).with_connection(body), as_json=json)
+
+    return reset, ("replay or skip: move members to --to-earliest, --to-latest, --to-seq N, --to-time T or "
+                   "--by-duration D (prints the plan; --execute applies it)")
+
+
 def _prompt(flavour: Flavour) -> tuple[Fn, str]:
     def prompt(ctx: typer.Context) -> None:
         from .prompt import Repl
@@ -329,7 +366,7 @@ def _prompt(flavour: Flavour) -> tuple[Fn, str]:
 #: The commands both flavours have: name -> (the command function for a flavour, its help).
 SHARED: dict[str, Callable[[Flavour], tuple[Fn, str]]] = {
     "ls": _ls, "info": _info, "delete": _delete, "member-info": _member_info, "step-down": _step_down,
-    "status": _status, "prompt": _prompt,
+    "status": _status, "prompt": _prompt, "reset": _reset,
 }
 
 

@@ -39,7 +39,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sle
     join(ctx, STATIC, stream, name, member, sleep)
 
 
-add_shared(static_app, STATIC, "status", "prompt")
+add_shared(static_app, STATIC, "status", "reset", "prompt")
 static_app.add_typer(create_app, name="create")
 
 
