@@ -73,6 +73,22 @@ async def test_static_key_header_runs_keys_at_once_each_in_order(nats_server, js
     assert info.config.max_ack_pending == 16 and info.num_ack_pending == 0   # 4K by default
 
 
+async def test_static_default_key_is_the_subject(nats_server, js, uniq):
+    """No key option on a static group: the subject (partition token stripped) is the key."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq))
+    (await run_cg("static", "create", "balanced", uniq, "g", "10", "m1", url=url)).ok()
+    key_of = {}
+    for i in range(6):
+        ack = await js.publish(f"{uniq}.{i % 2}", b"x")
+        key_of[ack.seq] = f"{uniq}.{i % 2}"
+    async with procs() as start:
+        p = await start("static", "consume", uniq, "g", "m1", "--concurrency", "4", "--sleep", "300ms", url=url)
+        await p.wait_output(lambda o: o.count("acked\n") == 6, timeout=20, what="6 acked lines")
+    assert check_keyed(p.out, key_of) == 2
+    assert {subject for _, _, subject in events(p.out)} == set(key_of.values())
+
+
 async def _elastic_group(js, s: str, url: str) -> None:
     """An elastic group of one partition over ``<s>.<customer>.<order>``, partitioned by the customer."""
     await make_stream(js, s, subjects=[f"{s}.*.*"])
