@@ -208,7 +208,7 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
         raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be at least 1")
     elif max_ack_pending < concurrency:
         raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most "
-                       f"{max_ack_pending} messages would be handled at once; give --max-ack-pending {concurrency} "
+                       f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'} would be handled at once; give --max-ack-pending {concurrency} "
                        "or more")
     elif concurrency == 1 and max_ack_pending > 1:
         warn(f"--max-ack-pending {max_ack_pending} with one handler: after a take-over JetStream may redeliver "
