@@ -183,14 +183,16 @@ class Concurrency:
 #: ``--max-ack-pending``'s default with ``--concurrency K`` > 1, per handler: a key with a burst of
 #: messages can be overtaken by other keys' messages within this window.
 ACK_PENDING_PER_HANDLER = 4
+MAX_WINDOW = 2147483647   # --concurrency and --max-ack-pending: what any server takes
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS header name (an RFC 7230 token)
 
 
 def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str | None,
                       max_ack_pending: int | None) -> Concurrency:
     """Check and combine ``consume``'s concurrency options (before connecting)."""
-    if concurrency < 1:
-        raise CLIError(f"invalid --concurrency {concurrency}: must be at least 1 (1 handles one message at a time)")
+    if not 1 <= concurrency <= MAX_WINDOW:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (1 handles one "
+                       "message at a time)")
     if key_header is not None and key_tokens is not None:
         raise CLIError("--key-header and --key-tokens can't be combined: key messages by a header or by subject "
                        "tokens")
@@ -203,9 +205,9 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
                        "or ':')")
     tokens = _key_tokens(key_tokens) if key_tokens is not None else ()
     if max_ack_pending is None:
-        max_ack_pending = 1 if concurrency == 1 else ACK_PENDING_PER_HANDLER * concurrency
-    elif max_ack_pending < 1:
-        raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be at least 1")
+        max_ack_pending = 1 if concurrency == 1 else min(ACK_PENDING_PER_HANDLER * concurrency, MAX_WINDOW)
+    elif not 1 <= max_ack_pending <= MAX_WINDOW:
+        raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")
     elif max_ack_pending < concurrency:
         raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most "
                        f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'} would be handled at once; give --max-ack-pending {concurrency} "

@@ -128,8 +128,9 @@ async def test_elastic_default_key_is_the_partitioning_tokens(nats_server, js, u
 
 
 BAD = [
-    (["--concurrency", "0"], "invalid --concurrency 0: must be at least 1"),
-    (["--concurrency", "-2"], "invalid --concurrency -2: must be at least 1"),
+    (["--concurrency", "0"], "invalid --concurrency 0: must be between 1 and 2147483647"),
+    (["--concurrency", "-2"], "invalid --concurrency -2: must be between 1 and 2147483647"),
+    (["--concurrency", "99999999999999999999"], "invalid --concurrency 99999999999999999999: must be between 1"),
     (["--concurrency", "two"], "invalid --concurrency: 'two' is not a whole number"),
     (["--concurrency", "4", "--key-header", "K", "--key-tokens", "1"],
      "--key-header and --key-tokens can't be combined"),
@@ -140,7 +141,8 @@ BAD = [
     (["--concurrency", "4", "--key-tokens", "a"], "invalid --key-tokens 'a'"),
     (["--concurrency", "4", "--key-header", "Order Id"], "invalid --key-header 'Order Id': give a header name"),
     (["--concurrency", "4", "--max-ack-pending", "3"], "--max-ack-pending 3 is less than --concurrency 4"),
-    (["--max-ack-pending", "0"], "invalid --max-ack-pending 0: must be at least 1"),
+    (["--max-ack-pending", "0"], "invalid --max-ack-pending 0: must be between 1 and 2147483647"),
+    (["--max-ack-pending", "2147483648"], "invalid --max-ack-pending 2147483648: must be between 1 and 2147483647"),
 ]
 
 
