@@ -11,16 +11,15 @@ import logging
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
 from .errors import CLIError, debugging, warn
 
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
     from pcgroups.scheduler import KeyFunc
 
-VERSION = "0.1.0"
 APP_HELP = "Partitioned Consumer Group CLI tool"
 
 
@@ -155,14 +154,14 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
     return {n: by_stream.get(n, default) for n in streams}
 
 
-@dataclass(frozen=True)
-class Concurrency:
+class Concurrency(NamedTuple):
     """``consume``'s ``--concurrency K``, ``--key-header H`` / ``--key-tokens 1,2`` and ``--max-ack-pending N``.
 
     ``handlers`` 1 is the reference's strict path (one message at a time, ``max_ack_pending`` 1); more
     runs up to that many handlers at once, one message per key at a time (pcgroups/scheduler.py). No key
     option keeps the library's default key: the partitioning wildcard tokens (elastic), the subject
-    with the partition token stripped (static)."""
+    with the partition token stripped (static). A named tuple: ``cg --version`` imports this module, and
+    a dataclass would cost it the import of ``dataclasses`` (and ``inspect``)."""
 
     handlers: int = 1
     max_ack_pending: int = 1
