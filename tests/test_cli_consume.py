@@ -127,6 +127,21 @@ async def test_elastic_default_key_is_the_partitioning_tokens(nats_server, js, u
     assert check_keyed(p.out, key_of) == 2
 
 
+async def test_elastic_auto_takes_the_concurrency_too(nats_server, js, uniq):
+    """--auto --create with --concurrency: the flags reach the automatic-membership instance."""
+    url = nats_server.url
+    await make_stream(js, uniq)
+    key_of = {}
+    for i in range(8):
+        ack = await js.publish(f"{uniq}.k{i % 4}", b"x")
+        key_of[ack.seq] = f"k{i % 4}"
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "--auto", "--create", "1", "--filter", f"{uniq}.*",
+                        "--concurrency", "4", "--sleep", "300ms", url=url)
+        await p.wait_output(lambda o: o.count("acked\n") == 8, timeout=20, what="8 acked lines")
+    assert check_keyed(p.out.split("\n", 1)[1], key_of) == 4   # after the "joined as member ..." line
+
+
 BAD = [
     (["--concurrency", "0"], "invalid --concurrency 0: must be between 1 and 2147483647"),
     (["--concurrency", "-2"], "invalid --concurrency -2: must be between 1 and 2147483647"),
