@@ -154,7 +154,7 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
     return {n: by_stream.get(n, default) for n in streams}
 
 
-class Concurrency(NamedTuple):
+class ConsumeConcurrency(NamedTuple):
     """``consume``'s ``--concurrency K``, ``--key-header H`` / ``--key-tokens 1,2`` and ``--max-ack-pending N``.
 
     ``handlers`` 1 is the reference's strict path (one message at a time, ``max_ack_pending`` 1); more
@@ -187,7 +187,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS heade
 
 
 def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str | None,
-                      max_ack_pending: int | None) -> Concurrency:
+                      max_ack_pending: int | None) -> ConsumeConcurrency:
     """Check and combine ``consume``'s concurrency options (before connecting)."""
     if not 1 <= concurrency <= MAX_WINDOW:
         raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (1 handles one "
@@ -208,13 +208,13 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
     elif not 1 <= max_ack_pending <= MAX_WINDOW:
         raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")
     elif max_ack_pending < concurrency:
-        raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most "
-                       f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'} would be handled at once; give --max-ack-pending {concurrency} "
-                       "or more")
+        many = f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'}"
+        raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most {many} "
+                       f"would be handled at once; give --max-ack-pending {concurrency} or more")
     elif concurrency == 1 and max_ack_pending > 1:
         warn(f"--max-ack-pending {max_ack_pending} with one handler: after a take-over JetStream may redeliver "
              "messages out of order (1 keeps the order; --concurrency K keeps it per key)")
-    return Concurrency(concurrency, max_ack_pending, key_header, tokens)
+    return ConsumeConcurrency(concurrency, max_ack_pending, key_header, tokens)
 
 
 def _key_tokens(text: str) -> tuple[int, ...]:

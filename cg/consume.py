@@ -24,7 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import Concurrency
+from .common import ConsumeConcurrency
 from .errors import CLIError
 from .output import go_duration, line_buffered_stdout, out
 
@@ -110,7 +110,7 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken, whole_
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
-                  concurrency: Concurrency | None = None) -> int:
+                  concurrency: ConsumeConcurrency | None = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
@@ -157,7 +157,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if inst is not None:
             inst.stop()
 
-    keyed = concurrency or Concurrency()
+    keyed = concurrency or ConsumeConcurrency()
     handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
     nc = None
     try:

@@ -14,8 +14,8 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Sleep, Stream,
-                      add_shared, flavour_app, flavour_command, join)
+from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Sleep,
+                      Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import typer
 
 from .common import check_config, check_names, parse_mappings
 from .errors import CLIError, warn
-from .flavour import (STATIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member, Sleep,
-                      Stream, add_shared, flavour_app, flavour_command, join)
+from .flavour import (STATIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
+                      Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
