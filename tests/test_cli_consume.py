@@ -11,6 +11,8 @@ on stdout is the order in which handlers started and ended.
 from __future__ import annotations
 
 import re
+import signal
+import time
 
 import pytest
 
@@ -140,6 +142,26 @@ async def test_elastic_auto_takes_the_concurrency_too(nats_server, js, uniq):
                         "--concurrency", "4", "--sleep", "300ms", url=url)
         await p.wait_output(lambda o: o.count("acked\n") == 8, timeout=20, what="8 acked lines")
     assert check_keyed(p.out.split("\n", 1)[1], key_of) == 4   # after the "joined as member ..." line
+
+
+async def test_sigterm_waits_for_every_handler_in_flight(nats_server, js, uniq):
+    """SIGTERM with four handlers running: no new one starts, the four finish and are acked, exit 0."""
+    url = nats_server.url
+    await _elastic_group(js, uniq, url)
+    for i in range(8):
+        await js.publish(f"{uniq}.c{i % 4}.o", b"x")
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "m1", "--concurrency", "4", "--sleep", "1.5s", url=url)
+        await p.wait_output(lambda o: o.count("Processing") == 4, timeout=20, what="four handlers running")
+        t0 = time.monotonic()
+        p.signal(signal.SIGTERM)
+        res = await p.wait(timeout=15)
+    assert res.code == 0, res.err
+    assert time.monotonic() - t0 >= 0.5   # it waited for the handlers (1.5 s each, started just before)
+    ends = [seq for what, seq, _ in events(res.out) if what == "end"]
+    starts = [seq for what, seq, _ in events(res.out) if what == "start"]
+    assert sorted(starts) == sorted(ends) == [1, 2, 3, 4], res.out
+    assert (await js.stream_info(f"{uniq}-g")).state.messages == 4   # the other four wait for the next instance
 
 
 BAD = [
