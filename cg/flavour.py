@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
-from .common import check_names, parse_duration_option, parse_sleep
+from .common import check_names, parse_concurrency, parse_duration_option, parse_sleep
 from .errors import CLIError
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -122,6 +122,21 @@ Force = Annotated[bool, typer.Option("--force/--no-force", "-f", help="force del
 SLEEP_HELP = "sleep to simulate processing time"
 DEFAULT_SLEEP = "20ms"
 Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
+Concurrency = Annotated[int, typer.Option(
+    "--concurrency", metavar="K", help="handle up to K messages at once, one per key at a time, each key in "
+                                       "order (1: one message at a time, as the reference)")]
+KeyHeader = Annotated[Optional[str], typer.Option(
+    "--key-header", metavar="HEADER", help="with --concurrency: the key is this header's value (messages without "
+                                           "it share one key)", show_default=False)]
+KeyTokens = Annotated[Optional[str], typer.Option(
+    "--key-tokens", metavar="POSITIONS", help="with --concurrency: the key is these tokens of the subject (without "
+                                              "the partition token), counted from 1 as in subject transforms, e.g. "
+                                              "1,2 (default key: the partitioning tokens (elastic), the subject "
+                                              "(static))",
+    show_default=False)]
+MaxAckPending = Annotated[Optional[int], typer.Option(
+    "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
+                                           "4K, and at least K)", show_default=False)]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
@@ -378,15 +393,19 @@ def add_shared(app: typer.Typer, flavour: Flavour, *names: str) -> None:
 
 
 def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: str, sleep: str,
-         **options: Any) -> NoReturn:
-    """The common part of ``consume``: check the names and ``--sleep``, then run the member instance
-    (cg/consume.py) until it ends; exits with its status."""
+         concurrency: int = 1, key_header: str | None = None, key_tokens: str | None = None,
+         max_ack_pending: int | None = None, **options: Any) -> NoReturn:
+    """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
+    (:func:`~cg.common.parse_concurrency`), then run the member instance (cg/consume.py) until it
+    ends; exits with its status."""
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(flavour_sleep(ctx, sleep))
+    keyed = parse_concurrency(concurrency, key_header, key_tokens, max_ack_pending)
     rt = runtime(ctx)
-    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, **options))
+    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
+                                   **options))
 
 
 __all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",
