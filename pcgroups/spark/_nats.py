@@ -25,13 +25,13 @@ from nats.aio.client import Client as NATS
 
 from ..connect import redact
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from ..flavour import ELASTIC, STATIC, work_queue_name
+from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
 from ..partitions import tokens_match
 from ..permissions import PermissionWatch
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
-STATIC_BUCKET = "static-consumer-groups"
-ELASTIC_BUCKET = "elastic-consumer-groups"
 
 #: headers the server adds to direct-get replies; not part of the stored message
 BOOKKEEPING_HEADERS = frozenset({"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp",
@@ -126,7 +126,7 @@ async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict:
     try:
         return await api(nc, conn, f"STREAM.INFO.{stream}")
     except JetStreamAPIError as e:
-        if e.err_code == 10059:
+        if e.err_code == ERR_STREAM_NOT_FOUND:
             raise NotFoundError(f"stream {stream!r} not found") from None
         raise
 
@@ -150,7 +150,7 @@ async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str
     try:
         resp = await api(nc, conn, f"STREAM.MSG.GET.KV_{bucket}", {"last_by_subj": f"$KV.{bucket}.{key}"})
     except JetStreamAPIError as e:
-        if e.err_code in (10037, 10059):  # no message / no bucket
+        if e.err_code in (ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND):  # no message / no bucket
             return None
         raise
     m = resp["message"]
@@ -180,7 +180,7 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
     """Resolve partitions (from the group's config or ``partitionCount``), filters and read mode."""
     stream, count, filters = opts.stream, opts.partition_count, ()
     if opts.group:
-        bucket = STATIC_BUCKET if opts.group_type == "static" else ELASTIC_BUCKET
+        bucket = (STATIC if opts.group_type == "static" else ELASTIC).bucket
         cfg = await kv_get_json(nc, opts.conn, bucket, f"{opts.stream}.{opts.group}")
         if cfg is None:
             raise NotFoundError(f"{opts.group_type} consumer group {opts.group!r} of stream {opts.stream!r} not "
@@ -198,7 +198,7 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
             if cfg.get("filters") and not cfg.get("member_mappings"):
                 filters = tuple(cfg["filters"])
         else:
-            stream = f"{opts.stream}-{opts.group}"   # the elastic group's work-queue stream
+            stream = work_queue_name(opts.stream, opts.group)
     assert count is not None
     parts = opts.assign if opts.assign is not None else tuple(range(count))
     bad = [p for p in parts if p >= count]
@@ -233,7 +233,7 @@ async def seq_at_time(nc: NATS, conn: ConnectionOptions, stream: str, ts_ms: int
         resp = await api(nc, conn, f"STREAM.MSG.GET.{stream}", {"start_time": start, "next_by_subj": ">"})
         return int(resp["message"]["seq"])
     except JetStreamAPIError as e:
-        if e.err_code == 10037:
+        if e.err_code == ERR_NO_MESSAGE_FOUND:
             info = await stream_info(nc, conn, stream)
             return int(info["state"]["last_seq"]) + 1
         raise
