@@ -17,6 +17,7 @@ from .errors import CLIError, debugging
 
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
+    from pcgroups.sources import Start
 
 VERSION = "0.1.0"
 APP_HELP = "Partitioned Consumer Group CLI tool"
@@ -128,7 +129,7 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
-def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
+def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start] | None:
     """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
     if not texts:
         return None
@@ -150,7 +151,8 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
             raise CLIError(f"--start {text}: {name} is not one of the group's streams ({', '.join(streams)})")
         else:
             by_stream[name] = spec
-    return {n: by_stream.get(n, default) for n in streams}
+    starts: dict[str, str | Start] = {n: by_stream.get(n, default) for n in streams}
+    return starts
 
 
 # ---------------------------------------------------------------- logging

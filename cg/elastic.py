@@ -93,6 +93,7 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
 
     check_names(stream=stream, group=name)
     sources, partition_streams = split_list(source), split_list(partition_stream)
+    pfs: list[PartitioningFilter] | None
     if filter:
         pfs = partitioning_filters(filter, wildcards)
     elif wildcards:

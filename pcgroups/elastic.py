@@ -13,7 +13,8 @@ import logging
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence, Set as AbstractSet
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
@@ -36,6 +37,9 @@ from .sources import (Layout, SourceStream, Start, assign_filters, explicit_star
                       source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
+
+if TYPE_CHECKING:
+    from .membership import AutoInstance
 
 log = logging.getLogger("pcgroups")
 
@@ -322,9 +326,10 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     except NotFoundError:
         kv = None
     key = group_key(stream, group)
-    had_key = kv is not None and await read(kv, key) is not None
-    if had_key:
+    had_key = False
+    if kv is not None and await read(kv, key) is not None:
         await kv_call(kv, kv.delete(key), key)
+        had_key = True
     try:
         had_stream = await api.delete_stream(work_queue_name(stream, group))
     except JetStreamAPIError as e:
@@ -560,7 +565,7 @@ def _member_names(names: list[str]) -> list[str]:
     return names
 
 
-def _sticky(cfg: ElasticConfig, *, add: list[str] = (), drop: set[str] = frozenset()) -> ElasticConfig:
+def _sticky(cfg: ElasticConfig, *, add: Sequence[str] = (), drop: AbstractSet[str] = frozenset()) -> ElasticConfig:
     """The config after a sticky add/drop: the membership as mappings moving the fewest partitions."""
     live = [m for m in dict.fromkeys([*cfg.membership(), *add]) if m not in drop]
     if len(live) > cfg.max_members:
@@ -607,7 +612,7 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                           auto: bool = False, lease_ttl: float = 5.0,
-                          create: "ElasticSpec | None" = None) -> "ElasticInstance":
+                          create: ElasticSpec | None = None) -> ElasticInstance | AutoInstance:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and

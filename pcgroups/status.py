@@ -192,15 +192,15 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
             owner.setdefault(p, ms)
     rows = []
     for p in range(cfg.max_members):
-        ms = owner.get(p)
-        if ms is None:
+        o = owner.get(p)
+        if o is None:
             rows.append(PartitionStatus(partition=p))
             continue
         rows.append(PartitionStatus(
-            partition=p, member=ms.member, consumer=ms.consumer if ms.exists else None, active=ms.active,
-            pinned_id=ms.pinned_id, pinned_since=ms.pinned_since, pending=ms.pending,
-            pending_exact=ms.exists and len(ms.partitions) == 1, ack_pending=ms.ack_pending,
-            redelivered=ms.redelivered, ack_floor=ms.ack_floor, delivered=ms.delivered))
+            partition=p, member=o.member, consumer=o.consumer if o.exists else None, active=o.active,
+            pinned_id=o.pinned_id, pinned_since=o.pinned_since, pending=o.pending,
+            pending_exact=o.exists and len(o.partitions) == 1, ack_pending=o.ack_pending,
+            redelivered=o.redelivered, ack_floor=o.ack_floor, delivered=o.delivered))
     return rows
 
 
