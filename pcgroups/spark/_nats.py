@@ -16,14 +16,13 @@ import base64
 import calendar
 import json
 import re
-import ssl
 from collections import deque
 from dataclasses import dataclass
 
 import nats
 from nats.aio.client import Client as NATS
 
-from ..connect import redact
+from ..connect import ResolvedConnection
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, work_queue_name
 from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
@@ -63,37 +62,26 @@ class Client(NATS):
 
 
 async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reconnect: bool = True) -> NATS:
-    kwargs: dict = dict(servers=list(conn.servers), name=name, connect_timeout=max(1, int(conn.timeout)),
-                        # at least 1: nats-py's first connect retries a refusing server forever with 0
-                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1,
-                        reconnect_time_wait=0.5)
-    if conn.user:
-        kwargs["user"] = conn.user
-    if conn.password:
-        kwargs["password"] = conn.password
-    if conn.token:
-        kwargs["token"] = conn.token
-    if conn.creds:
-        kwargs["user_credentials"] = conn.creds
-    if conn.nkey:
-        kwargs["nkeys_seed"] = conn.nkey
-    if conn.tls_ca or conn.tls_cert:
-        ctx = ssl.create_default_context(cafile=conn.tls_ca) if conn.tls_ca else ssl.create_default_context()
-        if conn.tls_cert:
-            ctx.load_cert_chain(conn.tls_cert, conn.tls_key)
-        kwargs["tls"] = ctx
+    """A connection with the library's credentials and TLS handling (:mod:`pcgroups.connect`), quiet and with
+    few reconnects: errors surface through the calls that fail, not in executor logs."""
+    rc = ResolvedConnection(servers=list(conn.servers), user=conn.user, password=conn.password, token=conn.token,
+                            creds=conn.creds, nkey=conn.nkey, tls_ca=conn.tls_ca, tls_cert=conn.tls_cert,
+                            tls_key=conn.tls_key, name=name,
+                            # at least 1: nats-py's first connect retries a refusing server forever with 0
+                            timeout=max(1, int(conn.timeout)))
 
-    async def _quiet(_e):  # errors surface through the calls that fail; don't spam executor logs
+    async def quiet(*_args: object) -> None:
         pass
 
-    kwargs["error_cb"] = _quiet
+    kwargs = rc.connect_kwargs()
+    kwargs.update(allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1, reconnect_time_wait=0.5,
+                  error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
     try:
         nc = Client()
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
-        servers = ", ".join(redact(u) for u in conn.servers)
-        raise PCGroupsError(f"cannot connect to NATS at {servers}: {e or type(e).__name__}") from e
+        raise PCGroupsError(f"cannot connect to NATS at {rc.display_servers}: {e or type(e).__name__}") from e
 
 
 class _NoResponders(PCGroupsError):
