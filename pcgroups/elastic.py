@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, replace
-from collections.abc import Sequence, Set as AbstractSet
+from collections.abc import Callable, Sequence, Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
@@ -35,7 +35,7 @@ from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, layout_of, resolve_start,
                       source_config, starts_by_stream)
-from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, kv_call, open_bucket,
+from .store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
 if TYPE_CHECKING:
@@ -344,13 +344,14 @@ async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | No
     return await flavour.list_groups(ELASTIC, nc, stream, api=api)
 
 
-async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None, change) -> ElasticConfig:
+async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
+                  change: Callable[[ElasticConfig], ElasticConfig]) -> ElasticConfig:
     """Compare-and-set ``change(cfg) -> cfg`` on the group's config, retrying on conflicts."""
     check_names(stream, group)
     kv, _ = await group_entry(api_of(nc, api), ELASTIC.bucket, ELASTIC.name, stream, group)
     result: list[ElasticConfig] = []
 
-    async def apply(entry):
+    async def apply(entry: Entry | None) -> bytes:
         if entry is None:
             raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
         new = change(stored_config(stream, group, entry.value))
@@ -523,17 +524,7 @@ async def add_members(nc: Client, stream: str, group: str, names: list[str], *, 
     ``sticky=True`` writes the result as ``member_mappings`` that move the fewest partitions (only to
     the new members; see :mod:`pcgroups.sticky`); it also works on a group that already uses mappings.
     """
-    names = _member_names(names)
-
-    def change(cfg: ElasticConfig) -> ElasticConfig:
-        if sticky:
-            return _sticky(cfg, add=names)
-        if cfg.member_mappings:
-            raise ConfigError("can't add members to an elastic consumer group that uses member mappings "
-                              "(add them with sticky mappings instead: --sticky)")
-        return replace(cfg, members=list(dict.fromkeys(cfg.members + names)))
-
-    return (await _modify(nc, stream, group, api, change)).membership()
+    return await _change_members(nc, stream, group, api, add=_member_names(names), sticky=sticky)
 
 
 async def delete_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
@@ -543,15 +534,21 @@ async def delete_members(nc: Client, stream: str, group: str, names: list[str], 
     ``sticky=True`` hands only the dropped members' partitions to the others, written as
     ``member_mappings`` (see :func:`add_members`).
     """
-    drop = set(_member_names(names))
+    return await _change_members(nc, stream, group, api, drop=set(_member_names(names)), sticky=sticky)
 
+
+async def _change_members(nc: Client, stream: str, group: str, api: JetStreamApi | None, *,
+                          add: Sequence[str] = (), drop: AbstractSet[str] = frozenset(), sticky: bool) -> list[str]:
+    """Add the members ``add`` and drop those in ``drop`` (compare-and-set); the membership after."""
     def change(cfg: ElasticConfig) -> ElasticConfig:
         if sticky:
-            return _sticky(cfg, drop=drop)
+            return _sticky(cfg, add=add, drop=drop)
         if cfg.member_mappings:
-            raise ConfigError("can't drop members from an elastic consumer group that uses member mappings "
-                              "(drop them with sticky mappings instead: --sticky)")
-        return replace(cfg, members=[m for m in cfg.members if m not in drop])
+            verb, where = ("add", "to") if add else ("drop", "from")
+            raise ConfigError(f"can't {verb} members {where} an elastic consumer group that uses member mappings "
+                              f"({verb} them with sticky mappings instead: --sticky)")
+        members = list(dict.fromkeys([*cfg.members, *add])) if add else cfg.members
+        return replace(cfg, members=[m for m in members if m not in drop])
 
     return (await _modify(nc, stream, group, api, change)).membership()
 
