@@ -30,6 +30,7 @@ PINNED_CLIENT = "pinned_client"
 ERR_CONSUMER_NOT_FOUND = 10014
 ERR_NO_MESSAGE_FOUND = 10037
 ERR_STREAM_NOT_FOUND = 10059
+ERR_NO_STREAM_MATCHES = 10060       # no stream takes the subject (a publish)
 ERR_WRONG_LAST_SEQUENCE = 10071     # a KV compare-and-set lost to another writer
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_WQ_CONSUMER_NOT_UNIQUE = 10100
