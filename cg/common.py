@@ -19,6 +19,7 @@ from .errors import CLIError, debugging, warn
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
     from pcgroups.scheduler import KeyFunc
+    from pcgroups.sources import Start
 
 APP_HELP = "Partitioned Consumer Group CLI tool"
 
@@ -129,7 +130,7 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
-def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
+def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start] | None:
     """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
     if not texts:
         return None
@@ -151,7 +152,8 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
             raise CLIError(f"--start {text}: {name} is not one of the group's streams ({', '.join(streams)})")
         else:
             by_stream[name] = spec
-    return {n: by_stream.get(n, default) for n in streams}
+    starts: dict[str, str | Start] = {n: by_stream.get(n, default) for n in streams}
+    return starts
 
 
 class ConsumeConcurrency(NamedTuple):

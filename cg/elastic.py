@@ -94,6 +94,7 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
 
     check_names(stream=stream, group=name)
     sources, partition_streams = split_list(source), split_list(partition_stream)
+    pfs: list[PartitioningFilter] | None
     if filter:
         pfs = partitioning_filters(filter, wildcards)
     elif wildcards:
@@ -188,7 +189,7 @@ Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as 
 
 def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
                     add: bool) -> None:
-    from .changes import check_unique, members_of, print_change, print_members_line, warn_idle
+    from .changes import check_unique, print_change, print_members_line, warn_idle
     from .output import out
 
     check_names(stream=stream, group=name, members=members)
@@ -201,7 +202,7 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
         if named and not add:
             raise CLIError(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
-                           f"group {name} (members: {' '.join(members_of(before)) or 'none'}): nothing dropped")
+                           f"group {name} (members: {' '.join(before.membership()) or 'none'}): nothing dropped")
         if named:
             warn(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} already a member of elastic consumer "
                  f"group {name}")
@@ -252,7 +253,7 @@ def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members, stic
 
 def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[MemberMapping] | None) -> None:
     """create-mapping (``mappings``) or delete-mapping (None): the change, its warnings, its summary."""
-    from .changes import members_of, print_change
+    from .changes import print_change
     from .output import go_mappings, out
 
     async def body(nc: Client, api: JetStreamApi):
@@ -271,7 +272,7 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         _warn_automatic(name, len(leases))
     if out.pretty:
         done = "member mappings set" if mappings is not None else "member mappings deleted"
-        note = None if members_of(after) else ("the group has no members now: its instances keep running, waiting "
+        note = None if after.membership() else ("the group has no members now: its instances keep running, waiting "
                                              "for add or create-mapping")
         print_change("elastic", stream, name, done, before, after, note=note)
     elif mappings is not None:

@@ -15,7 +15,7 @@ imports Typer and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
@@ -76,16 +76,13 @@ def _imported_when_called(module: str, name: str) -> Fn:
 
 
 def _static_calls() -> Calls:
-    from pcgroups import static as lib
+    from functools import partial
 
-    async def membership(nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi
-                         ) -> tuple[bool, bool]:
-        cfg = await lib.get_static_config(nc, stream, group, api=api)
-        active = await lib.list_static_active_members(nc, stream, group, api=api)
-        return cfg.is_in_membership(member), member in active
+    from pcgroups import flavour as shared, static as lib
 
     return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
-                 list_active_members=lib.list_static_active_members, membership=membership,
+                 list_active_members=lib.list_static_active_members,
+                 membership=partial(shared.is_in_membership_and_active, shared.STATIC),
                  delete=lib.delete_static, step_down=lib.static_member_step_down,
                  status=_imported_when_called("pcgroups.status", "static_status"))
 

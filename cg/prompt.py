@@ -289,7 +289,7 @@ class Names:
             else:
                 from pcgroups.elastic import get_elastic_config as get_config
             cfg = await get_config(self.repl.nc, stream, group, api=self.repl.api)
-            return list(dict.fromkeys([*cfg.members, *(m.member for m in cfg.member_mappings)]))
+            return cfg.membership()
 
         return await self._get(("members", mode, stream, group), fetch)
 

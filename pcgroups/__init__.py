@@ -3,6 +3,9 @@
 Every public name is importable from here (``from pcgroups import elastic_consume``); each is imported
 from its module on first use (PEP 562), so a program that needs one module (``cg static ls``:
 ``pcgroups.static``) does not pay for the others (``pcgroups.elastic``, ``membership``, ``sources``...).
+
+The public API is :data:`__all__`, the names of ``_EXPORTS`` (tests/test_public_api.py pins the list).
+The package imports nats-py and the library's own modules only: never Typer, rich, prompt-toolkit or ``cg``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                 "delete_member_mappings", "delete_members", "elastic_consume", "elastic_is_in_membership_and_active",
                 "elastic_member_step_down", "get_elastic_config", "get_elastic_layout", "list_elastic_active_members",
                 "list_elastic_groups", "remove_source", "set_member_mappings", "work_queue_name"),
+    "events": ("InstanceEvent",),
     "errors": ("ConfigChangedError", "ConfigError", "ConsumerGoneError", "GroupExistsError", "JetStreamAPIError",
                "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError"),
     "instance": ("ConsumerInstance",),
@@ -36,7 +40,23 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [name for names in _EXPORTS.values() for name in names]
+#: the public API, written out (the names of _EXPORTS, sorted)
+__all__ = [
+    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumerConfig", "ConsumerGoneError",
+    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent",
+    "JetStreamAPIError", "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError",
+    "NotFoundError", "PCGroupsError", "PartitioningFilter", "PermissionDeniedError", "RetryPolicy",
+    "SourceStream", "Start", "StaticConfig", "add_members", "add_source", "balanced_assignment",
+    "create_elastic", "create_static", "delete_elastic", "delete_member_mappings", "delete_members",
+    "delete_static", "elastic_consume", "elastic_consume_auto", "elastic_is_in_membership_and_active",
+    "elastic_member_filters", "elastic_member_step_down", "get_elastic_config", "get_elastic_layout",
+    "get_static_config", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens",
+    "list_elastic_active_members", "list_elastic_groups", "list_leases", "list_static_active_members",
+    "list_static_groups", "member_partitions", "parse_elastic_config", "parse_mapping", "parse_static_config",
+    "partition_filters", "partition_of_subject", "remove_source", "set_member_mappings", "static_consume",
+    "static_member_filters", "static_member_step_down", "sticky_assignment", "sticky_change",
+    "sticky_mappings", "transform_destination", "validate_name", "work_queue_name",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +87,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
                           set_member_mappings, work_queue_name)
     from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                          NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
+    from .events import InstanceEvent
     from .instance import ConsumerInstance
     from .jsapi import ConsumerConfig, JetStreamApi
     from .membership import AutoInstance, Lease, elastic_consume_auto, list_leases

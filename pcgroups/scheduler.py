@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .delivery import PIN_HEADER, Delivery, Msg
+from .partitions import tokens_match
 
 log = logging.getLogger("pcgroups")
 
@@ -61,19 +62,10 @@ def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
     def key(msg: Msg) -> str:
         tokens = msg.subject.split(".")
         for ftoks, stars, idx in parsed:
-            if _matches(ftoks, tokens):
+            if tokens_match(ftoks, tokens):
                 return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
         return msg.subject
     return key
-
-
-def _matches(filter_tokens: list[str], tokens: list[str]) -> bool:
-    for i, f in enumerate(filter_tokens):
-        if f == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (f != "*" and f != tokens[i]):
-            return False
-    return len(tokens) == len(filter_tokens)
 
 
 @dataclass

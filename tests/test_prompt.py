@@ -506,7 +506,7 @@ def test_lines_from_a_pipe(nats_server, uniq, tmp_path):
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
-        f"static consumer groups: [g]",
+        "static consumer groups: [g]",
         "consumer group: config: max members=4, filters=[]",
         "members: [m1]",
         "currently active members: []",
