@@ -24,7 +24,7 @@ Who calls what:
   :meth:`~Delivery.request`, records them with :meth:`~Delivery.acked`, and asks its dispatcher what a
   nak means.
 
-Invariants (tests/test_session_units.py checks each):
+Invariants (tests/test_delivery.py checks each):
 
 1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
    for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when

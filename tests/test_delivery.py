@@ -3,7 +3,7 @@
 
 Acks go to a recording publisher callable (no NATS server is faked: nothing here subscribes or
 pulls). The pull loop, pins given by a real server, RESETs and redeliveries are covered by the server
-suites (test_static, test_keys, test_elastic, test_chaos)."""
+suites (test_static, test_scheduler, test_elastic, test_chaos)."""
 
 from __future__ import annotations
 
