@@ -247,16 +247,17 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
 
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False) -> GroupStatus:
+                        per_partition: bool = False, config: StaticConfig | None = None) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
-    consumer per partition of members that own several (two extra requests each).
+    consumer per partition of members that own several (two extra requests each). ``config``: the
+    group's config when the caller has already read it (the two config requests are saved).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_static_config(nc, stream, group, api=api)
-    config_requests = 2   # the bucket lookup and the KV get
+    cfg = config if config is not None else await get_static_config(nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
     infos = {c["name"]: c for c in await counting.list_consumers(stream)}
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in _membership(cfg)]
@@ -301,12 +302,14 @@ async def _count_after(api: _Counting, stream: str, subjects: list[str], start_s
             pass  # it goes away after its inactive threshold anyway
 
 
-async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> GroupStatus:
-    """The state of elastic group ``group`` on ``stream`` (see the module doc)."""
+async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
+                         config: ElasticConfig | None = None) -> GroupStatus:
+    """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
+    :func:`static_status`."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    config_requests = 2
+    cfg = config if config is not None else await get_elastic_config(nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2
     wq = work_queue_name(stream, group)
     try:
         infos = {c["name"]: c for c in await counting.list_consumers(wq)}
