@@ -103,12 +103,14 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
 
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
-                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None) -> int:
+                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
+                  metrics_listen: str | None = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
-    (an ``ElasticSpec``) creates the group first if it does not exist. The connection is the
-    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    (an ``ElasticSpec``) creates the group first if it does not exist. ``metrics_listen``: serve the
+    instance's metrics there (cg/metrics.py). The connection is the runtime's (:meth:`Runtime.connect`
+    with reconnection, :meth:`Runtime.close`).
     """
     if kind == "static":
         from pcgroups.static import static_consume as start
@@ -150,12 +152,21 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             inst.stop()
 
     handler = make_handler(member, sleep, printer, on_broken)
+    metrics_server, metrics_kwargs = None, {}
     nc = None
     try:
+        if metrics_listen:
+            from .metrics import instance_metrics
+
+            metrics, metrics_server, metrics_kwargs = instance_metrics(kind, stream, group, member, metrics_listen,
+                                                                       start)
+            handler = metrics.wrap(handler)
+
         async def setup():
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
+            extra.update(metrics_kwargs)
             return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)
@@ -188,6 +199,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             await inst.stop()  # idempotent: returns at once when it has ended
         if nc is not None:
             await rt.close(nc)
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if printer.broken:

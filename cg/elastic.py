@@ -14,7 +14,8 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import ELASTIC, Group, MaxMembers, Sleep, Stream, add_shared, flavour_app, flavour_command, join
+from .flavour import (ELASTIC, Group, MaxMembers, MetricsListen, Sleep, Stream, add_shared, flavour_app, flavour_command,
+                      join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -315,7 +316,8 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s", create: Create = None,
             filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
             partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
-            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0) -> None:
+            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
+            metrics_listen: MetricsListen = None) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
@@ -333,7 +335,8 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         from pcgroups.membership import auto_member_name
 
         member = auto_member_name()
-    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease, create=spec)
+    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease, create=spec,
+         metrics_listen=metrics_listen)
 
 
 add_shared(elastic_app, ELASTIC, "status", "prompt")

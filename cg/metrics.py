@@ -6,6 +6,8 @@ the ``--metrics-listen`` of ``cg ... consume``.
 - :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.exporter.GroupsExporter`
   and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
   it listens; a refresh that fails, and the next that works again, are one line each on stderr.
+- :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
+  (:mod:`pcgroups.metrics`) served from its process.
 - :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
 
 Nothing printed names a secret: the server is shown with :func:`pcgroups.connect.redact`.
@@ -92,6 +94,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         exporter = GroupsExporter(nc, api, streams=streams, interval=interval)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(exporter)
+        await exporter.refresh()   # the first scrape finds a snapshot
         server = serve("--listen", host, port, registry)
         where = f"[{host}]" if ":" in host else host
         url = nc.connected_url.geturl() if nc.connected_url else ""
@@ -168,5 +171,23 @@ def metrics_command(
     raise typer.Exit(rt.run(run_exporter, rt, list(streams or []), host, port, seconds))
 
 
-__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "metrics_command", "parse_listen", "register", "require_client",
-           "run_exporter", "serve"]
+
+
+def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str, start: Any) -> tuple[Any, Any, dict]:
+    """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` served
+    on ``listen``, the server, and the consume keyword arguments that feed it (``on_event`` when the
+    entry point ``start`` takes it). Bad input is one :class:`CLIError`, before anything connects."""
+    import inspect
+
+    host, port = parse_listen("--metrics-listen", listen)
+    require_client()
+    from pcgroups.metrics import InstanceMetrics
+
+    metrics = InstanceMetrics(kind, stream, group, member)
+    server = serve("--metrics-listen", host, port, metrics.registry)
+    accepts = "on_event" in inspect.signature(start).parameters
+    return metrics, server, ({"on_event": metrics.on_event} if accepts else {})
+
+
+__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "instance_metrics", "metrics_command", "parse_listen", "register",
+           "require_client", "run_exporter", "serve"]

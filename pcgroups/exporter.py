@@ -103,6 +103,7 @@ class GroupsExporter:
         self.last_time = 0.0
         self.errors = {"refresh": 0, "group": 0}
         self.last_error: str | None = None     # the last refresh's error (None: it worked)
+        self._due = 0.0                        # when the next refresh is due (monotonic)
 
     # ------------------------------------------------------------ refreshing
 
@@ -113,6 +114,7 @@ class GroupsExporter:
         """Take a new snapshot. A failure is counted, sets ``up`` to 0 and empties the snapshot (stale
         numbers would look live); a group that can not be read is counted and left out."""
         started, sent = time.monotonic(), self._sent()
+        self._due = started + self.interval
         try:
             statuses, failures = await self._read_all()
         except (PCGroupsError, JetStreamAPIError, OSError, asyncio.TimeoutError) as e:
@@ -136,17 +138,17 @@ class GroupsExporter:
             self.last_time = time.time()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Refresh now and then every ``interval`` seconds (from the start of one refresh to the start
-        of the next, never two at once) until ``stop`` is set."""
+        """Refresh every ``interval`` seconds (from the start of one refresh to the start of the next,
+        never two at once; at once when none was done yet) until ``stop`` is set."""
         while not stop.is_set():
-            started = time.monotonic()
-            await self.refresh()
-            left = self.interval - (time.monotonic() - started)
-            if left > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), left)
-                except asyncio.TimeoutError:
-                    pass
+            left = self._due - time.monotonic()
+            if left <= 0:
+                await self.refresh()
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
     async def _groups(self, bucket: str) -> list[tuple[str, str, bytes]]:
         """(stream, group, stored config) of the bucket's groups, of the chosen streams."""

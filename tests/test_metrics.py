@@ -1,0 +1,358 @@
+"""Metrics: ``cg metrics`` (the groups' exporter) and ``consume --metrics-listen`` / pcgroups.metrics (an
+instance's own), scraped over real HTTP from real processes on a real nats-server; the dashboard and the
+alert rules name only metrics that exist."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
+from pcgroups.events import InstanceEvent
+from pcgroups.exporter import EXPORTER_METRICS, GROUP_METRICS
+from pcgroups.metrics import INSTANCE_METRICS, InstanceMetrics
+from pcgroups.server import free_port
+from tests.support import wait_for
+from tests.test_cli_common import (ROOT, acg, assert_cli_error, cg_env, make_stream,
+                                   partition_transform, procs)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def scrape(port: int) -> dict[str, list]:
+    """name -> samples of the metrics served on 127.0.0.1:port (a real HTTP GET, the real parser)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+async def ascrape(port: int) -> dict[str, list]:
+    return await asyncio.to_thread(scrape, port)
+
+
+def values(samples: list, name: str | None = None, **labels: str) -> list[float]:
+    return [s.value for s in samples if (name is None or s.name == name)
+            and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+async def exporter(start, url: str, *args: str, interval: str = "0.3s"):
+    port = free_port()
+    p = await start("metrics", *args, "--listen", f"127.0.0.1:{port}", "--interval", interval, url=url)
+    await p.wait_text("serving metrics")
+    return p, port
+
+
+async def test_elastic_pending_is_what_is_not_yet_acked_and_sourcing_lag_is_there(js, nc, server_url, uniq):
+    await make_stream(js, uniq)
+    await create_elastic(nc, uniq, "g", 4, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    await add_members(nc, uniq, "g", ["m1"])
+    for i in range(12):
+        await js.publish(f"{uniq}.{i}", b"x")
+    async with procs() as start:
+        _, port = await exporter(start, server_url, uniq)
+
+        async def pending() -> float | None:
+            m = await ascrape(port)
+            rows = values(m.get("pcgroups_partition_pending_messages", []), stream=uniq, group="g")
+            return sum(rows) if len(rows) == 4 else None
+
+        await wait_for(lambda: _equals(pending, 12), timeout=10, what="12 pending over 4 partitions")
+        m = await ascrape(port)
+        assert values(m["pcgroups_elastic_source_lag_messages"], stream=uniq, group="g", source=uniq) == [0.0]
+        assert values(m["pcgroups_group_members"], flavour="elastic", stream=uniq, group="g") == [1.0]
+        assert values(m["pcgroups_member_partitions"], member="m1", stream=uniq) == [4.0]
+
+        consumer = await start("elastic", "consume", uniq, "g", "m1", "--sleep", "0", url=server_url)
+        await consumer.wait_output(lambda o: o.count("acked\n") == 12, what="12 acked")
+        await wait_for(lambda: _equals(pending, 0), timeout=10, what="nothing pending once acked")
+        consumer.kill()
+        for i in range(5):
+            await js.publish(f"{uniq}.{i}", b"y")
+        await wait_for(lambda: _equals(pending, 5), timeout=10, what="the 5 new messages pending")
+
+
+async def _equals(probe, expected: float) -> bool:
+    return await probe() == expected
+
+
+async def test_static_instances_follow_starts_and_kills(js, nc, server_url, uniq):
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    await create_static(nc, uniq, "g", 4, members=["m1", "m2"])
+    for i in range(20):
+        await js.publish(f"{uniq}.{i}", b"x")
+    async with procs() as start:
+        _, port = await exporter(start, server_url)
+
+        async def member(name: str, metric: str) -> float | None:
+            rows = values((await ascrape(port)).get(metric, []), flavour="static", stream=uniq, group="g", member=name)
+            return rows[0] if rows else None
+
+        async def instances(name: str, n: int) -> bool:
+            return await member(name, "pcgroups_member_active_instances") == n
+
+        await wait_for(lambda: instances("m1", 0), what="no instance of m1")
+        # slow handlers: each member's first message stays in flight, nothing is acked
+        a = await start("static", "consume", uniq, "g", "m1", "--sleep", "60s", url=server_url)
+        b = await start("static", "consume", uniq, "g", "m1", "--sleep", "60s", url=server_url)
+        c = await start("static", "consume", uniq, "g", "m2", "--sleep", "60s", url=server_url)
+        for p in (a, b, c):
+            await p.wait_text("consuming...")
+        await wait_for(lambda: instances("m1", 2), timeout=10, what="two instances of m1")
+        await wait_for(lambda: instances("m2", 1), timeout=10, what="one instance of m2")
+
+        async def unacked() -> bool:  # not yet delivered + delivered and not acked = all published
+            m = await ascrape(port)
+            rows = [*values(m.get("pcgroups_partition_pending_messages", []), stream=uniq),
+                    *values(m.get("pcgroups_partition_ack_pending_messages", []), stream=uniq)]
+            return len(rows) == 4 and sum(rows) == 20
+
+        await wait_for(unacked, timeout=10, what="20 messages not yet acked")
+        m = await ascrape(port)
+        assert sorted(s.labels["partition"] for s in m["pcgroups_partition_pending_messages"]
+                      if s.labels["stream"] == uniq) == ["0,1", "2,3"]   # counted per member consumer
+        await wait_for(lambda: _positive(member("m1", "pcgroups_member_pinned_seconds")), what="m1 pinned")
+
+        a.kill()
+        b.kill()
+        await wait_for(lambda: instances("m1", 0), timeout=10, what="m1's instances gone")
+        assert await member("m2", "pcgroups_member_active_instances") == 1
+        d = await start("static", "consume", uniq, "g", "m1", "--sleep", "60s", url=server_url)
+        await d.wait_text("consuming...")
+        await wait_for(lambda: instances("m1", 1), timeout=10, what="m1's new instance")
+
+
+async def _positive(aw) -> bool:
+    return (await aw or 0) > 0
+
+
+async def test_a_scrape_storm_costs_no_refresh(js, nc, server_url, uniq):
+    await make_stream(js, uniq)
+    await create_elastic(nc, uniq, "g", 3, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    await make_stream(js, uniq + "s", transform=partition_transform(uniq + "s", 3))
+    await create_static(nc, uniq + "s", "g", 3, members=["m1"])
+    async with procs() as start:
+        _, port = await exporter(start, server_url, uniq, uniq + "s", interval="2s")
+
+        def counters() -> tuple[float, float, float]:
+            m = scrape(port)
+            return (m["pcgroups_exporter_refreshes"][0].value, m["pcgroups_exporter_api_requests"][0].value,
+                    m["pcgroups_exporter_last_refresh_api_requests"][0].value)
+
+        await wait_for(lambda: counters()[0] >= 1, what="a first refresh")
+        refreshes, requests, per_refresh = await asyncio.to_thread(counters)
+        started = time.monotonic()
+        for _ in range(50):
+            m = await ascrape(port)
+            assert values(m["pcgroups_group_members"], stream=uniq) == [0.0]
+        elapsed = time.monotonic() - started
+        refreshes2, requests2, per_refresh2 = await asyncio.to_thread(counters)
+        assert refreshes2 - refreshes <= elapsed / 2 + 1, (refreshes, refreshes2, elapsed)
+        # the requests come from refreshes alone: 12 for the buckets' snapshots (2 streams x 2 buckets x 3),
+        # 2 for the static group, 5 for the elastic one (3 when there is no lease bucket: 1 request)
+        assert per_refresh == per_refresh2 and per_refresh in (2 * 2 * 3 + 2 + 3, 2 * 2 * 3 + 2 + 5)
+        assert requests2 - requests == (refreshes2 - refreshes) * per_refresh
+
+
+async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_url, uniq):
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    await create_static(nc, uniq, "g", 2, members=["m1"])
+    for i in range(7):
+        await js.publish(f"{uniq}.{i}", b"x")
+    port = free_port()
+    async with procs() as start:
+        p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--metrics-listen",
+                        f"127.0.0.1:{port}", url=server_url)
+        await p.wait_output(lambda o: o.count("acked\n") == 7, what="7 acked")  # "consuming..." may come between
+
+        async def handled() -> bool:
+            m = await ascrape(port)
+            labels = {"flavour": "static", "stream": uniq, "group": "g", "member": "m1"}
+            return (values(m["pcgroups_instance_messages_handled"], "pcgroups_instance_messages_handled_total",
+                           **labels) == [7.0]
+                    and values(m["pcgroups_instance_handler_seconds"], "pcgroups_instance_handler_seconds_count",
+                               **labels) == [7.0])
+
+        await wait_for(handled, timeout=10, what="7 handled")
+        p.signal(2)
+        assert (await p.wait()).code == 0
+
+
+def test_on_event_counts_pins_and_rebalances():
+    metrics = InstanceMetrics("elastic", "s", "g", "m1")
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"flavour": "elastic", "stream": "s", "group": "g",
+                                                        "member": "m1", **labels})
+
+    for event in [InstanceEvent("not-a-member", "m1"), InstanceEvent("added", "m1", (0, 1, 2)),
+                  InstanceEvent("pinned", "m1", (0, 1, 2)), InstanceEvent("partitions", "m1", (0, 1)),
+                  InstanceEvent("lost-pin", "m1"), InstanceEvent("pinned", "m1", (0, 1)),
+                  InstanceEvent("disconnected", "m1", detail="nats://127.0.0.1:4222")]:
+        metrics.on_event(event)
+    assert value("pcgroups_instance_pins_gained_total") == 2
+    assert value("pcgroups_instance_pins_lost_total") == 1
+    assert value("pcgroups_instance_pinned") == 1
+    assert value("pcgroups_instance_partitions") == 2
+    assert value("pcgroups_instance_rebalances_total", kind="added") == 1
+    assert value("pcgroups_instance_rebalances_total", kind="partitions") == 1
+    metrics.on_event(InstanceEvent("dropped", "m1"))
+    metrics.on_event(InstanceEvent("standby", "m1"))
+    assert value("pcgroups_instance_partitions") == 0
+    assert value("pcgroups_instance_pinned") == 0
+    assert value("pcgroups_instance_rebalances_total", kind="dropped") == 1
+
+
+async def test_handler_wrapper_keeps_the_handler_kind_and_counts_errors():
+    import inspect
+
+    metrics = InstanceMetrics("static", "s", "g", "m1")
+    labels = {"flavour": "static", "stream": "s", "group": "g", "member": "m1"}
+
+    async def ok(msg):
+        return msg
+
+    def bad(msg):
+        raise ValueError(msg)
+
+    wrapped_ok, wrapped_bad = metrics.wrap(ok), metrics.wrap(bad)
+    assert inspect.iscoroutinefunction(wrapped_ok) and not inspect.iscoroutinefunction(wrapped_bad)
+    assert await wrapped_ok(1) == 1
+    with pytest.raises(ValueError):
+        wrapped_bad(2)
+    get = metrics.registry.get_sample_value
+    assert get("pcgroups_instance_messages_handled_total", labels) == 1
+    assert get("pcgroups_instance_handler_errors_total", labels) == 1
+    assert get("pcgroups_instance_handler_seconds_count", labels) == 2
+    other = InstanceMetrics("static", "s", "g", "m2", families=metrics.families)   # one registry, two instances
+    other.wrap(ok)
+    assert await other.wrap(ok)(3) == 3
+    assert get("pcgroups_instance_messages_handled_total", {**labels, "member": "m2"}) == 1
+
+
+async def test_dead_letters_are_counted(js, nc, uniq):
+    from pcgroups import static_consume
+    from pcgroups.jsapi import ConsumerConfig
+    from pcgroups.scheduler import RetryPolicy
+
+    await make_stream(js, uniq, transform=partition_transform(uniq, 1))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    metrics = InstanceMetrics("static", uniq, "g", "m1")
+    handled: list[str] = []
+
+    async def handler(msg):
+        if msg.data == b"poison":
+            raise ValueError("poison")
+        handled.append(msg.subject)
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m1", metrics.wrap(handler),
+                                config=ConsumerConfig(max_ack_pending=10, ack_wait=5), concurrency=2,
+                                retry=RetryPolicy(max_deliver=2, backoff=0.01, on_dead_letter=metrics.on_dead_letter))
+    async with inst:
+        await inst.wait_for_consuming(timeout=10)
+        await js.publish(f"{uniq}.1", b"poison")
+        await js.publish(f"{uniq}.2", b"fine")
+        labels = {"flavour": "static", "stream": uniq, "group": "g", "member": "m1"}
+        get = metrics.registry.get_sample_value
+        await wait_for(lambda: get("pcgroups_instance_dead_lettered_total", labels) == 1, what="one dead letter")
+        await wait_for(lambda: len(handled) == 1, what="the fine message handled")
+        assert get("pcgroups_instance_handler_errors_total", labels) == 2
+
+
+# ------------------------------------------------------------ bad input, secrets
+
+
+async def test_bad_listen_and_interval_are_one_line(server_url):
+    for args, fragment in [(("--listen", "9330"), "invalid --listen '9330': give HOST:PORT"),
+                           (("--listen", "127.0.0.1:70000"), "port from 1 to 65535"),
+                           (("--listen", "::1:9330"), "invalid --listen"),
+                           (("--interval", "0s"), "invalid --interval '0s': must be at least 0.1s"),
+                           (("bad.stream",), "stream")]:
+        assert_cli_error(await acg("metrics", *args, url=server_url), fragment)
+    assert_cli_error(await acg("static", "consume", "s", "g", "m1", "--metrics-listen", "localhost", url=server_url),
+                     "invalid --metrics-listen 'localhost'")
+
+
+async def test_port_in_use_is_one_line(server_url, uniq):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = await acg("metrics", "--listen", f"127.0.0.1:{port}", url=server_url)
+        assert_cli_error(r, f"--listen: can not listen on 127.0.0.1:{port}: address already in use")
+        r = await acg("static", "consume", uniq, "g", "m1", "--metrics-listen", f"127.0.0.1:{port}", url=server_url)
+        assert_cli_error(r, "--metrics-listen: can not listen")
+
+
+async def test_without_the_extra_it_says_what_to_install(server_url, tmp_path):
+    blocker = tmp_path / "prometheus_client"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('not installed (test)')\n")
+    import os
+
+    env = cg_env(server_url, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    r = await acg("metrics", env=env)
+    assert_cli_error(r, "pip install 'pcgroups[metrics]'")
+    r = await acg("static", "consume", "s", "g", "m1", "--metrics-listen", "127.0.0.1:9", env=env)
+    assert_cli_error(r, "pip install 'pcgroups[metrics]'")
+
+
+async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server):
+    url = nats_server.url.replace("nats://", "nats://alice:s3cret-pw@")
+    async with procs() as start:
+        p, port = await exporter(start, url)
+        assert (await ascrape(port))["pcgroups_exporter_up"][0].value == 1
+        p.signal(2)
+        r = await p.wait()
+    assert r.code == 0, r.err
+    assert "s3cret-pw" not in r.out + r.err and "alice:***@" in r.out
+    assert "Traceback" not in r.err
+
+
+# ------------------------------------------------------------ the dashboard and the alerts
+
+KNOWN = set(GROUP_METRICS) | set(EXPORTER_METRICS) | set(INSTANCE_METRICS)
+SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+def _metric_names(expr: str) -> set[str]:
+    names = set()
+    for name in re.findall(r"\bpcgroups_[a-z_]+", expr):
+        for suffix in SUFFIXES:
+            if name.endswith(suffix) and name[: -len(suffix)] in KNOWN:
+                name = name[: -len(suffix)]
+        names.add(name)
+    return names
+
+
+def test_dashboard_names_only_exported_metrics():
+    board = json.loads((ROOT / "docs" / "grafana-pcgroups.json").read_text())
+    exprs = [t["expr"] for panel in board["panels"] for t in panel.get("targets", [])]
+    assert len(exprs) >= 6
+    used = set()
+    for expr in exprs:
+        names = _metric_names(expr)
+        assert names, expr
+        assert names <= KNOWN, (expr, names - KNOWN)
+        used |= names
+    for needed in ("pcgroups_partition_pending_messages", "pcgroups_member_active_instances",
+                   "pcgroups_member_redelivered_messages", "pcgroups_member_pinned_seconds",
+                   "pcgroups_instance_handler_seconds", "pcgroups_elastic_source_lag_messages"):
+        assert needed in used
+
+
+def test_alert_rules_in_operations_name_only_exported_metrics():
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    exprs = re.findall(r"^\s+expr: (.+)$", text, re.M)
+    assert len(exprs) >= 4
+    for expr in exprs:
+        names = _metric_names(expr)
+        assert names and names <= KNOWN, (expr, names - KNOWN)
