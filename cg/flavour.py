@@ -123,8 +123,8 @@ SLEEP_HELP = "sleep to simulate processing time"
 DEFAULT_SLEEP = "20ms"
 Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
 MetricsListen = Annotated[Optional[str], typer.Option(
-    "--metrics-listen", help="serve this instance's metrics on /metrics (needs pcgroups[metrics])",
-    metavar="HOST:PORT", show_default=False)]
+    "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
+    metavar="ADDR", show_default=False)]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
