@@ -5,7 +5,8 @@ the ``--metrics-listen`` of ``cg ... consume``.
   :func:`serve` opens the HTTP server on it; both fail with one line naming what is wrong.
 - :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.exporter.GroupsExporter`
   and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
-  it listens; a refresh that fails, and the next that works again, are one line each on stderr.
+  it listens, one on stderr what it reads (the server without its secret); a refresh that fails, and
+  the next that works again, are one line each on stderr.
 - :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
   (:mod:`pcgroups.metrics`) served from its process.
 - :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
@@ -98,8 +99,8 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         server = serve("--listen", host, port, registry)
         where = f"[{host}]" if ":" in host else host
         url = nc.connected_url.geturl() if nc.connected_url else ""
-        print(f"serving metrics of {' '.join(streams) or 'every stream'} from {redact(url)} on "
-              f"http://{where}:{port}/metrics (refreshed every {interval:g}s)", flush=True)
+        print(f"serving metrics on http://{where}:{port}/metrics", flush=True)
+        _say(f"groups of {' '.join(streams) or 'every stream'} on {redact(url)}, refreshed every {interval:g}s")
         refresher = asyncio.ensure_future(_refresh(exporter, stop))
         await stop.wait()
         await refresher

@@ -313,7 +313,8 @@ async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server)
         p.signal(2)
         r = await p.wait()
     assert r.code == 0, r.err
-    assert "s3cret-pw" not in r.out + r.err and "alice:***@" in r.out
+    assert "s3cret-pw" not in r.out + r.err and "alice:***@" in r.err
+    assert all(len(line) <= 80 for line in (r.out + r.err).splitlines())
     assert "Traceback" not in r.err
 
 
