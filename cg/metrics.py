@@ -116,27 +116,19 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
 
 async def _refresh(exporter: Any, stop: asyncio.Event) -> None:
     """:meth:`GroupsExporter.run`, saying on stderr when refreshes start or stop failing."""
-    said: str | None = None
+    said: list[str | None] = [exporter.last_error]
+    if exporter.last_error:
+        warn(f"metrics refresh: {exporter.last_error}")
 
-    async def watch() -> None:
-        nonlocal said
-        while not stop.is_set():
-            if exporter.refreshes and exporter.last_error != said:
-                if exporter.last_error:
-                    warn(f"metrics refresh: {exporter.last_error}")
-                elif said:
-                    _say("metrics refresh works again")
-                said = exporter.last_error
-            try:
-                await asyncio.wait_for(stop.wait(), 0.2)
-            except asyncio.TimeoutError:
-                pass
+    def note() -> None:
+        if exporter.last_error != said[0]:
+            if exporter.last_error:
+                warn(f"metrics refresh: {exporter.last_error}")
+            elif said[0]:
+                _say("metrics refresh works again")
+            said[0] = exporter.last_error
 
-    watcher = asyncio.ensure_future(watch())
-    try:
-        await exporter.run(stop)
-    finally:
-        await watcher
+    await exporter.run(stop, note)
 
 
 def register(app: typer.Typer, name: str = "metrics") -> None:

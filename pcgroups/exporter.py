@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -137,13 +137,16 @@ class GroupsExporter:
             self.last_seconds = time.monotonic() - started
             self.last_time = time.time()
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, on_refresh: Callable[[], None] | None = None) -> None:
         """Refresh every ``interval`` seconds (from the start of one refresh to the start of the next,
-        never two at once; at once when none was done yet) until ``stop`` is set."""
+        never two at once; at once when none was done yet) until ``stop`` is set; ``on_refresh`` is
+        called after each."""
         while not stop.is_set():
             left = self._due - time.monotonic()
             if left <= 0:
                 await self.refresh()
+                if on_refresh is not None:
+                    on_refresh()
                 continue
             try:
                 await asyncio.wait_for(stop.wait(), left)

@@ -318,6 +318,24 @@ async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server)
     assert "Traceback" not in r.err
 
 
+async def test_exporter_rides_out_a_server_restart(fresh_server):
+    async with procs() as start:
+        p, port = await exporter(start, fresh_server.url)
+
+        async def up(value: float) -> bool:
+            return (await ascrape(port))["pcgroups_exporter_up"][0].value == value
+
+        await wait_for(lambda: up(1), what="up")
+        fresh_server.stop()
+        await wait_for(lambda: up(0), timeout=20, what="down while the server is away")
+        fresh_server.restart()
+        await wait_for(lambda: up(1), timeout=20, what="up again after the restart")
+        p.signal(2)
+        r = await p.wait()
+    assert r.code == 0
+    assert "cg: warning: metrics refresh:" in r.err and "metrics refresh works again" in r.err, r.err
+
+
 # ------------------------------------------------------------ the dashboard and the alerts
 
 KNOWN = set(GROUP_METRICS) | set(EXPORTER_METRICS) | set(INSTANCE_METRICS)
