@@ -39,7 +39,7 @@ from .store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-__all__ = ["GroupsExporter", "EXPORTER_METRICS", "GROUP_METRICS", "group_families"]
+__all__ = ["EXPORTER_METRICS", "GROUP_METRICS", "GroupsExporter", "group_families"]
 
 log = logging.getLogger("pcgroups")
 

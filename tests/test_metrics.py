@@ -10,7 +10,6 @@ import re
 import socket
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,8 +20,15 @@ from pcgroups.exporter import EXPORTER_METRICS, GROUP_METRICS
 from pcgroups.metrics import INSTANCE_METRICS, InstanceMetrics
 from pcgroups.server import free_port
 from tests.support import wait_for
-from tests.test_cli_common import (ROOT, acg, assert_cli_error, cg_env, make_stream,
-                                   partition_transform, procs)
+from tests.test_cli_common import (
+    ROOT,
+    acg,
+    assert_cli_error,
+    cg_env,
+    make_stream,
+    partition_transform,
+    procs,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -370,7 +376,7 @@ def test_dashboard_names_only_exported_metrics():
 
 def test_alert_rules_in_operations_name_only_exported_metrics():
     text = (ROOT / "docs" / "OPERATIONS.md").read_text()
-    exprs = re.findall(r"^\s+expr: (.+)$", text, re.M)
+    exprs = re.findall(r"^\s+expr: (.+)$", text, re.MULTILINE)
     assert len(exprs) >= 4
     for expr in exprs:
         names = _metric_names(expr)
