@@ -89,6 +89,38 @@ async def _equals(probe, expected: float) -> bool:
     return await probe() == expected
 
 
+async def test_sourcing_lag_per_source_stream_and_a_broken_group_left_out(js, nc, server_url, uniq):
+    from pcgroups.store import ELASTIC_BUCKET
+
+    orders, payments = f"{uniq}o", f"{uniq}p"
+    await make_stream(js, orders)
+    await make_stream(js, payments)
+    await create_elastic(nc, orders, "agg", 3, sources=[payments],
+                         partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]),
+                                               PartitioningFilter(f"{payments}.*", [1])])
+    await create_elastic(nc, orders, "broken", 3, partitioning_filters=[PartitioningFilter(f"{orders}.*", [1])])
+    kv = await js.key_value(ELASTIC_BUCKET)
+    await kv.put(f"{orders}.broken", b"not json")
+    for i in range(4):
+        await js.publish(f"{orders}.{i}", b"o")
+        await js.publish(f"{payments}.{i}", b"p")
+    async with procs() as start:
+        _, port = await exporter(start, server_url, orders)
+
+        async def sourced() -> bool:
+            m = await ascrape(port)
+            lags = {s.labels["source"]: s.value for s in m.get("pcgroups_elastic_source_lag_messages", [])
+                    if s.labels["stream"] == orders and s.labels["group"] == "agg"}
+            pending = values(m.get("pcgroups_partition_pending_messages", []), stream=orders, group="agg")
+            return lags == {orders: 0.0, payments: 0.0} and sum(pending) == 8
+
+        await wait_for(sourced, timeout=10, what="both sources' lag and their 8 messages pending")
+        m = await ascrape(port)
+        assert values(m["pcgroups_group_members"], stream=orders, group="broken") == []   # left out, counted
+        assert values(m["pcgroups_exporter_errors"], "pcgroups_exporter_errors_total", kind="group")[0] >= 1
+        assert values(m["pcgroups_exporter_up"]) == [1.0]
+
+
 async def test_static_instances_follow_starts_and_kills(js, nc, server_url, uniq):
     await make_stream(js, uniq, transform=partition_transform(uniq, 4))
     await create_static(nc, uniq, "g", 4, members=["m1", "m2"])
@@ -165,6 +197,37 @@ async def test_a_scrape_storm_costs_no_refresh(js, nc, server_url, uniq):
         # 2 for the static group, 5 for the elastic one (3 when there is no lease bucket: 1 request)
         assert per_refresh == per_refresh2 and per_refresh in (2 * 2 * 3 + 2 + 3, 2 * 2 * 3 + 2 + 5)
         assert requests2 - requests == (refreshes2 - refreshes) * per_refresh
+
+
+async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server):
+    """The exporter's own count against the server's (``$JS.API.INFO``: the account's API calls), on a server
+    nothing else uses: the server counts every request but the KV snapshots' pulls (one per bucket read)."""
+    import json as jsonlib
+
+    import nats
+
+    from pcgroups.exporter import GroupsExporter
+
+    async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
+        js = admin.jetstream()
+        await make_stream(js, "S", transform=partition_transform("S", 4))
+        await create_static(admin, "S", "g", 4, members=["a", "b"])
+        await make_stream(js, "E")
+        await create_elastic(admin, "E", "g", 4, partitioning_filters=[PartitioningFilter("E.*", [1])])
+
+        async def server_count() -> int:
+            reply = await admin.request("$JS.API.INFO", b"")
+            return jsonlib.loads(reply.data)["api"]["total"]
+
+        ex = GroupsExporter(own)
+        before = await server_count()
+        for _ in range(5):
+            await ex.refresh()
+        after = await server_count()
+        assert ex.up == 1 and len(ex.statuses) == 2
+        assert ex.last_requests == 6 + 2 + 3          # 6 + 2 S + 5 E, no lease bucket: its snapshot is 1 request
+        pulls = 2                                      # the two config buckets' snapshot pulls
+        assert after - before - 1 == 5 * (ex.last_requests - pulls)   # - 1: this INFO request itself
 
 
 async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_url, uniq):
