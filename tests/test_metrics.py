@@ -254,6 +254,36 @@ async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_u
         assert (await p.wait()).code == 0
 
 
+async def test_an_automatic_member_serves_its_metrics_too(js, nc, server_url, uniq):
+    await make_stream(js, uniq)
+    await create_elastic(nc, uniq, "g", 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    for i in range(5):
+        await js.publish(f"{uniq}.{i}", b"x")
+    port = free_port()
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "--auto", "--sleep", "0", "--metrics-listen",
+                        f"127.0.0.1:{port}", url=server_url)
+        await p.wait_output(lambda o: o.count("acked\n") == 5, what="5 acked")
+        member = re.search(r"joined as member (\S+)", p.out)[1]
+
+        async def handled() -> bool:
+            m = await ascrape(port)
+            return values(m["pcgroups_instance_messages_handled"], "pcgroups_instance_messages_handled_total",
+                          flavour="elastic", stream=uniq, group="g", member=member) == [5.0]
+
+        await wait_for(handled, timeout=10, what="5 handled by the generated member")
+
+
+def test_importing_the_metrics_modules_imports_no_prometheus_client():
+    import subprocess
+    import sys
+
+    code = ("import sys, pcgroups, pcgroups.metrics, pcgroups.exporter, cg.consume; "
+            "print('prometheus_client' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert r.stdout.strip() == "False", r.stderr
+
+
 def test_on_event_counts_pins_and_rebalances():
     metrics = InstanceMetrics("elastic", "s", "g", "m1")
 
