@@ -404,16 +404,16 @@ async def test_without_the_extra_it_says_what_to_install(server_url, tmp_path):
     assert_cli_error(r, "pip install 'pcgroups[metrics]'")
 
 
-async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server):
+async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server, uniq):
     url = nats_server.url.replace("nats://", "nats://alice:s3cret-pw@")
     async with procs() as start:
-        p, port = await exporter(start, url)
+        p, port = await exporter(start, url, uniq)   # this test's stream: other tests' groups say nothing
         assert (await ascrape(port))["pcgroups_exporter_up"][0].value == 1
         p.signal(2)
         r = await p.wait()
     assert r.code == 0, r.err
     assert "s3cret-pw" not in r.out + r.err and "alice:***@" in r.err
-    assert all(len(line) <= 80 for line in (r.out + r.err).splitlines())
+    assert all(len(line) <= 80 for line in (r.out + r.err).splitlines()), r.out + r.err
     assert "Traceback" not in r.err
 
 
