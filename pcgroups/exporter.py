@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
+from .errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .jsapi import JetStreamApi
 from .status import GroupStatus, MemberStatus, elastic_status, static_status
 from .store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
@@ -72,7 +72,8 @@ EXPORTER_METRICS: dict[str, str] = {
     "pcgroups_exporter_refresh_seconds": "How long the last refresh took",
     "pcgroups_exporter_api_requests": "JetStream API requests (and KV snapshot pulls) sent by the exporter",
     "pcgroups_exporter_last_refresh_api_requests": "JetStream API requests the last refresh sent",
-    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh) and groups that could not be read (kind=group)",
+    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), and groups or a stream's groups that could not "
+                                "be read (kind=group)",
     "pcgroups_exporter_groups": "Groups in the last snapshot",
     "pcgroups_exporter_last_refresh_timestamp_seconds": "When the last refresh ended (Unix time)",
 }
@@ -153,8 +154,10 @@ class GroupsExporter:
             except asyncio.TimeoutError:
                 pass
 
-    async def _groups(self, bucket: str) -> list[tuple[str, str, bytes]]:
-        """(stream, group, stored config) of the bucket's groups, of the chosen streams."""
+    async def _groups(self, bucket: str, failures: list[str]) -> list[tuple[str, str, bytes]]:
+        """(stream, group, stored config) of the bucket's groups, of the chosen streams. A read the
+        user's permissions refuse (a role scoped to some streams) is added to ``failures``, the other
+        streams' groups are still read."""
         patterns = [f"{s}.*" for s in self.streams] or [">"]
         out = []
         for pattern in patterns:
@@ -162,6 +165,9 @@ class GroupsExporter:
                 entries = await snapshot(self.api, bucket, pattern)
             except NotFoundError:
                 return []  # no bucket: no group of this flavour yet
+            except PermissionDeniedError as e:
+                failures.append(f"{bucket} {pattern}: {e}")
+                continue
             for e in entries:
                 stream, _, group = e.key.partition(".")
                 out.append((stream, group, e.value or b""))
@@ -174,7 +180,7 @@ class GroupsExporter:
         statuses: list[GroupStatus] = []
         failures: list[str] = []
         for flavour, bucket in FLAVOURS:
-            for stream, group, value in await self._groups(bucket):
+            for stream, group, value in await self._groups(bucket, failures):
                 try:
                     if flavour == "static":
                         status = await static_status(self.nc, stream, group, api=self.api,

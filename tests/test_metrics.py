@@ -20,6 +20,7 @@ from pcgroups.exporter import EXPORTER_METRICS, GROUP_METRICS
 from pcgroups.metrics import INSTANCE_METRICS, InstanceMetrics
 from pcgroups.server import free_port
 from tests.support import wait_for
+from tests.test_security import secured  # noqa: F401 - the secured server and its roles (a fixture)
 from tests.test_cli_common import (
     ROOT,
     acg,
@@ -474,3 +475,26 @@ def test_alert_rules_in_operations_name_only_exported_metrics():
     for expr in exprs:
         names = _metric_names(expr)
         assert names and names <= KNOWN, (expr, names - KNOWN)
+
+
+# ------------------------------------------------------------ permissions
+
+async def test_the_observer_role_can_run_the_exporter(secured):
+    """docs/SECURITY.md's observer reads the keys of its streams only (static groups of ORDERS, elastic
+    ones of EVENTS): the exporter shows every group it may read and counts the refused reads."""
+    from pcgroups.exporter import GroupsExporter
+
+    nc = await secured.connect("observer")
+    try:
+        ex = GroupsExporter(nc, streams=("ORDERS", "EVENTS"))
+        await ex.refresh()
+        assert ex.up == 1
+        assert sorted((s.flavour, s.stream, s.group) for s in ex.statuses) == [
+            ("elastic", "EVENTS", "audit"), ("elastic", "EVENTS", "billing"), ("static", "ORDERS", "shipping")]
+        assert ex.errors["group"] == 2   # static groups of EVENTS, elastic ones of ORDERS
+        assert "permission denied" in ex.last_error and "static-consumer-groups.EVENTS" in ex.last_error
+        everything = GroupsExporter(nc)
+        await everything.refresh()
+        assert everything.up == 1 and everything.statuses == [] and everything.errors["group"] == 2
+    finally:
+        await nc.close()
