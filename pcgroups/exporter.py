@@ -12,12 +12,13 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
   ephemeral consumer created, drained with ``no_wait`` pulls, deleted (3 requests while a bucket
   holds fewer than 256 groups), and the configs come with it;
 - a static group: one consumer list of its stream (one request per 256 consumers) and one stream info;
-- an elastic group: one consumer list of its work queue, one stream info of the work queue with its
-  per-subject counts (one request per 100,000 subjects) and its sources' lag, and one snapshot of
-  the lease bucket (3 requests; 1 when there is none).
+- an elastic group: one consumer list of its work queue and one stream info of the work queue with
+  its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
+  the instances are counted from the consumers).
 
-So a refresh takes ``6 + 2 S + 5 E`` requests for ``S`` static and ``E`` elastic groups (each
-subject's counts and consumer lists in one page), whatever the partitions and members. The exporter
+So a refresh takes ``6 + 2 S + 2 E`` requests for ``S`` static and ``E`` elastic groups (each
+consumer list and subject count in one page; with streams given, 6 per stream instead of 6),
+whatever the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
 """
@@ -25,7 +26,6 @@ or a pull of a KV snapshot), so the connection must be the exporter's own.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
 __all__ = ["EXPORTER_METRICS", "GROUP_METRICS", "GroupsExporter", "group_families"]
-
-log = logging.getLogger("pcgroups")
 
 #: name -> help of the metrics about the groups (one sample per partition, member or group).
 GROUP_METRICS: dict[str, str] = {
@@ -186,7 +184,7 @@ class GroupsExporter:
                         status = await static_status(self.nc, stream, group, api=self.api,
                                                      config=static_config(stream, group, value))
                     else:
-                        status = await elastic_status(self.nc, stream, group, api=self.api,
+                        status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
                                                       config=elastic_config(stream, group, value))
                 except (PCGroupsError, JetStreamAPIError) as e:
                     failures.append(f"{flavour} consumer group {group} on stream {stream}: {e}")

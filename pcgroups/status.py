@@ -303,9 +303,9 @@ async def _count_after(api: _Counting, stream: str, subjects: list[str], start_s
 
 
 async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                         config: ElasticConfig | None = None) -> GroupStatus:
+                         config: ElasticConfig | None = None, leases: bool = True) -> GroupStatus:
     """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
-    :func:`static_status`."""
+    :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket)."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_elastic_config(nc, stream, group, api=api)
@@ -330,12 +330,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
     source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
     from .membership import list_leases  # membership imports the elastic module, as this one does
 
-    leases = await list_leases(nc, stream, group, api=api)
+    held = await list_leases(nc, stream, group, api=api) if leases else []
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
                        max_members=cfg.max_members, mode=_mode(cfg),
                        filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=leases,
+                       leases=held,
                        requests=counting.n + config_requests)
