@@ -3,6 +3,9 @@
 Per message (as the reference): ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for
 <sleep> ... `` is written and flushed *before* the simulated processing, then the message is
 double-acked and the line ends with ``acked`` (or the reference's can-not-be-acknowledged message).
+With ``--concurrency K`` > 1 several messages are handled at once, so each gets two whole lines:
+``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for <sleep> ...`` before and the same
+head with ``acked`` (or the message) after.
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the instance fails.
 
@@ -21,6 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from .common import ConsumeConcurrency
 from .errors import CLIError
 from .output import go_duration, line_buffered_stdout, out
 
@@ -36,10 +40,10 @@ SLEEP_TAIL = 0.0015
 SLEEP_SPIN = 0.0001
 
 
-def consumer_template():
+def consumer_template(max_ack_pending: int = MAX_ACK_PENDING):
     from pcgroups.jsapi import ConsumerConfig
 
-    return ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=ACK_WAIT, ack_policy="explicit")
+    return ConsumerConfig(max_ack_pending=max_ack_pending, ack_wait=ACK_WAIT, ack_policy="explicit")
 
 
 class _Printer:
@@ -74,15 +78,17 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any:
+def make_handler(member: str, sleep: float, printer: _Printer, on_broken, whole_lines: bool = False) -> Any:
+    """``whole_lines`` (handlers running at once): the line is written whole before the processing and
+    again, ending with ``acked``, after it, so lines of messages handled at once do not mix."""
     from nats.errors import NoRespondersError
 
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
         seq = msg.sequence
-        if not printer.write(f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
-                             f"Processing for {sleep_text} ... "):
+        head = f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
+        if not printer.write(f"{head}Processing for {sleep_text} ..." + ("\n" if whole_lines else " ")):
             on_broken()
             return  # not acked: redelivered to whoever carries on
         if sleep > 0:
@@ -96,7 +102,7 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
             text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
         else:
             text = "acked"
-        if not printer.write(text + "\n"):
+        if not printer.write(f"{head}{text}\n" if whole_lines else text + "\n"):
             on_broken()
 
     return handler
@@ -104,13 +110,14 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken) -> Any
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
-                  metrics_listen: str | None = None) -> int:
+                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
-    (an ``ElasticSpec``) creates the group first if it does not exist. ``metrics_listen``: serve the
-    instance's metrics there (cg/metrics.py). The connection is the runtime's (:meth:`Runtime.connect`
-    with reconnection, :meth:`Runtime.close`).
+    (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
+    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``metrics_listen``:
+    serve the instance's metrics there (cg/metrics.py). The connection is the runtime's
+    (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     if kind == "static":
         from pcgroups.static import static_consume as start
@@ -151,7 +158,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if inst is not None:
             inst.stop()
 
-    handler = make_handler(member, sleep, printer, on_broken)
+    keyed = concurrency or ConsumeConcurrency()
+    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
     metrics_server, metrics_kwargs = None, {}
     nc = None
     try:
@@ -167,7 +175,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
             extra.update(metrics_kwargs)
-            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api, **extra)
+            return await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
+                               concurrency=keyed.handlers, key=keyed.key(), api=api, **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)
         if inst is None:

@@ -166,20 +166,25 @@ def metrics_command(
 
 
 
-def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str, start: Any) -> tuple[Any, Any, dict]:
+def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str,
+                     start: Any) -> tuple[Any, Any, dict[str, Any]]:
     """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` served
-    on ``listen``, the server, and the consume keyword arguments that feed it (``on_event`` when the
-    entry point ``start`` takes it). Bad input is one :class:`CLIError`, before anything connects."""
+    on ``listen``, the server, and the consume keyword arguments that feed it (the default retry
+    policy telling it of dead letters; ``on_event`` when the entry point ``start`` takes it). Bad
+    input is one :class:`CLIError`, before anything connects."""
     import inspect
 
     host, port = parse_listen("--metrics-listen", listen)
     require_client()
     from pcgroups.metrics import InstanceMetrics
+    from pcgroups.scheduler import RetryPolicy
 
     metrics = InstanceMetrics(kind, stream, group, member)
     server = serve("--metrics-listen", host, port, metrics.registry)
-    accepts = "on_event" in inspect.signature(start).parameters
-    return metrics, server, ({"on_event": metrics.on_event} if accepts else {})
+    kwargs: dict[str, Any] = {"retry": RetryPolicy(on_dead_letter=metrics.on_dead_letter)}  # the default's retries
+    if "on_event" in inspect.signature(start).parameters:   # the consume entry points' instance events
+        kwargs["on_event"] = metrics.on_event
+    return metrics, server, kwargs
 
 
 __all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "instance_metrics", "metrics_command", "parse_listen", "register",

@@ -222,7 +222,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     wq = work_queue_config(stream, group, cfg, replicas=replicas, storage=first.get("storage", "file"), layout=layout)
     created_stream = await _ensure_work_queue(api, wq, cfg, layout)
     if created_stream:
-        await _settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
+        await settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
     if existing is None:
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
@@ -287,7 +287,7 @@ async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticCo
     raise PCGroupsError(f"can't create the elastic consumer group's stream {wq.name}: it keeps changing")
 
 
-async def _settle_starts(api: JetStreamApi, work_queue: str, names: list[str], timeout: float = 10.0) -> None:
+async def settle_starts(api: JetStreamApi, work_queue: str, names: list[str], timeout: float = 10.0) -> None:
     """Once the sources ``names`` have started (at their explicit start), drop their start from the
     work queue's config: the start is history, and a kept ``opt_start_seq`` would make nats-server
     source the stream again from there whenever it restarts the source with none of its messages
@@ -416,7 +416,7 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when)
     body = dict(wq["config"], sources=[*wq["config"].get("sources", []), source_config(added, cfg.max_members)])
     await _update_stream(api, body)
-    await _settle_starts(api, body["name"], [source])
+    await settle_starts(api, body["name"], [source])
     return layout_of((await api.stream_info(body["name"]))["config"], [*(cfg.partitioning_filters or []), *new])
 
 

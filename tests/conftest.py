@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import uuid
 
 import nats
@@ -12,6 +13,11 @@ import pytest
 
 from pcgroups.cluster import EmbeddedCluster
 from pcgroups.server import EmbeddedServer
+
+# A suite started in the background (`./scripts/test &`) inherits SIGINT ignored, and so would every
+# process the tests start: the Ctrl-C tests (the demo, the REPL) need it as a terminal delivers it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
