@@ -231,15 +231,16 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
         assert after - before - 1 == 5 * (ex.last_requests - pulls)   # - 1: this INFO request itself
 
 
-async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_url, uniq):
+@pytest.mark.parametrize("concurrency", ["1", "3"])
+async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_url, uniq, concurrency):
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
     await create_static(nc, uniq, "g", 2, members=["m1"])
     for i in range(7):
         await js.publish(f"{uniq}.{i}", b"x")
     port = free_port()
     async with procs() as start:
-        p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--metrics-listen",
-                        f"127.0.0.1:{port}", url=server_url)
+        p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--concurrency", concurrency,
+                        "--metrics-listen", f"127.0.0.1:{port}", url=server_url)
         await p.wait_output(lambda o: o.count("acked\n") == 7, what="7 acked")  # "consuming..." may come between
 
         async def handled() -> bool:
