@@ -110,13 +110,14 @@ def make_handler(member: str, sleep: float, printer: _Printer, on_broken, whole_
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
-                  concurrency: ConsumeConcurrency | None = None) -> int:
+                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
     (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
-    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1). The connection is the
-    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``metrics_listen``:
+    serve the instance's metrics there (cg/metrics.py). The connection is the runtime's
+    (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     if kind == "static":
         from pcgroups.static import static_consume as start
@@ -159,12 +160,21 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
 
     keyed = concurrency or ConsumeConcurrency()
     handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
+    metrics_server, metrics_kwargs = None, {}
     nc = None
     try:
+        if metrics_listen:
+            from .metrics import instance_metrics
+
+            metrics, metrics_server, metrics_kwargs = instance_metrics(kind, stream, group, member, metrics_listen,
+                                                                       start)
+            handler = metrics.wrap(handler)
+
         async def setup():
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
+            extra.update(metrics_kwargs)
             return await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
                                concurrency=keyed.handlers, key=keyed.key(), api=api, **extra)
 
@@ -198,6 +208,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             await inst.stop()  # idempotent: returns at once when it has ended
         if nc is not None:
             await rt.close(nc)
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if printer.broken:

@@ -134,6 +134,9 @@ KeyTokens = Annotated[Optional[str], typer.Option(
 MaxAckPending = Annotated[Optional[int], typer.Option(
     "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
                                            "4K, and at least K)", show_default=False)]
+MetricsListen = Annotated[Optional[str], typer.Option(
+    "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
+    metavar="ADDR", show_default=False)]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",

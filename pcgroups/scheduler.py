@@ -76,6 +76,7 @@ class RetryPolicy:
     backoff: float = 0.1            # first retry delay, doubled each time
     max_backoff: float = 5.0
     dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
+    on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
 
 
 async def _noop() -> None:
@@ -365,6 +366,8 @@ class KeyedDispatcher:
         log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
                     m.subject, deliveries, reason)
         await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
+        if self.retry.on_dead_letter is not None:
+            self.retry.on_dead_letter(m, reason)
 
     async def _cancel_tasks(self) -> None:
         for t in list(self._tasks):

@@ -205,16 +205,17 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
 
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False) -> GroupStatus:
+                        per_partition: bool = False, config: StaticConfig | None = None) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
-    consumer per partition of members that own several (two extra requests each).
+    consumer per partition of members that own several (two extra requests each). ``config``: the
+    group's config when the caller has already read it (the two config requests are saved).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_config(STATIC, nc, stream, group, api=api)
-    config_requests = 2   # the bucket lookup and the KV get
+    cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
     infos = {c["name"]: c for c in await counting.list_consumers(stream)}
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in cfg.membership()]
@@ -259,12 +260,14 @@ async def _count_after(api: _Counting, stream: str, subjects: list[str], start_s
             pass  # it goes away after its inactive threshold anyway
 
 
-async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> GroupStatus:
-    """The state of elastic group ``group`` on ``stream`` (see the module doc)."""
+async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
+                         config: ElasticConfig | None = None, leases: bool = True) -> GroupStatus:
+    """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
+    :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket)."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_config(ELASTIC, nc, stream, group, api=api)
-    config_requests = 2
+    cfg = config if config is not None else await get_config(ELASTIC, nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2
     wq = work_queue_name(stream, group)
     try:
         infos = {c["name"]: c for c in await counting.list_consumers(wq)}
@@ -283,12 +286,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         row.pending = per_partition.get(row.partition, 0)
         row.pending_exact = True
     source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
-    leases = await list_leases(nc, stream, group, api=api)
+    held = await list_leases(nc, stream, group, api=api) if leases else []
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
                        max_members=cfg.max_members, mode=cfg.mode,
                        filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=leases,
+                       leases=held,
                        requests=counting.n + config_requests)
