@@ -17,7 +17,7 @@ from nats.js.api import StreamConfig
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, work_queue_name
 
-from .common import (Result, Row, Size, connect, publish_all, ratio, rss_mb, server_and_connection, wait_until)
+from .common import (Result, Row, Size, publish_all, ratio, rss_mb, server_and_connection, wait_until)
 from .procs import spawn, stop_all
 
 PARTITIONS = 8

@@ -22,7 +22,7 @@ from nats.js.api import StreamConfig
 
 from pcgroups import ConsumerConfig, PartitioningFilter, add_members, create_elastic, elastic_consume, work_queue_name
 
-from .common import Result, Row, Size, connect, publish_all, ratio, server_and_connection, wait_until
+from .common import Result, Row, Size, connect, publish_all, ratio, server_and_connection
 
 PARTITIONS = 8
 MEMBERS = ["m1", "m2", "m3", "m4"]

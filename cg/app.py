@@ -1,5 +1,5 @@
 """The ``cg`` command tree: the root (connection options, ``--version``), and the top-level commands
-``demo``, ``static``, ``elastic`` and the hidden ``tools``, each built from its module on first use.
+``demo``, ``static``, ``elastic``, ``metrics`` and the hidden ``tools``, each built from its module on first use.
 
 - The root callback stores the command's :class:`cg.runtime.Runtime` (the connection options as
   given) in ``ctx.obj``; ``--timeout`` is checked there, before the command's own arguments.
@@ -56,6 +56,14 @@ def _elastic() -> typer.Typer:
     return elastic_app
 
 
+def _metrics() -> typer.Typer:
+    from .metrics import register
+
+    app = typer.Typer(add_completion=False)
+    register(app)
+    return app
+
+
 def _tools() -> typer.Typer:
     from .tools import tools_app
 
@@ -66,7 +74,8 @@ def _tools() -> typer.Typer:
 #: behind scripts/*.sh, not in the fisk model. Each app is built on its own, so none adds Typer's
 #: shell-completion options (``add_completion=False``, as the root).
 TOP_LEVEL: dict[str, tuple[Callable[[], typer.Typer], bool]] = {
-    "demo": (_demo, False), "static": (_static, False), "elastic": (_elastic, False), "tools": (_tools, True),
+    "demo": (_demo, False), "static": (_static, False), "elastic": (_elastic, False), "metrics": (_metrics, False),
+    "tools": (_tools, True),
 }
 
 

@@ -24,17 +24,12 @@ if TYPE_CHECKING:
     Config = StaticConfig | ElasticConfig
 
 
-def members_of(cfg: Config) -> list[str]:
-    """The group's members in config order: ``members``, then mapped members."""
-    return list(dict.fromkeys([*cfg.members, *(m.member for m in cfg.member_mappings)]))
-
-
 def owners(cfg: Config) -> dict[str, list[int]]:
     """member -> the partitions it owns (members that own nothing are left out)."""
     from pcgroups.partitions import member_partitions
 
     out = {}
-    for m in members_of(cfg):
+    for m in cfg.membership():
         parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
                                   member_mappings=cfg.member_mappings, member=m)
         if parts:
@@ -45,7 +40,7 @@ def owners(cfg: Config) -> dict[str, list[int]]:
 def idle_members(cfg: Config) -> list[str]:
     """Members that own no partition (balanced groups keep only the first ``max_members`` names, sorted)."""
     owning = owners(cfg)
-    return [m for m in members_of(cfg) if m not in owning]
+    return [m for m in cfg.membership() if m not in owning]
 
 
 def moves(before: Mapping[str, Iterable[int]], after: Mapping[str, Iterable[int]]
@@ -82,7 +77,7 @@ def warn_idle(kind: str, group: str, cfg: Config) -> None:
     idle = idle_members(cfg)
     if not idle:
         return
-    n = len(members_of(cfg))
+    n = len(cfg.membership())
     what = "get" if len(idle) > 1 else "gets"
     extra = " (a static group never rebalances)" if kind == "static" else " until a member leaves"
     warn(f"{n} members for {cfg.max_members} partitions in {kind} consumer group {group}: "
@@ -110,7 +105,7 @@ def change_summary(kind: str, stream: str, group: str, done: str, before: Config
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
-    grid.add_row("members", f"{' '.join(members_of(before)) or 'none'} -> {' '.join(members_of(after)) or 'none'}")
+    grid.add_row("members", f"{' '.join(before.membership()) or 'none'} -> {' '.join(after.membership()) or 'none'}")
     found = moves(owners(before), owners(after))
     moved = sum(len(ps) for _, _, ps in found)
     grid.add_row("moved", f"{moved} of {after.max_members} partitions" if moved else "no partition")
@@ -140,5 +135,5 @@ def print_members_line(add: bool, result: Sequence[str], mappings: Any | None) -
         out.line(f"member mapping: {go_mappings(mappings)}")
 
 
-__all__ = ["change_summary", "check_unique", "describe_moves", "idle_members", "members_of", "moves", "owners", "print_change",
+__all__ = ["change_summary", "check_unique", "describe_moves", "idle_members", "moves", "owners", "print_change",
            "print_members_line", "warn_idle"]

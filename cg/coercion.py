@@ -71,7 +71,7 @@ def _coercible(descriptor: Any) -> bool:
 
 if RuntimeParam is not None:
     @dataclass(frozen=True)
-    class PlainCoercion(RuntimeParam):  # type: ignore[misc,valid-type]
+    class PlainCoercion(RuntimeParam):
         """Typer's runtime coercion of one parameter, without pydantic for plain values."""
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:

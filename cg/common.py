@@ -11,14 +11,16 @@ import logging
 import re
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import CLIError, debugging
+from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
+from .errors import CLIError, debugging, warn
 
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
+    from pcgroups.scheduler import KeyFunc
+    from pcgroups.sources import Start
 
-VERSION = "0.1.0"
 APP_HELP = "Partitioned Consumer Group CLI tool"
 
 
@@ -128,7 +130,7 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
-def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
+def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start] | None:
     """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
     if not texts:
         return None
@@ -150,7 +152,80 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str] | None:
             raise CLIError(f"--start {text}: {name} is not one of the group's streams ({', '.join(streams)})")
         else:
             by_stream[name] = spec
-    return {n: by_stream.get(n, default) for n in streams}
+    starts: dict[str, str | Start] = {n: by_stream.get(n, default) for n in streams}
+    return starts
+
+
+class ConsumeConcurrency(NamedTuple):
+    """``consume``'s ``--concurrency K``, ``--key-header H`` / ``--key-tokens 1,2`` and ``--max-ack-pending N``.
+
+    ``handlers`` 1 is the reference's strict path (one message at a time, ``max_ack_pending`` 1); more
+    runs up to that many handlers at once, one message per key at a time (pcgroups/scheduler.py). No key
+    option keeps the library's default key: the partitioning wildcard tokens (elastic), the subject
+    with the partition token stripped (static). A named tuple: ``cg --version`` imports this module, and
+    a dataclass would cost it the import of ``dataclasses`` (and ``inspect``)."""
+
+    handlers: int = 1
+    max_ack_pending: int = 1
+    key_header: str | None = None
+    key_tokens: tuple[int, ...] = ()
+
+    def key(self) -> KeyFunc | None:
+        """The key function for the library (None: its default)."""
+        from pcgroups.scheduler import key_by_header, key_by_tokens
+
+        if self.key_header is not None:
+            return key_by_header(self.key_header)
+        if self.key_tokens:
+            return key_by_tokens(list(self.key_tokens))
+        return None
+
+
+#: ``--max-ack-pending``'s default with ``--concurrency K`` > 1, per handler: a key with a burst of
+#: messages can be overtaken by other keys' messages within this window.
+ACK_PENDING_PER_HANDLER = 4
+MAX_WINDOW = 2147483647   # --concurrency and --max-ack-pending: what any server takes
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS header name (an RFC 7230 token)
+
+
+def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str | None,
+                      max_ack_pending: int | None) -> ConsumeConcurrency:
+    """Check and combine ``consume``'s concurrency options (before connecting)."""
+    if not 1 <= concurrency <= MAX_WINDOW:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (1 handles one "
+                       "message at a time)")
+    if key_header is not None and key_tokens is not None:
+        raise CLIError("--key-header and --key-tokens can't be combined: key messages by a header or by subject "
+                       "tokens")
+    given = "--key-header" if key_header is not None else "--key-tokens" if key_tokens is not None else None
+    if given and concurrency == 1:
+        raise CLIError(f"{given} needs --concurrency greater than 1 (with one handler every message waits for the "
+                       "one before it anyway)")
+    if key_header is not None and not _HEADER_NAME.fullmatch(key_header):
+        raise CLIError(f"invalid --key-header {key_header!r}: give a header name (letters, digits, '-', no spaces "
+                       "or ':')")
+    tokens = _key_tokens(key_tokens) if key_tokens is not None else ()
+    if max_ack_pending is None:
+        max_ack_pending = 1 if concurrency == 1 else min(ACK_PENDING_PER_HANDLER * concurrency, MAX_WINDOW)
+    elif not 1 <= max_ack_pending <= MAX_WINDOW:
+        raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")
+    elif max_ack_pending < concurrency:
+        many = f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'}"
+        raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most {many} "
+                       f"would be handled at once; give --max-ack-pending {concurrency} or more")
+    elif concurrency == 1 and max_ack_pending > 1:
+        warn(f"--max-ack-pending {max_ack_pending} with one handler: after a take-over JetStream may redeliver "
+             "messages out of order (1 keeps the order; --concurrency K keeps it per key)")
+    return ConsumeConcurrency(concurrency, max_ack_pending, key_header, tokens)
+
+
+def _key_tokens(text: str) -> tuple[int, ...]:
+    """``--key-tokens 1,2``: subject token positions counted from 1 (of the subject the handler sees)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", p) and int(p) >= 1 for p in parts):
+        raise CLIError(f"invalid --key-tokens {text!r}: give subject token positions counted from 1, "
+                       "comma-separated (e.g. 1,2)")
+    return tuple(int(p) for p in parts)
 
 
 # ---------------------------------------------------------------- logging

@@ -3,6 +3,9 @@
 Per message (as the reference): ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for
 <sleep> ... `` is written and flushed *before* the simulated processing, then the message is
 double-acked and the line ends with ``acked`` (or the reference's can-not-be-acknowledged message).
+With ``--concurrency K`` > 1 several messages are handled at once, so each gets two whole lines:
+``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for <sleep> ...`` before and the same
+head with ``acked`` (or the message) after.
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the instance fails.
 
@@ -26,6 +29,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from .common import ConsumeConcurrency
 from .errors import CLIError
 from .output import go_duration, line_buffered_stdout, out, ranges
 
@@ -41,10 +45,10 @@ SLEEP_TAIL = 0.0015
 SLEEP_SPIN = 0.0001
 
 
-def consumer_template():
+def consumer_template(max_ack_pending: int = MAX_ACK_PENDING):
     from pcgroups.jsapi import ConsumerConfig
 
-    return ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=ACK_WAIT, ack_policy="explicit")
+    return ConsumerConfig(max_ack_pending=max_ack_pending, ack_wait=ACK_WAIT, ack_policy="explicit")
 
 
 class Printer:
@@ -60,11 +64,23 @@ class Printer:
         self.width = width
         self._open = False                        # a message line is started and not ended
         self._ready = False
+        self._header: list[str] = []               # consuming... and the like: before any message line
         self._early: list[tuple[bool, str]] = []   # status lines before ready()
         self._waiting: list[tuple[bool, str]] = []  # (on stdout, line) held while a message line is open
 
+    def expect_header(self, lines: list[str]) -> None:
+        """Lines (``consuming...``) said by :meth:`announce`, or before the first message line if that
+        comes first: a message handled before the ready check finished never precedes them."""
+        self._header = list(lines)
+
+    def announce(self) -> None:
+        header, self._header = self._header, []
+        for text in header:
+            self.line(text)
+
     def begin(self, text: str) -> bool:
         """The first part of a message line (flushed: the processing comes next)."""
+        self.announce()
         self._open = True
         return self._stdout(text)
 
@@ -72,6 +88,13 @@ class Printer:
         """The end of the open message line; then the lines that waited."""
         written = self._stdout(text + "\n")
         self._open = False
+        self._release()
+        return written
+
+    def whole(self, text: str) -> bool:
+        """A whole message line (handlers running at once write whole lines, never an open one)."""
+        self.announce()
+        written = self._stdout(text + "\n")
         self._release()
         return written
 
@@ -155,15 +178,18 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: Printer, on_broken) -> Any:
+def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False) -> Any:
+    """``whole_lines`` (handlers running at once): the line is written whole before the processing and
+    again, ending with ``acked``, after it, so lines of messages handled at once do not mix."""
     from nats.errors import NoRespondersError
 
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
         seq = msg.sequence
-        if not printer.begin(f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
-                             f"Processing for {sleep_text} ... "):
+        head = f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
+        first = f"{head}Processing for {sleep_text} ..."
+        if not (printer.whole(first) if whole_lines else printer.begin(first + " ")):
             on_broken()
             return  # not acked: redelivered to whoever carries on
         if sleep > 0:
@@ -177,19 +203,22 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken) -> Any:
             text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
         else:
             text = "acked"
-        if not printer.end(text):
+        if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
             on_broken()
 
     return handler
 
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
-                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None) -> int:
+                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
+                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
-    (an ``ElasticSpec``) creates the group first if it does not exist. The connection is the
-    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
+    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``metrics_listen``:
+    serve the instance's metrics there (cg/metrics.py). The connection is the runtime's
+    (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     if kind == "static":
         from pcgroups.static import static_consume as start
@@ -224,21 +253,39 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
 
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
+    joined = f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})"
+    printer.expect_header([joined, "consuming..."] if auto else ["consuming..."])
 
     def on_broken() -> None:
         stop_requested.set()
         if inst is not None:
             inst.stop()
 
-    handler = make_handler(member, sleep, printer, on_broken)
+    keyed = concurrency or ConsumeConcurrency()
+    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
+    metrics_server, metrics_kwargs = None, {}
     nc = None
     try:
+        if metrics_listen:
+            from .metrics import instance_metrics
+
+            metrics, metrics_server, metrics_kwargs = instance_metrics(kind, stream, group, member, metrics_listen,
+                                                                       start)
+            handler = metrics.wrap(handler)
+
         async def setup():
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
-            return await start(nc, stream, group, member, handler, config=consumer_template(), api=api,
-                               on_event=lambda ev: printer.status(status_line(ev, stream, group, kind, auto)), **extra)
+            extra.update(metrics_kwargs)
+            told = extra.pop("on_event", None)   # the metrics' too
+
+            def on_event(ev: Any) -> None:
+                printer.status(status_line(ev, stream, group, kind, auto))
+                if told is not None:
+                    told(ev)
+            return await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
+                               concurrency=keyed.handlers, key=keyed.key(), api=api, on_event=on_event, **extra)
 
         inst = await _unless_stopped(setup(), stop_requested)
         if inst is None:
@@ -248,9 +295,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         done = asyncio.ensure_future(inst.done())
         await _wait_ready(inst, done, stop_requested)
         if not done.done() and not stop_requested.is_set():
-            if auto:
-                printer.line(f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})")
-            printer.line("consuming...")
+            printer.announce()
         printer.ready()
         result = await done
         if result is not None:
@@ -263,6 +308,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             await inst.stop()  # idempotent: returns at once when it has ended
         if nc is not None:
             await rt.close(nc)
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if printer.broken:

@@ -45,7 +45,12 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from nats.aio.client import Client
+
     from pcgroups.checker import Recorder, Report
+    from pcgroups.cluster import EmbeddedCluster
+    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.server import EmbeddedServer
 
 DEFAULT_DURATION = 36.0
 CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election takes 4-9 s
@@ -272,7 +277,7 @@ class Demo:
 
         self.duration = max(duration, MIN_DURATION)
         self.cluster_mode = cluster
-        self.cluster = None                # the EmbeddedCluster with --cluster
+        self.cluster: EmbeddedCluster | None = None   # with --cluster
         self.url = ""
         self.phases = CLUSTER_PHASES if cluster else PHASES
         self.console = console
@@ -283,9 +288,9 @@ class Demo:
         self.started = time.monotonic()
         self.t0_wall = 0.0                 # wall time the traffic started
         self.plan: Plan | None = None
-        self.server = None
-        self.nc = None
-        self.api = None
+        self.server: EmbeddedServer | None = None
+        self._nc: Client | None = None     # setup() connects
+        self._api: JetStreamApi | None = None
         self.recorders = {"static": Recorder(), "elastic": Recorder()}
         self.expected: dict[str, list[int]] = {"static": [], "elastic": []}
         self.acked: dict[str, Counter] = defaultdict(Counter)   # per flavour: partition -> acks; per instance: 0
@@ -338,9 +343,9 @@ class Demo:
             self.url = self.server.url
             self.log_dir = self.server.store_dir
             self.event(f"nats-server on {self.server.url} (store {self.server.store_dir})")
-        self.nc = await nats.connect(servers=self.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-                                     name="cg-demo")
-        self.api = JetStreamApi(self.nc)
+        self._nc = await nats.connect(servers=self.url.split(","), max_reconnect_attempts=-1,
+                                      reconnect_time_wait=0.2, name="cg-demo")
+        self._api = JetStreamApi(self._nc)
         js = self.nc.jetstream()
         replicas = 3 if self.cluster_mode else 1
         await js.add_stream(StreamConfig(
@@ -372,6 +377,17 @@ class Demo:
         self.event(f"{len(self.workers)} instances running as processes: "
                    + ", ".join(f"{w.name}" for w in self.workers.values())
                    + f" (AckWait = PinnedTTL = {self.plan.ack_wait:g}s, max_ack_pending 1)")
+
+    @property
+    def nc(self) -> Client:
+        """The demo's connection (setup() makes it)."""
+        assert self._nc is not None, "setup() connects first"
+        return self._nc
+
+    @property
+    def api(self) -> JetStreamApi:
+        assert self._api is not None, "setup() connects first"
+        return self._api
 
     # --- traffic --------------------------------------------------------------------------
     async def publish(self) -> None:
@@ -456,6 +472,7 @@ class Demo:
 
     async def _watch_takeover(self, take: Takeover, member: str, *, exclude: set[str]) -> None:
         """A kill: until another instance of ``member`` starts a message."""
+        assert self.plan is not None
         rec = self.recorders[_flavour_of(member)]
         seen = 0      # calls looked at so far (the record only grows)
         first = None
@@ -546,9 +563,10 @@ class Demo:
     async def _watch_node(self, take: Takeover, node: Any) -> None:
         parts = {"static": STATIC_PARTITIONS, "elastic": ELASTIC_PARTITIONS}
         while True:
-            firsts = [self.recorders[f].first_start(after=take.at, partition=p) for f, n in parts.items()
+            starts = [self.recorders[f].first_start(after=take.at, partition=p) for f, n in parts.items()
                       for p in range(n)]
-            if all(t is not None for t in firsts):
+            firsts = [t for t in starts if t is not None]
+            if len(firsts) == len(starts):
                 take.after = max(firsts) - take.at
                 take.by = "every partition"
                 self.event(f"every partition of both groups handled again {take.after:.2f}s after the node kill "
@@ -631,9 +649,9 @@ class Demo:
             except BaseException:
                 pass
         await self.stop_workers()
-        if self.nc is not None:
+        if self._nc is not None:
             try:
-                await asyncio.wait_for(self.nc.close(), 2)
+                await asyncio.wait_for(self._nc.close(), 2)
             except Exception:
                 pass
         if self.server is not None:
@@ -670,9 +688,9 @@ class Demo:
                           failures=failures, elapsed=self.elapsed())
 
     # --- the live view --------------------------------------------------------------------
-    def _rates(self, flavour: str, window: float = 2.0) -> Counter:
+    def _rates(self, flavour: str, window: float = 2.0) -> dict[int, float]:
         now = time.time()
-        rates: Counter = Counter()
+        rates: defaultdict[int, float] = defaultdict(float)
         for c in reversed(self.recorders[flavour].calls):
             if c.start < now - window - 5:
                 break
@@ -776,12 +794,12 @@ class Demo:
             header.append(f"  {plan.rate:g} msg/s" if self.publishing else "  not publishing", style="dim")
         phases = self.phases
         current = phases.index(self.phase) if self.phase in phases else 0
-        steps: Text | None = Text()
+        steps: Text | None = None
         if width < 110:   # the phase bar would wrap: the phase goes on the header line
             header.append(f"  phase {current + 1}/{len(phases)}: ", style="dim")
             header.append(self.phase, style="bold")
-            steps = None
         else:
+            steps = Text()
             for i, name in enumerate(phases):
                 style = "green" if i < current else "bold reverse" if i == current else "dim"
                 steps.append(f" {name} ", style=style)

@@ -40,7 +40,7 @@ async def main() -> int:
 
     import nats
 
-    from pcgroups import ConsumerConfig, elastic_consume, static_consume
+    from pcgroups import ConsumerConfig, ConsumerInstance, elastic_consume, static_consume
     from pcgroups.checker import event_line
 
     nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance)
@@ -70,6 +70,7 @@ async def main() -> int:
     consume = static_consume if args.flavour == "static" else elastic_consume
     inst = await consume(nc, args.stream, args.group, member, handler,
                          config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
+    assert isinstance(inst, ConsumerInstance)   # a named member (not automatic membership): it has a session
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, inst.stop)

@@ -14,7 +14,8 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import ELASTIC, Group, MaxMembers, Sleep, Stream, add_shared, flavour_app, flavour_command, join
+from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
+                      Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
 
     check_names(stream=stream, group=name)
     sources, partition_streams = split_list(source), split_list(partition_stream)
+    pfs: list[PartitioningFilter] | None
     if filter:
         pfs = partitioning_filters(filter, wildcards)
     elif wildcards:
@@ -187,7 +189,7 @@ Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as 
 
 def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
                     add: bool) -> None:
-    from .changes import check_unique, members_of, print_change, print_members_line, warn_idle
+    from .changes import check_unique, print_change, print_members_line, warn_idle
     from .output import out
 
     check_names(stream=stream, group=name, members=members)
@@ -200,7 +202,7 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
         if named and not add:
             raise CLIError(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
-                           f"group {name} (members: {' '.join(members_of(before)) or 'none'}): nothing dropped")
+                           f"group {name} (members: {' '.join(before.membership()) or 'none'}): nothing dropped")
         if named:
             warn(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} already a member of elastic consumer "
                  f"group {name}")
@@ -251,7 +253,7 @@ def drop(ctx: typer.Context, stream: Stream, name: Group, members: Members, stic
 
 def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[MemberMapping] | None) -> None:
     """create-mapping (``mappings``) or delete-mapping (None): the change, its warnings, its summary."""
-    from .changes import members_of, print_change
+    from .changes import print_change
     from .output import go_mappings, out
 
     async def body(nc: Client, api: JetStreamApi):
@@ -270,7 +272,7 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         _warn_automatic(name, len(leases))
     if out.pretty:
         done = "member mappings set" if mappings is not None else "member mappings deleted"
-        note = None if members_of(after) else ("the group has no members now: its instances keep running, waiting "
+        note = None if after.membership() else ("the group has no members now: its instances keep running, waiting "
                                              "for add or create-mapping")
         print_change("elastic", stream, name, done, before, after, note=note)
     elif mappings is not None:
@@ -315,7 +317,9 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s", create: Create = None,
             filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
             partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
-            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0) -> None:
+            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
+            concurrency: Concurrency = 1, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
+            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
@@ -333,9 +337,10 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         from pcgroups.membership import auto_member_name
 
         member = auto_member_name()
-    join(ctx, ELASTIC, stream, name, member, sleep, auto=auto, lease_ttl=lease, create=spec)
+    join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, auto=auto,
+         lease_ttl=lease, create=spec, metrics_listen=metrics_listen)
 
 
-add_shared(elastic_app, ELASTIC, "status", "prompt")
+add_shared(elastic_app, ELASTIC, "status", "reset", "prompt")
 
 __all__ = ["elastic_app"]

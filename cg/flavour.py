@@ -3,7 +3,7 @@
 A :class:`Flavour` holds what differs between ``cg static ...`` and ``cg elastic ...``: the name, the
 mode's help, the commands' aliases and the library functions behind them (:class:`Calls`, imported
 on first use). The commands both flavours have are written once here as functions of a flavour:
-``ls``, ``info``, ``delete``, ``member-info``, ``step-down``, ``status`` and ``prompt`` (see
+``ls``, ``info``, ``delete``, ``member-info``, ``step-down``, ``status``, ``reset`` and ``prompt`` (see
 :data:`SHARED`), and the common part of ``consume`` (:func:`join`). cg/static.py and cg/elastic.py
 build their apps with :func:`add_shared` and :func:`flavour_command`, in the reference's command
 order, between their own commands (static ``create balanced|mapped``; elastic ``create``, ``add``,
@@ -15,13 +15,13 @@ imports Typer and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
-from .common import check_names, parse_duration_option, parse_sleep
+from .common import check_names, parse_concurrency, parse_duration_option, parse_sleep
 from .errors import CLIError
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -76,16 +76,13 @@ def _imported_when_called(module: str, name: str) -> Fn:
 
 
 def _static_calls() -> Calls:
-    from pcgroups import static as lib
+    from functools import partial
 
-    async def membership(nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi
-                         ) -> tuple[bool, bool]:
-        cfg = await lib.get_static_config(nc, stream, group, api=api)
-        active = await lib.list_static_active_members(nc, stream, group, api=api)
-        return cfg.is_in_membership(member), member in active
+    from pcgroups import flavour as shared, static as lib
 
     return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
-                 list_active_members=lib.list_static_active_members, membership=membership,
+                 list_active_members=lib.list_static_active_members,
+                 membership=partial(shared.is_in_membership_and_active, shared.STATIC),
                  delete=lib.delete_static, step_down=lib.static_member_step_down,
                  status=_imported_when_called("pcgroups.status", "static_status"))
 
@@ -122,6 +119,24 @@ Force = Annotated[bool, typer.Option("--force/--no-force", "-f", help="force del
 SLEEP_HELP = "sleep to simulate processing time"
 DEFAULT_SLEEP = "20ms"
 Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
+Concurrency = Annotated[int, typer.Option(
+    "--concurrency", metavar="K", help="handle up to K messages at once, one per key at a time, each key in "
+                                       "order (1: one message at a time, as the reference)")]
+KeyHeader = Annotated[Optional[str], typer.Option(
+    "--key-header", metavar="HEADER", help="with --concurrency: the key is this header's value (messages without "
+                                           "it share one key)", show_default=False)]
+KeyTokens = Annotated[Optional[str], typer.Option(
+    "--key-tokens", metavar="POSITIONS", help="with --concurrency: the key is these tokens of the subject (without "
+                                              "the partition token), counted from 1 as in subject transforms, e.g. "
+                                              "1,2 (default key: the partitioning tokens (elastic), the subject "
+                                              "(static))",
+    show_default=False)]
+MaxAckPending = Annotated[Optional[int], typer.Option(
+    "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
+                                           "4K, and at least K)", show_default=False)]
+MetricsListen = Annotated[Optional[str], typer.Option(
+    "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
+    metavar="ADDR", show_default=False)]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
@@ -316,6 +331,43 @@ def _status(flavour: Flavour) -> tuple[Fn, str]:
     return status, STATUS_HELP
 
 
+Members = Annotated[Optional[list[str]], typer.Argument(help="members to reset (default: all)", metavar="MEMBER",
+                                                        show_default=False)]
+
+
+def _reset(flavour: Flavour) -> tuple[Fn, str]:
+    def reset(ctx: typer.Context, stream: Stream, name: Group, members: Members = None,
+              to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
+              to_latest: Annotated[bool, typer.Option("--to-latest", help="past the last message: skip "
+                                                      "everything pending")] = False,
+              to_seq: Annotated[Optional[int], typer.Option("--to-seq", help="to this stream sequence",
+                                                            metavar="N")] = None,
+              to_time: Annotated[Optional[str], typer.Option("--to-time", help="to the first message at or after "
+                                                             "this time", metavar="RFC3339")] = None,
+              by_duration: Annotated[Optional[str], typer.Option("--by-duration", help="to this long before now",
+                                                                 metavar="DURATION")] = None,
+              execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing "
+                                                    "changes)")] = False,
+              json: Json = False) -> None:
+        from pcgroups import offsets
+
+        from .offsets import print_plan
+
+        check_names(stream=stream, group=name, members=members or [])
+        target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=to_seq, time=to_time,
+                                   duration=by_duration)
+        plan_fn = offsets.plan_static_reset if flavour.name == "static" else offsets.plan_elastic_reset
+
+        async def body(nc: Client, api: JetStreamApi) -> Any:
+            plan = await plan_fn(nc, stream, name, target, members or None, api=api)
+            return await offsets.execute_reset(nc, plan, api=api) if execute else plan
+
+        print_plan(runtime(ctx).with_connection(body), as_json=json)
+
+    return reset, ("replay or skip: move members to --to-earliest, --to-latest, --to-seq N, --to-time T or "
+                   "--by-duration D (prints the plan; --execute applies it)")
+
+
 def _prompt(flavour: Flavour) -> tuple[Fn, str]:
     def prompt(ctx: typer.Context) -> None:
         from .prompt import Repl
@@ -329,7 +381,7 @@ def _prompt(flavour: Flavour) -> tuple[Fn, str]:
 #: The commands both flavours have: name -> (the command function for a flavour, its help).
 SHARED: dict[str, Callable[[Flavour], tuple[Fn, str]]] = {
     "ls": _ls, "info": _info, "delete": _delete, "member-info": _member_info, "step-down": _step_down,
-    "status": _status, "prompt": _prompt,
+    "status": _status, "prompt": _prompt, "reset": _reset,
 }
 
 
@@ -341,15 +393,19 @@ def add_shared(app: typer.Typer, flavour: Flavour, *names: str) -> None:
 
 
 def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: str, sleep: str,
-         **options: Any) -> NoReturn:
-    """The common part of ``consume``: check the names and ``--sleep``, then run the member instance
-    (cg/consume.py) until it ends; exits with its status."""
+         concurrency: int = 1, key_header: str | None = None, key_tokens: str | None = None,
+         max_ack_pending: int | None = None, **options: Any) -> NoReturn:
+    """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
+    (:func:`~cg.common.parse_concurrency`), then run the member instance (cg/consume.py) until it
+    ends; exits with its status."""
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(flavour_sleep(ctx, sleep))
+    keyed = parse_concurrency(concurrency, key_header, key_tokens, max_ack_pending)
     rt = runtime(ctx)
-    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, **options))
+    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
+                                   **options))
 
 
 __all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",

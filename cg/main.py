@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_model()
         return 0
     if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
-        from .common import VERSION
+        from . import VERSION
 
         sys.stdout.write(VERSION + "\n")
         return 0

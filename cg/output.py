@@ -298,7 +298,7 @@ def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) 
 
     from pcgroups.partitions import member_partitions
 
-    names = list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
+    names = cfg.membership()
     if not names:
         return Text("no members or mappings defined", style="yellow")
     mode = "balanced" if cfg.members else "mapped"

@@ -40,12 +40,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from .errors import Canceled, fail, report, usage_message
 from .runtime import Runtime, close_quietly, read_answer_async, stdin_is_terminal
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -187,7 +189,7 @@ class SessionRuntime(Runtime):
 
     def run(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         """On the session's event loop (Ctrl-C cancels the command, not the shell)."""
-        return self.repl.runner.run(coro_fn(*args, **kwargs))
+        return self.repl.run_on_loop(coro_fn(*args, **kwargs))
 
     run_member = run   # the shell's loop, whatever it is
 
@@ -242,7 +244,7 @@ class Names:
         if task is None:
             task = asyncio.ensure_future(fetch())
             self._pending[key] = task
-            task.add_done_callback(lambda t, key=key: self._settle(key, t))
+            task.add_done_callback(functools.partial(self._settle, key))
         try:
             return list(await asyncio.wait_for(asyncio.shield(task), LOOKUP_TIMEOUT))
         except asyncio.CancelledError:
@@ -284,12 +286,11 @@ class Names:
 
     async def members(self, mode: str, stream: str, group: str) -> list[str]:
         async def fetch() -> list[str]:
-            if mode == "static":
-                from pcgroups.static import get_static_config as get_config
-            else:
-                from pcgroups.elastic import get_elastic_config as get_config
-            cfg = await get_config(self.repl.nc, stream, group, api=self.repl.api)
-            return list(dict.fromkeys([*cfg.members, *(m.member for m in cfg.member_mappings)]))
+            from pcgroups.flavour import ELASTIC, STATIC, Flavour, get_config
+
+            flavour: Flavour[Any] = STATIC if mode == "static" else ELASTIC
+            cfg = await get_config(flavour, self.repl.nc, stream, group, api=self.repl.api)
+            return cfg.membership()
 
         return await self._get(("members", mode, stream, group), fetch)
 
@@ -473,9 +474,19 @@ class Repl:
             self._ask_session = PromptSession(history=InMemoryHistory(), complete_while_typing=False, **io)
         return self._main_session, self._ask_session
 
+    def run_on_loop(self, aw: Awaitable[T]) -> T:
+        """``aw`` run to its end on the session's event loop (between start and close)."""
+        if self.runner is None:
+            raise RuntimeError("the session's event loop is not running (start() first)")
+
+        async def wait() -> T:
+            return await aw
+
+        return self.runner.run(wait())
+
     def read_line(self) -> Any:
         """The next line, ``_CANCEL`` (Ctrl-C) or ``_EOF`` (Ctrl-D, end of input)."""
-        return self.runner.run(self._read_line())
+        return self.run_on_loop(self._read_line())
 
     async def _read_line(self) -> Any:
         if not self.interactive:
@@ -555,7 +566,7 @@ class Repl:
         if head not in group.commands:
             self._unknown(mode, head)
             return True
-        args = self.runner.run(self.complete_arguments(mode, [head, *rest]))
+        args = self.run_on_loop(self.complete_arguments(mode, [head, *rest]))
         self.invoke(mode, args)
         return True
 

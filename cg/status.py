@@ -185,7 +185,7 @@ def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now:
         table.add_column("held by instance", overflow="fold")
     for m, by in zip(pinned, held):
         since = m.pinned_since.astimezone().strftime("%H:%M:%S") if m.pinned_since else "-"
-        cells = [m.member, Text(m.pinned_id or "", style="cyan"), since, by]
+        cells: list[str | Text] = [m.member, Text(m.pinned_id or "", style="cyan"), since, by]
         table.add_row(*cells[:len(table.columns)])
     return table
 

@@ -1,27 +1,100 @@
-"""Partitioned consumer groups on NATS JetStream, wire-compatible with orbit.go pcgroups v0.2.1."""
+"""Partitioned consumer groups on NATS JetStream, wire-compatible with orbit.go pcgroups v0.2.1.
 
-from .config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, parse_elastic_config,
-                     parse_mapping, parse_static_config, validate_name)
-from .elastic import (ElasticSpec, add_members, add_source, create_elastic, delete_elastic, delete_member_mappings,
-                      delete_members, elastic_consume, elastic_is_in_membership_and_active, elastic_member_step_down,
-                      get_elastic_config, get_elastic_layout, list_elastic_active_members, list_elastic_groups,
-                      remove_source, set_member_mappings, work_queue_name)
-from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
-from .instance import ConsumerInstance
-from .jsapi import ConsumerConfig, JetStreamApi
-from .partitions import (balanced_assignment, elastic_member_filters, member_partitions, partition_filters,
-                         partition_of_subject, static_member_filters, transform_destination)
-from .scheduler import RetryPolicy, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens
-from .membership import AutoInstance, Lease, elastic_consume_auto, list_leases
-from .delivery import Msg
-from .sources import Layout, SourceStream, Start
-from .sticky import sticky_assignment, sticky_change, sticky_mappings
-from .static import (create_static, delete_static, get_static_config, list_static_active_members,
-                     list_static_groups, static_consume, static_member_step_down)
+Every public name is importable from here (``from pcgroups import elastic_consume``); each is imported
+from its module on first use (PEP 562), so a program that needs one module (``cg static ls``:
+``pcgroups.static``) does not pay for the others (``pcgroups.elastic``, ``membership``, ``sources``...).
+
+The public API is :data:`__all__`, the names of ``_EXPORTS`` (tests/test_public_api.py pins the list).
+The package imports nats-py and the library's own modules only: never Typer, rich, prompt-toolkit or ``cg``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_MODULES = {"config", "elastic", "errors", "instance", "jsapi", "partitions", "session", "static", "store", "scheduler",
-            "membership", "sticky", "sources", "permissions", "delivery"}
-__all__ = [name for name in list(globals()) if not name.startswith("_") and name not in _MODULES]
+#: module -> the public names it gives the package
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "config": ("ElasticConfig", "MemberMapping", "PartitioningFilter", "StaticConfig", "parse_elastic_config",
+               "parse_mapping", "parse_static_config", "validate_name"),
+    "elastic": ("ElasticSpec", "add_members", "add_source", "create_elastic", "delete_elastic",
+                "delete_member_mappings", "delete_members", "elastic_consume", "elastic_is_in_membership_and_active",
+                "elastic_member_step_down", "get_elastic_config", "get_elastic_layout", "list_elastic_active_members",
+                "list_elastic_groups", "remove_source", "set_member_mappings", "work_queue_name"),
+    "events": ("InstanceEvent",),
+    "errors": ("ConfigChangedError", "ConfigError", "ConsumerGoneError", "GroupExistsError", "JetStreamAPIError",
+               "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError"),
+    "instance": ("ConsumerInstance",),
+    "jsapi": ("ConsumerConfig", "JetStreamApi"),
+    "partitions": ("balanced_assignment", "elastic_member_filters", "member_partitions", "partition_filters",
+                   "partition_of_subject", "static_member_filters", "transform_destination"),
+    "scheduler": ("RetryPolicy", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens"),
+    "membership": ("AutoInstance", "Lease", "elastic_consume_auto", "list_leases"),
+    "delivery": ("Msg",),
+    "sources": ("Layout", "SourceStream", "Start"),
+    "sticky": ("sticky_assignment", "sticky_change", "sticky_mappings"),
+    "static": ("create_static", "delete_static", "get_static_config", "list_static_active_members",
+               "list_static_groups", "static_consume", "static_member_step_down"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+#: the public API, written out (the names of _EXPORTS, sorted)
+__all__ = [
+    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumerConfig", "ConsumerGoneError",
+    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent",
+    "JetStreamAPIError", "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError",
+    "NotFoundError", "PCGroupsError", "PartitioningFilter", "PermissionDeniedError", "RetryPolicy",
+    "SourceStream", "Start", "StaticConfig", "add_members", "add_source", "balanced_assignment",
+    "create_elastic", "create_static", "delete_elastic", "delete_member_mappings", "delete_members",
+    "delete_static", "elastic_consume", "elastic_consume_auto", "elastic_is_in_membership_and_active",
+    "elastic_member_filters", "elastic_member_step_down", "get_elastic_config", "get_elastic_layout",
+    "get_static_config", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens",
+    "list_elastic_active_members", "list_elastic_groups", "list_leases", "list_static_active_members",
+    "list_static_groups", "member_partitions", "parse_elastic_config", "parse_mapping", "parse_static_config",
+    "partition_filters", "partition_of_subject", "remove_source", "set_member_mappings", "static_consume",
+    "static_member_filters", "static_member_step_down", "sticky_assignment", "sticky_change",
+    "sticky_mappings", "transform_destination", "validate_name", "work_queue_name",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name from its module, or a submodule (``pcgroups.elastic``), imported on first use."""
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f".{module}", __name__), name)
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise  # the submodule exists and failed to import
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from .config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, parse_elastic_config,
+                         parse_mapping, parse_static_config, validate_name)
+    from .delivery import Msg
+    from .elastic import (ElasticSpec, add_members, add_source, create_elastic, delete_elastic,
+                          delete_member_mappings, delete_members, elastic_consume,
+                          elastic_is_in_membership_and_active, elastic_member_step_down, get_elastic_config,
+                          get_elastic_layout, list_elastic_active_members, list_elastic_groups, remove_source,
+                          set_member_mappings, work_queue_name)
+    from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
+                         NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
+    from .events import InstanceEvent
+    from .instance import ConsumerInstance
+    from .jsapi import ConsumerConfig, JetStreamApi
+    from .membership import AutoInstance, Lease, elastic_consume_auto, list_leases
+    from .partitions import (balanced_assignment, elastic_member_filters, member_partitions, partition_filters,
+                             partition_of_subject, static_member_filters, transform_destination)
+    from .scheduler import RetryPolicy, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens
+    from .sources import Layout, SourceStream, Start
+    from .static import (create_static, delete_static, get_static_config, list_static_active_members,
+                         list_static_groups, static_consume, static_member_step_down)
+    from .sticky import sticky_assignment, sticky_change, sticky_mappings

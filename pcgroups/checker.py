@@ -27,6 +27,7 @@ after the recorded end.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections import defaultdict
@@ -240,7 +241,7 @@ class Recorder:
             try:
                 if work is not None:
                     result = work(msg)
-                    if hasattr(result, "__await__"):
+                    if inspect.isawaitable(result):
                         await result
             except BaseException:
                 self.end(call, ERROR)
@@ -389,7 +390,7 @@ class Recorder:
         for partition, pcalls in sorted(parts.items()):
             latest: Call | None = None
             for c in pcalls:
-                latest_end = None if latest is None else (latest.end if latest.end is not None else end_of_open)
+                latest_end = 0.0 if latest is None else (latest.end if latest.end is not None else end_of_open)
                 if latest is not None and c.start < latest_end:
                     report.overlaps += 1
                     if len(found["overlap"]) < examples:

@@ -93,7 +93,7 @@ class EmbeddedCluster:
     def _start(self, timeout: float) -> "EmbeddedCluster":
         self._tmp = tempfile.TemporaryDirectory(prefix="pcg-cluster-")
         picked = free_ports(3 * self.size)
-        ports = self.ports or [tuple(picked[i:i + 3]) for i in range(0, len(picked), 3)]
+        ports = self.ports or [(picked[i], picked[i + 1], picked[i + 2]) for i in range(0, len(picked), 3)]
         routes = [",".join(f"nats-route://127.0.0.1:{c}" for _, c, _ in ports)] * self.size
         if self.routes is not None:
             routes = [",".join(urls) for urls in self.routes]

@@ -294,8 +294,37 @@ class PartitioningFilter:
         return {"filter": self.filter, "partitioning_wildcards": wildcards}
 
 
+class _Membership:
+    """What both config types say of their membership: ``members`` (balanced) or ``member_mappings``."""
+
+    members: list[str]
+    member_mappings: list[MemberMapping]
+
+    def membership(self) -> list[str]:
+        """The member names: the members, then the mapped members, de-duplicated (the order status shows)."""
+        return list(dict.fromkeys([*self.members, *(m.member for m in self.member_mappings)]))
+
+    def is_in_membership(self, name: str) -> bool:
+        """True if the name is a member or has a mapping (ignoring truncation to max_members, as the reference)."""
+        return name in self.members or any(m.member == name for m in self.member_mappings)
+
+    @property
+    def mode(self) -> str:
+        """``balanced`` (members), ``mapped`` (member mappings) or ``empty`` (neither)."""
+        return "balanced" if self.members else "mapped" if self.member_mappings else "empty"
+
+    def _membership_obj(self) -> dict[str, Any]:
+        """The membership's JSON fields as Go writes them (both omitempty)."""
+        obj: dict[str, Any] = {}
+        if self.members:
+            obj["members"] = list(self.members)
+        if self.member_mappings:
+            obj["member_mappings"] = [m.to_obj() for m in self.member_mappings]
+        return obj
+
+
 @dataclass
-class StaticConfig:
+class StaticConfig(_Membership):
     """A static group's config, stored in the `static-consumer-groups` bucket under `<stream>.<group>`."""
 
     max_members: int
@@ -308,11 +337,7 @@ class StaticConfig:
         obj: dict[str, Any] = {"max_members": self.max_members}
         if self.filters:
             obj["filters"] = list(self.filters)
-        if self.members:
-            obj["members"] = list(self.members)
-        if self.member_mappings:
-            obj["member_mappings"] = [m.to_obj() for m in self.member_mappings]
-        return go_json(obj)
+        return go_json({**obj, **self._membership_obj()})
 
     @classmethod
     def from_json(cls, data: bytes | str) -> StaticConfig:
@@ -336,13 +361,9 @@ class StaticConfig:
         _validate_max_members(self.max_members)
         _validate_membership(self.max_members, self.members, self.member_mappings)
 
-    def is_in_membership(self, name: str) -> bool:
-        """True if the name is a member or has a mapping (ignoring truncation to max_members, as the reference)."""
-        return name in self.members or any(m.member == name for m in self.member_mappings)
-
 
 @dataclass
-class ElasticConfig:
+class ElasticConfig(_Membership):
     """An elastic group's config, stored in the `elastic-consumer-groups` bucket under `<stream>.<group>`."""
 
     max_members: int
@@ -363,11 +384,7 @@ class ElasticConfig:
             obj["max_buffered_msg"] = self.max_buffered_msgs
         if self.max_buffered_bytes:
             obj["max_buffered_bytes"] = self.max_buffered_bytes
-        if self.members:
-            obj["members"] = list(self.members)
-        if self.member_mappings:
-            obj["member_mappings"] = [m.to_obj() for m in self.member_mappings]
-        return go_json(obj)
+        return go_json({**obj, **self._membership_obj()})
 
     @classmethod
     def from_json(cls, data: bytes | str) -> ElasticConfig:
@@ -406,10 +423,6 @@ class ElasticConfig:
         for pf in self.partitioning_filters or []:
             _validate_partitioning_filter(pf)
         _validate_membership(self.max_members, self.members, self.member_mappings)
-
-    def is_in_membership(self, name: str) -> bool:
-        """True if the name is a member or has a mapping (ignoring truncation to max_members, as the reference)."""
-        return name in self.members or any(m.member == name for m in self.member_mappings)
 
 
 def parse_static_config(data: bytes | str) -> StaticConfig:

@@ -24,7 +24,7 @@ Who calls what:
   :meth:`~Delivery.request`, records them with :meth:`~Delivery.acked`, and asks its dispatcher what a
   nak means.
 
-Invariants (tests/test_session_units.py checks each):
+Invariants (tests/test_delivery.py checks each):
 
 1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
    for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when
@@ -41,6 +41,13 @@ Invariants (tests/test_session_units.py checks each):
    sequence 1) is dropped: it was sent before the RESET and comes again.
 5. Messages of partitions outside :attr:`Delivery.partitions` (when set) are not handed out: the
    partition's new owner handles them.
+6. A first delivery (delivery count 1) whose consumer sequence is not above the highest seen starts a
+   new **epoch**: the consumer was RESET (by this session, or from outside: ``cg ... reset``,
+   :mod:`pcgroups.offsets`). Messages of the old epoch still buffered or queued in the dispatcher are
+   dropped without an ack or nak (they are no longer pending on the server; a nak would hit the new
+   epoch's delivery of the same stream sequence), and the recent acks are forgotten: an old epoch's
+   ack never marks a new epoch's redelivery as a duplicate. A handler of the old epoch that is still
+   running finishes; its ack is not remembered either.
 """
 
 from __future__ import annotations
@@ -133,7 +140,7 @@ class Msg:
     """
 
     __slots__ = ("_msg", "_delivery", "_dispatcher", "subject", "partition", "pin_id", "_done", "_meta",
-                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq")
+                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch")
 
     def __init__(self, msg: NatsMsg, delivery: Delivery, dispatcher: Dispatcher, pin_id: str | None,
                  now: float | None = None):
@@ -143,6 +150,8 @@ class Msg:
         self.pin_id = pin_id
         # The ack subject is parsed once: the delivery count and the sequences serve dedup, resets and acks.
         self._deliveries, self._stream_seq, self._consumer_seq = ack_numbers(msg.reply)
+        #: the consumer epoch it was delivered in (invariant 6; set again by Delivery.deliver)
+        self.epoch = delivery.epoch
         token, dot, rest = msg.subject.partition(".")
         self.subject = rest if dot else msg.subject
         self.partition = int(token) if dot and token.isdigit() else -1
@@ -202,8 +211,10 @@ class Msg:
     def superseded(self) -> bool:
         """True once this instance lost the pin it received the message with, or may have lost it (it
         sent no pull carrying the pin for nearly PinnedTTL: the process was paused or its event loop
-        blocked): another instance may now own the partition, so a long handler should stop and not ack."""
-        return self._delivery.superseded(self.pin_id)
+        blocked): another instance may now own the partition, so a long handler should stop and not ack.
+        Also True once the consumer was RESET after it was delivered (invariant 6): it comes again if the
+        new position is at or before it, so a retry or a long handler should stop."""
+        return self._delivery.superseded(self.pin_id) or self.epoch != self._delivery.epoch
 
     # --- acks ---------------------------------------------------------------------------
     def ack(self) -> Any:
@@ -238,7 +249,7 @@ class Msg:
         if not self._done:
             self._done = True
             if acked:
-                self._delivery.acked(self._stream_seq)
+                self._delivery.acked(self._stream_seq, self.epoch)
 
     @property
     def settled(self) -> bool:
@@ -277,6 +288,10 @@ class Delivery:
         self._await_reset = False
         self.gated = False          # when set, handlers of a pin start only once it is admitted
         self._admitted: str | None = None
+        self._epoch = 0            # bumped by each RESET seen in the deliveries (invariant 6)
+        self._last_cseq = 0        # the highest consumer sequence delivered in this epoch
+        self._recent_acks = recent_acks
+        self._last_ack: int | None = None
 
     # --- the pin (pull side) --------------------------------------------------------------
     @property
@@ -348,6 +363,7 @@ class Delivery:
             if m.consumer_sequence != 1:
                 return False  # delivered before the RESET: it comes again
             self._await_reset = False
+        self._track_epoch(m)
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             # The ack crossed AckWait, or was lost (a reconnect). Acked again: else it comes back after
             # every AckWait and, with max_ack_pending 1, nothing else is ever delivered.
@@ -356,6 +372,21 @@ class Delivery:
         self._buffer.append(m)
         self.wake()
         return True
+
+    @property
+    def epoch(self) -> int:
+        """How many RESETs of the consumer this session has seen in its deliveries (invariant 6)."""
+        return self._epoch
+
+    def _track_epoch(self, m: Msg) -> None:
+        cseq = m.consumer_sequence
+        if m.deliveries == 1 and 0 < cseq <= self._last_cseq:
+            self._epoch += 1
+            self._buffer.clear()               # not pending on the server any more: no nak
+            self._acks = RecentAcks(self._recent_acks)
+            self._last_cseq = 0
+        self._last_cseq = max(self._last_cseq, cseq)
+        m.epoch = self._epoch
 
     def expect_reset(self) -> None:
         """A RESET is coming: drop the buffer, and what arrives until the RESET's first delivery."""
@@ -409,6 +440,8 @@ class Delivery:
         if not self._buffer:
             return None
         m = self._buffer.popleft()
+        if m.epoch != self._epoch:
+            return None
         if m.pin_id != self._pin_id:
             await self.nak_quietly(m)
             return None
@@ -418,7 +451,10 @@ class Delivery:
 
     async def skip_acked(self, m: Msg) -> bool:
         """True (and ``m`` acked again) when ``m`` is a redelivery of a message acked meanwhile: it was
-        redelivered while it waited here (AckWait ran out), and must not be handled again (invariant 3)."""
+        redelivered while it waited here (AckWait ran out), and must not be handled again (invariant 3).
+        Also True (nothing sent) when ``m`` belongs to an epoch before a RESET (invariant 6)."""
+        if m.epoch != self._epoch:
+            return True
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             await self.reack(m)
             return True
@@ -441,12 +477,15 @@ class Delivery:
             waiter.set_result(None)
 
     # --- acks -----------------------------------------------------------------------------
-    def acked(self, seq: int) -> None:
-        self._acks.add(seq)
+    def acked(self, seq: int, epoch: int | None = None) -> None:
+        """``seq`` was acked (by a message of ``epoch``: an older epoch's ack is not remembered)."""
+        self._last_ack = seq
+        if epoch is None or epoch == self._epoch:
+            self._acks.add(seq)
 
     def last_acked(self) -> int | None:
-        """The stream sequence of the message acked last (None before the first ack)."""
-        return self._acks.last()
+        """The stream sequence of the message acked last (None before the first ack), whatever its epoch."""
+        return self._last_ack
 
     async def reack(self, m: Msg) -> None:
         try:

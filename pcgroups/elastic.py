@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence, Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
@@ -22,18 +23,20 @@ from nats.aio.client import Client
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
                      validate_partition_count)
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
-from .sticky import group_members, sticky_change
+                     NotFoundError, PCGroupsError, PermissionDeniedError)
+from . import flavour
 from .events import EventCallback, PartitionsHook
+from .flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
+from .sticky import sticky_change
 from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
-from .jsapi import (ERR_CONSUMER_EXISTS, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
-                    JetStreamApi, StreamConfig, pinned_client_id)
+from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE,
+                    ConsumerConfig, JetStreamApi, StreamConfig, pinned_client_id)
 from .partitions import elastic_member_filters, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, layout_of, resolve_start,
                       source_config, starts_by_stream)
-from .store import (ELASTIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call, open_bucket,
+from .store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
 if TYPE_CHECKING:
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pcgroups")
 
-ERR_NO_MESSAGE_FOUND = 10037
 RETRY_FAST = 0.1   # while a change is under way (waiting for another member to release partitions)
 # Sourcing watchdog (clustered work queues): nats-server retries a failed source after 10 s, 20 s, 30 s ...
 # (up to 2 min). After a node failure that failed the source's consumer that leaves the work queue empty for
@@ -52,33 +54,14 @@ SOURCE_CHECK_TIMEOUT = 1.0   # the checks' requests: during an election JetStrea
 STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
 
 
-def work_queue_name(stream: str, group: str) -> str:
-    return f"{stream}-{group}"
-
-
-def _api(nc: Client, api: JetStreamApi | None) -> JetStreamApi:
-    return api if api is not None else JetStreamApi(nc)
-
-
-def _names(stream: str, group: str) -> None:
-    validate_name("stream", stream)
-    validate_name("group", group)
-
-
 def stored_config(stream: str, group: str, value: bytes) -> ElasticConfig:
     """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
-    try:
-        return parse_elastic_config(value)
-    except ConfigError as e:
-        raise ConfigError(f"elastic consumer group {group} on stream {stream} has an invalid config: {e} "
-                          "(write a valid config or delete the group)") from None
+    return flavour.stored_config(ELASTIC, stream, group, value)
 
 
 async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
     """The group's config, validated."""
-    _names(stream, group)
-    _, entry = await group_entry(_api(nc, api), ELASTIC_BUCKET, "elastic", stream, group)
-    return stored_config(stream, group, entry.value)
+    return await flavour.get_config(ELASTIC, nc, stream, group, api=api)
 
 
 def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str,
@@ -195,8 +178,8 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     name and need not exist). ``start``: where sourcing begins, ``all`` (default), ``new``, ``seq:N``
     or ``time:RFC3339``, for every stream or as a dict by stream name. See :mod:`pcgroups.sources`.
     """
-    api = _api(nc, api)
-    _names(stream, group)
+    api = api_of(nc, api)
+    check_names(stream, group)
     cfg = ElasticConfig(max_members=max_members, partitioning_filters=partitioning_filters,
                         max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes)
     try:
@@ -226,7 +209,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     wq = work_queue_config(stream, group, cfg, replicas=replicas, storage=first.get("storage", "file"), layout=layout)
     created_stream = await _ensure_work_queue(api, wq, cfg, layout)
     if created_stream:
-        await _settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
+        await settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
     if existing is None:
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
@@ -291,7 +274,7 @@ async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticCo
     raise PCGroupsError(f"can't create the elastic consumer group's stream {wq.name}: it keeps changing")
 
 
-async def _settle_starts(api: JetStreamApi, work_queue: str, names: list[str], timeout: float = 10.0) -> None:
+async def settle_starts(api: JetStreamApi, work_queue: str, names: list[str], timeout: float = 10.0) -> None:
     """Once the sources ``names`` have started (at their explicit start), drop their start from the
     work queue's config: the start is history, and a kept ``opt_start_seq`` would make nats-server
     source the stream again from there whenever it restarts the source with none of its messages
@@ -326,31 +309,28 @@ async def _sources_active(api: JetStreamApi, work_queue: str, names: list[str], 
 
 async def get_elastic_layout(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> Layout:
     """The streams the group consumes, as its work queue sources them (see :mod:`pcgroups.sources`)."""
-    api = _api(nc, api)
+    api = api_of(nc, api)
     cfg = await get_elastic_config(nc, stream, group, api=api)
     return layout_of((await _work_queue_info(api, stream, group))["config"], cfg.partitioning_filters)
 
 
 async def _work_queue_info(api: JetStreamApi, stream: str, group: str) -> dict[str, Any]:
-    try:
-        return await api.stream_info(work_queue_name(stream, group))
-    except NotFoundError:
-        raise NotFoundError(f"the elastic consumer group's stream does not exist: "
-                            f"{work_queue_name(stream, group)}") from None
+    return await consumer_stream_info(ELASTIC, api, stream, group)
 
 
 async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
     """Delete the config (instances end normally), then the work-queue stream."""
-    api = _api(nc, api)
-    _names(stream, group)
+    api = api_of(nc, api)
+    check_names(stream, group)
     try:
         kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
     except NotFoundError:
         kv = None
     key = group_key(stream, group)
-    had_key = kv is not None and await read(kv, key) is not None
-    if had_key:
+    had_key = False
+    if kv is not None and await read(kv, key) is not None:
         await kv_call(kv, kv.delete(key), key)
+        had_key = True
     try:
         had_stream = await api.delete_stream(work_queue_name(stream, group))
     except JetStreamAPIError as e:
@@ -362,20 +342,17 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
 
 async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
     """Names of the elastic groups defined on ``stream`` (empty when there is no bucket yet)."""
-    validate_name("stream", stream)
-    try:
-        return await keys_of_stream(_api(nc, api), ELASTIC_BUCKET, stream)
-    except NotFoundError:
-        return []
+    return await flavour.list_groups(ELASTIC, nc, stream, api=api)
 
 
-async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None, change) -> ElasticConfig:
+async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
+                  change: Callable[[ElasticConfig], ElasticConfig]) -> ElasticConfig:
     """Compare-and-set ``change(cfg) -> cfg`` on the group's config, retrying on conflicts."""
-    _names(stream, group)
-    kv, _ = await group_entry(_api(nc, api), ELASTIC_BUCKET, "elastic", stream, group)
+    check_names(stream, group)
+    kv, _ = await group_entry(api_of(nc, api), ELASTIC.bucket, ELASTIC.name, stream, group)
     result: list[ElasticConfig] = []
 
-    async def apply(entry):
+    async def apply(entry: Entry | None) -> bytes:
         if entry is None:
             raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found")
         new = change(stored_config(stream, group, entry.value))
@@ -402,7 +379,7 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     ``start``. Go members end with their config-change error (restart them). Re-running a partly done
     call completes it.
     """
-    api = _api(nc, api)
+    api = api_of(nc, api)
     cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "added to")
     if source in layout.names:
         raise ConfigError(f"stream {source} is already a stream of elastic consumer group {group}")
@@ -420,14 +397,14 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when)
     body = dict(wq["config"], sources=[*wq["config"].get("sources", []), source_config(added, cfg.max_members)])
     await _update_stream(api, body)
-    await _settle_starts(api, body["name"], [source])
+    await settle_starts(api, body["name"], [source])
     return layout_of((await api.stream_info(body["name"]))["config"], [*(cfg.partitioning_filters or []), *new])
 
 
 async def _group_streams(nc: Client, api: JetStreamApi, stream: str, group: str, source: str, verb: str
                          ) -> tuple[ElasticConfig, dict[str, Any], Layout]:
     """The config, work-queue info and layout of a group whose streams change (not a partition-stream group)."""
-    _names(stream, group)
+    check_names(stream, group)
     validate_name("stream", source)
     cfg = await get_elastic_config(nc, stream, group, api=api)
     wq = await _work_queue_info(api, stream, group)
@@ -468,7 +445,7 @@ async def remove_source(nc: Client, stream: str, group: str, source: str, *, dis
     then are its filters taken out of the config (members follow without a restart). The other
     streams' messages are neither lost nor repeated. A call that timed out can be re-run.
     """
-    api = _api(nc, api)
+    api = api_of(nc, api)
     cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "removed from")
     leaving = layout.stream(source) or _removed_earlier(layout, cfg, source)
     if leaving is None:
@@ -548,17 +525,7 @@ async def add_members(nc: Client, stream: str, group: str, names: list[str], *, 
     ``sticky=True`` writes the result as ``member_mappings`` that move the fewest partitions (only to
     the new members; see :mod:`pcgroups.sticky`); it also works on a group that already uses mappings.
     """
-    names = _member_names(names)
-
-    def change(cfg: ElasticConfig) -> ElasticConfig:
-        if sticky:
-            return _sticky(cfg, add=names)
-        if cfg.member_mappings:
-            raise ConfigError("can't add members to an elastic consumer group that uses member mappings "
-                              "(add them with sticky mappings instead: --sticky)")
-        return replace(cfg, members=list(dict.fromkeys(cfg.members + names)))
-
-    return _membership(await _modify(nc, stream, group, api, change))
+    return await _change_members(nc, stream, group, api, add=_member_names(names), sticky=sticky)
 
 
 async def delete_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
@@ -568,17 +535,23 @@ async def delete_members(nc: Client, stream: str, group: str, names: list[str], 
     ``sticky=True`` hands only the dropped members' partitions to the others, written as
     ``member_mappings`` (see :func:`add_members`).
     """
-    drop = set(_member_names(names))
+    return await _change_members(nc, stream, group, api, drop=set(_member_names(names)), sticky=sticky)
 
+
+async def _change_members(nc: Client, stream: str, group: str, api: JetStreamApi | None, *,
+                          add: Sequence[str] = (), drop: AbstractSet[str] = frozenset(), sticky: bool) -> list[str]:
+    """Add the members ``add`` and drop those in ``drop`` (compare-and-set); the membership after."""
     def change(cfg: ElasticConfig) -> ElasticConfig:
         if sticky:
-            return _sticky(cfg, drop=drop)
+            return _sticky(cfg, add=add, drop=drop)
         if cfg.member_mappings:
-            raise ConfigError("can't drop members from an elastic consumer group that uses member mappings "
-                              "(drop them with sticky mappings instead: --sticky)")
-        return replace(cfg, members=[m for m in cfg.members if m not in drop])
+            verb, where = ("add", "to") if add else ("drop", "from")
+            raise ConfigError(f"can't {verb} members {where} an elastic consumer group that uses member mappings "
+                              f"({verb} them with sticky mappings instead: --sticky)")
+        members = list(dict.fromkeys([*cfg.members, *add])) if add else cfg.members
+        return replace(cfg, members=[m for m in members if m not in drop])
 
-    return _membership(await _modify(nc, stream, group, api, change))
+    return (await _modify(nc, stream, group, api, change)).membership()
 
 
 def _member_names(names: list[str]) -> list[str]:
@@ -590,9 +563,9 @@ def _member_names(names: list[str]) -> list[str]:
     return names
 
 
-def _sticky(cfg: ElasticConfig, *, add: list[str] = (), drop: set[str] = frozenset()) -> ElasticConfig:
+def _sticky(cfg: ElasticConfig, *, add: Sequence[str] = (), drop: AbstractSet[str] = frozenset()) -> ElasticConfig:
     """The config after a sticky add/drop: the membership as mappings moving the fewest partitions."""
-    live = [m for m in dict.fromkeys([*group_members(cfg), *add]) if m not in drop]
+    live = [m for m in dict.fromkeys([*cfg.membership(), *add]) if m not in drop]
     if len(live) > cfg.max_members:
         raise ConfigError(f"can't have {len(live)} members with sticky mappings: the group has "
                           f"{cfg.max_members} partitions, so at most {cfg.max_members} members can own one")
@@ -614,51 +587,22 @@ async def delete_member_mappings(nc: Client, stream: str, group: str, *, api: Je
     await _modify(nc, stream, group, api, lambda cfg: replace(cfg, member_mappings=[]))
 
 
-def _membership(cfg: ElasticConfig) -> list[str]:
-    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
-
-
-async def _waiting_by_consumer(api: JetStreamApi, stream: str, group: str) -> dict[str, int]:
-    try:
-        infos = await api.list_consumers(work_queue_name(stream, group))
-    except NotFoundError:
-        raise NotFoundError(f"the elastic consumer group's stream does not exist: "
-                            f"{work_queue_name(stream, group)}") from None
-    return {c["name"]: c.get("num_waiting", 0) for c in infos}
-
-
 async def list_elastic_active_members(nc: Client, stream: str, group: str, *,
                                       api: JetStreamApi | None = None) -> list[str]:
     """Members whose consumer exists and has an instance pulling, in membership order."""
-    api = _api(nc, api)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    members = _membership(cfg)
-    if not members:
-        return []
-    waiting = await _waiting_by_consumer(api, stream, group)
-    return [m for m in members if waiting.get(m, 0) > 0]
+    return await flavour.list_active_members(ELASTIC, nc, stream, group, api=api)
 
 
 async def elastic_is_in_membership_and_active(nc: Client, stream: str, group: str, member: str, *,
                                               api: JetStreamApi | None = None) -> tuple[bool, bool]:
     """Whether ``member`` is in the membership, and whether *its* consumer has an instance pulling."""
-    api = _api(nc, api)
-    validate_name("member", member)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    if not cfg.is_in_membership(member):
-        return False, False
-    return True, (await _waiting_by_consumer(api, stream, group)).get(member, 0) > 0
+    return await flavour.is_in_membership_and_active(ELASTIC, nc, stream, group, member, api=api)
 
 
 async def elastic_member_step_down(nc: Client, stream: str, group: str, member: str, *,
                                    api: JetStreamApi | None = None) -> None:
     """Unpin the member's consumer: another of its instances takes over at once."""
-    api = _api(nc, api)
-    validate_name("member", member)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    if not cfg.is_in_membership(member):
-        raise NotAMemberError(f"member {member} is not part of elastic consumer group {group}")
-    await api.unpin(work_queue_name(stream, group), member)
+    await flavour.member_step_down(ELASTIC, nc, stream, group, member, api=api)
 
 
 @startable
@@ -667,9 +611,9 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                           auto: bool = False, lease_ttl: float = 5.0,
-                          create: "ElasticSpec | None" = None, on_assigned: PartitionsHook | None = None,
+                          create: ElasticSpec | None = None, on_assigned: PartitionsHook | None = None,
                           on_revoked: PartitionsHook | None = None,
-                          on_event: EventCallback | None = None) -> "ElasticInstance | AutoInstance":
+                          on_event: EventCallback | None = None) -> ElasticInstance | AutoInstance:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -691,8 +635,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                                           auto_in_progress=auto_in_progress, concurrency=concurrency, key=key,
                                           retry=retry, on_assigned=on_assigned, on_revoked=on_revoked,
                                           on_event=on_event)
-    api = _api(nc, api)
-    _names(stream, group)
+    api = api_of(nc, api)
+    check_names(stream, group)
     validate_name("member", member)
     template = member_template(config)
     if template.ack_policy != "explicit":
@@ -963,12 +907,13 @@ class ElasticInstance(ConsumerInstance):
         have = info["config"].get("filter_subjects") or []
         if have == self.desired:  # another instance of ours did it already
             self.current = list(self.desired)
-            owned = set(self.partitions)
-            if self._reporter.assigned - owned:   # hand out no more of what we lose; let its handlers finish
-                self.session.partitions = self._handed_out(self.session) & owned
-                await self.session.idle()
+            owned, session = set(self.partitions), self.session
+            if session is not None and self._reporter.assigned - owned:
+                session.partitions = self._handed_out(session) & owned   # hand out no more of what we lose
+                await session.idle()                                      # and let its handlers finish
             await self._settle_pinned(owned)
-            self.session.partitions = owned
+            if session is not None:
+                session.partitions = owned
             return
         if not self._may_change(info):
             return  # the pinned instance (maybe not this process) does it; check again shortly

@@ -115,8 +115,11 @@ class ConsumerInstance:
         self.recovered_errors = 0
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._handoff = Handoff(self._done) if handler is None else None
-        self.handler: Handler = handler if handler is not None else self._handoff.handler
+        self._handoff: Handoff | None = None
+        if handler is None:
+            self._handoff = Handoff(self._done)
+            handler = self._handoff.handler
+        self.handler: Handler = handler
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
                                   on_failure=lambda e: self._events.put_nowait(("fatal", e)))
         self._pin_state: str | None = None        # "pinned", "lost-pin" or "standby" once said

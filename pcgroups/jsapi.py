@@ -26,9 +26,12 @@ log = logging.getLogger("pcgroups")
 PRIORITY_GROUP = "PCG"
 PINNED_CLIENT = "pinned_client"
 
-# JetStream API error codes pcgroups branches on.
+# JetStream API error codes pcgroups branches on (named here once; nowhere else a number).
 ERR_CONSUMER_NOT_FOUND = 10014
+ERR_NO_MESSAGE_FOUND = 10037
 ERR_STREAM_NOT_FOUND = 10059
+ERR_NO_STREAM_MATCHES = 10060       # no stream takes the subject (a publish)
+ERR_WRONG_LAST_SEQUENCE = 10071     # a KV compare-and-set lost to another writer
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_WQ_CONSUMER_NOT_UNIQUE = 10100
 ERR_WQ_MULTIPLE_UNFILTERED = 10099
@@ -238,13 +241,26 @@ class JetStreamApi:
         return reply
 
     # --- streams -------------------------------------------------------------------------
-    async def stream_info(self, stream: str) -> dict[str, Any]:
+    async def stream_info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
+        """Stream info; with ``subjects_filter`` also every matching subject's count (all pages)."""
+        body = {"subjects_filter": subjects_filter} if subjects_filter else None
         try:
-            return await self.request(f"STREAM.INFO.{stream}")
+            info = await self.request(f"STREAM.INFO.{stream}", body)
         except JetStreamAPIError as e:
             if e.err_code == ERR_STREAM_NOT_FOUND:
                 raise NotFoundError(f"stream {stream} not found") from None
             raise
+        if subjects_filter:
+            subjects = dict(info.get("state", {}).get("subjects") or {})
+            while subjects and len(subjects) < info.get("total", 0):
+                page = await self.request(f"STREAM.INFO.{stream}",
+                                          {"subjects_filter": subjects_filter, "offset": len(subjects)})
+                more = page.get("state", {}).get("subjects") or {}
+                if not more:
+                    break
+                subjects.update(more)
+            info.setdefault("state", {})["subjects"] = subjects
+        return info
 
     async def create_stream(self, config: StreamConfig) -> dict[str, Any]:
         return await self.request(f"STREAM.CREATE.{config.name}", config.to_wire())

@@ -45,7 +45,7 @@ from .config import ElasticConfig, MemberMapping, parse_elastic_config, validate
 from .elastic import ElasticSpec, elastic_consume, work_queue_name
 from .errors import ConfigError, NotFoundError, PCGroupsError
 from .instance import member_template
-from .jsapi import ConsumerConfig, JetStreamApi, pinned_client_id
+from .jsapi import ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi, pinned_client_id
 from .session import Handler
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
 from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
@@ -61,7 +61,6 @@ MARKER_TTL = 1.0            # how long the server's expiry marker stays (its min
 MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
-ERR_WRONG_LAST_SEQUENCE = 10071
 WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .delivery import PIN_HEADER, Delivery, Msg
+from .partitions import tokens_match
 
 log = logging.getLogger("pcgroups")
 
@@ -61,19 +62,10 @@ def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
     def key(msg: Msg) -> str:
         tokens = msg.subject.split(".")
         for ftoks, stars, idx in parsed:
-            if _matches(ftoks, tokens):
+            if tokens_match(ftoks, tokens):
                 return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
         return msg.subject
     return key
-
-
-def _matches(filter_tokens: list[str], tokens: list[str]) -> bool:
-    for i, f in enumerate(filter_tokens):
-        if f == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (f != "*" and f != tokens[i]):
-            return False
-    return len(tokens) == len(filter_tokens)
 
 
 @dataclass
@@ -84,6 +76,7 @@ class RetryPolicy:
     backoff: float = 0.1            # first retry delay, doubled each time
     max_backoff: float = 5.0
     dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
+    on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
 
 
 async def _noop() -> None:
@@ -373,6 +366,8 @@ class KeyedDispatcher:
         log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
                     m.subject, deliveries, reason)
         await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
+        if self.retry.on_dead_letter is not None:
+            self.retry.on_dead_letter(m, reason)
 
     async def _cancel_tasks(self) -> None:
         for t in list(self._tasks):

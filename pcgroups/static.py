@@ -8,52 +8,31 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from . import flavour
 from .config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
-from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError,
-                     JetStreamAPIError, NotAMemberError, NotFoundError)
+from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
+                     NotAMemberError)
+from .events import EventCallback, PartitionsHook
+from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
 from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
-from .events import EventCallback, PartitionsHook
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import (STATIC_BUCKET, flavour_hint, group_entry, group_key, keys_of_stream, kv_call,
-                    open_or_create_bucket, read)
+from .store import group_entry, group_key, kv_call, open_or_create_bucket, read
 
 log = logging.getLogger("pcgroups")
 
 
-def static_consumer_name(group: str, member: str) -> str:
-    return f"{group}-{member}"
-
-
-def _api(nc: Client, api: JetStreamApi | None) -> JetStreamApi:
-    return api if api is not None else JetStreamApi(nc)
-
-
-async def _origin_info(api: JetStreamApi, stream: str) -> dict[str, Any]:
-    try:
-        return await api.stream_info(stream)
-    except NotFoundError:
-        raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
-
-
 def stored_config(stream: str, group: str, value: bytes) -> StaticConfig:
     """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
-    try:
-        return parse_static_config(value)
-    except ConfigError as e:
-        raise ConfigError(f"static consumer group {group} on stream {stream} has an invalid config: {e} "
-                          "(write a valid config or delete the group)") from None
+    return flavour.stored_config(STATIC, stream, group, value)
 
 
 async def get_static_config(nc: Client, stream: str, group: str, *,
                             api: JetStreamApi | None = None) -> StaticConfig:
     """The group's config, validated."""
-    validate_name("stream", stream)
-    validate_name("group", group)
-    _, entry = await group_entry(_api(nc, api), STATIC_BUCKET, "static", stream, group)
-    return stored_config(stream, group, entry.value)
+    return await flavour.get_config(STATIC, nc, stream, group, api=api)
 
 
 async def create_static(nc: Client, stream: str, group: str, max_members: int, *,
@@ -64,9 +43,8 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
 
     No consumers are created here: each member instance creates its own when it joins.
     """
-    api = _api(nc, api)
-    validate_name("stream", stream)
-    validate_name("group", group)
+    api = api_of(nc, api)
+    check_names(stream, group)
     for m in list(members or []) + [mm.member for mm in member_mappings or []]:
         validate_name("member", m)
     cfg = StaticConfig(max_members=max_members, filters=list(filters or []), members=list(members or []),
@@ -76,8 +54,8 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
         cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
-    info = await _origin_info(api, stream)
-    kv = await open_or_create_bucket(api, STATIC_BUCKET, group_key(stream, group),
+    info = await consumer_stream_info(STATIC, api, stream, group)
+    kv = await open_or_create_bucket(api, STATIC.bucket, group_key(stream, group),
                                      replicas=info["config"].get("num_replicas", 1))
     key = group_key(stream, group)
     existing = await read(kv, key)
@@ -116,14 +94,13 @@ def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
 
 async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
     """Delete the group's config, then exactly its members' consumers (running instances end)."""
-    api = _api(nc, api)
-    validate_name("stream", stream)
-    validate_name("group", group)
-    await _origin_info(api, stream)
-    kv, entry = await group_entry(api, STATIC_BUCKET, "static", stream, group)
+    api = api_of(nc, api)
+    check_names(stream, group)
+    await consumer_stream_info(STATIC, api, stream, group)
+    kv, entry = await group_entry(api, STATIC.bucket, STATIC.name, stream, group)
     key = group_key(stream, group)
     try:
-        names = _members_of(StaticConfig.from_json(entry.value))
+        names = StaticConfig.from_json(entry.value).membership()
     except ConfigError as e:
         names = []  # nothing says which consumers are its members': running instances delete their own
         log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
@@ -133,37 +110,21 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         await api.delete_consumer(stream, static_consumer_name(group, member))
 
 
-def _members_of(cfg: StaticConfig) -> list[str]:
-    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
-
-
 async def list_static_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
     """Names of the static groups defined on ``stream`` (empty when there is no bucket yet)."""
-    validate_name("stream", stream)
-    try:
-        return await keys_of_stream(_api(nc, api), STATIC_BUCKET, stream)
-    except NotFoundError:
-        return []
+    return await flavour.list_groups(STATIC, nc, stream, api=api)
 
 
 async def list_static_active_members(nc: Client, stream: str, group: str, *,
                                      api: JetStreamApi | None = None) -> list[str]:
     """Members whose consumer exists and has an instance pulling, in membership order."""
-    api = _api(nc, api)
-    cfg = await get_static_config(nc, stream, group, api=api)
-    waiting = {c["name"]: c.get("num_waiting", 0) for c in await api.list_consumers(stream)}
-    return [m for m in _members_of(cfg) if waiting.get(static_consumer_name(group, m), 0) > 0]
+    return await flavour.list_active_members(STATIC, nc, stream, group, api=api)
 
 
 async def static_member_step_down(nc: Client, stream: str, group: str, member: str, *,
                                   api: JetStreamApi | None = None) -> None:
     """Unpin the member's consumer: another of its instances takes over at once."""
-    api = _api(nc, api)
-    validate_name("member", member)
-    cfg = await get_static_config(nc, stream, group, api=api)
-    if not cfg.is_in_membership(member):
-        raise NotAMemberError(f"member {member} is not part of static consumer group {group}")
-    await api.unpin(stream, static_consumer_name(group, member))
+    await flavour.member_step_down(STATIC, nc, stream, group, member, api=api)
 
 
 @startable
@@ -180,10 +141,8 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
     the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`). Await the result
     for the instance, or use it directly: ``async with static_consume(...) as inst``.
     """
-    api = _api(nc, api)
-    validate_name("stream", stream)
-    validate_name("group", group)
-    validate_name("member", member)
+    api = api_of(nc, api)
+    check_names(stream, group, member)
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                           template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
                           concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
@@ -198,8 +157,8 @@ class StaticInstance(ConsumerInstance):
     flavour = "static"
 
     async def _setup(self) -> None:
-        await _origin_info(self.api, self.stream_name)
-        kv, entry = await group_entry(self.api, STATIC_BUCKET, "static", self.stream_name, self.group_name)
+        await consumer_stream_info(STATIC, self.api, self.stream_name, self.group_name)
+        kv, entry = await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
         self.config = stored_config(self.stream_name, self.group_name, entry.value)

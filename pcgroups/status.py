@@ -30,11 +30,11 @@ from typing import Any
 from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig
-from .elastic import get_elastic_config, work_queue_name
 from .errors import JetStreamAPIError, NotFoundError
+from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, work_queue_name
 from .jsapi import PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .membership import list_leases
 from .partitions import member_partitions, static_member_filters
-from .static import get_static_config, static_consumer_name
 
 __all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "elastic_status", "static_status",
            "parse_timestamp"]
@@ -146,60 +146,18 @@ def parse_timestamp(text: str | None) -> datetime | None:
         return None
 
 
-class _Counting:
-    """A JetStreamApi view that counts the requests a status takes."""
+class _Counting(JetStreamApi):
+    """A JetStreamApi on the caller's connection and API prefix that counts the requests a status takes."""
 
     def __init__(self, api: JetStreamApi):
-        self.api = api
+        super().__init__(api.nc, timeout=api.timeout)
+        self.prefix = api.prefix
         self.n = 0
 
-    async def request(self, subject: str, body: Any = None) -> dict[str, Any]:
+    async def request(self, subject: str, body: bytes | dict | None = None, *,
+                      timeout: float | None = None) -> dict[str, Any]:
         self.n += 1
-        return await self.api.request(subject, body)
-
-    async def list_consumers(self, stream: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        while True:
-            try:
-                page = await self.request(f"CONSUMER.LIST.{stream}", {"offset": len(out)})
-            except JetStreamAPIError as e:
-                if e.err_code == 10059:
-                    raise NotFoundError(f"stream {stream} not found") from None
-                raise
-            infos = page.get("consumers") or []
-            out.extend(infos)
-            if not infos or len(out) >= page.get("total", 0):
-                return out
-
-    async def stream_info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
-        """Stream info; with ``subjects_filter`` also every matching subject's count (all pages)."""
-        body = {"subjects_filter": subjects_filter} if subjects_filter else None
-        try:
-            info = await self.request(f"STREAM.INFO.{stream}", body)
-        except JetStreamAPIError as e:
-            if e.err_code == 10059:
-                raise NotFoundError(f"stream {stream} not found") from None
-            raise
-        if subjects_filter:
-            subjects = dict(info.get("state", {}).get("subjects") or {})
-            total = info.get("total", 0)
-            while subjects and len(subjects) < total:
-                page = await self.request(f"STREAM.INFO.{stream}",
-                                          {"subjects_filter": subjects_filter, "offset": len(subjects)})
-                more = page.get("state", {}).get("subjects") or {}
-                if not more:
-                    break
-                subjects.update(more)
-            info.setdefault("state", {})["subjects"] = subjects
-        return info
-
-
-def _membership(cfg: StaticConfig | ElasticConfig) -> list[str]:
-    return list(dict.fromkeys(list(cfg.members) + [m.member for m in cfg.member_mappings]))
-
-
-def _mode(cfg: StaticConfig | ElasticConfig) -> str:
-    return "balanced" if cfg.members else "mapped" if cfg.member_mappings else "empty"
+        return await super().request(subject, body, timeout=timeout)
 
 
 def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str,
@@ -234,32 +192,33 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
             owner.setdefault(p, ms)
     rows = []
     for p in range(cfg.max_members):
-        ms = owner.get(p)
-        if ms is None:
+        o = owner.get(p)
+        if o is None:
             rows.append(PartitionStatus(partition=p))
             continue
         rows.append(PartitionStatus(
-            partition=p, member=ms.member, consumer=ms.consumer if ms.exists else None, active=ms.active,
-            pinned_id=ms.pinned_id, pinned_since=ms.pinned_since, pending=ms.pending,
-            pending_exact=ms.exists and len(ms.partitions) == 1, ack_pending=ms.ack_pending,
-            redelivered=ms.redelivered, ack_floor=ms.ack_floor, delivered=ms.delivered))
+            partition=p, member=o.member, consumer=o.consumer if o.exists else None, active=o.active,
+            pinned_id=o.pinned_id, pinned_since=o.pinned_since, pending=o.pending,
+            pending_exact=o.exists and len(o.partitions) == 1, ack_pending=o.ack_pending,
+            redelivered=o.redelivered, ack_floor=o.ack_floor, delivered=o.delivered))
     return rows
 
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False) -> GroupStatus:
+                        per_partition: bool = False, config: StaticConfig | None = None) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
-    consumer per partition of members that own several (two extra requests each).
+    consumer per partition of members that own several (two extra requests each). ``config``: the
+    group's config when the caller has already read it (the two config requests are saved).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_static_config(nc, stream, group, api=api)
-    config_requests = 2   # the bucket lookup and the KV get
+    cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
     infos = {c["name"]: c for c in await counting.list_consumers(stream)}
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
-               for m in _membership(cfg)]
+               for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
     if per_partition:
         by_name = {m.member: m for m in members}
@@ -276,7 +235,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     except NotFoundError:
         raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
-                       max_members=cfg.max_members, mode=_mode(cfg), filters=list(cfg.filters), members=members,
+                       max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0), requests=counting.n + config_requests)
 
@@ -301,19 +260,21 @@ async def _count_after(api: _Counting, stream: str, subjects: list[str], start_s
             pass  # it goes away after its inactive threshold anyway
 
 
-async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> GroupStatus:
-    """The state of elastic group ``group`` on ``stream`` (see the module doc)."""
+async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
+                         config: ElasticConfig | None = None, leases: bool = True) -> GroupStatus:
+    """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
+    :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket)."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
-    cfg = await get_elastic_config(nc, stream, group, api=api)
-    config_requests = 2
+    cfg = config if config is not None else await get_config(ELASTIC, nc, stream, group, api=api)
+    config_requests = 0 if config is not None else 2
     wq = work_queue_name(stream, group)
     try:
         infos = {c["name"]: c for c in await counting.list_consumers(wq)}
         wq_info = await counting.stream_info(wq, subjects_filter=">")
     except NotFoundError:
         raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
-    members = [_member_status(cfg, m, m, infos.get(m)) for m in _membership(cfg)]
+    members = [_member_status(cfg, m, m, infos.get(m)) for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
     per_partition: dict[int, int] = {}
     state = wq_info.get("state", {})
@@ -325,14 +286,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         row.pending = per_partition.get(row.partition, 0)
         row.pending_exact = True
     source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
-    from .membership import list_leases  # membership imports the elastic module, as this one does
-
-    leases = await list_leases(nc, stream, group, api=api)
+    held = await list_leases(nc, stream, group, api=api) if leases else []
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
-                       max_members=cfg.max_members, mode=_mode(cfg),
+                       max_members=cfg.max_members, mode=cfg.mode,
                        filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=leases,
+                       leases=held,
                        requests=counting.n + config_requests)

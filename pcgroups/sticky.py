@@ -109,7 +109,7 @@ def sticky_mappings(cfg: ElasticConfig, live: Iterable[str]) -> list[MemberMappi
 
 def group_members(cfg: ElasticConfig) -> list[str]:
     """The group's members: its ``members`` (de-duplicated, idle ones included) and mapped members."""
-    return list(dict.fromkeys([*cfg.members, *(m.member for m in cfg.member_mappings)]))
+    return cfg.membership()
 
 
 def sticky_change(cfg: ElasticConfig, *, add: Iterable[str] = (), drop: Iterable[str] = ()) -> list[MemberMapping]:

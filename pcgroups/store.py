@@ -16,7 +16,8 @@ from nats.js.kv import KeyValue
 
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
 from .config import go_json
-from .jsapi import ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ConsumerConfig, JetStreamApi, kv_bucket_config
+from .jsapi import (ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi,
+                    kv_bucket_config)
 from .permissions import PermissionWatch, kv_subjects
 
 log = logging.getLogger("pcgroups")
@@ -137,8 +138,7 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
                 await kv_call(kv, kv.update(key, value, last=current.revision), key)
             return value
         except nats.js.errors.BadRequestError as e:
-            wrong_sequence = isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or e.err_code == 10071
-            if not wrong_sequence:
+            if not isinstance(e, nats.js.errors.KeyWrongLastSequenceError) and e.err_code != ERR_WRONG_LAST_SEQUENCE:
                 raise
             log.debug("compare-and-set conflict on %s (attempt %d), retrying", key, attempt + 1)
             await asyncio.sleep(random.uniform(0, min(0.002 * (attempt + 1), 0.05)))  # jitter: writers spread out

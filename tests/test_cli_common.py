@@ -295,11 +295,12 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
 
     for path, aliases in ALIASES.items():
         assert find(*path).get("aliases") == aliases, path
-    assert [c["name"] for c in model["commands"]] == ["demo", "static", "elastic"]  # `tools` is hidden
+    assert [c["name"] for c in model["commands"]] == ["demo", "static", "elastic", "metrics"]  # `tools` is hidden
     roots = {f["name"] for f in model["flags"]}
     assert {"context", "server", "creds", "timeout", "js-domain", "tlsfirst", "no-context"} <= roots
     assert all("short" not in f for f in model["flags"])
-    assert {f["name"] for f in find("static", "consume")["flags"]} == {"sleep"}
+    assert {f["name"] for f in find("static", "consume")["flags"]} == {
+        "sleep", "concurrency", "key-header", "key-tokens", "max-ack-pending", "metrics-listen"}
     assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {

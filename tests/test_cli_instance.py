@@ -114,8 +114,9 @@ def test_the_printer_holds_status_lines_until_the_message_line_ends(capsys):
 
     for on_stdout in (True, False):
         p = Printer(status_on_stdout=on_stdout)
+        p.expect_header(["consuming..."])
         p.status("[m1] not a member of the group yet")       # before consuming...: waits for it
-        p.line("consuming...")
+        p.announce()
         p.ready()
         p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... ")
         p.status("[m1] partitions now 0-1")
@@ -130,3 +131,13 @@ def test_the_printer_holds_status_lines_until_the_message_line_ends(capsys):
             assert (err, out2, err2) == ("", "acked\n[m1] partitions now 0-1\nconsuming...\n", "")
         else:
             assert (err, out2, err2) == (early[0] + "\n", "acked\nconsuming...\n", "[m1] partitions now 0-1\n")
+
+
+def test_consuming_comes_before_a_message_handled_before_the_ready_check_ended(capsys):
+    from cg.consume import Printer
+
+    p = Printer(status_on_stdout=False)
+    p.expect_header(["consuming..."])
+    p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... ")   # a long handler, started at once
+    p.announce()                                                            # the ready check ends meanwhile
+    assert capsys.readouterr().out == "consuming...\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... "

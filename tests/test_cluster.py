@@ -441,7 +441,6 @@ class Chaos:
 
     def _current(self, node: str):
         async def check() -> bool:
-            api = JetStreamApi(self.nc)
             try:
                 for stream in (self.static_stream, self.work_queue):
                     cl = (await JetStreamApi(self.nc, timeout=1).stream_info(stream)).get("cluster") or {}

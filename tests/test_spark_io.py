@@ -3,6 +3,7 @@ nats-server: no JVM, no pyspark needed."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import nats

@@ -16,22 +16,21 @@ import base64
 import calendar
 import json
 import re
-import ssl
 from collections import deque
 from dataclasses import dataclass
 
 import nats
 from nats.aio.client import Client as NATS
 
-from ..connect import redact
+from ..connect import ResolvedConnection
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from ..flavour import ELASTIC, STATIC, work_queue_name
+from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
 from ..partitions import tokens_match
 from ..permissions import PermissionWatch
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
-STATIC_BUCKET = "static-consumer-groups"
-ELASTIC_BUCKET = "elastic-consumer-groups"
 
 #: headers the server adds to direct-get replies; not part of the stored message
 BOOKKEEPING_HEADERS = frozenset({"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp",
@@ -63,37 +62,26 @@ class Client(NATS):
 
 
 async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reconnect: bool = True) -> NATS:
-    kwargs: dict = dict(servers=list(conn.servers), name=name, connect_timeout=max(1, int(conn.timeout)),
-                        # at least 1: nats-py's first connect retries a refusing server forever with 0
-                        allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1,
-                        reconnect_time_wait=0.5)
-    if conn.user:
-        kwargs["user"] = conn.user
-    if conn.password:
-        kwargs["password"] = conn.password
-    if conn.token:
-        kwargs["token"] = conn.token
-    if conn.creds:
-        kwargs["user_credentials"] = conn.creds
-    if conn.nkey:
-        kwargs["nkeys_seed"] = conn.nkey
-    if conn.tls_ca or conn.tls_cert:
-        ctx = ssl.create_default_context(cafile=conn.tls_ca) if conn.tls_ca else ssl.create_default_context()
-        if conn.tls_cert:
-            ctx.load_cert_chain(conn.tls_cert, conn.tls_key)
-        kwargs["tls"] = ctx
+    """A connection with the library's credentials and TLS handling (:mod:`pcgroups.connect`), quiet and with
+    few reconnects: errors surface through the calls that fail, not in executor logs."""
+    rc = ResolvedConnection(servers=list(conn.servers), user=conn.user, password=conn.password, token=conn.token,
+                            creds=conn.creds, nkey=conn.nkey, tls_ca=conn.tls_ca, tls_cert=conn.tls_cert,
+                            tls_key=conn.tls_key, name=name,
+                            # at least 1: nats-py's first connect retries a refusing server forever with 0
+                            timeout=max(1, int(conn.timeout)))
 
-    async def _quiet(_e):  # errors surface through the calls that fail; don't spam executor logs
+    async def quiet(*_args: object) -> None:
         pass
 
-    kwargs["error_cb"] = _quiet
+    kwargs = rc.connect_kwargs()
+    kwargs.update(allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1, reconnect_time_wait=0.5,
+                  error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
     try:
         nc = Client()
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
-        servers = ", ".join(redact(u) for u in conn.servers)
-        raise PCGroupsError(f"cannot connect to NATS at {servers}: {e or type(e).__name__}") from e
+        raise PCGroupsError(f"cannot connect to NATS at {rc.display_servers}: {e or type(e).__name__}") from e
 
 
 class _NoResponders(PCGroupsError):
@@ -126,7 +114,7 @@ async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict:
     try:
         return await api(nc, conn, f"STREAM.INFO.{stream}")
     except JetStreamAPIError as e:
-        if e.err_code == 10059:
+        if e.err_code == ERR_STREAM_NOT_FOUND:
             raise NotFoundError(f"stream {stream!r} not found") from None
         raise
 
@@ -150,7 +138,7 @@ async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str
     try:
         resp = await api(nc, conn, f"STREAM.MSG.GET.KV_{bucket}", {"last_by_subj": f"$KV.{bucket}.{key}"})
     except JetStreamAPIError as e:
-        if e.err_code in (10037, 10059):  # no message / no bucket
+        if e.err_code in (ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND):  # no message / no bucket
             return None
         raise
     m = resp["message"]
@@ -180,7 +168,7 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
     """Resolve partitions (from the group's config or ``partitionCount``), filters and read mode."""
     stream, count, filters = opts.stream, opts.partition_count, ()
     if opts.group:
-        bucket = STATIC_BUCKET if opts.group_type == "static" else ELASTIC_BUCKET
+        bucket = (STATIC if opts.group_type == "static" else ELASTIC).bucket
         cfg = await kv_get_json(nc, opts.conn, bucket, f"{opts.stream}.{opts.group}")
         if cfg is None:
             raise NotFoundError(f"{opts.group_type} consumer group {opts.group!r} of stream {opts.stream!r} not "
@@ -198,7 +186,7 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
             if cfg.get("filters") and not cfg.get("member_mappings"):
                 filters = tuple(cfg["filters"])
         else:
-            stream = f"{opts.stream}-{opts.group}"   # the elastic group's work-queue stream
+            stream = work_queue_name(opts.stream, opts.group)
     assert count is not None
     parts = opts.assign if opts.assign is not None else tuple(range(count))
     bad = [p for p in parts if p >= count]
@@ -233,7 +221,7 @@ async def seq_at_time(nc: NATS, conn: ConnectionOptions, stream: str, ts_ms: int
         resp = await api(nc, conn, f"STREAM.MSG.GET.{stream}", {"start_time": start, "next_by_subj": ">"})
         return int(resp["message"]["seq"])
     except JetStreamAPIError as e:
-        if e.err_code == 10037:
+        if e.err_code == ERR_NO_MESSAGE_FOUND:
             info = await stream_info(nc, conn, stream)
             return int(info["state"]["last_seq"]) + 1
         raise

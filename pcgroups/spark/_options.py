@@ -8,12 +8,13 @@ lists the allowed ones (a misspelt option silently ignored is a wrong result lat
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..errors import ConfigError
+from ..connect import parse_duration as go_duration
+from ..errors import ConfigError, PCGroupsError
 
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 DEFAULT_FETCH_BATCH = 500
@@ -66,17 +67,14 @@ def parse_int(name: str, value: str, minimum: int | None = None) -> int:
     return n
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m)?\s*$")
-
-
 def parse_duration(name: str, value: str) -> float:
-    """Seconds from ``"10"``, ``"2.5s"``, ``"500ms"`` or ``"1m"``."""
-    m = _DURATION.match(value)
-    if not m:
+    """Seconds from ``"10"``, ``"2.5s"``, ``"500ms"``, ``"1m30s"`` (a Go duration, as everywhere in pcgroups)."""
+    try:
+        seconds: float | None = go_duration(value)
+    except PCGroupsError:
+        seconds = None
+    if seconds is None or not math.isfinite(seconds):
         raise ConfigError(f"option {name} must be a duration like 10s or 500ms, got {value!r}")
-    n = float(m.group(1))
-    unit = m.group(2) or "s"
-    seconds = n / 1000 if unit == "ms" else n * 60 if unit == "m" else n
     if seconds <= 0:
         raise ConfigError(f"option {name} must be positive, got {value!r}")
     return seconds

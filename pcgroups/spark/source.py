@@ -15,7 +15,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 try:
     from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
@@ -30,6 +30,9 @@ from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsErro
 from . import _nats, _offsets
 from ._offsets import DataLossError, Layout, StreamState
 from ._options import SinkOptions, SourceOptions
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 log = logging.getLogger("pcgroups.spark")
 
@@ -92,7 +95,7 @@ class _Driver:
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.nc = None
+        self.nc: Client | None = None
 
     def run(self, fn):
         """Run ``fn(nc)`` (a coroutine function); reconnect once if the connection went stale."""
@@ -224,7 +227,8 @@ class PcgroupsBatchReader(DataSourceReader):
             parts = _to_partitions(layout, plan.mode, [(p, 0, 0)])
         return parts
 
-    def read(self, partition: NatsRange) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
+        assert isinstance(partition, NatsRange), partition   # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
 
@@ -256,18 +260,24 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _state(self) -> StreamState:
         """The stream's state now (one STREAM.INFO); resolves the layout on first use."""
         if self._plan is None:
-            self._plan = self._run(lambda nc: _nats.resolve(nc, self.opts))
-            return self._plan.state
-        info = self._run(lambda nc: _nats.stream_info(nc, self.opts.conn, self._plan.layout.stream))
+            return self._resolved().state
+        stream = self._plan.layout.stream
+        info = self._run(lambda nc: _nats.stream_info(nc, self.opts.conn, stream))
         return StreamState.from_info(info)
+
+    def _resolved(self) -> _nats.ReadPlan:
+        """The read plan (layout, read mode), resolved on first use."""
+        if self._plan is None:
+            self._plan = self._run(lambda nc: _nats.resolve(nc, self.opts))
+        return self._plan
 
     def initialOffset(self) -> dict:
         state = self._state()
+        layout = self._resolved().layout
         ts_seq = None
-        if self.opts.starting_timestamp_ms is not None:
-            ts_seq = self._run(lambda nc: _nats.seq_at_time(nc, self.opts.conn, self._plan.layout.stream,
-                                                            self.opts.starting_timestamp_ms, state.allow_direct))
-        layout = self._plan.layout
+        at = self.opts.starting_timestamp_ms
+        if at is not None:
+            ts_seq = self._run(lambda nc: _nats.seq_at_time(nc, self.opts.conn, layout.stream, at, state.allow_direct))
         start = _offsets.resolve_start(self.opts.starting, state, layout.partitions, timestamp_seq=ts_seq,
                                        default="latest")
         return _offsets.to_json(layout.stream, start)
@@ -281,7 +291,7 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         state = self._state()
-        layout = self._plan.layout
+        layout = self._resolved().layout
         s = _loss_checked(_offsets.from_json(layout, start), state, self.opts)
         self._latest = state.latest
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -294,15 +304,15 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offsets.to_json(self._plan.layout.stream, {p: self._latest for p in self._plan.layout.partitions})
 
     def partitions(self, start: dict, end: dict) -> list[NatsRange]:
-        if self._plan is None:
-            self._state()
-        layout = self._plan.layout
+        plan = self._resolved()
+        layout = plan.layout
         s, e = _offsets.from_json(layout, start), _offsets.from_json(layout, end)
         # a partition whose end is below its start was reset (failOnDataLoss=false on a recreated stream)
         s = {p: (v if v <= e[p] else 1) for p, v in s.items()}
-        return _to_partitions(layout, self._plan.mode, _offsets.ranges(s, e))
+        return _to_partitions(layout, plan.mode, _offsets.ranges(s, e))
 
-    def read(self, partition: NatsRange) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
+        assert isinstance(partition, NatsRange), partition   # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
     def commit(self, end: dict) -> None:

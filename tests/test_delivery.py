@@ -3,7 +3,7 @@
 
 Acks go to a recording publisher callable (no NATS server is faked: nothing here subscribes or
 pulls). The pull loop, pins given by a real server, RESETs and redeliveries are covered by the server
-suites (test_static, test_keys, test_elastic, test_chaos)."""
+suites (test_static, test_scheduler, test_elastic, test_chaos)."""
 
 from __future__ import annotations
 
@@ -505,3 +505,57 @@ async def test_keyed_holds_and_the_waiting_messages_are_overdue_and_dropped():
     assert not disp.running                               # held: the next one of the key does not start
     assert [m.stream_sequence for m in disp.drop_queued()] == [2, 3] and not disp.busy
     await stopped(d, task)
+
+
+# --- Delivery: a RESET from outside starts a new epoch (invariant 6) ---------------------------
+
+async def test_a_lower_consumer_sequence_starts_a_new_epoch_and_drops_the_old_buffer():
+    wire = Wire()
+    d = delivery(wire)
+    for seq in (10, 11, 12):
+        assert await d.deliver(msg(d, None, seq, cseq=seq - 9))
+    first = await d.take()
+    assert first is not None and first.stream_sequence == 10 and d.epoch == 0
+    # `cg static reset ... --to-earliest` from outside: deliveries restart at consumer sequence 1
+    assert await d.deliver(msg(d, None, 1, cseq=1))
+    assert d.epoch == 1 and d.buffered == 1
+    assert await d.deliver(msg(d, None, 2, cseq=2))
+    taken = [await d.take(), await d.take()]
+    assert [m.stream_sequence for m in taken if m] == [1, 2]
+    assert wire.sent == []   # the dropped old messages got no nak: it would hit the new epoch's delivery
+
+
+async def test_a_message_of_an_old_epoch_is_never_handed_out():
+    d = delivery(Wire())
+    old = msg(d, None, 5, cseq=5)
+    assert await d.deliver(old)
+    assert await d.deliver(msg(d, None, 3, cseq=1))   # RESET
+    assert await d.skip_acked(old)                    # e.g. queued inside the keyed dispatcher meanwhile
+    assert old.superseded                             # a retry in place (keyed dispatcher) stops
+    fresh = await d.take()
+    assert fresh is not None and fresh.stream_sequence == 3 and not await d.skip_acked(fresh)
+    assert not fresh.superseded
+
+
+async def test_acks_of_an_old_epoch_do_not_mark_the_new_epochs_redeliveries():
+    wire = Wire()
+    d = delivery(wire)
+    running = msg(d, None, 7, cseq=7)
+    assert await d.deliver(running)
+    await msg(d, None, 6, cseq=6).ack()
+    assert await d.deliver(msg(d, None, 6, cseq=1))   # RESET to 6: 6 comes again, a first delivery
+    await running.ack()                               # the old epoch's handler finishes after the RESET
+    assert d.last_acked() == 7
+    # the new epoch's 6 and 7 are redelivered (AckWait ran out): handled, not taken for duplicates
+    assert await d.deliver(msg(d, None, 6, cseq=1, deliveries=2))
+    assert await d.deliver(msg(d, None, 7, cseq=2, deliveries=2))
+    assert d.buffered == 3 and wire.bodies(6) == [b"+ACK"] and wire.bodies(7) == [b"+ACK"]
+
+
+async def test_redeliveries_and_rising_sequences_stay_in_one_epoch():
+    d = delivery(Wire())
+    assert await d.deliver(msg(d, None, 1, cseq=1))
+    assert await d.deliver(msg(d, None, 2, cseq=2))
+    assert await d.deliver(msg(d, None, 1, cseq=1, deliveries=2))   # a redelivery keeps its number
+    assert await d.deliver(msg(d, None, 4, cseq=5))
+    assert d.epoch == 0 and d.buffered == 4

@@ -374,3 +374,49 @@ def test_root_option_spellings(app):
     assert {"--tlsfirst", "--no-tlsfirst", "--no-context"} <= flags
     assert "--help" not in names | flags and "--fisk-introspect" not in names | flags
     assert "--install-completion" not in names | flags
+
+
+# ------------------------------------------------------------------ cg's own tree: consume's concurrency flags
+
+
+@pytest.fixture(scope="module")
+def cg_model():
+    from cg.app import ALIASES as CG_ALIASES, build
+
+    model = fisk_model(build(), name="cg", help="Partitioned Consumer Group CLI tool", aliases=CG_ALIASES)
+    check_fisk_model(model)
+    return model
+
+
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+def test_cg_consume_declares_the_concurrency_flags(cg_model, flavour):
+    flags = {f["name"]: f for f in find(cg_model, flavour, "consume")["flags"]}
+    assert flags["concurrency"]["default"] == ["1"] and flags["concurrency"]["place_holder"] == "K"
+    assert flags["key-header"]["place_holder"] == "HEADER" and flags["key-tokens"]["place_holder"] == "POSITIONS"
+    assert flags["max-ack-pending"]["place_holder"] == "N"
+    for name in ("concurrency", "key-header", "key-tokens", "max-ack-pending"):
+        f = flags[name]
+        assert f["help"] and not f["boolean"] and not f["cumulative"] and "short" not in f, f
+    for name in ("key-header", "key-tokens", "max-ack-pending"):
+        assert "default" not in flags[name]   # unset unless given: the defaults depend on --concurrency
+    assert "counted from 1" in flags["key-tokens"]["help"]
+    assert "at least K" in flags["max-ack-pending"]["help"]
+
+
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+@pytest.mark.parametrize("flags, error", [
+    ({"concurrency": "4", "key-header": "Order", "max-ack-pending": "2"},
+     "--max-ack-pending 2 is less than --concurrency 4"),
+    ({"concurrency": "3", "key-tokens": "2,1", "key-header": "Order"}, "--key-header and --key-tokens can't be"),
+    ({"key-tokens": "2"}, "--key-tokens needs --concurrency greater than 1"),
+])
+def test_nats_argvs_carry_the_concurrency_flags_to_cg(cg_model, flavour, flags, error):
+    """Every argv nats could run for ``nats cg <flavour> join S G m1 --concurrency=...`` reaches consume's checks
+    with the values given (they fail before connecting: no server needed)."""
+    from tests.test_cli_common import assert_cli_error, cg_inproc
+
+    argvs = list(all_nats_argvs(cg_model, [flavour, "join"], ["S", "G", "m1"], flags, {"timeout": "1s"}))
+    assert argvs
+    for argv in argvs:
+        r = cg_inproc(*argv)
+        assert_cli_error(r, error)

@@ -250,6 +250,26 @@ def test_completion_of_live_names(nats_server, uniq, clean_env):
     assert "added members: [m1 m2]" in out.getvalue()
 
 
+def test_consume_takes_the_concurrency_flags(nats_server, uniq, clean_env):
+    """The shell's consume is the CLI's: the concurrency flags complete, and a bad combination is the one
+    error line, the shell going on."""
+    from cg.prompt import Repl
+
+    repl = Repl("static", _opts(nats_server.url), _root(), input=None, history_file=clean_env / "h")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err, repl.bound():
+        flags = {"--concurrency", "--key-header", "--key-tokens", "--max-ack-pending"}
+        assert flags <= set(repl.runner.run(repl.completions(f"consume {uniq} g m1 --")))
+        repl.execute("elastic")
+        assert flags <= set(repl.runner.run(repl.completions(f"join {uniq} g m1 --")))
+        repl.execute(f"consume {uniq} g m1 --concurrency 4 --key-header K --key-tokens 1")
+        repl.execute("static")
+        repl.execute(f"consume {uniq} g m1 --concurrency 2 --max-ack-pending 1")
+    assert err.getvalue().splitlines() == [
+        "cg: error: --key-header and --key-tokens can't be combined: key messages by a header or by subject tokens",
+        "cg: error: --max-ack-pending 1 is less than --concurrency 2: at most 1 message would be handled at once; "
+        "give --max-ack-pending 2 or more"]
+
+
 def test_consume_returns_to_the_prompt_and_leaves_the_connection_clean(nats_server, uniq, clean_env):
     """`consume` on the session's connection; the group is deleted from outside; the shell goes on
     with no subscription of the member instance left; `processing-time` sets consume's --sleep."""
@@ -486,7 +506,7 @@ def test_lines_from_a_pipe(nats_server, uniq, tmp_path):
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
-        f"static consumer groups: [g]",
+        "static consumer groups: [g]",
         "consumer group: config: max members=4, filters=[]",
         "members: [m1]",
         "currently active members: []",

@@ -1,0 +1,191 @@
+"""``cg metrics``: serve the groups' state on ``/metrics`` for Prometheus (docs/OPERATIONS.md), and
+the ``--metrics-listen`` of ``cg ... consume``.
+
+- :func:`parse_listen` reads ``HOST:PORT`` (``:PORT`` for every interface, ``[::1]:PORT``) and
+  :func:`serve` opens the HTTP server on it; both fail with one line naming what is wrong.
+- :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.exporter.GroupsExporter`
+  and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
+  it listens, one on stderr what it reads (the server without its secret); a refresh that fails, and
+  the next that works again, are one line each on stderr.
+- :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
+  (:mod:`pcgroups.metrics`) served from its process.
+- :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
+
+Nothing printed names a secret: the server is shown with :func:`pcgroups.connect.redact`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from .errors import CLIError, warn
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+DEFAULT_LISTEN = "127.0.0.1:9330"
+INSTALL_HINT = "the Prometheus client is not installed: pip install 'pcgroups[metrics]'"
+
+
+def require_client() -> None:
+    """The ``metrics`` extra is installed, else a :class:`CLIError` saying how to install it."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise CLIError(INSTALL_HINT) from None
+
+
+def parse_listen(flag: str, text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ``:PORT`` listens on every interface."""
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if (not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or (":" in host and not bracketed)
+            or any(c.isspace() or c in "/[]" for c in host)):
+        raise CLIError(f"invalid {flag} {text!r}: give HOST:PORT with a port from 1 to 65535 "
+                       "(e.g. 127.0.0.1:9330, or :9330 for every interface)")
+    return host or "0.0.0.0", int(port)
+
+
+def serve(flag: str, host: str, port: int, registry: Any) -> Any:
+    """Serve ``registry`` on http://host:port/metrics from a daemon thread; the server (``shutdown()``
+    ends it). A port in use or an unknown host is one :class:`CLIError`."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise CLIError(f"{flag}: can not listen on {host}:{port}: {reason.lower()}") from None
+    return server
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, interval: float) -> int:
+    """Serve the exporter until a signal; 0 on a clean end."""
+    from prometheus_client import CollectorRegistry
+
+    from pcgroups.connect import redact
+    from pcgroups.exporter import GroupsExporter
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (in-process tests)
+    server = None
+    nc = None
+    try:
+        nc, api = await rt.connect(reconnect=True)
+        exporter = GroupsExporter(nc, api, streams=streams, interval=interval)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(exporter)
+        await exporter.refresh()   # the first scrape finds a snapshot
+        server = serve("--listen", host, port, registry)
+        where = f"[{host}]" if ":" in host else host
+        url = nc.connected_url.geturl() if nc.connected_url else ""
+        print(f"serving metrics on http://{where}:{port}/metrics", flush=True)
+        _say(f"groups of {' '.join(streams) or 'every stream'} on {redact(url)}, refreshed every {interval:g}s")
+        refresher = asyncio.ensure_future(_refresh(exporter, stop))
+        await stop.wait()
+        await refresher
+        return 0
+    finally:
+        if server is not None:
+            server.shutdown()
+        if nc is not None:
+            await rt.close(nc)
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _refresh(exporter: Any, stop: asyncio.Event) -> None:
+    """:meth:`GroupsExporter.run`, saying on stderr when refreshes start or stop failing."""
+    said: list[str | None] = [exporter.last_error]
+    if exporter.last_error:
+        warn(f"metrics refresh: {exporter.last_error}")
+
+    def note() -> None:
+        if exporter.last_error != said[0]:
+            if exporter.last_error:
+                warn(f"metrics refresh: {exporter.last_error}")
+            elif said[0]:
+                _say("metrics refresh works again")
+            said[0] = exporter.last_error
+
+    await exporter.run(stop, note)
+
+
+def register(app: typer.Typer, name: str = "metrics") -> None:
+    """Add ``cg metrics`` to the root app."""
+    from .help import Command
+
+    app.command(name, help=METRICS_HELP, cls=Command)(metrics_command)
+
+
+METRICS_HELP = ("serve the consumer groups' lag, instances and pins on /metrics for Prometheus "
+                "(docs/OPERATIONS.md)")
+
+
+def metrics_command(
+    ctx: typer.Context,
+    streams: Annotated[Optional[list[str]], typer.Argument(
+        help="only the groups of these streams (default: every group)", metavar="STREAM",
+        show_default=False)] = None,
+    listen: Annotated[str, typer.Option("--listen", help="address to serve /metrics on", metavar="HOST:PORT")]
+        = DEFAULT_LISTEN,
+    interval: Annotated[str, typer.Option("--interval", help="refresh the groups' state this often, whatever "
+                                          "the scrape rate", metavar="DURATION")] = "5s",
+) -> None:
+    from .common import check_names, parse_duration_option
+    from .runtime import runtime
+
+    host, port = parse_listen("--listen", listen)
+    seconds = parse_duration_option("--interval", interval, minimum=0.1)
+    for stream in streams or []:
+        check_names(stream=stream)
+    require_client()
+    rt = runtime(ctx)
+    raise typer.Exit(rt.run(run_exporter, rt, list(streams or []), host, port, seconds))
+
+
+
+
+def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str,
+                     start: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` served
+    on ``listen``, the server, and the consume keyword arguments that feed it (the default retry
+    policy telling it of dead letters; ``on_event`` when the entry point ``start`` takes it). Bad
+    input is one :class:`CLIError`, before anything connects."""
+    import inspect
+
+    host, port = parse_listen("--metrics-listen", listen)
+    require_client()
+    from pcgroups.metrics import InstanceMetrics
+    from pcgroups.scheduler import RetryPolicy
+
+    metrics = InstanceMetrics(kind, stream, group, member)
+    server = serve("--metrics-listen", host, port, metrics.registry)
+    kwargs: dict[str, Any] = {"retry": RetryPolicy(on_dead_letter=metrics.on_dead_letter)}  # the default's retries
+    if "on_event" in inspect.signature(start).parameters:   # the consume entry points' instance events
+        kwargs["on_event"] = metrics.on_event
+    return metrics, server, kwargs
+
+
+__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "instance_metrics", "metrics_command", "parse_listen", "register",
+           "require_client", "run_exporter", "serve"]

@@ -1,0 +1,154 @@
+"""``cg static|elastic reset`` against a real server, with a ``cg ... consume`` subprocess running."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from pcgroups import JetStreamApi
+from tests.support import wait_for
+from tests.test_cli_common import (
+    assert_cli_error,
+    make_stream,
+    message_lines,
+    partition_transform,
+    procs,
+    run_cg,
+)
+
+
+async def _publish(js, stream: str, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await js.publish(f"{stream}.{i}", b"x")
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected
+
+
+def _last_seq(text: str) -> int:
+    lines = message_lines(text)
+    return int(lines[-1]["seq"]) if lines and lines[-1]["end"] == "acked" else 0
+
+
+def _state(info: dict) -> tuple:
+    return (info["delivered"], info["ack_floor"], info["num_pending"], info["num_ack_pending"])
+
+
+async def test_static_reset_plans_then_replays_under_a_running_consume(nats_server, nc, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    api = JetStreamApi(nc)
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", url=url)
+        await p.wait_text("consuming...\n")
+        await _publish(js, stream, 8)
+        await p.wait_output(lambda o: o.count("acked\n") == 8, what="8 acked lines")
+        before = _state(await api.consumer_info(stream, "c-m1"))
+        r = (await run_cg("static", "reset", stream, "c", "--to-earliest", url=url)).ok()
+        assert r.lines[0].startswith("m1: seq 9 -> seq 1 (") and r.lines[0].endswith("): replay 8")
+        assert "nothing changed" in r.err
+        assert _state(await api.consumer_info(stream, "c-m1")) == before
+        r = (await run_cg("static", "reset", stream, "c", "m1", "--to-seq", "5", "--json", url=url)).ok()
+        plan = json.loads(r.out)
+        assert plan["members"][0]["after"] == 5 and plan["members"][0]["replay"] == 4 and not plan["executed"]
+        r = (await run_cg("static", "reset", stream, "c", "--to-earliest", "--execute", url=url)).ok()
+        assert "done" in r.err
+        await p.wait_output(lambda o: o.count("acked\n") == 16, what="8 replayed")
+        seqs = [int(m["seq"]) for m in message_lines(p.out)]
+        assert seqs == list(range(1, 9)) * 2   # every message once more, in order
+        await _publish(js, stream, 1, start=8)
+        await p.wait_output(lambda o: o.count("acked\n") == 17, what="the next new message")
+        assert [int(m["seq"]) for m in message_lines(p.out)][-1] == 9
+
+
+async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream)
+    await _publish(js, stream, 6)
+    (await run_cg("elastic", "create", stream, "c", "2", "--filter", f"{stream}.*", "--wildcards", "1",
+                  url=url)).ok()
+    (await run_cg("elastic", "add", stream, "c", "m1", url=url)).ok()
+    api = JetStreamApi(nc)
+
+    async def queued() -> int:
+        return (await api.stream_info(f"{stream}-c"))["state"]["messages"]
+
+    await wait_for(lambda: _is(queued(), 6), 10, what="the six sourced")
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
+    assert r.lines == ["m1: partitions 0-1: skip 6 queued"]
+    (await run_cg("elastic", "reset", stream, "c", "m1", "--to-latest", "--execute", url=url)).ok()
+    assert await queued() == 0
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", url=url)).ok()
+    assert r.lines == [f"{stream}: source again from seq 3 ({r.lines[0].split('(')[1]}"]
+    assert r.lines[0].endswith(": 4 messages")
+    async with procs() as start:
+        p = await start("elastic", "consume", stream, "c", "m1", url=url)
+        await p.wait_text("consuming...\n")
+        await _publish(js, stream, 1, start=6)
+        await p.wait_output(lambda o: o.count("acked\n") == 1, what="only the new message (the six were skipped)")
+        (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count("acked\n") == 6, what="seq 3..7 sourced again")
+        subjects = [m["subject"] for m in message_lines(p.out)]
+        assert sorted(subjects[1:]) == sorted(f"{stream}.{i}" for i in range(2, 7))
+
+
+async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 2))
+    (await run_cg("static", "create", "balanced", stream, "c", "2", "m1", "m2", url=url)).ok()
+    assert_cli_error(await run_cg("static", "reset", stream, "c", url=url), "no position given")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
+                     "--to-earliest and --to-seq given together")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url),
+                     "m7 is not a member")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-time", "noon", url=url), "invalid --to-time")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1x", url=url),
+                     "invalid --by-duration")
+    assert_cli_error(await run_cg("static", "reset", stream, "nope", "--to-earliest", url=url))
+
+
+async def test_static_reset_back_while_messages_are_flowing_loses_and_repeats_nothing(nats_server, js, uniq):
+    """Mid-stream, --to-seq 5: what was handled before, then 5.. to the end once each, in order."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    await _publish(js, stream, 30)
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "30ms", url=url)
+        await p.wait_output(lambda o: o.count("acked\n") >= 10, what="10 acked lines")
+        (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count("acked\n") >= 2 and _last_seq(o) == 30 and o.count("seq=5,") == 2,
+                            what="5..30 again, the last one acked")
+        seqs = [int(m["seq"]) for m in message_lines(p.out)]
+    k = seqs.index(5, 5)   # where the replay starts
+    assert seqs[:k] == list(range(1, k + 1)) and seqs[k:] == list(range(5, 31)), seqs
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic-skip", "elastic-replay"])
+def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
+    from rich.console import Console
+
+    from cg.offsets import plan_table
+    from pcgroups.offsets import MemberMove, ResetPlan, SourceMove
+
+    stamp = "2026-11-26T14:32:19.123456789Z"
+    plan = ResetPlan(kind.split("-")[0], "ORDERS_EUROPE_WEST", "billing-and-invoicing", "time 2026-11-25T08:00:00Z")
+    numbers: list[int] = []
+    if kind == "elastic-replay":
+        plan.sources = [SourceMove(f"ORDERS_{i}", 123456789 + i, stamp, 987654321) for i in range(3)]
+        numbers = [123456789, 987654321]
+    else:
+        plan.members = [MemberMove(f"member-with-a-long-name-{i}", list(range(0, 64, 2)), now=9876543210,
+                                   after=1234567890, now_time=stamp, after_time=stamp, replay=8641975320, skip=0)
+                        for i in range(3)]
+        plan.members.append(MemberMove("never", [1], exists=False, note="no consumer yet"))
+        numbers = [9876543210, 1234567890, 8641975320] if kind == "static" else [0]
+    buf = io.StringIO()
+    Console(file=buf, width=80, force_terminal=False, color_system=None, highlight=False).print(plan_table(plan))
+    text = buf.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert all(str(n) in text for n in numbers), text
