@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import ConsumeConcurrency
@@ -220,6 +221,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     serve the instance's metrics there (cg/metrics.py). The connection is the runtime's
     (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
+    start: Callable[..., Any]
     if kind == "static":
         from pcgroups.static import static_consume as start
     else:
@@ -263,7 +265,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
 
     keyed = concurrency or ConsumeConcurrency()
     handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
-    metrics_server, metrics_kwargs = None, {}
+    metrics_server, metrics_kwargs = None, dict[str, Any]()
     nc = None
     try:
         if metrics_listen:

@@ -71,7 +71,7 @@ Request = Callable[[str, bytes, float], Awaitable[Any]]
 def ack_numbers(reply: str) -> tuple[int, int, int]:
     """(deliveries, stream sequence, consumer sequence) of a JetStream ack subject (v1 and v2 forms),
     zeros when it is not one."""
-    tokens = reply.split(".") if reply else ()
+    tokens: list[str] = reply.split(".") if reply else []
     try:
         if len(tokens) == 9:
             return int(tokens[4]), int(tokens[5]), int(tokens[6])

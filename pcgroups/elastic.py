@@ -873,8 +873,8 @@ class ElasticInstance(ConsumerInstance):
                     return
                 raise
         self.current = list(self.desired)
-        await self._start_session(self.member_name)
-        self.session.partitions = set(self.partitions)
+        session = await self._start_session(self.member_name)
+        session.partitions = set(self.partitions)
 
     def _consumer_config(self, filters: list[str]) -> ConsumerConfig:
         cfg = with_priority_group(self.template, filters)
@@ -929,6 +929,8 @@ class ElasticInstance(ConsumerInstance):
             return
         started = time.monotonic()
         session = self.session
+        if session is None:
+            raise RuntimeError(f"{self.member_name}: the consumer's filters change while it consumes only")
         # Hand out nothing more of what we give up; let running handlers finish (their acks applied).
         # Pulls go on meanwhile, so the pin stays with us and nothing waits for a pull to expire.
         session.partitions = set(self.partitions) & _partitions_of(have)

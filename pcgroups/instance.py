@@ -128,7 +128,7 @@ class ConsumerInstance:
         self._consuming = asyncio.Event()
         self._stop_requested = False
         self._task: asyncio.Task | None = None
-        self._watcher = None
+        self._watcher: Any = None   # nats-py KeyWatcher of the group's config key, set by _start
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
@@ -183,7 +183,7 @@ class ConsumerInstance:
         return self._handoff.messages()
 
     # --- for subclasses -------------------------------------------------------------------
-    def _start(self, watcher) -> None:
+    def _start(self, watcher: Any) -> None:
         self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
         self._unwatch = ConnectionWatch.of(self.nc).listen(
             lambda kind, url: self._reporter.emit(kind, detail=url))
@@ -254,7 +254,7 @@ class ConsumerInstance:
     async def _handle_other(self, kind: str, value: Any):
         raise NotImplementedError
 
-    async def _start_session(self, consumer: str) -> None:
+    async def _start_session(self, consumer: str) -> PullSession:
         session = PullSession(self.nc, self.api, stream=self._consume_stream, consumer=consumer,
                               handler=self.handler, ack_wait=self.template.ack_wait, batch=self.batch,
                               auto_in_progress=self.auto_in_progress,
@@ -269,6 +269,7 @@ class ConsumerInstance:
         self.session = session
         self._consuming.set()
         self._events.put_nowait(("pin", None))   # starts the standby check
+        return session
 
     async def _stop_session(self, *, drain: bool) -> None:
         """Stop consuming (``drain``: in-flight handlers finish first); then ``on_revoked`` for what the

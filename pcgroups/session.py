@@ -321,7 +321,7 @@ class PullSession:
         if status != "503":   # no responders: the server found nobody to answer for the consumer
             self._heard = now
             self.delivery.heard(now)
-        if status and not msg.data and not msg.reply:
+        if status and headers and not msg.data and not msg.reply:
             self._on_status(status, headers)
             return
         self._pending -= 1
