@@ -66,8 +66,13 @@ def serve(flag: str, host: str, port: int, registry: Any) -> Any:
 
 
 def _say(text: str) -> None:
+    """One note on stderr, wrapped at 80 columns (a long list of streams goes on indented lines)."""
+    import textwrap
+
     try:
-        print(text, file=sys.stderr, flush=True)
+        print(textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False,
+                            break_long_words=False), file=sys.stderr,
+              flush=True)
     except (OSError, ValueError):
         pass
 
@@ -100,7 +105,8 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         where = f"[{host}]" if ":" in host else host
         url = nc.connected_url.geturl() if nc.connected_url else ""
         print(f"serving metrics on http://{where}:{port}/metrics", flush=True)
-        _say(f"groups of {' '.join(streams) or 'every stream'} on {redact(url)}, refreshed every {interval:g}s")
+        _say(f"reading {redact(url)} every {interval:g}s")
+        _say(f"groups of {' '.join(streams) or 'every stream'}")
         refresher = asyncio.ensure_future(_refresh(exporter, stop))
         await stop.wait()
         await refresher
