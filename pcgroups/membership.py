@@ -229,15 +229,15 @@ async def join(consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float
     ``consumer`` is stopped if joining fails.
     """
     check_lease_ttl(lease_ttl)
-    nc, api, stream, group = consumer.nc, consumer.api, consumer.stream_name, consumer.group_name
+    api = consumer.api
     try:
         # the work queue's replicas: the group's name need not be a stream (partition streams)
-        replicas = (await api.stream_info(work_queue_name(stream, group)))["config"].get("num_replicas", 1)
+        wq = work_queue_name(consumer.stream_name, consumer.group_name)
+        replicas = (await api.stream_info(wq))["config"].get("num_replicas", 1)
         leases = await open_lease_bucket(api, replicas=replicas)
         configs = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
-        inst = AutoInstance(nc, api, consumer, stream=stream, group=group, member=consumer.member_name,
-                            user_named=user_named, lease_ttl=float(lease_ttl), leases=leases, configs=configs,
-                            ack_wait=consumer.template.ack_wait)
+        inst = AutoInstance(consumer, user_named=user_named, lease_ttl=float(lease_ttl), leases=leases,
+                            configs=configs)
         await inst._start()
     except BaseException:
         await consumer.stop()
@@ -253,25 +253,22 @@ class AutoInstance(ControlLoop[AutoEvent]):
     pin, partitions and messages this instance's are.
     """
 
-    def __init__(self, nc: Client, api: JetStreamApi, consumer: ConsumerInstance, *, stream: str, group: str,
-                 member: str, user_named: bool, lease_ttl: float, leases: KeyValue, configs: KeyValue,
-                 ack_wait: float, debounce: float = DEFAULT_DEBOUNCE):
+    def __init__(self, consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float, leases: KeyValue,
+                 configs: KeyValue, debounce: float = DEFAULT_DEBOUNCE):
         super().__init__()
-        self.nc = nc
-        self.api = api
         self.consumer = consumer
-        self.stream_name = stream
-        self.group_name = group
-        self.member_name = member
+        self.nc, self.api = consumer.nc, consumer.api
+        stream, group, member = consumer.stream_name, consumer.group_name, consumer.member_name
+        self.stream_name, self.group_name, self.member_name = stream, group, member
         self.user_named = user_named
         self.instance_id = secrets.token_hex(4)
         self.lease_ttl = lease_ttl
         self.debounce = debounce
-        self.ack_wait = ack_wait
+        self.ack_wait = consumer.template.ack_wait
         self.rebalances = 0                  # membership changes this instance wrote
         self._leases_kv = leases
         self._configs_kv = configs
-        self._js = nc.jetstream(domain=_domain(api))
+        self._js = self.nc.jetstream(domain=_domain(self.api))
         self._prefix = f"{stream}.{group}."
         self._key = lease_key(stream, group, member, self.instance_id)
         self._subject = f"{leases._pre}{self._key}"
