@@ -27,11 +27,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "errors": ("ConfigChangedError", "ConfigError", "ConsumerGoneError", "GroupExistsError", "JetStreamAPIError",
                "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError"),
     "instance": ("ConsumerInstance",),
+    "loop": ("ConsumeContext",),
     "jsapi": ("ConsumerConfig", "JetStreamApi"),
     "partitions": ("balanced_assignment", "elastic_member_filters", "member_partitions", "partition_filters",
                    "partition_of_subject", "static_member_filters", "transform_destination"),
     "scheduler": ("RetryPolicy", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens"),
-    "membership": ("AutoInstance", "Lease", "elastic_consume_auto", "list_leases"),
+    "membership": ("AutoInstance", "Lease", "list_leases"),
     "delivery": ("Msg",),
     "sources": ("Layout", "SourceStream", "Start"),
     "sticky": ("sticky_assignment", "sticky_change", "sticky_mappings"),
@@ -42,13 +43,13 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 
 #: the public API, written out (the names of _EXPORTS, sorted)
 __all__ = [
-    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumerConfig", "ConsumerGoneError",
+    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumeContext", "ConsumerConfig", "ConsumerGoneError",
     "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent",
     "JetStreamAPIError", "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError",
     "NotFoundError", "PCGroupsError", "PartitioningFilter", "PermissionDeniedError", "RetryPolicy",
     "SourceStream", "Start", "StaticConfig", "add_members", "add_source", "balanced_assignment",
     "create_elastic", "create_static", "delete_elastic", "delete_member_mappings", "delete_members",
-    "delete_static", "elastic_consume", "elastic_consume_auto", "elastic_is_in_membership_and_active",
+    "delete_static", "elastic_consume", "elastic_is_in_membership_and_active",
     "elastic_member_filters", "elastic_member_step_down", "get_elastic_config", "get_elastic_layout",
     "get_static_config", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens",
     "list_elastic_active_members", "list_elastic_groups", "list_leases", "list_static_active_members",
@@ -90,7 +91,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .events import InstanceEvent
     from .instance import ConsumerInstance
     from .jsapi import ConsumerConfig, JetStreamApi
-    from .membership import AutoInstance, Lease, elastic_consume_auto, list_leases
+    from .loop import ConsumeContext
+    from .membership import AutoInstance, Lease, list_leases
     from .partitions import (balanced_assignment, elastic_member_filters, member_partitions, partition_filters,
                              partition_of_subject, static_member_filters, transform_destination)
     from .scheduler import RetryPolicy, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens

@@ -14,11 +14,12 @@ import random
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Sequence, Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from .config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
                      validate_partition_count)
@@ -28,9 +29,12 @@ from . import flavour
 from .events import EventCallback, PartitionsHook
 from .flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
 from .sticky import sticky_change
-from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
+from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
+                       member_template, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE,
                     ConsumerConfig, JetStreamApi, StreamConfig, pinned_client_id)
+from .loop import CONTINUE, Outcome
+from .membership import AutoInstance, auto_member_name, check_lease_ttl, join
 from .partitions import elastic_member_filters, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
@@ -38,9 +42,6 @@ from .sources import (Layout, SourceStream, Start, assign_filters, explicit_star
                       source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
-
-if TYPE_CHECKING:
-    from .membership import AutoInstance
 
 log = logging.getLogger("pcgroups")
 
@@ -628,26 +629,26 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     if create is not None and not auto:
         raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
                           "a named member of a new group would wait forever to be added")
-    if auto:
-        from .membership import elastic_consume_auto  # membership imports this module
-        return await elastic_consume_auto(nc, stream, group, handler, member=member or None, lease_ttl=lease_ttl,
-                                          config=config, api=api, create=create, batch=batch,
-                                          auto_in_progress=auto_in_progress, concurrency=concurrency, key=key,
-                                          retry=retry, on_assigned=on_assigned, on_revoked=on_revoked,
-                                          on_event=on_event)
     api = api_of(nc, api)
     check_names(stream, group)
+    user_named = bool(member)
+    if auto and not member:
+        member = auto_member_name()
     validate_name("member", member)
+    if auto:
+        check_lease_ttl(lease_ttl)
     template = member_template(config)
     if template.ack_policy != "explicit":
         raise ConfigError("the ack policy when consuming from elastic consumer groups must be explicit")
     template.inactive_threshold = template.ack_wait
+    if create is not None:
+        await create.create(nc, stream, group, api=api)
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
                            concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
                            on_revoked=on_revoked, on_event=on_event)
     await inst._setup()
-    return inst
+    return await join(inst, user_named=user_named, lease_ttl=lease_ttl) if auto else inst
 
 
 class ElasticInstance(ConsumerInstance):
@@ -690,7 +691,7 @@ class ElasticInstance(ConsumerInstance):
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
         watcher = await kv_call(kv, kv.watch(self._key), self._key)
         self._start(watcher)
-        self._events.put_nowait(("reconcile", None))
+        self._post(Reconcile())
 
     @property
     def _consume_stream(self) -> str:  # type: ignore[override]
@@ -706,8 +707,8 @@ class ElasticInstance(ConsumerInstance):
         return member_partitions(max_members=c.max_members, members=c.members, member_mappings=c.member_mappings,
                                  member=self.member_name)
 
-    async def _next_event(self) -> tuple[str, Any]:
-        """The next event, or "reconcile" after a quiet while; the pin's checks (every half PinnedTTL while
+    async def _next_event(self) -> ControlEvent:
+        """The next event, or :class:`Reconcile` after a quiet while; the pin's checks (every half PinnedTTL while
         the instance is neither pinned nor a standby) do not count as events here, or they would put
         the periodic reconcile off for good."""
         timeout = RETRY_FAST if self._unsettled() else self.template.ack_wait + 0.5
@@ -716,67 +717,75 @@ class ElasticInstance(ConsumerInstance):
         now = time.monotonic()
         if self._reconcile_at is None or self._reconcile_at > now + timeout:
             self._reconcile_at = now + timeout
+        event: ControlEvent
         try:
-            kind, value = await asyncio.wait_for(self._events.get(), self._reconcile_at - now)
+            event = await asyncio.wait_for(self._events.get(), self._reconcile_at - now)
         except asyncio.TimeoutError:
-            kind, value = "reconcile", None
-        if kind != "pin":
+            event = Reconcile()
+        if not isinstance(event, PinChanged):
             self._reconcile_at = None
-        return kind, value
+        return event
 
     def _unsettled(self) -> bool:
         return (self.current or []) != self.desired
 
-    async def _handle_other(self, kind: str, value: Any):
-        if kind == "kv":
-            if value is None:
-                return _CONTINUE
-            if value.operation in ("DEL", "PURGE"):
-                await self._stop_session(drain=True)
-                return None  # the group was deleted (its stream goes with it)
-            try:
-                cfg = parse_elastic_config(value.value)
-            except ConfigError as e:
-                await self._stop_session(drain=True)
-                return ConfigError(f"the config of elastic consumer group {self.group_name} on stream "
-                                   f"{self.stream_name} is no longer valid: {e}")
-            if not _followable(self.config, cfg):
-                await self._stop_session(drain=True)
-                return ConfigChangedError(
-                    f"elastic consumer group {self.group_name} member {self.member_name} received a bad change in "
-                    "the configuration: max number of members, buffered messages, filter or partitioning "
-                    "wildcards changed")
-            if cfg.partitioning_filters != self.config.partitioning_filters:
-                self._partition_key = _partitioning_key(cfg)   # a stream was added or removed
-            self.config = cfg
-            self._note_membership(cfg)
-            desired = elastic_member_filters(cfg, self.member_name)
-            if desired == self.desired and (self.current == desired or not desired):
-                return _CONTINUE  # our partitions did not change: keep consuming without a pause
-            self.desired = desired
-            await self._reconcile()
-            return _CONTINUE
-        if kind == "gone":
-            await self._stop_session(drain=False)
-            self.current = None
-            try:
-                if await read(self._kv, self._key) is None:
-                    return None
-                await self.api.stream_info(self.work_queue)
-            except NotFoundError:
-                return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
-            except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
-                log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
-                            "joining again later", self.member_name, value, e)
-                return _CONTINUE  # not joined: the next reconcile (RETRY_FAST) tries again
-            log.info("%s: consumer went away (%s), joining again", self.member_name, value)
-            self.recovered_errors += 1
-            await self._reconcile()
-            return _CONTINUE
-        if kind == "reconcile":
-            await self._reconcile()
-            return _CONTINUE
-        return _CONTINUE
+    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
+        match event:
+            case ConfigUpdate(entry=entry):
+                return await self._config_update(entry)
+            case ConsumerGone(reason=reason):
+                return await self._consumer_gone(reason)
+            case Reconcile():
+                await self._reconcile()
+        return CONTINUE
+
+    async def _config_update(self, entry: KeyValue.Entry) -> Outcome:
+        """Follow a new config (members and mappings change; the group's shape may not)."""
+        if entry.operation in ("DEL", "PURGE"):
+            await self._stop_session(drain=True)
+            return None  # the group was deleted (its stream goes with it)
+        try:
+            cfg = parse_elastic_config(entry.value or b"")
+        except ConfigError as e:
+            await self._stop_session(drain=True)
+            return ConfigError(f"the config of elastic consumer group {self.group_name} on stream "
+                               f"{self.stream_name} is no longer valid: {e}")
+        if not _followable(self.config, cfg):
+            await self._stop_session(drain=True)
+            return ConfigChangedError(
+                f"elastic consumer group {self.group_name} member {self.member_name} received a bad change in "
+                "the configuration: max number of members, buffered messages, filter or partitioning "
+                "wildcards changed")
+        if cfg.partitioning_filters != self.config.partitioning_filters:
+            self._partition_key = _partitioning_key(cfg)   # a stream was added or removed
+        self.config = cfg
+        self._note_membership(cfg)
+        desired = elastic_member_filters(cfg, self.member_name)
+        if desired == self.desired and (self.current == desired or not desired):
+            return CONTINUE  # our partitions did not change: keep consuming without a pause
+        self.desired = desired
+        await self._reconcile()
+        return CONTINUE
+
+    async def _consumer_gone(self, reason: str) -> Outcome:
+        """The consumer went away: the group was deleted (None), its work queue too (the error), else
+        join again."""
+        await self._stop_session(drain=False)
+        self.current = None
+        try:
+            if await read(self._kv, self._key) is None:
+                return None
+            await self.api.stream_info(self.work_queue)
+        except NotFoundError:
+            return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
+        except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
+            log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
+                        "joining again later", self.member_name, reason, e)
+            return CONTINUE  # not joined: the next reconcile (RETRY_FAST) tries again
+        log.info("%s: consumer went away (%s), joining again", self.member_name, reason)
+        self.recovered_errors += 1
+        await self._reconcile()
+        return CONTINUE
 
     def _member_state(self, cfg: ElasticConfig) -> tuple[bool, list[int]]:
         return cfg.is_in_membership(self.member_name), member_partitions(
@@ -810,7 +819,7 @@ class ElasticInstance(ConsumerInstance):
         except NotFoundError as e:
             # The work queue was deleted: the group is being deleted (the KV event follows) or gone.
             log.info("%s: %s", self.member_name, e)
-            self._events.put_nowait(("gone", str(e)))
+            self._post(ConsumerGone(str(e)))
         except JetStreamAPIError as e:
             log.warning("%s: membership change not applied yet: %s", self.member_name, e)
 
@@ -976,7 +985,7 @@ class ElasticInstance(ConsumerInstance):
         """Periodic: the sourcing must work; our consumer must still exist (a deleted one is re-created)."""
         await self._check_sourcing()
         if await self._consumer_info() is None:
-            self._events.put_nowait(("gone", "consumer not found"))
+            self._post(ConsumerGone("consumer not found"))
 
     async def _quick_info(self, stream: str) -> dict[str, Any] | None:
         """Stream info with a short timeout; None when JetStream does not answer (an election) or the user may

@@ -1,5 +1,10 @@
 """The consume context ``*_consume`` returns: one member instance, its control loop and its end.
 
+The instance is a :class:`~pcgroups.loop.ControlLoop` over the events below (frozen dataclasses,
+handled with ``match``): :class:`~pcgroups.loop.Stop`, :class:`Fatal`, :class:`PinChanged` and
+:class:`WatchEnded` here, :class:`ConfigUpdate`, :class:`ConsumerGone` and :class:`Reconcile` by each
+flavour (``_handle_flavour``).
+
 The control loop also follows the pin (the session reports each change of it): it decides pinned or
 standby, runs the rebalance hooks at the points their promises hold and emits the instance events
 (:mod:`pcgroups.events`, :mod:`pcgroups.hooks`). The server gives the pin with a message, so an
@@ -15,8 +20,10 @@ import logging
 import time
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar
+
+from nats.js.kv import KeyValue
 
 from nats.aio.client import Client
 
@@ -26,6 +33,7 @@ from .errors import ConfigError, PCGroupsError
 from .events import EventCallback, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
+from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
@@ -49,13 +57,55 @@ def with_priority_group(cfg: ConsumerConfig, filters: list[str]) -> ConsumerConf
                    priority_policy=PINNED_CLIENT, priority_timeout=pinned_ttl(cfg.ack_wait))
 
 
+@dataclass(frozen=True)
+class Fatal:
+    """An error that ends the instance at once (no drain): a refused permission, a failed hook, the
+    session's unrecoverable error."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class ConsumerGone:
+    """The session lost the member's consumer (deleted, or the stream went away)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConfigUpdate:
+    """The group's KV entry changed (a put, a delete or a purge)."""
+
+    entry: KeyValue.Entry
+
+
+@dataclass(frozen=True)
+class WatchEnded:
+    """The config watch ended: closed (``error`` None) or failed."""
+
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class PinChanged:
+    """The pin changed, or a standby check is due (``_follow_pin``)."""
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """Elastic: bring the member's consumer to the filters the config gives it."""
+
+
+ControlEvent = Stop | Fatal | ConsumerGone | ConfigUpdate | WatchEnded | PinChanged | Reconcile
+
+
 P = ParamSpec("P")
-T = TypeVar("T")
+T = TypeVar("T", bound=ConsumeContext)
 
 
 class Starting(Generic[T]):
-    """What a consume entry point returns: ``await`` it for the instance, or enter it directly with
-    ``async with`` (the instance starts on entry and stops on exit)."""
+    """What a consume entry point returns: ``await`` it for the instance (a :class:`ConsumeContext`), or
+    enter it directly with ``async with`` (the instance starts on entry and stops on exit)."""
 
     def __init__(self, start: Coroutine[Any, Any, T]):
         self._start = start
@@ -80,7 +130,7 @@ def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Startin
     return entry
 
 
-class ConsumerInstance:
+class ConsumerInstance(ControlLoop[ControlEvent]):
     """A running member instance. ``stop()`` ends it; ``await done()`` gives None or the error.
 
     Use it as an async context manager to stop it on exit. Events (config updates, a lost consumer,
@@ -97,6 +147,7 @@ class ConsumerInstance:
         if handler is None and concurrency != 1:
             raise ConfigError("an instance iterated with async for takes one message at a time: concurrency "
                               f"must be 1 without a handler, got {concurrency}")
+        super().__init__()
         self.nc = nc
         self.api = api
         self.stream_name = stream
@@ -111,23 +162,18 @@ class ConsumerInstance:
         self.key = key
         self.retry = retry
         self.session: PullSession | None = None
-        self.error: BaseException | None = None
         self.recovered_errors = 0
-        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._handoff: Handoff | None = None
         if handler is None:
             self._handoff = Handoff(self._done)
             handler = self._handoff.handler
         self.handler: Handler = handler
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
-                                  on_failure=lambda e: self._events.put_nowait(("fatal", e)))
+                                  on_failure=lambda e: self._post(Fatal(e)))
         self._pin_state: str | None = None        # "pinned", "lost-pin" or "standby" once said
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
-        self._stop_requested = False
-        self._task: asyncio.Task | None = None
         self._watcher: Any = None   # nats-py KeyWatcher of the group's config key, set by _start
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
@@ -144,37 +190,6 @@ class ConsumerInstance:
         """True while this instance holds the pin (gets the member's messages)."""
         return self.session is not None and self.session.pinned and not self._done.done()
 
-    async def wait_for_consuming(self, timeout: float | None = None) -> None:
-        """Wait until the instance is attached to its consumer; raises if it ended first."""
-        waiter = asyncio.ensure_future(self._consuming.wait())
-        try:
-            await asyncio.wait({waiter, self._done}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if self._done.done():
-            raise self._done.result() or PCGroupsError("the instance ended before consuming")
-        if not self._consuming.is_set():
-            raise asyncio.TimeoutError(f"{self.member_name} did not start consuming within {timeout}s")
-
-    def stop(self) -> asyncio.Future:
-        """Ask the instance to end (idempotent, safe from a handler). Await the result to wait for it."""
-        if not self._done.done():
-            self._stop_requested = True
-            if self.session is not None:
-                self.session.halt()  # no handler starts from now on; the control loop drains and ends it
-            self._events.put_nowait(("stop", None))
-        return asyncio.shield(self._done)
-
-    async def done(self) -> BaseException | None:
-        """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
-        return await asyncio.shield(self._done)
-
-    async def __aenter__(self) -> "ConsumerInstance":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
-
     def __aiter__(self) -> AsyncIterator[Msg]:
         """The messages, for an instance started with ``handler=None`` (see :mod:`pcgroups.hooks`)."""
         if self._handoff is None:
@@ -182,93 +197,86 @@ class ConsumerInstance:
                               "is iterated with async for")
         return self._handoff.messages()
 
-    # --- for subclasses -------------------------------------------------------------------
+    # --- the control loop -------------------------------------------------------------------
+    def _halt(self) -> None:
+        if self.session is not None:
+            self.session.halt()  # no handler starts from now on; the control loop drains and ends it
+
+    async def _attached(self) -> None:
+        await self._consuming.wait()
+
     def _start(self, watcher: Any) -> None:
         self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
         self._unwatch = ConnectionWatch.of(self.nc).listen(
             lambda kind, url: self._reporter.emit(kind, detail=url))
         self._watcher = watcher
         self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")
-        self._task = asyncio.create_task(self._control(), name=f"pcg-control-{self.member_name}")
+        self._launch(f"pcg-control-{self.member_name}")
 
     def _denied(self, violation: Violation) -> None:
         """A publish or subscription of this connection was refused: a permission the instance needs is
         missing (docs/SECURITY.md). It ends with the error; waiting would never help."""
         s = self.session
         names = [self.api.pull_subject(s.stream, s.consumer), f"$JS.ACK.{s.stream}.{s.consumer}.>"] if s else []
-        self._events.put_nowait(("fatal", violation.error(names)))
+        self._post(Fatal(violation.error(names)))
 
     async def _pump_watch(self) -> None:
         try:
             async for entry in self._watcher:
-                self._events.put_nowait(("kv", entry))
+                if entry is not None:   # None: the end of the initial values
+                    self._post(ConfigUpdate(entry))
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            self._events.put_nowait(("watch-error", e))
+            self._post(WatchEnded(e))
             return
-        self._events.put_nowait(("watch-closed", None))
+        self._post(WatchEnded(None))
 
-    async def _control(self) -> None:
-        result: BaseException | None = None
-        try:
-            while True:
-                kind, value = await self._next_event()
-                outcome = await self._handle(kind, value)
-                if outcome is not _CONTINUE:
-                    result = outcome
-                    break
-        except asyncio.CancelledError:
-            result = None
-        except HookError as e:  # logged by the reporter
-            result = e.error
-        except Exception as e:  # a bug or an unexpected server answer: end, never idle as a zombie
-            log.exception("%s: control loop failed", self.member_name)
-            result = e
-        await self._finish(result)
+    def _failed(self, error: Exception) -> BaseException | None:
+        if isinstance(error, HookError):  # logged by the reporter
+            return error.error
+        return super()._failed(error)
 
-    async def _next_event(self) -> tuple[str, Any]:
-        return await self._events.get()
-
-    async def _handle(self, kind: str, value: Any):
-        """Handle one event; return ``_CONTINUE`` or the instance's result (None or an error)."""
-        if kind == "stop":
-            await self._stop_session(drain=True)
-            return None
-        if kind == "fatal":
-            await self._stop_session(drain=False)
-            return value
-        if kind == "pin":
-            await self._follow_pin()
-            return _CONTINUE
-        if kind == "watch-closed":
-            await self._stop_session(drain=True)
-            return PCGroupsError(f"the {self.flavour} consumer group config watcher has been closed, stopping")
-        if kind == "watch-error":
-            await self._stop_session(drain=True)
-            return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {value}")
-        return await self._handle_other(kind, value)
+    async def _handle(self, event: ControlEvent) -> Outcome:
+        match event:
+            case Stop():
+                await self._stop_session(drain=True)
+                return None
+            case Fatal(error=error):
+                await self._stop_session(drain=False)
+                return error
+            case PinChanged():
+                await self._follow_pin()
+                return CONTINUE
+            case WatchEnded(error=None):
+                await self._stop_session(drain=True)
+                return PCGroupsError(f"the {self.flavour} consumer group config watcher has been closed, stopping")
+            case WatchEnded(error=error):
+                await self._stop_session(drain=True)
+                return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {error}")
+        return await self._handle_flavour(event)
 
     flavour = "static"
 
-    async def _handle_other(self, kind: str, value: Any):
+    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
+        """The flavour's own events: :class:`ConfigUpdate`, :class:`ConsumerGone`, :class:`Reconcile`."""
         raise NotImplementedError
 
     async def _start_session(self, consumer: str) -> PullSession:
         session = PullSession(self.nc, self.api, stream=self._consume_stream, consumer=consumer,
                               handler=self.handler, ack_wait=self.template.ack_wait, batch=self.batch,
                               auto_in_progress=self.auto_in_progress,
-                              on_fatal=lambda e: self._events.put_nowait(("fatal", e)),
-                              on_gone=lambda r: self._events.put_nowait(("gone", r)),
+                              on_fatal=lambda e: self._post(Fatal(e)),
+                              on_gone=lambda r: self._post(ConsumerGone(r)),
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
-                              on_pin=lambda: self._events.put_nowait(("pin", None)), gated=self._reporter.gates)
+                              on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates)
         if self._stop_requested:
             session.halt()
         await session.start()
         self.session = session
         self._consuming.set()
-        self._events.put_nowait(("pin", None))   # starts the standby check
+        self._post(PinChanged())   # starts the standby check
         return session
 
     async def _stop_session(self, *, drain: bool) -> None:
@@ -328,7 +336,7 @@ class ConsumerInstance:
         if self._pin_check is not None:
             self._pin_check.cancel()
         self._pin_check = asyncio.get_running_loop().call_later(
-            max(due - now, 0.0) + (0.01 if now < due else half), self._events.put_nowait, ("pin", None))
+            max(due - now, 0.0) + (0.01 if now < due else half), self._post, PinChanged())
 
     async def _other_pinned(self, session: PullSession) -> bool:
         """Consumer info shows another instance's pin (None: no answer, or nobody is pinned)."""
@@ -356,7 +364,7 @@ class ConsumerInstance:
     def _default_key(self) -> KeyFunc | None:
         return None  # the stripped subject
 
-    async def _finish(self, result: BaseException | None) -> None:
+    async def _close(self, result: BaseException | None) -> BaseException | None:
         self._unlisten()
         self._unwatch()
         try:
@@ -370,9 +378,4 @@ class ConsumerInstance:
                 await self._watcher.stop()
             except Exception:
                 pass
-        self.error = result
-        if not self._done.done():
-            self._done.set_result(result)
-
-
-_CONTINUE = object()
+        return result

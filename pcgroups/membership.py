@@ -15,8 +15,8 @@ computation is deterministic and a fixed point, so there is no coordinator: conc
 the same value or find it written; joins and leaves close together make one rebalance. Go members
 read the result as ordinary mappings.
 
-Consuming is the regular :func:`pcgroups.elastic.elastic_consume` for the instance's member, which
-follows the config (drain before hand-off, standbys, step-down). A member name given by the user
+The entry point is ``elastic_consume(..., auto=True)``: it starts the member's regular elastic
+instance, which follows the config (drain before hand-off, standbys, step-down). A member name given by the user
 makes its instances hot standbys of each other (one pinned); without one, each instance is a member
 of its own (``auto-<8 hex>``).
 """
@@ -42,17 +42,18 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from .config import ElasticConfig, MemberMapping, parse_elastic_config, validate_name
-from .elastic import ElasticSpec, elastic_consume, work_queue_name
+from .delivery import Msg
 from .errors import ConfigError, NotFoundError, PCGroupsError
-from .instance import member_template
-from .jsapi import ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi, pinned_client_id
-from .session import Handler
+from .flavour import work_queue_name
+from .instance import ConsumerInstance
+from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
+from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
 from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
 
 log = logging.getLogger("pcgroups")
 
-__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "elastic_consume_auto", "lease_key",
+__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_lease_ttl", "join", "lease_key",
            "list_leases", "open_lease_bucket"]
 
 LEASE_BUCKET = "pcgroups-leases"
@@ -62,6 +63,50 @@ MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
 WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
+
+
+@dataclass(frozen=True)
+class LeaseEntry:
+    """The lease watch saw a change (None: the end of its initial values)."""
+
+    entry: KeyValue.Entry | None
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """The config watch saw a change of the group's config."""
+
+    entry: KeyValue.Entry
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Nothing happened for a while: a debounced rebalance or the periodic re-check is due."""
+
+
+@dataclass(frozen=True)
+class WatchFailed:
+    """The ``which`` watch (``lease`` or ``config``) failed (``error``) or closed (None)."""
+
+    which: str
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class WatchRetry:
+    """Time to try restarting the ``which`` watch again."""
+
+    which: str
+
+
+@dataclass(frozen=True)
+class MemberEnded:
+    """The member's instance (``consumer``) ended with ``result``."""
+
+    result: BaseException | None
+
+
+AutoEvent = Stop | LeaseEntry | ConfigEntry | Tick | WatchFailed | WatchRetry | MemberEnded
 
 
 def auto_member_name() -> str:
@@ -172,44 +217,27 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
 
 
 # --- the instance -------------------------------------------------------------------------------
-async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Handler | None = None, *,
-                               member: str | None = None, lease_ttl: float = DEFAULT_LEASE_TTL,
-                               config: ConsumerConfig | None = None, debounce: float = DEFAULT_DEBOUNCE,
-                               api: JetStreamApi | None = None, create: "ElasticSpec | None" = None,
-                               **consume_kwargs: Any) -> "AutoInstance":
-    """Run an instance of an elastic group in automatic membership (see the module docs).
-
-    ``member``: a name shared by hot-standby instances; None gives a unique ``auto-<8 hex>``.
-    ``lease_ttl`` (>= 1 s): a dead instance's member is dropped this long after its last renewal.
-    ``config`` and ``consume_kwargs`` (batch, concurrency, key, retry, on_assigned, on_revoked, on_event,
-    ...) go to ``elastic_consume``: the hooks and events are those of the member's instance, so a
-    rebalance calls ``on_revoked`` / ``on_assigned`` with the partitions that moved. Without a
-    ``handler`` the instance is iterated (``async for msg in instance``).
-    The group must exist (``create_elastic``), or ``create`` (an ``ElasticSpec``) gives the shape it is
-    created with when it does not (joining by name; instances starting together make one group). Its
-    membership is then managed by its instances.
-    """
-    validate_name("stream", stream)
-    validate_name("group", group)
-    user_named = bool(member)
-    member = member or auto_member_name()
-    validate_name("member", member)
+def check_lease_ttl(lease_ttl: float) -> None:
+    """A ConfigError unless ``lease_ttl`` is a number of seconds the server takes as a TTL (>= 1 s)."""
     if not isinstance(lease_ttl, (int, float)) or lease_ttl < MIN_LEASE_TTL:
         raise ConfigError(f"the lease TTL must be at least {MIN_LEASE_TTL:g}s, got {lease_ttl!r}")
-    if debounce < 0:
-        raise ConfigError(f"debounce must be >= 0, got {debounce!r}")
-    api = api if api is not None else JetStreamApi(nc)
-    if create is not None:
-        await create.create(nc, stream, group, api=api)
-    consumer = await elastic_consume(nc, stream, group, member, handler, config=config, api=api, **consume_kwargs)
+
+
+async def join(consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float) -> "AutoInstance":
+    """Run ``consumer`` (a started elastic member instance) in automatic membership: its lease, the
+    group's membership (see the module docs). ``elastic_consume(..., auto=True)`` is the entry point;
+    ``consumer`` is stopped if joining fails.
+    """
+    check_lease_ttl(lease_ttl)
+    api = consumer.api
     try:
         # the work queue's replicas: the group's name need not be a stream (partition streams)
-        replicas = (await api.stream_info(work_queue_name(stream, group)))["config"].get("num_replicas", 1)
+        wq = work_queue_name(consumer.stream_name, consumer.group_name)
+        replicas = (await api.stream_info(wq))["config"].get("num_replicas", 1)
         leases = await open_lease_bucket(api, replicas=replicas)
         configs = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
-        inst = AutoInstance(nc, api, consumer, stream=stream, group=group, member=member, user_named=user_named,
-                            lease_ttl=float(lease_ttl), debounce=debounce, leases=leases, configs=configs,
-                            ack_wait=member_template(config).ack_wait)
+        inst = AutoInstance(consumer, user_named=user_named, lease_ttl=float(lease_ttl), leases=leases,
+                            configs=configs)
         await inst._start()
     except BaseException:
         await consumer.stop()
@@ -217,33 +245,30 @@ async def elastic_consume_auto(nc: Client, stream: str, group: str, handler: Han
     return inst
 
 
-class AutoInstance:
+class AutoInstance(ControlLoop[AutoEvent]):
     """An elastic instance in automatic membership: its lease, the group's membership, its consumer.
 
-    Mirrors the consume context: ``stop()``, ``await done()``, ``wait_for_consuming()``, ``pinned``,
-    ``member_name``, ``async with``, ``async for`` (started without a handler). ``consumer`` is the
-    underlying :class:`ElasticInstance`.
+    A consume context (:class:`~pcgroups.loop.ConsumeContext`) whose control loop follows the leases
+    and the config; ``consumer`` is the underlying :class:`~pcgroups.elastic.ElasticInstance`, whose
+    pin, partitions and messages this instance's are.
     """
 
-    def __init__(self, nc: Client, api: JetStreamApi, consumer: Any, *, stream: str, group: str, member: str,
-                 user_named: bool, lease_ttl: float, debounce: float, leases: KeyValue, configs: KeyValue,
-                 ack_wait: float):
-        self.nc = nc
-        self.api = api
+    def __init__(self, consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float, leases: KeyValue,
+                 configs: KeyValue, debounce: float = DEFAULT_DEBOUNCE):
+        super().__init__()
         self.consumer = consumer
-        self.stream_name = stream
-        self.group_name = group
-        self.member_name = member
+        self.nc, self.api = consumer.nc, consumer.api
+        stream, group, member = consumer.stream_name, consumer.group_name, consumer.member_name
+        self.stream_name, self.group_name, self.member_name = stream, group, member
         self.user_named = user_named
         self.instance_id = secrets.token_hex(4)
         self.lease_ttl = lease_ttl
         self.debounce = debounce
-        self.ack_wait = ack_wait
+        self.ack_wait = consumer.template.ack_wait
         self.rebalances = 0                  # membership changes this instance wrote
-        self.error: BaseException | None = None
         self._leases_kv = leases
         self._configs_kv = configs
-        self._js = nc.jetstream(domain=_domain(api))
+        self._js = self.nc.jetstream(domain=_domain(self.api))
         self._prefix = f"{stream}.{group}."
         self._key = lease_key(stream, group, member, self.instance_id)
         self._subject = f"{leases._pre}{self._key}"
@@ -253,16 +278,14 @@ class AutoInstance:
         self._leases_ready = False                   # the watch's initial snapshot is in
         self._expired: set[str] = set()              # members whose last lease expired (not deleted)
         self._config: ElasticConfig | None = None    # the group's config, as last seen
-        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._due: float | None = None               # when to rebalance (debounced)
+        self._next_check = 0.0                       # when to re-check the membership, in case a write was lost
         self._renew_now = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._watchers: list[Any] = []
-        self._control_task: asyncio.Task | None = None
         self._consumer_task: asyncio.Task | None = None
         self._consumer_ended = False
         self._lease_dropped = False
-        self._stopping = False
         self._watch_failures = 0
 
     # --- public surface -------------------------------------------------------------------
@@ -293,10 +316,6 @@ class AutoInstance:
         return (cfg is not None and self._leases_ready and self._key in self._leases and not cfg.members
                 and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
 
-    async def wait_for_consuming(self, timeout: float | None = None) -> None:
-        """Wait until the instance is attached to its consumer (an idle member never is: times out)."""
-        await self._race(self.consumer.wait_for_consuming(timeout))
-
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until the group's config holds the membership of the live leases (including this one)."""
         async def poll():
@@ -307,26 +326,7 @@ class AutoInstance:
         except asyncio.TimeoutError:
             raise asyncio.TimeoutError(f"{self.member_name}: membership not settled within {timeout}s") from None
 
-    def stop(self) -> asyncio.Future:
-        """Leave: drop the lease (the member leaves at once if this was its last instance; its
-        partitions are handed over after in-flight messages finish) and stop consuming. Idempotent,
-        safe from a handler; await the result to wait for the end."""
-        if not self._done.done() and not self._stopping:
-            self._stopping = True
-            self._events.put_nowait(("stop", None))
-        return asyncio.shield(self._done)
-
-    async def done(self) -> BaseException | None:
-        """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
-        return await asyncio.shield(self._done)
-
-    async def __aenter__(self) -> "AutoInstance":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
-
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[Msg]:
         """The member's messages, for an instance started with ``handler=None``."""
         return self.consumer.__aiter__()
 
@@ -334,20 +334,16 @@ class AutoInstance:
         return (f"<AutoInstance {self.stream_name}/{self.group_name} member={self.member_name} "
                 f"instance={self.instance_id} partitions={self.partitions}>")
 
-    async def _race(self, aw) -> None:
-        """Await ``aw``, but raise at once if the instance ends first."""
-        task = asyncio.ensure_future(aw)
-        try:
-            await asyncio.wait({task, self._done}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not task.done():
-                task.cancel()
-        if task.done() and not task.cancelled():
-            task.result()
-            return
-        raise self._done.result() or PCGroupsError("the instance ended")
+    # --- the control loop -------------------------------------------------------------------
+    # stop() leaves: the lease is dropped (the member leaves at once if this was its last instance;
+    # its partitions are handed over after in-flight messages finish), then the consumer stops.
+    async def _attached(self) -> None:
+        """An idle member is never attached (``wait_for_consuming`` times out)."""
+        await self.consumer.wait_for_consuming()
 
-    # --- lifecycle ------------------------------------------------------------------------
+    def _label(self) -> str:
+        return f"{self.member_name}/{self.instance_id}"
+
     async def _start(self) -> None:
         await self._write_lease(expected=0)
         try:
@@ -368,73 +364,74 @@ class AutoInstance:
         ]
         self._consumer_task = asyncio.create_task(self._watch_consumer(), name=f"pcg-consumer-{label}")
         self._tasks.append(self._consumer_task)
-        self._control_task = asyncio.create_task(self._control(), name=f"pcg-auto-{label}")
+        self._next_check = time.monotonic() + self._resync
+        self._launch(f"pcg-auto-{label}")
         log.info("%s/%s: joined %s/%s with lease %s (TTL %gs)", self.member_name, self.instance_id,
                  self.stream_name, self.group_name, self._key, self.lease_ttl)
 
-    async def _pump(self, watcher, kind: str) -> None:
+    async def _pump(self, watcher, which: str) -> None:
         try:
             async for entry in watcher:
-                self._events.put_nowait((kind, entry))
+                if which == "lease":
+                    self._post(LeaseEntry(entry))
+                elif entry is not None:   # None: the end of the initial values
+                    self._post(ConfigEntry(entry))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - reported to the control loop
-            self._events.put_nowait(("watch-failed", (kind, e)))
+            self._post(WatchFailed(which, e))
             return
-        self._events.put_nowait(("watch-failed", (kind, None)))
+        self._post(WatchFailed(which, None))
 
     async def _watch_consumer(self) -> None:
         result = await self.consumer.done()
         self._consumer_ended = True
-        self._events.put_nowait(("consumer-done", result))
+        self._post(MemberEnded(result))
 
-    async def _control(self) -> None:
-        result: BaseException | None = None
-        due: float | None = None          # when to rebalance (debounced)
-        resync = max(self.lease_ttl, 1.0)  # also re-check this often, in case a write was lost
-        next_check = time.monotonic() + resync
+    @property
+    def _resync(self) -> float:
+        return max(self.lease_ttl, 1.0)
+
+    async def _next_event(self) -> AutoEvent:
+        """The next event, or :class:`Tick` when a rebalance or the periodic re-check is due."""
+        wake = min(self._due if self._due is not None else self._next_check, self._next_check)
         try:
-            while True:
-                now = time.monotonic()
-                wake = min(due if due is not None else next_check, next_check)
-                try:
-                    kind, value = await asyncio.wait_for(self._events.get(), max(0.0, wake - now))
-                except asyncio.TimeoutError:
-                    kind, value = "tick", None
-                if kind == "lease":
-                    if self._apply_lease(value):
-                        due = time.monotonic() + self.debounce
-                elif kind == "config":
-                    if self._apply_config(value) and not self.settled:
-                        due = time.monotonic() + self.debounce
-                elif kind == "tick":
-                    now = time.monotonic()
-                    if due is not None and now >= due:
-                        due = None
-                        if not await self._rebalance():
-                            due = time.monotonic() + 1.0   # a failed write: try again
-                    if now >= next_check:
-                        next_check = now + resync
-                        if due is None and self._leases_ready and not self.settled:
-                            due = now + self.debounce
-                elif kind == "watch-failed":
-                    which, error = value
-                    await self._restart_watch(which, error)
-                elif kind == "watch-retry":
-                    await self._restart_watch(value, None, retry=True)
-                elif kind == "stop":
-                    result = await self._leave()
-                    break
-                elif kind == "consumer-done":
-                    result = value
-                    log.info("%s/%s: consumer ended (%s)", self.member_name, self.instance_id, value or "normally")
-                    break
-        except asyncio.CancelledError:
-            result = None
-        except Exception as e:  # noqa: BLE001 - a bug or an unexpected answer: end, never idle as a zombie
-            log.exception("%s/%s: membership loop failed", self.member_name, self.instance_id)
-            result = e
-        await self._finish(result)
+            return await asyncio.wait_for(self._events.get(), max(0.0, wake - time.monotonic()))
+        except asyncio.TimeoutError:
+            return Tick()
+
+    async def _handle(self, event: AutoEvent) -> Outcome:
+        match event:
+            case LeaseEntry(entry=entry):
+                if self._apply_lease(entry):
+                    self._due = time.monotonic() + self.debounce
+            case ConfigEntry(entry=entry):
+                if self._apply_config(entry) and not self.settled:
+                    self._due = time.monotonic() + self.debounce
+            case Tick():
+                await self._tick()
+            case WatchFailed(which=which, error=error):
+                await self._restart_watch(which, error)
+            case WatchRetry(which=which):
+                await self._restart_watch(which, None, retry=True)
+            case Stop():
+                return await self._leave()
+            case MemberEnded(result=result):
+                log.info("%s/%s: consumer ended (%s)", self.member_name, self.instance_id, result or "normally")
+                return result
+        return CONTINUE
+
+    async def _tick(self) -> None:
+        """Rebalance when due (debounced); every ``_resync`` check the config holds the membership."""
+        now = time.monotonic()
+        if self._due is not None and now >= self._due:
+            self._due = None
+            if not await self._rebalance():
+                self._due = time.monotonic() + 1.0   # a failed write: try again
+        if now >= self._next_check:
+            self._next_check = now + self._resync
+            if self._due is None and self._leases_ready and not self.settled:
+                self._due = now + self.debounce
 
     def _apply_lease(self, entry: Any) -> bool:
         """Update the lease view; True when the membership (the set of live members) may have changed."""
@@ -450,7 +447,7 @@ class AutoInstance:
                     self._expired.add(gone.member)
                 else:
                     self._expired.discard(gone.member)
-            if entry.key == self._key and not self._stopping:
+            if entry.key == self._key and not self._stop_requested:
                 log.warning("%s/%s: our lease expired (the process stalled for longer than the lease TTL?); "
                             "renewing", self.member_name, self.instance_id)
                 self._renew_now.set()
@@ -461,9 +458,7 @@ class AutoInstance:
             self._expired.discard(held.member)
         return self._leases_ready and self.live_members != before
 
-    def _apply_config(self, entry: Any) -> bool:
-        if entry is None:
-            return False
+    def _apply_config(self, entry: KeyValue.Entry) -> bool:
         if entry.operation in ("DEL", "PURGE") or not entry.value:
             self._config = None   # the group was deleted: our consumer ends, and so do we
             return False
@@ -492,7 +487,7 @@ class AutoInstance:
                 raise PCGroupsError(f"the {which} watch of {self.stream_name}/{self.group_name} could not be "
                                     f"restarted: {e}") from e
             delay = min(0.2 * 2 ** self._watch_failures, 5.0)
-            asyncio.get_running_loop().call_later(delay, self._events.put_nowait, ("watch-retry", which))
+            asyncio.get_running_loop().call_later(delay, self._post, WatchRetry(which))
             return
         self._watchers.append(watcher)
         self._tasks.append(asyncio.create_task(self._pump(watcher, which)))
@@ -503,7 +498,7 @@ class AutoInstance:
         True when done (written, or nothing to write); False when the write failed (retried later).
         """
         if live is None:
-            if not self._leases_ready or (self._key not in self._leases and not self._stopping):
+            if not self._leases_ready or (self._key not in self._leases and not self._stop_requested):
                 return True  # our own lease lapsed: renew it first (the others drop us meanwhile, if need be)
             live = self.live_members
         changed: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
@@ -655,20 +650,21 @@ class AutoInstance:
                 return
             wait = min(limit, quiet_from + self.debounce if self._key not in self._leases else limit) - now
             try:
-                kind, value = await asyncio.wait_for(self._events.get(), max(0.01, wait))
+                event = await asyncio.wait_for(self._events.get(), max(0.01, wait))
             except asyncio.TimeoutError:
                 continue
-            if kind == "lease":
-                if value is not None and value.key == self._key:
+            match event:
+                case LeaseEntry(entry=entry) if entry is not None and entry.key == self._key:
                     self._leases.pop(self._key, None)
                     quiet_from = time.monotonic()
-                elif self._apply_lease(value):
-                    quiet_from = time.monotonic()
-            elif kind == "config":
-                self._apply_config(value)
-            elif kind == "consumer-done":
-                self._events.put_nowait((kind, value))
-                return
+                case LeaseEntry(entry=entry):
+                    if self._apply_lease(entry):
+                        quiet_from = time.monotonic()
+                case ConfigEntry(entry=entry):
+                    self._apply_config(entry)
+                case MemberEnded():
+                    self._post(event)
+                    return
 
     async def _wait_released(self) -> None:
         """Until our consumer has seen the new config and let go of its partitions (bounded)."""
@@ -690,9 +686,9 @@ class AutoInstance:
         for w in watchers:
             await _quietly(w.stop())
 
-    async def _finish(self, result: BaseException | None) -> None:
+    async def _close(self, result: BaseException | None) -> BaseException | None:
         """The end, whatever the cause: nothing of ours is left running, the lease is gone."""
-        self._stopping = True
+        self._stop_requested = True
         try:
             await self._cancel_tasks()
             await self._drop_lease()
@@ -701,9 +697,7 @@ class AutoInstance:
         finally:
             for t in self._tasks:
                 t.cancel()
-            self.error = result
-            if not self._done.done():
-                self._done.set_result(result)
+        return result
 
 
 async def _cas(kv: KeyValue, key: str, change, attempts: int = 20) -> bytes | None:

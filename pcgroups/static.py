@@ -4,9 +4,9 @@ membership is fixed at creation (any config change ends every instance)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from . import flavour
 from .config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
@@ -14,8 +14,10 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      NotAMemberError)
 from .events import EventCallback, PartitionsHook
 from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
-from .instance import _CONTINUE, ConsumerInstance, member_template, startable, with_priority_group
+from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEvent, member_template, startable,
+                       with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
+from .loop import CONTINUE, Outcome
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
@@ -199,41 +201,47 @@ class StaticInstance(ConsumerInstance):
                                     err_code=e.err_code, subject=e.subject) from None
         await self._start_session(self.consumer_name)
 
-    async def _handle_other(self, kind: str, value: Any):
-        if kind == "kv":
-            if value is None:
-                return _CONTINUE  # end of the initial values
-            if value.operation in ("DEL", "PURGE"):
-                await self._leave()
-                return None
-            try:
-                cfg = parse_static_config(value.value)
-            except ConfigError as e:
-                await self._leave()
-                return ConfigError(f"the config of static consumer group {self.group_name} on stream "
-                                   f"{self.stream_name} is no longer valid: {e}")
-            if cfg != self.config:
-                await self._leave()
-                return ConfigChangedError("static consumer group config watcher received a change in the "
-                                          "configuration, terminating")
-            return _CONTINUE
-        if kind == "gone":
-            await self._stop_session(drain=False)
-            entry = await read(self._kv, self._key)
-            if entry is None:
-                return None  # the group was deleted: its consumers go with it
-            # Another instance of ours may have seen a config change first and deleted the consumer: report
-            # the cause, as the watch event (maybe still queued) would.
-            try:
-                cfg = parse_static_config(entry.value)
-            except ConfigError as e:
-                return ConfigError(f"the config of static consumer group {self.group_name} on stream "
-                                   f"{self.stream_name} is no longer valid: {e}")
-            if cfg != self.config:
-                return ConfigChangedError("static consumer group config watcher received a change in the "
-                                          "configuration, terminating")
-            return ConsumerGoneError(f"the member's consumer {self.consumer_name} went away: {value}")
-        return _CONTINUE
+    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
+        match event:
+            case ConfigUpdate(entry=entry):
+                return await self._config_update(entry)
+            case ConsumerGone(reason=reason):
+                return await self._consumer_gone(reason)
+        return CONTINUE
+
+    async def _config_update(self, entry: KeyValue.Entry) -> Outcome:
+        """Any change of a static group's config ends its instances: deleted (None), invalid or changed."""
+        if entry.operation in ("DEL", "PURGE"):
+            await self._leave()
+            return None
+        error = self._changed(entry.value or b"")
+        if error is None:
+            return CONTINUE
+        await self._leave()
+        return error
+
+    async def _consumer_gone(self, reason: str) -> Outcome:
+        """The consumer went away: the group was deleted (None), else the cause."""
+        await self._stop_session(drain=False)
+        entry = await read(self._kv, self._key)
+        if entry is None:
+            return None  # the group was deleted: its consumers go with it
+        # Another instance of ours may have seen a config change first and deleted the consumer: report
+        # the cause, as the watch event (maybe still queued) would.
+        return self._changed(entry.value) or ConsumerGoneError(
+            f"the member's consumer {self.consumer_name} went away: {reason}")
+
+    def _changed(self, value: bytes) -> BaseException | None:
+        """The error a stored config ends the instance with (not valid, or not ours); None when unchanged."""
+        try:
+            cfg = parse_static_config(value)
+        except ConfigError as e:
+            return ConfigError(f"the config of static consumer group {self.group_name} on stream "
+                               f"{self.stream_name} is no longer valid: {e}")
+        if cfg != self.config:
+            return ConfigChangedError("static consumer group config watcher received a change in the "
+                                      "configuration, terminating")
+        return None
 
     async def _leave(self) -> None:
         """Stop consuming (in-flight work finishes), then delete this member's consumer."""

@@ -16,9 +16,8 @@ import time
 
 import nats
 
-from pcgroups import ConsumerConfig
+from pcgroups import ConsumerConfig, elastic_consume
 from pcgroups.checker import event_line, origin_of
-from pcgroups.membership import elastic_consume_auto
 
 
 def emit(line: str) -> None:
@@ -55,9 +54,9 @@ async def main() -> None:
         await msg.ack()
         emit(event_line("end", **common, outcome="ack"))
 
-    inst = await elastic_consume_auto(nc, args.stream, args.group, handler, member=args.member,
-                                      lease_ttl=args.lease_ttl,
-                                      config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
+    inst = await elastic_consume(nc, args.stream, args.group, args.member or "", handler, auto=True,
+                                 lease_ttl=args.lease_ttl,
+                                 config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
     label.update(member=inst.member_name, instance=f"{inst.member_name}/{inst.instance_id}")
     labelled.set()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)

@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
+from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
                       static_consume, static_member_step_down)
 from pcgroups.events import InstanceEvent
 
@@ -234,6 +234,7 @@ async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_except
     got: list[bytes] = []
     floors: list[int] = []
     inst = await static_consume(nc, uniq, "g", "m1", config=FAST)
+    assert isinstance(inst, ConsumeContext)              # the protocol every consume context satisfies
     with pytest.raises(ValueError, match="body failed"):
         async with inst:
             async for msg in inst:

@@ -21,10 +21,10 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from pcgroups import (ConfigError, ConsumerConfig, PartitioningFilter, create_elastic, delete_elastic,
-                      elastic_member_step_down, get_elastic_config, list_elastic_active_members, partition_of_subject)
+from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, create_elastic,
+                      delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config, list_elastic_active_members, partition_of_subject)
 from pcgroups.checker import Recorder
-from pcgroups.membership import LEASE_STREAM, elastic_consume_auto, list_leases
+from pcgroups.membership import LEASE_STREAM, list_leases
 from pcgroups.sticky import moved_partitions
 from pcgroups.store import ELASTIC_BUCKET
 
@@ -67,7 +67,8 @@ class Auto:
     async def start(self, stream, group, handler, *, nc=None, **kw):
         kw.setdefault("lease_ttl", TTL)
         kw.setdefault("config", FAST)
-        inst = await elastic_consume_auto(nc or self.nc, stream, group, handler, **kw)
+        member = kw.pop("member", "")
+        inst = await elastic_consume(nc or self.nc, stream, group, member, handler, auto=True, **kw)
         self.items.append(inst)
         return inst
 
@@ -447,7 +448,7 @@ async def test_generated_names_lease_bucket_and_stop_deletes_the_lease(nc, js, u
     async def noop(msg):
         await msg.ack()
     with pytest.raises(ConfigError):
-        await elastic_consume_auto(nc, stream, group, noop, lease_ttl=0.5)
+        await elastic_consume(nc, stream, group, "", noop, auto=True, lease_ttl=0.5)
     async with Auto(nc) as auto:
         i1 = await auto.start(stream, group, noop)
         i2 = await auto.start(stream, group, noop)
@@ -583,9 +584,11 @@ async def test_lapsed_lease_drops_the_member_and_renewal_takes_it_again(nc, js, 
         assert [x.member for x in await list_leases(nc, stream, group)] == ["a", "b"]
 
 
-async def test_elastic_consume_auto_flag_is_the_same_entry(nc, js, uniq):
-    """``elastic_consume(..., auto=True)`` runs the automatic mode (a generated member without a name)."""
-    from pcgroups import elastic_consume
+async def test_auto_is_reached_through_elastic_consume_only(nc, js, uniq):
+    """``elastic_consume(..., auto=True)`` is the one entry point of automatic membership (a generated
+    member without a name); what it gives is a consume context like any instance."""
+    import pcgroups
+    assert not hasattr(pcgroups, "elastic_consume_auto")
     stream, group = uniq, "g"
     await keyed_group(nc, js, stream, group, 2)
 
@@ -593,6 +596,7 @@ async def test_elastic_consume_auto_flag_is_the_same_entry(nc, js, uniq):
         await msg.ack()
     inst = await elastic_consume(nc, stream, group, "", noop, auto=True, lease_ttl=2)
     try:
+        assert isinstance(inst, AutoInstance) and isinstance(inst, ConsumeContext)
         assert inst.member_name.startswith("auto-")
         await inst.wait_settled(10)
         assert await assignment(nc, stream, group) == {inst.member_name: [0, 1]}

@@ -19,12 +19,13 @@ import pcgroups
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC = [
-    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumerConfig", "ConsumerGoneError", "ConsumerInstance",
+    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumeContext", "ConsumerConfig", "ConsumerGoneError",
+    "ConsumerInstance",
     "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError", "JetStreamApi",
     "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
     "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig",
     "add_members", "add_source", "balanced_assignment", "create_elastic", "create_static", "delete_elastic",
-    "delete_member_mappings", "delete_members", "delete_static", "elastic_consume", "elastic_consume_auto",
+    "delete_member_mappings", "delete_members", "delete_static", "elastic_consume",
     "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down",
     "get_elastic_config", "get_elastic_layout", "get_static_config", "key_by_header", "key_by_partitioning",
     "key_by_subject", "key_by_tokens", "list_elastic_active_members", "list_elastic_groups", "list_leases",
