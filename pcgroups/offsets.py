@@ -49,7 +49,7 @@ from .elastic import (
     work_queue_name,
 )
 from .errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
-from .jsapi import ConsumerConfig, JetStreamApi
+from .jsapi import JetStreamApi
 from .partitions import member_partitions, static_member_filters
 from .static import get_static_config, static_consumer_name
 
@@ -174,29 +174,12 @@ class ResetPlan:
 # ---------------------------------------------------------------- reading the streams
 
 
-async def _count_from(api: JetStreamApi, stream: str, subjects: list[str], start_seq: int) -> int:
-    """Messages on ``subjects`` at or after ``start_seq``: an ephemeral consumer's pending count."""
-    if not subjects:
-        return 0
-    cfg = ConsumerConfig(deliver_policy="by_start_sequence", opt_start_seq=max(start_seq, 1), ack_policy="none",
-                         inactive_threshold=5.0, mem_storage=True, num_replicas=1)
-    if len(subjects) == 1:
-        cfg.filter_subject = subjects[0]
-    else:
-        cfg.filter_subjects = list(subjects)
-    info = await api.request(f"CONSUMER.CREATE.{stream}", {"stream_name": stream, "config": cfg.to_wire()})
-    try:
-        return int(info.get("num_pending") or 0)
-    finally:
-        await api.delete_consumer(stream, str(info.get("name")))
-
-
 async def _between(api: JetStreamApi, stream: str, subjects: list[str], a: int, b: int) -> int:
     """Messages on ``subjects`` with ``min(a,b) <= seq < max(a,b)``."""
     if a == b:
         return 0
     lo, hi = min(a, b), max(a, b)
-    return await _count_from(api, stream, subjects, lo) - await _count_from(api, stream, subjects, hi)
+    return await api.count_messages(stream, subjects, lo) - await api.count_messages(stream, subjects, hi)
 
 
 async def _msg_time(api: JetStreamApi, stream: str, seq: int) -> str | None:
@@ -328,7 +311,7 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
         start = await _seq_at(api, src.name, info, target)
         subjects = [f.filter for f in src.filters] or [">"]
         plan.sources.append(SourceMove(src.name, start, await _msg_time(api, src.name, start),
-                                       await _count_from(api, src.name, subjects, start)))
+                                       await api.count_messages(src.name, subjects, start)))
     return plan
 
 

@@ -30,9 +30,9 @@ from typing import Any
 from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig
-from .errors import JetStreamAPIError, NotFoundError
+from .errors import NotFoundError
 from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, work_queue_name
-from .jsapi import PRIORITY_GROUP, ConsumerConfig, JetStreamApi
+from .jsapi import PRIORITY_GROUP, JetStreamApi
 from .membership import list_leases
 from .partitions import member_partitions, static_member_filters
 
@@ -228,7 +228,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
                 continue
             # the member's filter subjects of this partition (a group's filters leave other subjects out)
             subjects = [f for f in static_member_filters(cfg, ms.member) if f.split(".", 1)[0] == str(row.partition)]
-            row.pending = await _count_after(counting, stream, subjects, (ms.delivered or 0) + 1)
+            row.pending = await counting.count_messages(stream, subjects, (ms.delivered or 0) + 1)
             row.pending_exact = True
     try:
         state = (await counting.stream_info(stream)).get("state", {})
@@ -238,26 +238,6 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
                        max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0), requests=counting.n + config_requests)
-
-
-async def _count_after(api: _Counting, stream: str, subjects: list[str], start_seq: int) -> int:
-    """Messages on ``subjects`` at or after ``start_seq``: an ephemeral consumer's pending count."""
-    if not subjects:
-        return 0
-    cfg = ConsumerConfig(deliver_policy="by_start_sequence", opt_start_seq=max(start_seq, 1), ack_policy="none",
-                         inactive_threshold=5.0, mem_storage=True, num_replicas=1)
-    if len(subjects) == 1:
-        cfg.filter_subject = subjects[0]
-    else:
-        cfg.filter_subjects = list(subjects)
-    info = await api.request(f"CONSUMER.CREATE.{stream}", {"stream_name": stream, "config": cfg.to_wire()})
-    try:
-        return int(info.get("num_pending") or 0)
-    finally:
-        try:
-            await api.request(f"CONSUMER.DELETE.{stream}.{info.get('name')}")
-        except JetStreamAPIError:
-            pass  # it goes away after its inactive threshold anyway
 
 
 async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
