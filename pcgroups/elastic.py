@@ -868,19 +868,25 @@ class ElasticInstance(ConsumerInstance):
                 return  # another member still holds some of our partitions: retry shortly
             if e.err_code != ERR_CONSUMER_EXISTS:
                 raise
-            # Our consumer exists with other filters: another instance of ours is changing it, or it is stale.
             info = await self._consumer_info()
-            if info is None or not self._may_change(info):
+            if info is None:
                 return
-            if not await self._partitions_free(self.desired):
-                return
-            await self.api.delete_consumer(self.work_queue, self.member_name)
-            try:
-                await self.api.create_consumer(self.work_queue, cfg)
-            except JetStreamAPIError as e2:
-                if e2.err_code in (ERR_WQ_CONSUMER_NOT_UNIQUE, ERR_CONSUMER_EXISTS):
+            if (info["config"].get("filter_subjects") or []) == self.desired:
+                # Set up by another instance of ours with other settings (the max_ack_pending of another
+                # --concurrency): the member's instances share one consumer as it is, so attach to it.
+                log.info("%s: the member's consumer exists with other settings: using it as it is",
+                         self.member_name)
+            else:
+                # Our consumer exists with other filters: another instance of ours is changing it, or it is stale.
+                if not self._may_change(info) or not await self._partitions_free(self.desired):
                     return
-                raise
+                await self.api.delete_consumer(self.work_queue, self.member_name)
+                try:
+                    await self.api.create_consumer(self.work_queue, cfg)
+                except JetStreamAPIError as e2:
+                    if e2.err_code in (ERR_WQ_CONSUMER_NOT_UNIQUE, ERR_CONSUMER_EXISTS):
+                        return
+                    raise
         self.current = list(self.desired)
         session = await self._start_session(self.member_name)
         session.partitions = set(self.partitions)

@@ -141,3 +141,42 @@ def test_consuming_comes_before_a_message_handled_before_the_ready_check_ended(c
     p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... ")   # a long handler, started at once
     p.announce()                                                            # the ready check ends meanwhile
     assert capsys.readouterr().out == "consuming...\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... "
+
+
+def pin_state(text: str, member: str) -> str | None:
+    said = [s.split()[1].rstrip(":") for s in statuses(text) if re.match(rf"^\[{member}\] (pinned|standby|lost)", s)]
+    return said[-1] if said else None
+
+
+async def test_a_plain_and_a_concurrent_instance_of_a_member_say_standby_and_lost_pin(nats_server, js, uniq):
+    """An elastic member run once with ``--concurrency 8`` and once without: the second says standby, and
+    each hand-over is said by both (the one that loses the pin says so), whichever flags each has."""
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "4", "--filter", f"{uniq}.*", url=url)).ok()
+    (await run_cg("elastic", "add", uniq, "g", "m2", url=url)).ok()
+    env = cg_env(url, CG_PRETTY="1", COLUMNS="80")
+    async with procs() as start:
+        a = await start("elastic", "consume", uniq, "g", "m2", "--concurrency", "8", env=env)
+        await a.wait_text("consuming...\n")
+        await js.publish(f"{uniq}.first", b"x")
+        await a.wait_text("[m2] pinned: partitions 0-3\n")
+        b = await start("elastic", "consume", uniq, "g", "m2", env=env)
+        await b.wait_text("[m2] standby: another instance of m2 holds the pin\n", timeout=15)
+        holder, other = a, b
+        for swap in range(2):    # a step-down hands the pin over (should it come back, step down again)
+            for attempt in range(6):
+                (await run_cg("elastic", "step-down", uniq, "g", "m2", url=url)).ok()
+                await js.publish(f"{uniq}.s{swap}{attempt}", b"x")
+                try:
+                    await other.wait_output(lambda o: pin_state(o, "m2") == "pinned", timeout=4, what="the swap")
+                    break
+                except AssertionError:
+                    continue
+            await holder.wait_output(lambda o: pin_state(o, "m2") == "standby", timeout=10, what="standby again")
+            assert "[m2] lost the pin: another instance of it took over" in statuses(holder.out)
+            holder, other = other, holder
+        for p in (a, b):
+            p.signal(signal.SIGINT)
+        done = [await p.wait(timeout=15) for p in (a, b)]
+    assert all(r.code == 0 for r in done), [r.err for r in done]
