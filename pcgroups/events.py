@@ -15,7 +15,7 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 
 ``pinned``        this instance holds the member's pin and handles ``partitions``;
 ``standby``       another instance of the member holds the pin;
-``lost-pin``      this instance held the pin and lost it (another took over, or the server said so);
+``lost-pin``      this instance held the pin and another instance of the member holds it now;
 ``not-a-member``  elastic: the member is not in the group (yet); the instance waits to be added;
 ``added``         elastic: the member was added; ``partitions`` are its partitions;
 ``partitions``    the member's partitions changed (a rebalance); ``partitions`` are the new ones;

@@ -10,7 +10,9 @@ standby, runs the rebalance hooks at the points their promises hold and emits th
 (:mod:`pcgroups.events`, :mod:`pcgroups.hooks`). The server gives the pin with a message, so an
 instance is not a standby merely for having none: it is one once it was seen without the pin twice,
 half a PinnedTTL apart, and consumer info shows another instance's pin (asked every half PinnedTTL
-until then).
+until then). Likewise it says it lost the pin only once consumer info shows another instance's: a pin
+that merely went away (a server restart, a step-down with nothing to deliver) is not news, and a new
+pin of its own after it says nothing more (unless the partitions changed).
 """
 
 from __future__ import annotations
@@ -170,7 +172,9 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.handler: Handler = handler
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
                                   on_failure=lambda e: self._post(Fatal(e)))
-        self._pin_state: str | None = None        # "pinned", "lost-pin" or "standby" once said
+        # "pinned", "lost-pin" or "standby" once said; "unpinned": lost the pin, nobody else seen with it yet
+        self._pin_state: str | None = None
+        self._held_pin: str | None = None         # the pin this instance held last (not another's)
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
@@ -309,6 +313,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             return
         if session.pinned:
             self._unpinned_since = None
+            self._held_pin = session.pin_id
             if self._pin_state != "pinned":
                 owned = self._handed_out(session)
                 await self._reporter.settle(owned)
@@ -319,8 +324,12 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         if self._pin_state == "pinned":
             await session.idle()   # the handlers in flight under the lost pin finish first
             await self._reporter.settle(())
-            self._pin_state = "lost-pin"
-            self._reporter.emit("lost-pin")
+            # Said only once consumer info shows another pin: after a server restart or a step-down with
+            # nothing to deliver, nobody holds it, and this instance may well get the next one.
+            self._pin_state = "unpinned"
+            if await self._other_pinned(session):
+                self._pin_state = "lost-pin"
+                self._reporter.emit("lost-pin")
         if self._pin_state == "standby":
             return
         now = time.monotonic()
@@ -329,6 +338,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         half = pinned_ttl(self.template.ack_wait) / 2
         due = self._unpinned_since + half
         if now >= due and await self._other_pinned(session):
+            if self._pin_state == "unpinned":
+                self._reporter.emit("lost-pin")
             self._pin_state = "standby"
             self._reporter.emit("standby")
             return
@@ -346,7 +357,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             log.debug("%s: consumer info for the pin: %s", self.member_name, e)
             return False
         pin = pinned_client_id(info)
-        return pin is not None and not session.pinned and pin != session.pin_id
+        return pin is not None and not session.pinned and pin not in (session.pin_id, self._held_pin)
 
     async def _settle_pinned(self, owned: set[int]) -> None:
         """While pinned: the hooks for a change of the partitions handed out (the caller made sure no handler

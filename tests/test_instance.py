@@ -324,3 +324,39 @@ async def test_automatic_membership_passes_the_hooks_to_its_member_instance(nc, 
     assert ("partitions", tuple(sorted({0, 1, 2, 3} - moved))) in j.events("m1")
     for who in ("m1", "m2"):
         j.check_promises(who)
+
+
+async def test_a_lone_instance_through_a_server_restart_claims_no_take_over(fresh_server, uniq):
+    """The only instance of its member, pinned when the server restarts: the server's pin after the
+    restart is a new one, and nobody else holds it, so no ``lost-pin`` ("another instance took over")."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    j = Journal()
+    inst = None
+    try:
+        await elastic_group(js, nc, uniq)
+        await add_members(nc, uniq, "g", ["m1"])
+        inst = await elastic_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST, **j.hooks("m1"))
+        await publish(js, uniq, "a", 4)
+        await wait_for(lambda: len(j.of("m1", "end")) == 4, 10, what="4 handled")
+        await asyncio.to_thread(fresh_server.restart)
+        await wait_for(lambda: ("reconnected", ()) in j.events("m1"), 15, what="reconnected")
+
+        async def published() -> bool:
+            try:
+                await js.publish(f"{uniq}.b", b"after")
+                return True
+            except Exception:   # JetStream not ready yet after the restart
+                return False
+        await wait_for(published, 15, interval=0.2, what="a publish after the restart")
+        await wait_for(lambda: len(j.of("m1", "end")) == 5, 20, what="handled after the restart")
+        await asyncio.sleep(0)
+        assert inst.pinned
+    finally:
+        if inst is not None:
+            await inst.stop()
+        await nc.close()
+    kinds = [k for k, _ in j.events("m1")]
+    assert "lost-pin" not in kinds and "standby" not in kinds, j.events("m1")
+    assert [e for e in j.events("m1") if e[0] == "pinned"] == [("pinned", (0, 1, 2, 3))]
+    j.check_promises("m1")
