@@ -81,7 +81,7 @@ class Printer:
 
     def begin(self, text: str) -> bool:
         """The first part of a message line (flushed: the processing comes next)."""
-        self.announce()
+        self._before_message()
         self._open = True
         return self._stdout(text)
 
@@ -94,10 +94,16 @@ class Printer:
 
     def whole(self, text: str) -> bool:
         """A whole message line (handlers running at once write whole lines, never an open one)."""
-        self.announce()
+        self._before_message()
         written = self._stdout(text + "\n")
         self._release()
         return written
+
+    def _before_message(self) -> None:
+        """A message line comes: the header first, then the status lines said before it (``pinned``:
+        the instance says it before its first handler starts), even before the ready check ended."""
+        self.announce()
+        self.ready()
 
     def line(self, text: str) -> None:
         """A whole line of the reference's on stdout (``consuming...``)."""

@@ -3,7 +3,8 @@
 A consume entry point (``static_consume``, ``elastic_consume``, automatic membership) takes
 
 - ``on_event``: called with an :class:`InstanceEvent` each time the instance's state changes
-  (a plain callable, called on the event loop; it must not block);
+  (a plain callable, called on the event loop; it must not block); ``pinned`` is said before the
+  first handler of the pin starts (handlers of a new pin wait for the control loop to say it);
 - ``on_assigned(partitions)``: called, and awaited if it returns an awaitable, before the first
   message of newly owned partitions is handed to the handler;
 - ``on_revoked(partitions)``: called, and awaited, after the in-flight handlers of those partitions

@@ -61,8 +61,9 @@ class Reporter:
 
     @property
     def gates(self) -> bool:
-        """Handlers of a new pin must wait for :meth:`settle` (an ``on_assigned`` hook runs first)."""
-        return self._on_assigned is not None
+        """Handlers of a new pin must wait until the control loop admits it: an ``on_assigned`` hook runs
+        first, and the ``pinned`` event is said before the first handler starts (a cost at pin time only)."""
+        return self._on_assigned is not None or self._on_event is not None
 
     async def settle(self, owned: Iterable[int]) -> None:
         """The instance hands out ``owned`` from now on: ``on_revoked`` for what it no longer owns,

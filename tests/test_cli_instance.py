@@ -180,3 +180,26 @@ async def test_a_plain_and_a_concurrent_instance_of_a_member_say_standby_and_los
             p.signal(signal.SIGINT)
         done = [await p.wait(timeout=15) for p in (a, b)]
     assert all(r.code == 0 for r in done), [r.err for r in done]
+
+
+async def test_pinned_comes_before_the_first_message_line_in_a_terminal(nats_server, js, uniq):
+    """Messages wait when the instance starts, so the first is handled at once: ``[m1] pinned`` still comes
+    before its line (after ``consuming...``), start after start."""
+    url = nats_server.url
+    await make_stream(js, uniq)
+    env = cg_env(url, CG_PRETTY="1", COLUMNS="80")
+    for start_ in range(4):   # a group each: a stopped instance's pin outlives it for a PinnedTTL
+        group = f"g{start_}"
+        (await run_cg("elastic", "create", uniq, group, "2", "--filter", f"{uniq}.*", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, group, "m1", url=url)).ok()
+        for i in range(3):
+            await js.publish(f"{uniq}.k{start_}{i}", b"x")
+        async with procs() as start:
+            p = await start("elastic", "consume", uniq, group, "m1", env=env)
+            await p.wait_output(lambda o: o.count("acked\n") == 3, what="3 acked")
+            p.signal(signal.SIGINT)
+            res = await p.wait(timeout=15)
+        assert res.code == 0, res.err
+        lines = res.out.splitlines()
+        first = next(i for i, line in enumerate(lines) if MSG_LINE.match(line))
+        assert lines[:first] == ["consuming...", "[m1] pinned: partitions 0-1"], lines

@@ -360,3 +360,23 @@ async def test_a_lone_instance_through_a_server_restart_claims_no_take_over(fres
     assert "lost-pin" not in kinds and "standby" not in kinds, j.events("m1")
     assert [e for e in j.events("m1") if e[0] == "pinned"] == [("pinned", (0, 1, 2, 3))]
     j.check_promises("m1")
+
+
+async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alone(nc, js, uniq):
+    """Messages wait when the instance starts; only ``on_event`` is given (no ``on_assigned``): the
+    ``pinned`` event is still said before the first handler starts, start after start."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+    for round_ in range(3):
+        group = f"g{round_}"   # a group each: a stopped instance's pin outlives it for a PinnedTTL
+        await create_elastic(nc, uniq, group, 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+        await add_members(nc, uniq, group, ["m1"])
+        await publish(js, uniq, f"r{round_}", 4)
+        j = Journal()
+        inst = await elastic_consume(nc, uniq, group, "m1", j.handler("m1"), config=FAST,
+                                     on_event=j.hooks("m1")["on_event"])
+        try:
+            await wait_for(lambda: len(j.of("m1", "end")) >= 4, 10, what="4 handled")
+        finally:
+            await inst.stop()
+        assert j.events("m1")[0] == ("pinned", (0, 1))
+        assert j.first("m1", "event", lambda ev: ev.kind == "pinned") <= j.first("m1", "start")
