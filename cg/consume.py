@@ -17,7 +17,9 @@ a pipe (stdout keeps the reference's lines exactly). A dropped member's instance
 waits to be added again, as an instance started before its member was added does.
 
 One :class:`Printer` owns the output: a status line never lands inside a message line (written in
-two parts around the processing): it waits until the line is ended.
+two parts around the processing): it waits until the line is ended. In a terminal status lines wrap
+at its width, before a command in parentheses rather than inside it (:func:`wrap_status`); ``pinned``
+is said before the pin's first message line.
 """
 
 from __future__ import annotations
@@ -113,9 +115,7 @@ class Printer:
     def status(self, text: str) -> None:
         """A line about the instance (stdout in a terminal, else stderr)."""
         if self.status_on_stdout and self.width:
-            import textwrap
-
-            text = "\n".join(textwrap.wrap(text, self.width - 1, subsequent_indent="    ")) or text
+            text = wrap_status(text, self.width - 1)
         (self._waiting if self._ready else self._early).append((self.status_on_stdout, text))
         self._release()
 
@@ -147,6 +147,21 @@ class Printer:
         except (BrokenPipeError, ValueError, OSError):
             self.broken = True
             return False
+
+
+def wrap_status(text: str, width: int) -> str:
+    """``text`` wrapped at ``width`` with continuation lines indented; a parenthesised part (a command
+    to run) moves to the next line whole, unless it alone is wider than a line."""
+    import re
+    import textwrap
+
+    def wrap(t: str) -> list[str]:
+        return textwrap.wrap(t, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+
+    lines = wrap(re.sub(r"\([^()]*\)", lambda m: m[0].replace(" ", "\0"), text))
+    if any(len(line) > width for line in lines):
+        lines = wrap(text)
+    return "\n".join(lines).replace("\0", " ") or text
 
 
 def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False) -> str:

@@ -203,3 +203,30 @@ async def test_pinned_comes_before_the_first_message_line_in_a_terminal(nats_ser
         lines = res.out.splitlines()
         first = next(i for i, line in enumerate(lines) if MSG_LINE.match(line))
         assert lines[:first] == ["consuming...", "[m1] pinned: partitions 0-1"], lines
+
+
+async def test_not_a_member_fits_80_columns_with_the_command_whole(nats_server, js, uniq):
+    """In an 80-column terminal the status line wraps before the command to run, never inside it."""
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "2", "--filter", f"{uniq}.*", url=url)).ok()
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "m1", env=cg_env(url, CG_PRETTY="1", COLUMNS="80"))
+        await p.wait_text(f"(cg elastic add {uniq} g m1)\n")
+        p.signal(signal.SIGINT)
+        res = await p.wait(timeout=15)
+    assert res.code == 0, res.err
+    assert "[m1] not a member of the group yet: waiting to be added\n" \
+           f"    (cg elastic add {uniq} g m1)\n" in res.out
+    assert all(len(line) <= 80 for line in res.out.splitlines()), res.out
+
+
+def test_status_lines_wrap_around_a_command_and_only_split_one_wider_than_a_line():
+    from cg.consume import wrap_status
+
+    said = wrap_status("[m1] not a member of the group yet: waiting to be added (cg elastic add bar cg m1)", 79)
+    assert said.splitlines() == ["[m1] not a member of the group yet: waiting to be added",
+                                 "    (cg elastic add bar cg m1)"]
+    long = "[m1] not a member of the group yet: waiting to be added (cg elastic add " + "s" * 40 + " " + "g" * 30 + " m1)"
+    assert all(len(line) <= 79 for line in wrap_status(long, 79).splitlines())
+    assert wrap_status("[m1] pinned: partitions 0-3", 79) == "[m1] pinned: partitions 0-3"
