@@ -236,7 +236,8 @@ class StaticInstance(ConsumerInstance):
             updated = await self.api.create_consumer(self.stream_name, cfg, action="update")
         except JetStreamAPIError as e:
             raise JetStreamAPIError(f"error updating our member's consumer {name} to this instance's settings "
-                                    f"({_changes(differences)}): {e.description}", code=e.code,
+                                    f"({_changes(differences)}): {e.description}; start this one with the same settings, or "
+                                    f"delete the consumer first (its position is lost)", code=e.code,
                                     err_code=e.err_code, subject=e.subject) from None
         changed = setting_differences(have, updated.get("config", {})) or differences
         log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))

@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamApi, MemberMapping,
-                      NotAMemberError, NotFoundError, create_static, delete_static, get_static_config,
+from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamAPIError,
+                      JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static, get_static_config,
                       list_static_active_members, list_static_groups, static_consume, static_member_step_down)
 from pcgroups.store import STATIC_BUCKET
 
@@ -230,6 +231,10 @@ async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_
     await wait_for(lambda: counts.get("m1") == published, 5, what="the running instance still handling")
     await running.stop()
     assert await running.done() is None
+    with pytest.raises(JetStreamAPIError, match=r"error updating our member's consumer g-m1 to this instance's "
+                                                r"settings \(deliver_policy all -> new\): deliver policy can not"):
+        await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=replace(FAST, deliver_policy="new"))
+    assert (await api.consumer_info(uniq, "g-m1"))["config"] == after["config"]
 
 
 async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc, js, uniq):
