@@ -222,10 +222,10 @@ class StaticInstance(ConsumerInstance):
         have, want = info.get("config", {}), cfg.to_wire()
         member, name = self.member_name, self.consumer_name
         if have.get("filter_subjects") != want["filter_subjects"]:
-            raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters "
-                                    f"({' '.join(have.get('filter_subjects') or [])}, not "
-                                    f"{' '.join(want['filter_subjects'])}): it is not this group's, delete it")
-        differences = setting_differences(have, want, only=set(want) - _KEPT)
+            theirs, ours = " ".join(have.get("filter_subjects") or []), " ".join(want["filter_subjects"])
+            raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
+                                    f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
+        differences = _setting_differences(have, want, only=set(want) - _KEPT)
         if info.get("num_waiting") or pinned_client_id(info):
             said = ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences) or \
                 "settings the server shows differently"
@@ -236,10 +236,10 @@ class StaticInstance(ConsumerInstance):
             updated = await self.api.create_consumer(self.stream_name, cfg, action="update")
         except JetStreamAPIError as e:
             raise JetStreamAPIError(f"error updating our member's consumer {name} to this instance's settings "
-                                    f"({_changes(differences)}): {e.description}; start this one with the same settings, or "
-                                    f"delete the consumer first (its position is lost)", code=e.code,
+                                    f"({_changes(differences)}): {e.description}; start this one with the same "
+                                    "settings, or delete the consumer first (its position is lost)", code=e.code,
                                     err_code=e.err_code, subject=e.subject) from None
-        changed = setting_differences(have, updated.get("config", {})) or differences
+        changed = _setting_differences(have, updated.get("config", {})) or differences
         log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))
 
     async def _unused_consumer(self) -> dict[str, Any]:
@@ -310,7 +310,7 @@ _KEPT = {"name", "durable_name", "filter_subjects", "priority_groups", "priority
 _DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
 
 
-def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
+def _setting_differences(have: dict[str, Any], want: dict[str, Any], *,
                         only: set[str] | None = None) -> list[tuple[str, str, str]]:
     """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
     (durations in seconds); ``only``: those keys."""

@@ -15,8 +15,9 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamAPIError,
-                      JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static, get_static_config,
-                      list_static_active_members, list_static_groups, static_consume, static_member_step_down)
+                      JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static,
+                      get_static_config, list_static_active_members, list_static_groups, static_consume,
+                      static_member_step_down)
 from pcgroups.store import STATIC_BUCKET
 
 from .support import wait_for
