@@ -1,9 +1,20 @@
 """Static consumer groups: the partition is already the stream's first subject token, and the
-membership is fixed at creation (any config change ends every instance)."""
+membership is fixed at creation (any config change ends every instance).
+
+A member's consumer (``<group>-<member>``) is created by its first instance with that instance's
+settings (max_ack_pending, ack_wait, ...). An instance that asks other settings updates the consumer
+in place (name, filters, priority group and PinnedTTL rule unchanged, so Go instances see the same
+consumer) when no other instance of the member is running (no waiting pull, no pin: an instance that
+just ended shows neither within a PinnedTTL, which is waited for), and logs what changed; while one is
+running it is refused with a :class:`ConfigError` naming the differences, the consumer left as it was.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from typing import Any
 
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -11,12 +22,12 @@ from nats.js.kv import KeyValue
 from . import flavour
 from .config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                     NotAMemberError)
+                     NotAMemberError, NotFoundError)
 from .events import EventCallback, PartitionsHook
 from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
 from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEvent, member_template, startable,
                        with_priority_group)
-from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
+from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
@@ -167,7 +178,8 @@ class StaticInstance(ConsumerInstance):
         watcher = await kv_call(kv, kv.watch(self._key), self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
-                raise NotAMemberError("the member name is not in the current static consumer group membership")
+                raise NotAMemberError(f"{self.member_name} is not a member of static consumer group {self.group_name} "
+                                      f"(members: {', '.join(self.config.membership()) or 'none'})")
             self.consumer_name = static_consumer_name(self.group_name, self.member_name)
             filters = static_member_filters(self.config, self.member_name)
             if filters:
@@ -194,12 +206,53 @@ class StaticInstance(ConsumerInstance):
         try:
             await self.api.create_consumer(self.stream_name, cfg)
         except JetStreamAPIError as e:
-            if e.err_code == ERR_CONSUMER_EXISTS:
-                raise ConsumerGoneError(f"error creating our member's consumer: {self.consumer_name} exists "
-                                        f"with a different config ({e})") from None
-            raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
-                                    err_code=e.err_code, subject=e.subject) from None
+            if e.err_code != ERR_CONSUMER_EXISTS:
+                raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
+                                        err_code=e.err_code, subject=e.subject) from None
+            await self._adopt(cfg)
         await self._start_session(self.consumer_name)
+
+    async def _adopt(self, cfg: ConsumerConfig) -> None:
+        """Our consumer exists with other settings: update it to ours when no other instance runs."""
+        try:
+            info = await self._unused_consumer()
+        except NotFoundError:   # deleted meanwhile (the group changed): create it as the first instance
+            await self.api.create_consumer(self.stream_name, cfg)
+            return
+        have, want = info.get("config", {}), cfg.to_wire()
+        member, name = self.member_name, self.consumer_name
+        if have.get("filter_subjects") != want["filter_subjects"]:
+            theirs, ours = " ".join(have.get("filter_subjects") or []), " ".join(want["filter_subjects"])
+            raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
+                                    f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
+        differences = _setting_differences(have, want, only=set(want) - _KEPT)
+        if info.get("num_waiting") or pinned_client_id(info):
+            said = ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences) or \
+                "settings the server shows differently"
+            raise ConfigError(f"another instance of member {member} is running with other consumer settings "
+                              f"({said}): stop the other instances of {member}, or start this one with the "
+                              "same settings (cg: the same --concurrency and --max-ack-pending)")
+        try:
+            updated = await self.api.create_consumer(self.stream_name, cfg, action="update")
+        except JetStreamAPIError as e:
+            raise JetStreamAPIError(f"error updating our member's consumer {name} to this instance's settings "
+                                    f"({_changes(differences)}): {e.description}; start this one with the same "
+                                    "settings, or delete the consumer first (its position is lost)", code=e.code,
+                                    err_code=e.err_code, subject=e.subject) from None
+        changed = _setting_differences(have, updated.get("config", {})) or differences
+        log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))
+
+    async def _unused_consumer(self) -> dict[str, Any]:
+        """Our consumer's info once nothing pulls from it and nobody holds its pin, or at the latest
+        when an instance that just ended would show neither (PinnedTTL and a pull expiry after its last
+        pull): an instance still running then keeps pulling and pinned."""
+        info = await self.api.consumer_info(self.stream_name, self.consumer_name)
+        ttl = (info.get("config", {}).get("priority_timeout") or 0) / 1e9
+        deadline = time.monotonic() + max(ttl, 1.0) + 0.5
+        while (info.get("num_waiting") or pinned_client_id(info)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            info = await self.api.consumer_info(self.stream_name, self.consumer_name)
+        return info
 
     async def _handle_flavour(self, event: ControlEvent) -> Outcome:
         match event:
@@ -250,3 +303,27 @@ class StaticInstance(ConsumerInstance):
             await self.api.delete_consumer(self.stream_name, self.consumer_name)
         except Exception as e:
             log.warning("%s: could not delete consumer %s: %s", self.member_name, self.consumer_name, e)
+
+
+#: consumer config keys an update keeps as the reference sets them (identity, filters, priority group)
+_KEPT = {"name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout"}
+_DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
+
+
+def _setting_differences(have: dict[str, Any], want: dict[str, Any], *,
+                        only: set[str] | None = None) -> list[tuple[str, str, str]]:
+    """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
+    (durations in seconds); ``only``: those keys."""
+    def shown(key: str, value: Any) -> str:
+        if key in _DURATIONS and isinstance(value, int):
+            return f"{value / 1e9:g}s"
+        if key == "backoff" and isinstance(value, list):
+            return ",".join(f"{v / 1e9:g}s" for v in value) or "none"
+        return "unset" if value is None else str(value)
+
+    keys = sorted(only if only is not None else (set(have) | set(want)) - {"created"})
+    return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
+
+
+def _changes(differences: list[tuple[str, str, str]]) -> str:
+    return ", ".join(f"{k} {now} -> {asked}" for k, now, asked in differences)

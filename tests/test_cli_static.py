@@ -181,6 +181,48 @@ async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handl
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
+async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_beside_other_settings(
+        nats_server, js, stream):
+    """The README's walk-through: a member run plain, then with --concurrency, then plain again; each run
+    updates the member's consumer and says so in one stderr line. Beside a running instance with other
+    settings a new one is refused with one line naming them, and the consumer is left as it was."""
+    url = nats_server.url
+    (await run_cg("static", "create", "balanced", stream, "w", "10", "m1", url=url)).ok()
+    sent = 0
+
+    async def run(*extra: str) -> str:
+        nonlocal sent
+        async with procs() as start:
+            p = await start("static", "consume", stream, "w", "m1", *extra, url=url)
+            await p.wait_text("consuming...\n")
+            await _publish(js, stream, 1, start=sent)
+            sent += 1
+            await p.wait_output(lambda o: o.count("acked\n") == 1, what="the message acked")
+            p.signal(signal.SIGINT)
+            res = await p.wait(timeout=15)
+        assert res.code == 0 and "Traceback" not in res.err, res.err
+        return res.err
+
+    said = "member m1's consumer: max_ack_pending {} (updated: no other instance was running)"
+    assert "consumer:" not in await run()
+    for extra, change, now in ((["--concurrency", "4"], "1 -> 16", 16), ([], "16 -> 1", 1)):
+        err = await run(*extra)
+        assert [line for line in err.splitlines() if "consumer:" in line][0].endswith(said.format(change)), err
+        assert (await js.consumer_info(stream, "w-m1")).config.max_ack_pending == now
+
+    async with procs() as start:
+        p = await start("static", "consume", stream, "w", "m1", url=url)
+        await p.wait_text("consuming...\n")
+        before = (await js.consumer_info(stream, "w-m1")).config
+        r = await acg("static", "consume", stream, "w", "m1", "--concurrency", "4", url=url, timeout=30)
+        assert_cli_error(r, "another instance of member m1 is running with other consumer settings (max_ack_pending "
+                            "1 there, 16 asked): stop the other instances of m1, or start this one with the same")
+        assert len(r.err.splitlines()) == 1 and r.out == ""
+        assert (await js.consumer_info(stream, "w-m1")).config == before
+        await _publish(js, stream, 1, start=sent)
+        await p.wait_output(lambda o: o.count("acked\n") == 1, what="the running instance still consuming")
+
+
 async def test_consume_ends_with_status_1_when_the_config_changes(nats_server, js, stream):
     url = nats_server.url
     (await run_cg("static", "create", "balanced", stream, "x", "10", "m1", "m2", url=url)).ok()

@@ -9,13 +9,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamApi, MemberMapping,
-                      NotAMemberError, NotFoundError, create_static, delete_static, get_static_config,
-                      list_static_active_members, list_static_groups, static_consume, static_member_step_down)
+from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamAPIError,
+                      JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static,
+                      get_static_config, list_static_active_members, list_static_groups, static_consume,
+                      static_member_step_down)
 from pcgroups.store import STATIC_BUCKET
 
 from .support import wait_for
@@ -174,7 +176,7 @@ async def test_config_change_ends_every_instance(nc, js, uniq, change):
 async def test_join_errors(nc, js, uniq):
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
     await create_static(nc, uniq, "g", 2, members=["m1"])
-    with pytest.raises(NotAMemberError):
+    with pytest.raises(NotAMemberError, match=r"^zz is not a member of static consumer group g \(members: m1\)$"):
         await static_consume(nc, uniq, "g", "zz", counter({}, "x"))
     with pytest.raises(ConfigError, match="concurrency must be 1 without a handler"):
         await static_consume(nc, uniq, "g", "m1", None, concurrency=2)   # handler=None: iterated
@@ -182,6 +184,58 @@ async def test_join_errors(nc, js, uniq):
         await static_consume(nc, uniq, "nope", "m1", counter({}, "x"))
     with pytest.raises(NotFoundError, match="stream does not exist"):
         await static_consume(nc, uniq + "x", "g", "m1", counter({}, "x"))
+
+
+async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_running_instance(
+        nc, js, uniq, caplog):
+    """Plain, then max_ack_pending 16, then plain again: each run updates the member's consumer (name,
+    filters, PCG group and PinnedTTL kept) and logs one line; while an instance runs, another asking other
+    settings is refused, naming them, and the consumer is left as it was."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
+                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, uniq, "g", 1, members=["m1"])
+    api = JetStreamApi(nc)
+    wide = ConsumerConfig(max_ack_pending=16, ack_wait=1)
+    counts: dict[str, int] = {}
+    published = 0
+
+    async def run(cfg: ConsumerConfig, concurrency: int) -> dict:
+        nonlocal published
+        caplog.clear()
+        inst = await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=cfg, concurrency=concurrency)
+        published += 1
+        await js.publish(f"{uniq}.k{published}", b"x")
+        await wait_for(lambda: counts.get("m1") == published, 5, what="the message handled")
+        await inst.stop()
+        return (await api.consumer_info(uniq, "g-m1"))["config"]
+
+    first = await run(FAST, 1)
+    assert first["max_ack_pending"] == 1 and not [r for r in caplog.records if "consumer" in r.getMessage()]
+    for cfg, concurrency, change in ((wide, 4, "1 -> 16"), (FAST, 1, "16 -> 1")):
+        now = await run(cfg, concurrency)
+        assert now["max_ack_pending"] == cfg.max_ack_pending
+        assert [r.getMessage() for r in caplog.records if "consumer" in r.getMessage()] == [
+            f"member m1's consumer: max_ack_pending {change} (updated: no other instance was running)"]
+        kept = ("name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout")
+        assert {k: now.get(k) for k in kept} == {k: first.get(k) for k in kept}
+
+    running = await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=FAST)
+    await wait_for(lambda: running.consuming, 5, what="the first instance pulling")
+    before = await api.consumer_info(uniq, "g-m1")
+    with pytest.raises(ConfigError, match=r"another instance of member m1 is running with other consumer settings "
+                                          r"\(max_ack_pending 1 there, 16 asked\): stop the other instances of m1"):
+        await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=wide, concurrency=4)
+    after = await api.consumer_info(uniq, "g-m1")
+    assert after["config"] == before["config"]
+    published += 1
+    await js.publish(f"{uniq}.k{published}", b"x")
+    await wait_for(lambda: counts.get("m1") == published, 5, what="the running instance still handling")
+    await running.stop()
+    assert await running.done() is None
+    with pytest.raises(JetStreamAPIError, match=r"error updating our member's consumer g-m1 to this instance's "
+                                                r"settings \(deliver_policy all -> new\): deliver policy can not"):
+        await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=replace(FAST, deliver_policy="new"))
+    assert (await api.consumer_info(uniq, "g-m1"))["config"] == after["config"]
 
 
 async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc, js, uniq):
