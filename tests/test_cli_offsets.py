@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import time
 
 import pytest
 
@@ -152,3 +154,40 @@ def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
     text = buf.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert all(str(n) in text for n in numbers), text
+
+
+async def _traffic(js, stream: str, stop: asyncio.Event, start: int = 0) -> int:
+    """Publish one message every 10 ms until ``stop``; the count published."""
+    i = start
+    while not stop.is_set():
+        await js.publish(f"{stream}.{i}", b"x")
+        i += 1
+        await asyncio.sleep(0.01)
+    return i
+
+
+async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_superseded(nats_server, js, uniq):
+    """A handler running when the reset lands is told its message was superseded (not an ack timeout),
+    and the replay's first message starts well within AckWait (2 s) of --execute."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    stop = asyncio.Event()
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
+        await p.wait_text("consuming...\n")
+        publisher = asyncio.create_task(_traffic(js, stream, stop))
+        try:
+            await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
+            began = time.monotonic()
+            (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
+            await p.wait_output(lambda o: o.count("seq=5,") == 2, what="the replay's first message")
+            gap = time.monotonic() - began
+            await p.wait_output(lambda o: o.count("seq=6,") == 2 and o.count("seq=7,") == 2, what="the replay going on")
+        finally:
+            stop.set()
+            await publisher
+    assert gap < 2.0, f"the replay started {gap:.2f} s after --execute"
+    assert "can not be acknowledged" not in p.out, p.out
+    ends = [m["end"] for m in message_lines(p.out)][:-1]   # the last one may still be running
+    assert set(ends) <= {"acked", "superseded by a reset (not acked)"}, set(ends)
