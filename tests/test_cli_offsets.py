@@ -191,3 +191,30 @@ async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_s
     assert "can not be acknowledged" not in p.out, p.out
     ends = [m["end"] for m in message_lines(p.out)][:-1]   # the last one may still be running
     assert set(ends) <= {"acked", "superseded by a reset (not acked)"}, set(ends)
+
+
+@pytest.mark.parametrize("first,second", [(15, 5), (5, 15)])
+async def test_two_static_resets_in_a_row_the_second_wins_and_nothing_is_lost(nats_server, js, uniq, first, second):
+    """Under traffic, a reset right after another (before the first's replay got far): from the second's
+    target every message once, in order, to the last one published."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    stop = asyncio.Event()
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
+        await p.wait_text("consuming...\n")
+        publisher = asyncio.create_task(_traffic(js, stream, stop))
+        try:
+            await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
+            (await run_cg("static", "reset", stream, "c", "--to-seq", str(first), "--execute", url=url)).ok()
+            (await run_cg("static", "reset", stream, "c", "--to-seq", str(second), "--execute", url=url)).ok()
+            await p.wait_output(lambda o: o.count(f"seq={second},") >= 2, what="the second reset's replay")
+        finally:
+            stop.set()
+            published = await publisher
+        await p.wait_output(lambda o: _last_seq(o) == published, what="the last message published acked")
+    seqs = [int(m["seq"]) for m in message_lines(p.out) if m["end"] == "acked"]
+    k = len(seqs) - 1 - seqs[::-1].index(second)   # where the second reset's replay starts
+    assert seqs[k:] == list(range(second, published + 1)), seqs
+    assert "can not be acknowledged" not in p.out, p.out
