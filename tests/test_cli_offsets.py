@@ -105,6 +105,12 @@ async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
     assert_cli_error(await run_cg("static", "reset", stream, "c", url=url), "no position given")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
                      "--to-earliest and --to-seq given together")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--to-seq", "6", url=url),
+                     "--to-seq given 2 times (5, 6): give one position, once")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1m", "--by-duration", "1m",
+                                  "--execute", url=url), "--by-duration given 2 times")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "x", url=url),
+                     "invalid --to-seq: 'x' is not a whole number")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url),
                      "m7 is not a member")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-time", "noon", url=url), "invalid --to-time")
