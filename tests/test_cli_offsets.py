@@ -81,16 +81,21 @@ async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
 
     await wait_for(lambda: _is(queued(), 6), 10, what="the six sourced")
     r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
-    assert r.lines == ["m1: partitions 0-1: skip 6 queued"]
+    assert r.lines == ["m1: partitions 0-1: skip 6 queued"] and "would purge 6 queued messages" in r.err
     (await run_cg("elastic", "reset", stream, "c", "m1", "--to-latest", "--execute", url=url)).ok()
     assert await queued() == 0
     r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", url=url)).ok()
     assert r.lines == [f"{stream}: source again from seq 3 ({r.lines[0].split('(')[1]}"]
     assert r.lines[0].endswith(": 4 messages")
+    await _publish(js, stream, 1, start=6)
+    await wait_for(lambda: _is(queued(), 1), 10, what="the new one sourced")
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
+    assert "would purge 1 queued message\n" in r.err, r.err   # one message: singular
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "7", url=url)).ok()
+    assert r.lines[0].endswith(": 1 message") and "would purge 1 queued message," in r.err, (r.lines, r.err)
     async with procs() as start:
         p = await start("elastic", "consume", stream, "c", "m1", url=url)
         await p.wait_text("consuming...\n")
-        await _publish(js, stream, 1, start=6)
         await p.wait_output(lambda o: o.count("acked\n") == 1, what="only the new message (the six were skipped)")
         (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", "--execute", url=url)).ok()
         await p.wait_output(lambda o: o.count("acked\n") == 6, what="seq 3..7 sourced again")
