@@ -205,6 +205,8 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
     again, ending with ``acked``, after it, so lines of messages handled at once do not mix."""
     from nats.errors import NoRespondersError
 
+    from pcgroups.errors import SupersededError
+
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
@@ -218,6 +220,8 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
             await precise_sleep(sleep)
         try:
             await msg.ack_sync()
+        except SupersededError:  # a reset moved the consumer while it was handled: not an error
+            text = "superseded by a reset (not acked)"
         except NoRespondersError as e:
             text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
                     f"pinned id change) it will be or may already have been re-delivered: {e}")

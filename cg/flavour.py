@@ -15,6 +15,7 @@ imports Typer and nothing else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
@@ -335,17 +336,34 @@ Members = Annotated[Optional[list[str]], typer.Argument(help="members to reset (
                                                         show_default=False)]
 
 
+def _once(option: str, values: list[Any] | None) -> Any:
+    """The value of an option given at most once (Click keeps the last of a repeated one, silently)."""
+    if values and len(values) > 1:
+        raise CLIError(f"{option} given {len(values)} times ({', '.join(map(str, values))}): give one position, "
+                       "once")
+    return values[0] if values else None
+
+
+def _whole(option: str, text: str | None) -> int | None:
+    """A whole number (list options are strings: cg/coercion.py reads only plain ones without pydantic)."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+        raise CLIError(f"invalid {option}: {text!r} is not a whole number")
+    return int(text)
+
+
 def _reset(flavour: Flavour) -> tuple[Fn, str]:
     def reset(ctx: typer.Context, stream: Stream, name: Group, members: Members = None,
               to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
               to_latest: Annotated[bool, typer.Option("--to-latest", help="past the last message: skip "
                                                       "everything pending")] = False,
-              to_seq: Annotated[Optional[int], typer.Option("--to-seq", help="to this stream sequence",
-                                                            metavar="N")] = None,
-              to_time: Annotated[Optional[str], typer.Option("--to-time", help="to the first message at or after "
-                                                             "this time", metavar="RFC3339")] = None,
-              by_duration: Annotated[Optional[str], typer.Option("--by-duration", help="to this long before now",
-                                                                 metavar="DURATION")] = None,
+              to_seq: Annotated[Optional[list[str]], typer.Option("--to-seq", help="to this stream sequence",
+                                                                  metavar="N")] = None,
+              to_time: Annotated[Optional[list[str]], typer.Option("--to-time", help="to the first message at or "
+                                                                   "after this time", metavar="RFC3339")] = None,
+              by_duration: Annotated[Optional[list[str]], typer.Option("--by-duration", help="to this long before "
+                                                                       "now", metavar="DURATION")] = None,
               execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing "
                                                     "changes)")] = False,
               json: Json = False) -> None:
@@ -354,8 +372,8 @@ def _reset(flavour: Flavour) -> tuple[Fn, str]:
         from .offsets import print_plan
 
         check_names(stream=stream, group=name, members=members or [])
-        target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=to_seq, time=to_time,
-                                   duration=by_duration)
+        target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=_whole("--to-seq", _once("--to-seq", to_seq)),
+                                   time=_once("--to-time", to_time), duration=_once("--by-duration", by_duration))
         plan_fn = offsets.plan_static_reset if flavour.name == "static" else offsets.plan_elastic_reset
 
         async def body(nc: Client, api: JetStreamApi) -> Any:

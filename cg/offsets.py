@@ -21,6 +21,11 @@ def _when(stamp: str | None) -> str:
     return stamp[:19].replace("T", " ") if stamp else ""
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 queued message``, ``2 queued messages``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _at(seq: int, stamp: str | None) -> str:
     return f"seq {seq}" + (f" ({_when(stamp)})" if stamp else "")
 
@@ -36,7 +41,7 @@ def member_line(plan: ResetPlan, m: MemberMove) -> str:
 
 
 def source_line(s: SourceMove) -> str:
-    return f"{s.stream}: source again from {_at(s.start, s.start_time)}: {s.messages} messages"
+    return f"{s.stream}: source again from {_at(s.start, s.start_time)}: {_count(s.messages, 'message')}"
 
 
 def summary(plan: ResetPlan) -> str:
@@ -46,9 +51,9 @@ def summary(plan: ResetPlan) -> str:
         head, purge, source = ("plan only, nothing changed (add --execute to apply)", "would purge",
                                "would source every stream again")
     if plan.replay:
-        return f"{head}: {purge} {plan.queued} queued messages, {source}"
+        return f"{head}: {purge} {_count(plan.queued, 'queued message')}, {source}"
     if plan.flavour == "elastic":
-        return f"{head}: {purge} {plan.queued} queued messages"
+        return f"{head}: {purge} {_count(plan.queued, 'queued message')}"
     return head
 
 

@@ -25,7 +25,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                 "list_elastic_groups", "remove_source", "set_member_mappings", "work_queue_name"),
     "events": ("InstanceEvent",),
     "errors": ("ConfigChangedError", "ConfigError", "ConsumerGoneError", "GroupExistsError", "JetStreamAPIError",
-               "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError"),
+               "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError", "SupersededError"),
     "instance": ("ConsumerInstance",),
     "loop": ("ConsumeContext",),
     "jsapi": ("ConsumerConfig", "JetStreamApi"),
@@ -47,7 +47,7 @@ __all__ = [
     "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent",
     "JetStreamAPIError", "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError",
     "NotFoundError", "PCGroupsError", "PartitioningFilter", "PermissionDeniedError", "RetryPolicy",
-    "SourceStream", "Start", "StaticConfig", "add_members", "add_source", "balanced_assignment",
+    "SourceStream", "Start", "StaticConfig", "SupersededError", "add_members", "add_source", "balanced_assignment",
     "create_elastic", "create_static", "delete_elastic", "delete_member_mappings", "delete_members",
     "delete_static", "elastic_consume", "elastic_is_in_membership_and_active",
     "elastic_member_filters", "elastic_member_step_down", "get_elastic_config", "get_elastic_layout",
@@ -87,7 +87,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
                           get_elastic_layout, list_elastic_active_members, list_elastic_groups, remove_source,
                           set_member_mappings, work_queue_name)
     from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
-                         NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError)
+                         NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError, SupersededError)
     from .events import InstanceEvent
     from .instance import ConsumerInstance
     from .jsapi import ConsumerConfig, JetStreamApi

@@ -47,7 +47,11 @@ Invariants (tests/test_delivery.py checks each):
    dropped without an ack or nak (they are no longer pending on the server; a nak would hit the new
    epoch's delivery of the same stream sequence), and the recent acks are forgotten: an old epoch's
    ack never marks a new epoch's redelivery as a duplicate. A handler of the old epoch that is still
-   running finishes; its ack is not remembered either.
+   running finishes, but its acks are not sent (an old epoch's ack would settle the new epoch's
+   delivery of the same stream sequence) nor remembered: a double ack (``Msg.ack_sync``) waiting for
+   the server's answer when the new epoch shows (the server never answers an ack of a delivery the
+   RESET dropped) stops waiting at once with :class:`~pcgroups.errors.SupersededError`, as does one
+   started later, so the dispatcher moves on to the new epoch within a round trip, not an ack timeout.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from nats.aio.msg import Msg as NatsMsg
+
+from .errors import SupersededError
 
 PIN_HEADER = "Nats-Pin-Id"
 RECENT_ACKS = 4096
@@ -221,12 +227,26 @@ class Msg:
         return self._delivery.call(self.respond(b"+ACK", settle=True))
 
     def ack_sync(self, timeout: float = 5.0) -> Any:
-        """Double ack: wait until the server confirmed the ack."""
+        """Double ack: wait until the server confirmed the ack. Raises
+        :class:`~pcgroups.errors.SupersededError` (not acked) when the consumer was RESET after the
+        message's delivery, at once when the session sees it (invariant 6), not after ``timeout``."""
         return self._delivery.call(self._ack_sync(timeout))
 
     async def _ack_sync(self, timeout: float) -> None:
-        await self._delivery.request(self._msg.reply, b"+ACK", timeout)
+        self._check_epoch()
+        try:
+            await self._delivery.request(self._msg.reply, b"+ACK", timeout)
+        except SupersededError:  # a new epoch showed while it waited: the server never answers
+            self._settled(acked=False)
+            raise
         self._settled(acked=True)
+
+    def _check_epoch(self) -> None:
+        """Raise SupersededError (settled, not acked) once the consumer was RESET after its delivery."""
+        if self.epoch != self._delivery.epoch:
+            self._settled(acked=False)
+            raise SupersededError(f"message {self._stream_seq} was not acked: the consumer was reset after "
+                                  "its delivery")
 
     def nak(self, delay: float | None = None) -> Any:
         """Ask for redelivery. With key-level concurrency the retry happens in place (the key waits)."""
@@ -240,7 +260,12 @@ class Msg:
 
     async def respond(self, body: bytes, *, settle: bool) -> None:
         """Send ``body`` (``+ACK``, ``-NAK``, ``+WPI``, ``+TERM ...``) on the ack subject; ``settle``: the
-        message is done with (an ``+ACK`` is remembered, to re-ack a redelivery)."""
+        message is done with (an ``+ACK`` is remembered, to re-ack a redelivery). Nothing is sent for a
+        message of an epoch before a RESET (invariant 6)."""
+        if self.epoch != self._delivery.epoch:
+            if settle:
+                self._settled(acked=False)
+            return
         await self._delivery.publish(self._msg.reply, body)
         if settle:
             self._settled(acked=body == b"+ACK")
@@ -263,13 +288,17 @@ class Delivery:
     """The delivered messages and the rules for handing them out (see the module docstring).
 
     ``publish(subject, body)`` and ``request(subject, body, timeout)`` send acks (a NATS client's);
-    ``pin_margin``: how long without a pull carrying the pin before it is in doubt (0.9 x PinnedTTL).
-    Create it in the event loop that will run the session.
+    ``pin_margin``: how long without a pull carrying the pin before it is in doubt (0.9 x PinnedTTL);
+    ``supersede()``: the double acks ``request`` waits for now stop waiting with SupersededError (called
+    when a new epoch shows: they are all of the old one). Create it in the event loop that will run the
+    session.
     """
 
-    def __init__(self, publish: Publish, request: Request, *, pin_margin: float, recent_acks: int = RECENT_ACKS):
+    def __init__(self, publish: Publish, request: Request, *, pin_margin: float, recent_acks: int = RECENT_ACKS,
+                 supersede: Callable[[], None] | None = None):
         self.publish = publish
         self.request = request
+        self._supersede = supersede
         self.partitions: set[int] | None = None   # when set, messages of other partitions are not handed out
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -385,6 +414,8 @@ class Delivery:
             self._buffer.clear()               # not pending on the server any more: no nak
             self._acks = RecentAcks(self._recent_acks)
             self._last_cseq = 0
+            if self._supersede is not None:
+                self._supersede()              # the server never answers an old epoch's double ack
         self._last_cseq = max(self._last_cseq, cseq)
         m.epoch = self._epoch
 

@@ -31,6 +31,12 @@ class ConsumerGoneError(PCGroupsError):
     """The member's consumer (or its stream) was deleted under a running instance."""
 
 
+class SupersededError(PCGroupsError):
+    """A double ack (``Msg.ack_sync``) of a message the consumer was RESET past or back over: it is no
+    longer pending on the server, so it was not acked (nor answered); it comes again if the new position
+    is at or before it."""
+
+
 class JetStreamAPIError(PCGroupsError):
     """A JetStream API request answered with an error."""
 

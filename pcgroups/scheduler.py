@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .delivery import PIN_HEADER, Delivery, Msg
+from .errors import SupersededError
 from .partitions import tokens_match
 
 log = logging.getLogger("pcgroups")
@@ -136,8 +137,10 @@ class SerialDispatcher:
             await self._handle(m)
         except asyncio.CancelledError:
             raise
+        except SupersededError as e:  # its ack_sync met a RESET: not pending any more, nothing to do
+            log.info("%s", e)
         except BaseException as e:  # the handler failed: redeliver, end the instance
-            if not m.settled:
+            if not m.settled and m.epoch == self._delivery.epoch:
                 await self._delivery.nak_quietly(m)
             self._current = None
             self._on_fatal(e)
@@ -340,6 +343,8 @@ class KeyedDispatcher:
             except Exception as e:
                 error = e
             retry = self._naks.pop(m, None)
+            if isinstance(error, SupersededError) or m.epoch != d.epoch:
+                return  # the consumer was RESET: the message is not pending any more (invariant 6)
             if error is None and retry is None:
                 return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
             reason = repr(error) if error is not None else "nak"

@@ -25,7 +25,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
-from .errors import NotFoundError
+from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
 from .scheduler import Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher, key_by_subject
 
@@ -97,6 +97,15 @@ class AckReplies:
         return reply
 
 
+    def supersede(self) -> None:
+        """The double acks waiting now stop waiting: SupersededError (the consumer was RESET, so the
+        server answers none of them)."""
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            if not waiter.done():
+                waiter.set_exception(SupersededError("not acked: the consumer was reset after its delivery"))
+
+
 def _expire(waiter: asyncio.Future[NatsMsg]) -> None:
     if not waiter.done():
         waiter.set_exception(NatsTimeoutError())
@@ -150,7 +159,8 @@ class PullSession:
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
         self._ack_replies = AckReplies(nc)
-        self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9)
+        self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9,
+                                 supersede=self._ack_replies.supersede)
         # gated: handlers of a new pin wait until the owner admits it (admit()), told by on_pin: its hooks run first
         self.delivery.gated = gated
         handle = as_handle(handler)

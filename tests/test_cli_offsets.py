@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import time
 
 import pytest
 
@@ -79,16 +81,21 @@ async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
 
     await wait_for(lambda: _is(queued(), 6), 10, what="the six sourced")
     r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
-    assert r.lines == ["m1: partitions 0-1: skip 6 queued"]
+    assert r.lines == ["m1: partitions 0-1: skip 6 queued"] and "would purge 6 queued messages" in r.err
     (await run_cg("elastic", "reset", stream, "c", "m1", "--to-latest", "--execute", url=url)).ok()
     assert await queued() == 0
     r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", url=url)).ok()
     assert r.lines == [f"{stream}: source again from seq 3 ({r.lines[0].split('(')[1]}"]
     assert r.lines[0].endswith(": 4 messages")
+    await _publish(js, stream, 1, start=6)
+    await wait_for(lambda: _is(queued(), 1), 10, what="the new one sourced")
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
+    assert "would purge 1 queued message\n" in r.err, r.err   # one message: singular
+    r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "7", url=url)).ok()
+    assert r.lines[0].endswith(": 1 message") and "would purge 1 queued message," in r.err, (r.lines, r.err)
     async with procs() as start:
         p = await start("elastic", "consume", stream, "c", "m1", url=url)
         await p.wait_text("consuming...\n")
-        await _publish(js, stream, 1, start=6)
         await p.wait_output(lambda o: o.count("acked\n") == 1, what="only the new message (the six were skipped)")
         (await run_cg("elastic", "reset", stream, "c", "--to-seq", "3", "--execute", url=url)).ok()
         await p.wait_output(lambda o: o.count("acked\n") == 6, what="seq 3..7 sourced again")
@@ -103,6 +110,12 @@ async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
     assert_cli_error(await run_cg("static", "reset", stream, "c", url=url), "no position given")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
                      "--to-earliest and --to-seq given together")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--to-seq", "6", url=url),
+                     "--to-seq given 2 times (5, 6): give one position, once")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1m", "--by-duration", "1m",
+                                  "--execute", url=url), "--by-duration given 2 times")
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "x", url=url),
+                     "invalid --to-seq: 'x' is not a whole number")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url),
                      "m7 is not a member")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-time", "noon", url=url), "invalid --to-time")
@@ -152,3 +165,67 @@ def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
     text = buf.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert all(str(n) in text for n in numbers), text
+
+
+async def _traffic(js, stream: str, stop: asyncio.Event, start: int = 0) -> int:
+    """Publish one message every 10 ms until ``stop``; the count published."""
+    i = start
+    while not stop.is_set():
+        await js.publish(f"{stream}.{i}", b"x")
+        i += 1
+        await asyncio.sleep(0.01)
+    return i
+
+
+async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_superseded(nats_server, js, uniq):
+    """A handler running when the reset lands is told its message was superseded (not an ack timeout),
+    and the replay's first message starts well within AckWait (2 s) of --execute."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    stop = asyncio.Event()
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
+        await p.wait_text("consuming...\n")
+        publisher = asyncio.create_task(_traffic(js, stream, stop))
+        try:
+            await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
+            began = time.monotonic()
+            (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
+            await p.wait_output(lambda o: o.count("seq=5,") == 2, what="the replay's first message")
+            gap = time.monotonic() - began
+            await p.wait_output(lambda o: o.count("seq=6,") == 2 and o.count("seq=7,") == 2, what="the replay going on")
+        finally:
+            stop.set()
+            await publisher
+    assert gap < 2.0, f"the replay started {gap:.2f} s after --execute"
+    assert "can not be acknowledged" not in p.out, p.out
+    ends = [m["end"] for m in message_lines(p.out)][:-1]   # the last one may still be running
+    assert set(ends) <= {"acked", "superseded by a reset (not acked)"}, set(ends)
+
+
+@pytest.mark.parametrize("first,second", [(15, 5), (5, 15)])
+async def test_two_static_resets_in_a_row_the_second_wins_and_nothing_is_lost(nats_server, js, uniq, first, second):
+    """Under traffic, a reset right after another (before the first's replay got far): from the second's
+    target every message once, in order, to the last one published."""
+    url, stream = nats_server.url, uniq
+    await make_stream(js, stream, transform=partition_transform(stream, 1))
+    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
+    stop = asyncio.Event()
+    async with procs() as start:
+        p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
+        await p.wait_text("consuming...\n")
+        publisher = asyncio.create_task(_traffic(js, stream, stop))
+        try:
+            await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
+            (await run_cg("static", "reset", stream, "c", "--to-seq", str(first), "--execute", url=url)).ok()
+            (await run_cg("static", "reset", stream, "c", "--to-seq", str(second), "--execute", url=url)).ok()
+            await p.wait_output(lambda o: o.count(f"seq={second},") >= 2, what="the second reset's replay")
+        finally:
+            stop.set()
+            published = await publisher
+        await p.wait_output(lambda o: _last_seq(o) == published, what="the last message published acked")
+    seqs = [int(m["seq"]) for m in message_lines(p.out) if m["end"] == "acked"]
+    k = len(seqs) - 1 - seqs[::-1].index(second)   # where the second reset's replay starts
+    assert seqs[k:] == list(range(second, published + 1)), seqs
+    assert "can not be acknowledged" not in p.out, p.out

@@ -17,6 +17,7 @@ import pytest
 from nats.aio.msg import Msg as NatsMsg
 
 from pcgroups.delivery import PIN_HEADER, Delivery, Msg, RecentAcks
+from pcgroups.errors import SupersededError
 from pcgroups.scheduler import KeyedDispatcher, RetryPolicy, SerialDispatcher, key_by_subject
 
 from .support import wait_for
@@ -545,11 +546,90 @@ async def test_acks_of_an_old_epoch_do_not_mark_the_new_epochs_redeliveries():
     await msg(d, None, 6, cseq=6).ack()
     assert await d.deliver(msg(d, None, 6, cseq=1))   # RESET to 6: 6 comes again, a first delivery
     await running.ack()                               # the old epoch's handler finishes after the RESET
-    assert d.last_acked() == 7
+    assert running.settled and d.last_acked() == 6
     # the new epoch's 6 and 7 are redelivered (AckWait ran out): handled, not taken for duplicates
     assert await d.deliver(msg(d, None, 6, cseq=1, deliveries=2))
     assert await d.deliver(msg(d, None, 7, cseq=2, deliveries=2))
-    assert d.buffered == 3 and wire.bodies(6) == [b"+ACK"] and wire.bodies(7) == [b"+ACK"]
+    # the old 7's ack was not sent: it would have settled the new epoch's delivery of 7
+    assert d.buffered == 3 and wire.bodies(6) == [b"+ACK"] and wire.bodies(7) == []
+
+
+class SilentServer(Wire):
+    """Records acks and answers no double ack, as the server does for a delivery a RESET dropped;
+    ``supersede`` is the session's (AckReplies): the waiting double acks end with SupersededError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[asyncio.Future[None]] = []
+
+    async def request(self, subject: str, body: bytes, timeout: float) -> None:
+        self.sent.append((subject, body))
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append(waiter)
+        await asyncio.wait_for(waiter, timeout)
+
+    def supersede(self) -> None:
+        for waiter in self.waiting:
+            if not waiter.done():
+                waiter.set_exception(SupersededError("reset"))
+        self.waiting.clear()
+
+
+def silent_delivery() -> tuple[SilentServer, Delivery]:
+    server = SilentServer()
+    d = Delivery(server.publish, server.request, pin_margin=60.0, supersede=server.supersede)
+    d.pin_given(PIN, time.monotonic())
+    return server, d
+
+
+async def test_a_double_ack_waiting_when_a_new_epoch_shows_stops_at_once_as_superseded():
+    server, d = silent_delivery()
+    old = msg(d, None, 9087, cseq=40)
+    assert await d.deliver(old) and await d.take() is old
+    acking = asyncio.create_task(old.ack_sync(timeout=30))
+    await wait_for(lambda: server.waiting, 1, what="the double ack sent")
+    assert not acking.done()
+    assert await d.deliver(msg(d, None, 5, cseq=1))   # RESET back to 5 from outside
+    with pytest.raises(SupersededError):
+        await asyncio.wait_for(acking, 1)              # at once: not the 30 s timeout
+    assert old.superseded and old.settled and d.last_acked() is None
+
+
+async def test_acks_of_an_old_epoch_are_not_sent_after_it_ended():
+    server, d = silent_delivery()
+    a, b = msg(d, None, 20, cseq=20), msg(d, None, 21, cseq=21)
+    assert await d.deliver(a) and await d.deliver(b)
+    assert await d.deliver(msg(d, None, 5, cseq=1))   # RESET
+    with pytest.raises(SupersededError):
+        await asyncio.wait_for(a.ack_sync(timeout=30), 1)
+    await b.ack()
+    await b.in_progress()
+    assert server.sent == [] and a.settled and b.settled and d.last_acked() is None
+
+
+async def test_a_serial_handler_whose_double_ack_meets_a_reset_lets_the_replay_start():
+    server, d = silent_delivery()
+    outcome: list[tuple[int, str]] = []
+
+    async def handler(m: Msg) -> None:
+        try:
+            await m.ack_sync(timeout=30)
+        except SupersededError:
+            outcome.append((m.stream_sequence, "superseded"))
+            raise                                     # uncaught: still not a handler failure
+        outcome.append((m.stream_sequence, "acked"))
+
+    fatal: list[BaseException] = []
+    disp = serial(d, handler, fatal)
+    task = await running(disp.run())
+    assert await d.deliver(msg(d, disp, 50, cseq=50))
+    await wait_for(lambda: server.waiting, 1, what="50's double ack sent")
+    assert await d.deliver(msg(d, disp, 5, cseq=1))   # RESET
+    await wait_for(lambda: len(server.waiting) == 1 and server.bodies(5), 1, what="the replay's first handled")
+    server.waiting[0].set_result(None)               # the server answers the new epoch's double ack
+    await wait_for(lambda: len(outcome) == 2, 1, what="both handled")
+    assert outcome == [(50, "superseded"), (5, "acked")] and fatal == [] and not task.done()
+    await stopped(d, task)
 
 
 async def test_redeliveries_and_rising_sequences_stay_in_one_epoch():

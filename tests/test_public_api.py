@@ -23,7 +23,7 @@ PUBLIC = [
     "ConsumerInstance",
     "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError", "JetStreamApi",
     "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
-    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig",
+    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig", "SupersededError",
     "add_members", "add_source", "balanced_assignment", "create_elastic", "create_static", "delete_elastic",
     "delete_member_mappings", "delete_members", "delete_static", "elastic_consume",
     "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down",
