@@ -107,3 +107,27 @@ def test_ctrl_c_stops_every_process_it_started():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_ctrl_c_through_cg_says_interrupted_once_and_exits_130():
+    """Through the ``cg`` entry point: the demo's own line and nothing more (no ``cg: error``), status 130."""
+    from tests.test_cli_common import cg_argv, cg_env
+
+    proc = subprocess.Popen(cg_argv("demo", "--duration", "30"), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cg_env())
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "publishing" in line:
+                break
+        assert line and "publishing" in line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130, err
+        assert err.splitlines() == ["cg demo: interrupted (every process it started was stopped)"], err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
