@@ -116,6 +116,23 @@ def test_info_and_ls_at_80_columns():
     assert "member-with-a-long-name-1" in text
 
 
+def test_table_titles_stay_on_one_line_above_narrow_tables():
+    """``ls`` of one short group, ``info`` of a small group: the title is one line, not a word a line."""
+    from cg import output
+    from pcgroups.config import ElasticConfig, StaticConfig
+
+    for kind in ("static", "elastic"):
+        text = _render(output.groups_table(kind, "foo", ["cg"]))
+        assert text.splitlines()[0].strip() == f"{kind} consumer groups on stream foo", text
+        _assert_fits_and_keeps(text, [])
+    static = StaticConfig(max_members=2, members=["a"])
+    elastic = ElasticConfig(max_members=2, members=["a"], partitioning_filters=[])
+    for kind, cfg in (("static", static), ("elastic", elastic)):
+        lines = _render(*output._pretty_info(kind, "foo", "g", cfg, [], None)).splitlines()
+        assert lines[0].strip() == f"{kind} consumer group g on stream foo", lines
+        assert any(line.strip() == "members (balanced)" for line in lines), lines
+
+
 def test_a_membership_change_at_80_columns():
     from cg.changes import change_summary
     from pcgroups.config import ElasticConfig
