@@ -28,6 +28,8 @@ async def test_a_short_demo_runs_every_phase_and_passes():
     assert result.exit_code == 0, out
     assert "PASS: every check passed" in out
     assert took < 25, f"the 12 s demo took {took:.1f}s"
+    assert result.elapsed <= 12 + 1, result.elapsed               # --duration is the longest it runs
+    assert not [line for line in out.splitlines() if line.endswith(" ")], out     # no padding into a log
     for flavour in ("static", "elastic"):
         report = result.reports[flavour]
         assert report.ok and report.lost == 0 and report.overlaps == 0 and report.order_violations == 0

@@ -165,3 +165,23 @@ def test_demo_summary_at_80_columns_keeps_the_verdicts_and_numbers():
     assert "handler calls = processed + redelivered" in text
     rows = [line.split() for line in text.splitlines()]
     assert ["add", "e3", "2", "e1", "e2-b", "0.13s"] in rows and ["add", "e3", "4-5", "e2", "e3-a", "0.42s"] in rows
+
+
+def test_the_demo_view_shows_no_rate_where_no_instance_runs():
+    """Acks of the last two seconds count in msg/s only where a pinned instance runs: once every instance
+    stopped (the last frame) each partition's rate is 0."""
+    import time
+
+    from cg.demo import Demo
+
+    d = Demo(duration=12, console=Console(file=io.StringIO(), width=WIDTH), rate=100, ack_wait=None, work=0.0,
+             live=False)
+    now = time.time()
+    for i in range(40):
+        d.recorders["static"].record("m1", "m1-a", 0, i, now - 1.0, now - 0.5)
+    assert d._rates("static")[0] == 20                            # what the view had while m1-a ran
+    text = _render(d._group_table("static"))
+    row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["0", "m1"])
+    assert row[2:5] == ["no", "instance", "0"], text
+    header = _render(d.render()).splitlines()[0]
+    assert "(ends by 12s)" in header and " / " not in header, header     # the planned bound, said as one
