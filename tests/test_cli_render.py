@@ -86,9 +86,27 @@ def test_status_at_80_columns_drops_columns_before_cutting_numbers():
     wide = _render(status_table(st, now=NOW, width=200), width=200)
     narrow = _render(status_table(st, now=NOW, width=WIDTH))
     assert "redelivered" in wide and "acked to seq" in wide and "43210" in wide
-    assert "redelivered" not in narrow                          # dropped, not folded
     header = next(line for line in narrow.splitlines() if line.startswith("member "))
     assert header.split()[:3] == ["member", "partitions", "pinned"]
+    assert "acked to seq" not in header and "9876543210" not in narrow      # dropped, not folded
+    left_out = narrow.split("left out to fit 80 columns: ", 1)[1]
+    assert left_out.startswith("acked to seq"), narrow                       # and the footer says so
+    assert "redelivered" in wide.split("\n", 2)[1] and "left out" not in wide
+
+
+def test_status_keeps_redelivered_when_only_acked_to_seq_does_not_fit():
+    """Automatic members' generated names (auto-<8 hex>) widen the table: the widest, least telling
+    column goes first, redelivered stays; one member is '1 member'."""
+    from dataclasses import replace
+
+    from cg.status import status_table
+
+    st = _status("elastic", members=1)
+    st = replace(st, members=[replace(m, member="auto-1a2b3c4d-long") for m in st.members])
+    text = _render(status_table(st, now=NOW, width=WIDTH))
+    header = next(line for line in text.splitlines() if line.startswith("member "))
+    assert "redelivered" in header and "acked to seq" not in header, text
+    assert "1 member (mapped)" in " ".join(text.split()), text
 
 
 def test_status_plain_lines_show_totals_once_per_member():
