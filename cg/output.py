@@ -129,6 +129,15 @@ class Output:
         self.file.write(text + "\n")
         self.file.flush()
 
+    def note(self, text: str) -> None:
+        """A human line beyond the reference's: on stdout in a terminal (wrapped at its width), on
+        stderr in a pipe, where stdout keeps the reference's lines."""
+        if self.pretty:
+            self.styled(text)
+        else:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
     def json(self, obj: Any) -> None:
         self.line(json.dumps(obj, indent=2, ensure_ascii=False))
 
