@@ -1,5 +1,5 @@
 """The ``cg`` command tree: the root (connection options, ``--version``), and the top-level commands
-``demo``, ``static``, ``elastic``, ``metrics`` and the hidden ``tools``, each built from its module on first use.
+``demo``, ``static``, ``elastic``, ``metrics`` and ``tools``, each built from its module on first use.
 
 - The root callback stores the command's :class:`cg.runtime.Runtime` (the connection options as
   given) in ``ctx.obj``; ``--timeout`` is checked there, before the command's own arguments.
@@ -70,12 +70,12 @@ def _tools() -> typer.Typer:
     return tools_app
 
 
-#: The top-level commands in their order: name -> (the module's Typer app, hidden). ``tools`` is
-#: behind scripts/*.sh, not in the fisk model. Each app is built on its own, so none adds Typer's
-#: shell-completion options (``add_completion=False``, as the root).
+#: The top-level commands in their order: name -> (the module's Typer app, hidden). ``tools`` (behind
+#: scripts/*.sh, and how the README makes streams without the nats CLI) is listed like the others. Each
+#: app is built on its own, so none adds Typer's shell-completion options (``add_completion=False``).
 TOP_LEVEL: dict[str, tuple[Callable[[], typer.Typer], bool]] = {
     "demo": (_demo, False), "static": (_static, False), "elastic": (_elastic, False), "metrics": (_metrics, False),
-    "tools": (_tools, True),
+    "tools": (_tools, False),
 }
 
 

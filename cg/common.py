@@ -228,6 +228,21 @@ def _key_tokens(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def key_tokens_beyond(positions: tuple[int, ...], filters: list[str]) -> str | None:
+    """The warning for ``--key-tokens`` positions past every subject the group's ``filters`` match (the
+    key leaves a missing token out), or None: no such position, or no filter to tell (none, or a ``>``)."""
+    if not positions or not filters or any(">" in f.split(".") for f in filters):
+        return None
+    longest = max(len(f.split(".")) for f in filters)
+    beyond = [p for p in positions if p > longest]
+    if not beyond:
+        return None
+    shown = ", ".join(filters)
+    return (f"--key-tokens {','.join(map(str, beyond))}: the group's subjects ({shown}) have at most {longest} "
+            f"token{'' if longest == 1 else 's'}, so the key has nothing from "
+            f"{'that position' if len(beyond) == 1 else 'those positions'}")
+
+
 # ---------------------------------------------------------------- logging
 
 

@@ -303,6 +303,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         async def setup():
             nonlocal nc
             nc, api = await rt.connect(reconnect=True)
+            await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
             extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
             extra.update(metrics_kwargs)
             told = extra.pop("on_event", None)   # the metrics' too
@@ -341,6 +342,34 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             loop.remove_signal_handler(sig)
         if printer.broken:
             _silence_stdout()
+
+
+async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
+    """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the group's subjects, as far
+    as its filters tell; a group not readable yet (created by ``--create``, a broken config) is the
+    instance's to report."""
+    if not positions:
+        return
+    from pcgroups.errors import PCGroupsError
+
+    from .common import key_tokens_beyond
+    from .errors import warn
+
+    try:
+        if kind == "static":
+            from pcgroups.static import get_static_config
+
+            filters = list((await get_static_config(nc, stream, group, api=api)).filters or [])
+        else:
+            from pcgroups.elastic import get_elastic_config
+
+            cfg = await get_elastic_config(nc, stream, group, api=api)
+            filters = [pf.filter for pf in cfg.partitioning_filters or []]
+    except PCGroupsError:
+        return
+    message = key_tokens_beyond(positions, filters)
+    if message:
+        warn(message)
 
 
 async def _unless_stopped(coro, stop: asyncio.Event):

@@ -744,7 +744,8 @@ class Demo:
                 row = st.partitions[p]
                 if row.pending is not None:
                     pending = f"{row.pending}" + ("" if row.pending_exact else "*")
-            table.add_row(str(p), member or Text("unassigned", style="yellow"), pin_text, f"{rates.get(p, 0):.0f}",
+            rate = rates.get(p, 0) if pinned is not None else 0   # no pinned instance: nothing handles it now
+            table.add_row(str(p), member or Text("unassigned", style="yellow"), pin_text, f"{rate:.0f}",
                           pending, str(acked.get(p, 0)))
         if flavour == "static" and caption:
             table.caption = "* pending: the member's partitions together"
@@ -789,7 +790,9 @@ class Demo:
         elif self.cluster is not None:
             up = " ".join(n.name if n.running else f"{n.name}(down)" for n in self.cluster.nodes)
             header.append(f"  3-node cluster: {up}", style="dim")
-        header.append(f"  {self.elapsed():5.1f}s / {self.duration:g}s")
+        header.append(f"  {self.elapsed():5.1f}s")
+        if self.phase != "summary":   # the plan's bound: the run ends once the groups caught up
+            header.append(f" (ends by {self.duration:g}s)", style="dim")
         if plan is not None:
             header.append(f"  {plan.rate:g} msg/s" if self.publishing else "  not publishing", style="dim")
         phases = self.phases
@@ -885,8 +888,17 @@ class Demo:
 
     # --- the summary ----------------------------------------------------------------------
     def print_summary(self, result: DemoResult) -> None:
-        for renderable in summary(result, self.plan.ack_wait if self.plan else None):
-            self.console.print(renderable)
+        """The summary; into a pipe or a log without the spaces rich pads wrapped lines and titles with."""
+        renderables = summary(result, self.plan.ack_wait if self.plan else None)
+        if self.console.is_terminal:
+            for renderable in renderables:
+                self.console.print(renderable)
+            return
+        with self.console.capture() as cap:
+            for renderable in renderables:
+                self.console.print(renderable)
+        self.console.file.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))
+        self.console.file.flush()
 
 
 GROUP_NAMES = {"static": f"static {STATIC_GROUP}", "elastic": f"elastic {ELASTIC_GROUP}"}
@@ -1059,7 +1071,8 @@ def _seconds(text: str) -> float:
 
 def demo_command(
     duration: Annotated[str | None, typer.Option("--duration", metavar="DURATION",
-                                                 help="how long the demo runs (seconds or a Go duration like 40s; "
+                                                 help="the longest the demo runs: it ends once the groups caught up "
+                                                      "after the traffic (seconds or a Go duration like 40s; "
                                                       "every phase scales with it; at least 8s; default "
                                                       f"{DEFAULT_DURATION:g}s, {CLUSTER_DURATION:g}s with "
                                                       "--cluster)")] = None,

@@ -130,6 +130,12 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
         await spec.create(nc, stream, name, api=api)
 
     rt.with_connection(body)
+    if spec.partitioning_filters is None and spec.partition_streams is None and rt.stdin_is_terminal():
+        from .output import out
+
+        # no filter typed at the prompt: the group exists, say what it partitions by
+        out.note(f"created elastic consumer group {name} on stream {stream} with no partitioning filter: "
+                 "the whole subject is the key")
 
 
 @flavour_command(elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members "

@@ -10,7 +10,8 @@
    after the command path), ``cg static``/``cg elastic``'s ``--sleep`` from anywhere after the
    flavour to just after it; then Typer parses the tree of cg/app.py.
 3. Every failure, usage errors included, is ``cg: error: <message>`` on stderr with status 1
-   (cg/errors.py).
+   (cg/errors.py). Ctrl-C is not a failure: status 130, as shells expect, and no line of ours (the
+   terminal shows ``^C``; a command with something to say on the way out, ``cg demo``, says it).
 
 This module imports nothing at start-up beyond ``sys``: each path imports what it uses.
 """
@@ -20,9 +21,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+#: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``cg`` console script. Returns the exit status (0 or 1)."""
+    """The ``cg`` console script. Returns the exit status (0, 1, or 130 after Ctrl-C)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--fisk-introspect"]:
         from .app import print_model
@@ -59,12 +63,12 @@ def run(args: list[str]) -> int:
     except Abort:
         return fail("operation canceled")
     except KeyboardInterrupt:
-        return fail("interrupted")
+        return INTERRUPTED
     except Exception as e:  # noqa: BLE001 - ours, the library's, nats-py's, the OS's: one line, no traceback
         return report(e)
     if isinstance(rv, int) and not isinstance(rv, bool):
-        if rv == 130:  # Typer's KeyboardInterrupt
-            return fail("interrupted")
+        if rv == INTERRUPTED:  # Typer's KeyboardInterrupt, or a command that said it was interrupted
+            return INTERRUPTED
         return 0 if rv == 0 else 1
     return 0
 

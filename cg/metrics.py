@@ -5,8 +5,9 @@ the ``--metrics-listen`` of ``cg ... consume``.
   :func:`serve` opens the HTTP server on it; both fail with one line naming what is wrong.
 - :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.exporter.GroupsExporter`
   and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
-  it listens, one on stderr what it reads (the server without its secret); a refresh that fails, and
-  the next that works again, are one line each on stderr.
+  it listens, one on stderr what it reads (the server without its secret); a stream named that neither
+  exists nor has a group is one warning at start; a refresh that fails, and the next that works
+  again, are one line each on stderr.
 - :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
   (:mod:`pcgroups.metrics`) served from its process.
 - :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
@@ -107,6 +108,8 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         print(f"serving metrics on http://{where}:{port}/metrics", flush=True)
         _say(f"reading {redact(url)} every {interval:g}s")
         _say(f"groups of {' '.join(streams) or 'every stream'}")
+        for stream in await _unknown_streams(api, streams, exporter.statuses):
+            warn(f"no stream {stream}, nor a group on it: nothing to show yet")
         refresher = asyncio.ensure_future(_refresh(exporter, stop))
         await stop.wait()
         await refresher
@@ -118,6 +121,25 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
             await rt.close(nc)
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _unknown_streams(api: Any, streams: list[str], statuses: list[Any]) -> list[str]:
+    """The streams named that neither exist nor have a group (a group's name need not be a stream: an
+    elastic group over partition streams)."""
+    from pcgroups.errors import NotFoundError
+
+    with_groups = {s.stream for s in statuses}
+    unknown = []
+    for stream in streams:
+        if stream in with_groups:
+            continue
+        try:
+            await api.stream_info(stream)
+        except NotFoundError:
+            unknown.append(stream)
+        except Exception:  # noqa: BLE001 - a hint only: the refreshes report what fails
+            continue
+    return unknown
 
 
 async def _refresh(exporter: Any, stop: asyncio.Event) -> None:

@@ -129,6 +129,15 @@ class Output:
         self.file.write(text + "\n")
         self.file.flush()
 
+    def note(self, text: str) -> None:
+        """A human line beyond the reference's: on stdout in a terminal (wrapped at its width), on
+        stderr in a pipe, where stdout keeps the reference's lines."""
+        if self.pretty:
+            self.styled(text)
+        else:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
     def json(self, obj: Any) -> None:
         self.line(json.dumps(obj, indent=2, ensure_ascii=False))
 
@@ -172,24 +181,38 @@ def line_buffered_stdout() -> None:
             pass
 
 
+# ---------------------------------------------------------------- tables
+
+
+def titled_table(title: str, **options: Any) -> Table:
+    """A table whose title sits on one line above it, left-justified: the table is at least as wide
+    as the title (rich wraps a title to the table's width, one word a line above a narrow table)."""
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", min_width=len(title), **options)
+
+
 # ---------------------------------------------------------------- ls
+
+
+def groups_table(kind: str, stream: str, groups: Sequence[str]) -> Table | Text:
+    """``ls`` in a terminal: the groups, one a row, under a one-line title."""
+    from rich.text import Text
+
+    if not groups:
+        return Text(f"no {kind} consumer groups on stream {stream}", style="dim")
+    table = titled_table(f"{kind} consumer groups on stream {stream}")
+    table.add_column("group", overflow="fold")
+    for g in groups:
+        table.add_row(g)
+    return table
 
 
 def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool) -> None:
     if as_json:
         out.json({"stream": stream, "kind": kind, "groups": list(groups)})
     elif out.pretty:
-        from rich.table import Table
-        from rich.text import Text
-
-        if not groups:
-            out.print(Text(f"no {kind} consumer groups on stream {stream}", style="dim"))
-            return
-        table = Table(title=f"{kind} consumer groups on stream {stream}", title_justify="left")
-        table.add_column("group", overflow="fold")
-        for g in groups:
-            table.add_row(g)
-        out.print(table)
+        out.print(groups_table(kind, stream, groups))
     else:
         out.line(f"{kind} consumer groups: {go_list(groups)}")
 
@@ -253,11 +276,9 @@ def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
 def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[str],
                  layout: Layout | None = None) -> list[Any]:
     """The config as a key/value table, the partitioning filters (elastic), the membership."""
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"{kind} consumer group {group} on stream {stream}", title_justify="left",
-                  show_header=False)
+    table = titled_table(f"{kind} consumer group {group} on stream {stream}", show_header=False)
     table.add_column("key", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
     table.add_row("max members", str(cfg.max_members))
@@ -275,14 +296,13 @@ def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[
 
 
 def _filters_table(cfg: ElasticConfig) -> Table | Text:
-    from rich.table import Table
     from rich.text import Text
 
     from pcgroups.partitions import transform_destination
 
     if not cfg.partitioning_filters:
         return Text("no partitioning filters defined (whole subject used)", style="dim")
-    ft = Table(title="partitioning filters", title_justify="left")
+    ft = titled_table("partitioning filters")
     ft.add_column("filter", overflow="fold")
     ft.add_column("wildcards", overflow="fold")
     ft.add_column("transform", overflow="fold")
@@ -293,7 +313,6 @@ def _filters_table(cfg: ElasticConfig) -> Table | Text:
 
 
 def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) -> Table | Text:
-    from rich.table import Table
     from rich.text import Text
 
     from pcgroups.partitions import member_partitions
@@ -302,7 +321,7 @@ def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) 
     if not names:
         return Text("no members or mappings defined", style="yellow")
     mode = "balanced" if cfg.members else "mapped"
-    table = Table(title=f"members ({mode})", title_justify="left")
+    table = titled_table(f"members ({mode})")
     table.add_column("member", overflow="fold")
     table.add_column("partitions", overflow="fold")
     table.add_column("active", no_wrap=True)

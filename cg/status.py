@@ -57,7 +57,12 @@ def _num(value: int | None) -> str:
 def _title(status: "GroupStatus") -> str:
     where = status.stream if status.flavour == "static" else f"{status.stream} (work queue {status.consumer_stream})"
     return (f"{status.flavour} consumer group {status.group} on stream {where}: "
-            f"{status.max_members} partitions, {len(status.members)} members ({status.mode})")
+            f"{status.max_members} partitions, {_count(len(status.members), 'member')} ({status.mode})")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 member``, ``2 members``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _pending_note(status: "GroupStatus") -> str:
@@ -121,13 +126,14 @@ def _unassigned_text(status: "GroupStatus") -> str:
 
 # ---------------------------------------------------------------- rendering
 
-#: The member columns, most important first: (header, plain header, justify). A narrow terminal loses
-#: columns from the end of :data:`DROPPABLE` before a number would be cut.
+#: The member columns: (header, plain header, justify). A narrow terminal loses columns in the order of
+#: :data:`DROPPABLE` (the widest and least telling first) before a number would be cut, and the footer
+#: names what it lost.
 MEMBER_COLUMNS = [("member", "MEMBER", "left"), ("partitions", "PARTITIONS", "left"),
                   ("pinned for", "PINNED-FOR", "right"), ("pending", "PENDING", "right"),
                   ("unacked", "UNACKED", "right"), ("redelivered", "REDELIVERED", "right"),
                   ("acked to seq", "ACKED-TO-SEQ", "right")]
-DROPPABLE = ["redelivered", "acked to seq", "unacked"]
+DROPPABLE = ["acked to seq", "unacked", "redelivered"]
 LEASE_COLUMNS = ["MEMBER", "INSTANCE", "HOST", "PID", "HOLDS-PIN", "EXPIRES-IN"]
 
 
@@ -154,19 +160,20 @@ def _members_table(status: "GroupStatus", now: datetime, drop: set[str]) -> Tabl
     return table
 
 
-def _fitting_members_table(status: "GroupStatus", now: datetime, width: int | None) -> Table:
-    """The members table with as many columns as fit ``width`` (every number whole)."""
+def _fitting_members_table(status: "GroupStatus", now: datetime, width: int | None) -> tuple[Table, list[str]]:
+    """The members table with as many columns as fit ``width`` (every number whole), and the columns
+    it left out."""
     from rich.console import Console
 
-    drop: set[str] = set()
+    drop: list[str] = []
     while True:
-        table = _members_table(status, now, drop)
+        table = _members_table(status, now, set(drop))
         if width is None or len(drop) == len(DROPPABLE):
-            return table
+            return table, drop
         measure = Console(width=10_000).measure(table)
         if measure.minimum <= width:
-            return table
-        drop.add(DROPPABLE[len(drop)])
+            return table, drop
+        drop.append(DROPPABLE[len(drop)])
 
 
 def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now: datetime) -> Table | None:
@@ -211,8 +218,10 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
     the console's, so the member table drops its least important columns rather than cut a number."""
     now = now or datetime.now(timezone.utc)
     parts: list[RenderableType] = [Text(_title(status), style="bold")]
+    left_out: list[str] = []
     if status.members:
-        parts.append(_fitting_members_table(status, now, width))
+        table, left_out = _fitting_members_table(status, now, width)
+        parts.append(table)
     else:
         parts.append(Text("no members or mappings defined", style="yellow"))
     per_partition = _per_partition(status)
@@ -226,6 +235,9 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
     if status.leases:
         parts.append(_leases_table(status))
     parts.append(Text(_footer(status), style="dim"))
+    if left_out:
+        parts.append(Text(f"left out to fit {width} columns: {', '.join(left_out)} (a wider terminal, or --json, "
+                          "shows them)", style="dim"))
     return Group(*parts)
 
 

@@ -1,6 +1,6 @@
 """Demo helpers behind ``scripts/*.sh`` (the reference's scripts use the nats CLI; these don't).
 
-Hidden ``cg tools`` commands; the usual connection options and ``NATS_*`` env vars apply.
+``cg tools`` commands; the usual connection options and ``NATS_*`` env vars apply.
 
 - ``stream-setup``: the stream ``foo`` with subjects ``foo.*`` (or ``--subjects``); ``--static`` adds the subject
   transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need.

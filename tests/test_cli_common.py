@@ -295,7 +295,7 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
 
     for path, aliases in ALIASES.items():
         assert find(*path).get("aliases") == aliases, path
-    assert [c["name"] for c in model["commands"]] == ["demo", "static", "elastic", "metrics"]  # `tools` is hidden
+    assert [c["name"] for c in model["commands"]] == ["demo", "static", "elastic", "metrics", "tools"]
     roots = {f["name"] for f in model["flags"]}
     assert {"context", "server", "creds", "timeout", "js-domain", "tlsfirst", "no-context"} <= roots
     assert all("short" not in f for f in model["flags"])
@@ -314,6 +314,8 @@ def test_help_and_version_need_no_server():
                  ["elastic", "consume", "--help"], ["elastic", "create", "-h"]):
         r = cg(*args, url=url, timeout=20).ok()
         assert "Usage" in r.out and r.err == "", args
+    listed = cg("--help", url=url).ok().out.split("Commands:", 1)[1].split()
+    assert {"demo", "static", "elastic", "metrics", "tools"} <= set(listed)   # the README uses `cg tools`
     assert cg("--version", url=url).ok().out == "0.1.0\n"
 
 

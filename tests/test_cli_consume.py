@@ -113,6 +113,26 @@ async def test_elastic_key_tokens_group_by_the_tokens_given(nats_server, js, uni
     assert check_keyed(p.out, key_of) == 2
 
 
+@pytest.mark.parametrize("tokens,warned", [("3", None), ("2,5", "5"), ("4,5", "4,5")])
+async def test_key_tokens_past_the_groups_subjects_are_warned_once(nats_server, js, uniq, tokens, warned):
+    """The group's filter <s>.*.* has 3 tokens: a --key-tokens position past them is one cg: warning line
+    (the instance runs anyway); positions within them say nothing."""
+    url = nats_server.url
+    await _elastic_group(js, uniq, url)
+    async with procs() as start:
+        p = await start("elastic", "consume", uniq, "g", "m1", "--concurrency", "4", "--key-tokens", tokens, url=url)
+        await p.wait_text("consuming...\n", timeout=20)
+        p.signal(signal.SIGINT)
+        r = await p.wait(15)
+    assert r.code == 0, r.err
+    warnings = [line for line in r.err.splitlines() if line.startswith("cg: warning:")]
+    if warned is None:
+        assert warnings == [], r.err
+    else:
+        assert warnings == [f"cg: warning: --key-tokens {warned}: the group's subjects ({uniq}.*.*) have at most 3 "
+                            f"tokens, so the key has nothing from {'that position' if ',' not in warned else 'those positions'}"], r.err
+
+
 async def test_elastic_default_key_is_the_partitioning_tokens(nats_server, js, uniq):
     """No key option: the partitioning wildcard (the customer) is the key, so one customer is serial and
     two customers run at once."""

@@ -28,6 +28,8 @@ async def test_a_short_demo_runs_every_phase_and_passes():
     assert result.exit_code == 0, out
     assert "PASS: every check passed" in out
     assert took < 25, f"the 12 s demo took {took:.1f}s"
+    assert result.elapsed <= 12 + 1, result.elapsed               # --duration is the longest it runs
+    assert not [line for line in out.splitlines() if line.endswith(" ")], out     # no padding into a log
     for flavour in ("static", "elastic"):
         report = result.reports[flavour]
         assert report.ok and report.lost == 0 and report.overlaps == 0 and report.order_violations == 0
@@ -103,6 +105,30 @@ def test_ctrl_c_stops_every_process_it_started():
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not [c for c in children if _alive(c)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_ctrl_c_through_cg_says_interrupted_once_and_exits_130():
+    """Through the ``cg`` entry point: the demo's own line and nothing more (no ``cg: error``), status 130."""
+    from tests.test_cli_common import cg_argv, cg_env
+
+    proc = subprocess.Popen(cg_argv("demo", "--duration", "30"), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cg_env())
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "publishing" in line:
+                break
+        assert line and "publishing" in line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130, err
+        assert err.splitlines() == ["cg demo: interrupted (every process it started was stopped)"], err
     finally:
         if proc.poll() is None:
             proc.kill()

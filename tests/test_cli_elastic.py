@@ -177,6 +177,35 @@ async def test_interactive_create_on_a_terminal(nats_server, js, stream):
     assert await kv_value(js, BUCKET, f"{stream}.i") == (
         f'{{"max_members":4,"partitioning_filters":[{{"filter":"{stream}.*","partitioning_wildcards":[1]}}]}}'
     ).encode()
+    assert "whole subject" not in err
+
+
+async def test_interactive_create_with_no_filter_says_the_whole_subject_is_the_key(nats_server, js, stream):
+    """An empty first answer at the filter prompt creates a whole-subject group, and cg says so."""
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        *cg_argv("elastic", "create", stream, "w", "10"), stdin=slave, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=cg_env(nats_server.url))
+    os.close(slave)
+    try:
+        out = b""
+        while b"filter (empty when done): " not in out:
+            chunk = await asyncio.wait_for(proc.stdout.read(1024), 15)
+            assert chunk, f"cg ended; stdout so far {out!r}"
+            out += chunk
+        os.write(master, b"\n")
+        rest, err = await asyncio.wait_for(proc.communicate(), 15)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(master)
+    assert proc.returncode == 0, err
+    assert out + rest == b"filter (empty when done): "                    # stdout: the reference's prompt only
+    assert err.decode() == (f"created elastic consumer group w on stream {stream} with no partitioning filter: "
+                            "the whole subject is the key\n")
+    stored = json.loads(await kv_value(js, BUCKET, f"{stream}.w"))
+    assert stored["max_members"] == 10 and not stored.get("partitioning_filters"), stored
 
 
 async def test_consume_waits_for_membership_prints_lines_and_exits_0_on_delete(nats_server, js, stream):

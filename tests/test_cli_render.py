@@ -86,9 +86,27 @@ def test_status_at_80_columns_drops_columns_before_cutting_numbers():
     wide = _render(status_table(st, now=NOW, width=200), width=200)
     narrow = _render(status_table(st, now=NOW, width=WIDTH))
     assert "redelivered" in wide and "acked to seq" in wide and "43210" in wide
-    assert "redelivered" not in narrow                          # dropped, not folded
     header = next(line for line in narrow.splitlines() if line.startswith("member "))
     assert header.split()[:3] == ["member", "partitions", "pinned"]
+    assert "acked to seq" not in header and "9876543210" not in narrow      # dropped, not folded
+    left_out = narrow.split("left out to fit 80 columns: ", 1)[1]
+    assert left_out.startswith("acked to seq"), narrow                       # and the footer says so
+    assert "redelivered" in wide.split("\n", 2)[1] and "left out" not in wide
+
+
+def test_status_keeps_redelivered_when_only_acked_to_seq_does_not_fit():
+    """Automatic members' generated names (auto-<8 hex>) widen the table: the widest, least telling
+    column goes first, redelivered stays; one member is '1 member'."""
+    from dataclasses import replace
+
+    from cg.status import status_table
+
+    st = _status("elastic", members=1)
+    st = replace(st, members=[replace(m, member="auto-1a2b3c4d-long") for m in st.members])
+    text = _render(status_table(st, now=NOW, width=WIDTH))
+    header = next(line for line in text.splitlines() if line.startswith("member "))
+    assert "redelivered" in header and "acked to seq" not in header, text
+    assert "1 member (mapped)" in " ".join(text.split()), text
 
 
 def test_status_plain_lines_show_totals_once_per_member():
@@ -114,6 +132,23 @@ def test_info_and_ls_at_80_columns():
     text = _render(*output._pretty_info("elastic", "ORDERS", "billing", cfg, ["m2"], None))
     _assert_fits_and_keeps(text, [1000, 123456789, 1073741824, "0-699", 999, "700-998"])
     assert "member-with-a-long-name-1" in text
+
+
+def test_table_titles_stay_on_one_line_above_narrow_tables():
+    """``ls`` of one short group, ``info`` of a small group: the title is one line, not a word a line."""
+    from cg import output
+    from pcgroups.config import ElasticConfig, StaticConfig
+
+    for kind in ("static", "elastic"):
+        text = _render(output.groups_table(kind, "foo", ["cg"]))
+        assert text.splitlines()[0].strip() == f"{kind} consumer groups on stream foo", text
+        _assert_fits_and_keeps(text, [])
+    static = StaticConfig(max_members=2, members=["a"])
+    elastic = ElasticConfig(max_members=2, members=["a"], partitioning_filters=[])
+    for kind, cfg in (("static", static), ("elastic", elastic)):
+        lines = _render(*output._pretty_info(kind, "foo", "g", cfg, [], None)).splitlines()
+        assert lines[0].strip() == f"{kind} consumer group g on stream foo", lines
+        assert any(line.strip() == "members (balanced)" for line in lines), lines
 
 
 def test_a_membership_change_at_80_columns():
@@ -148,3 +183,23 @@ def test_demo_summary_at_80_columns_keeps_the_verdicts_and_numbers():
     assert "handler calls = processed + redelivered" in text
     rows = [line.split() for line in text.splitlines()]
     assert ["add", "e3", "2", "e1", "e2-b", "0.13s"] in rows and ["add", "e3", "4-5", "e2", "e3-a", "0.42s"] in rows
+
+
+def test_the_demo_view_shows_no_rate_where_no_instance_runs():
+    """Acks of the last two seconds count in msg/s only where a pinned instance runs: once every instance
+    stopped (the last frame) each partition's rate is 0."""
+    import time
+
+    from cg.demo import Demo
+
+    d = Demo(duration=12, console=Console(file=io.StringIO(), width=WIDTH), rate=100, ack_wait=None, work=0.0,
+             live=False)
+    now = time.time()
+    for i in range(40):
+        d.recorders["static"].record("m1", "m1-a", 0, i, now - 1.0, now - 0.5)
+    assert d._rates("static")[0] == 20                            # what the view had while m1-a ran
+    text = _render(d._group_table("static"))
+    row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["0", "m1"])
+    assert row[2:5] == ["no", "instance", "0"], text
+    header = _render(d.render()).splitlines()[0]
+    assert "(ends by 12s)" in header and " / " not in header, header     # the planned bound, said as one

@@ -321,17 +321,24 @@ async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
 # ---------------------------------------------------------------- the README's walk-through
 
 
+#: The README sections that run in order on one server, after "The CLI, step by step" (streams foo, bar).
+WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Replay and skip",
+               "### Clean up")
+
+
 def _walkthrough() -> list[str]:
-    """The commands of README.md's "The CLI, step by step" block, comments and continuation lines dropped."""
+    """The commands of the first code block of each of README.md's :data:`WALKTHROUGH` sections, comments
+    and continuation lines dropped, and those on a stream of the reader's own (SHOP) too."""
     from tests.test_cli_common import ROOT
 
     text = (ROOT / "README.md").read_text()
-    block = text.split("## The CLI, step by step", 1)[1].split("```", 2)[1]
     commands = []
-    for line in block.splitlines():
-        line = line.split(" # ", 1)[0].strip()
-        if line and not line.startswith("#") and line.startswith(("cg ", "scripts/")) and "--server" not in line:
-            commands.append(line)
+    for heading in WALKTHROUGH:
+        block = text.split(heading + "\n", 1)[1].split("```", 2)[1]
+        for line in block.splitlines():
+            line = line.split(" # ", 1)[0].strip()
+            if line.startswith(("cg ", "scripts/")) and "--server" not in line and "SHOP" not in line:
+                commands.append(line)
     return commands
 
 
@@ -345,6 +352,9 @@ async def test_the_readme_walkthrough_runs_top_to_bottom_on_one_server(fresh_ser
 
     commands = _walkthrough()
     assert any(c.startswith("cg static") for c in commands) and any(c.startswith("cg elastic") for c in commands)
+    assert "--concurrency 8" in commands[-14] and "--to-earliest" in commands[-5], commands  # every section
+    assert commands[-4:] == ["cg static delete foo cg", "cg static delete foo kc", "cg elastic delete bar cg",
+                            "cg elastic delete bar auto"]
     env = cg_env(fresh_server.url, CG=str(CG_BIN))
     background: list[Proc | asyncio.subprocess.Process] = []
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import socket
 import time
 import urllib.request
@@ -29,6 +30,7 @@ from tests.test_cli_common import (
     make_stream,
     partition_transform,
     procs,
+    run_cg,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -55,6 +57,28 @@ async def exporter(start, url: str, *args: str, interval: str = "0.3s"):
     p = await start("metrics", *args, "--listen", f"127.0.0.1:{port}", "--interval", interval, url=url)
     await p.wait_text("serving metrics")
     return p, port
+
+
+async def test_a_stream_that_does_not_exist_is_warned_once(js, server_url, uniq):
+    """`cg metrics nosuchstream` serves (a group may come later) and says once that there is no such
+    stream; a stream that exists without groups, or a group's name that is no stream, says nothing."""
+    await make_stream(js, uniq)
+    for i in range(2):
+        await make_stream(js, f"{uniq}-p{i}")
+    (await run_cg("elastic", "create", f"{uniq}-logs", "g", "2", "--partition-stream", f"{uniq}-p0,{uniq}-p1",
+                  url=server_url)).ok()
+    async with procs() as start:
+        p, port = await exporter(start, server_url, uniq, f"{uniq}-missing", f"{uniq}-logs")
+
+        async def refreshed() -> bool:
+            return (await ascrape(port))["pcgroups_exporter_refreshes"][0].value >= 3
+
+        await wait_for(refreshed, timeout=10, what="three refreshes")   # warned once, not per refresh
+        p.signal(signal.SIGINT)
+        r = await p.wait(15)
+    assert r.code == 0, r.err
+    warnings = [line for line in r.err.splitlines() if line.startswith("cg: warning:")]
+    assert warnings == [f"cg: warning: no stream {uniq}-missing, nor a group on it: nothing to show yet"], r.err
 
 
 async def test_elastic_pending_is_what_is_not_yet_acked_and_sourcing_lag_is_there(js, nc, server_url, uniq):
@@ -410,6 +434,7 @@ async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server,
     url = nats_server.url.replace("nats://", "nats://alice:s3cret-pw@")
     async with procs() as start:
         p, port = await exporter(start, url, uniq)   # this test's stream: other tests' groups say nothing
+        # (no stream of that name: one warning, within the 80 columns too)
         assert (await ascrape(port))["pcgroups_exporter_up"][0].value == 1
         p.signal(2)
         r = await p.wait()
