@@ -53,8 +53,8 @@ from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, ope
 
 log = logging.getLogger("pcgroups")
 
-__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_lease_ttl", "join", "lease_key",
-           "list_leases", "open_lease_bucket"]
+__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_joinable", "check_lease_ttl",
+           "hand_added_members", "join", "lease_key", "list_leases", "open_lease_bucket"]
 
 LEASE_BUCKET = "pcgroups-leases"
 LEASE_STREAM = f"KV_{LEASE_BUCKET}"
@@ -216,6 +216,31 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
     return sorted((h.lease(now) for h in held), key=lambda x: (x.member, x.instance))
 
 
+def hand_added_members(cfg: ElasticConfig, leases: list[Lease]) -> list[str]:
+    """The members of a group's config that automatic membership would take over from their owner:
+    none when automatic membership wrote the config (its ``automatic`` mark: members whose leases
+    expired are its own), else every member no live lease backs (added by hand: ``add``, mappings)."""
+    if cfg.automatic:
+        return []
+    live = {lease.member for lease in leases}
+    return [m for m in cfg.membership() if m not in live]
+
+
+async def check_joinable(nc: Client, stream: str, group: str, cfg: ElasticConfig, *,
+                         api: JetStreamApi | None = None) -> None:
+    """A ConfigError when the group ``cfg`` is managed by hand (:func:`hand_added_members`): joining
+    it with automatic membership would drop those members. Reads only."""
+    hand = hand_added_members(cfg, await list_leases(nc, stream, group, api=api))
+    if not hand:
+        return
+    names = " ".join(hand)
+    undo = (f"delete the mappings first (cg elastic delete-mapping {stream} {group})" if cfg.member_mappings else
+            f"drop them first (cg elastic drop {stream} {group} {names})")
+    raise ConfigError(f"elastic consumer group {group} on stream {stream} is managed by hand (members {names}, "
+                      f"added without automatic membership): joining it with --auto would drop them; {undo}, or "
+                      "consume as one of them without --auto")
+
+
 # --- the instance -------------------------------------------------------------------------------
 def check_lease_ttl(lease_ttl: float) -> None:
     """A ConfigError unless ``lease_ttl`` is a number of seconds the server takes as a TTL (>= 1 s)."""
@@ -314,7 +339,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """The config holds the membership this instance's view of the leases gives (nothing to write)."""
         cfg = self._config
         return (cfg is not None and self._leases_ready and self._key in self._leases and not cfg.members
-                and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
+                and cfg.automatic and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
 
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until the group's config holds the membership of the live leases (including this one)."""
@@ -511,9 +536,9 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except ConfigError:
                 return None  # our consumer ends with that error
             mappings = sticky_mappings(cfg, live)
-            if not cfg.members and cfg.member_mappings == mappings:
+            if not cfg.members and cfg.automatic and cfg.member_mappings == mappings:
                 return None
-            new = replace(cfg, members=[], member_mappings=mappings)
+            new = replace(cfg, members=[], member_mappings=mappings, automatic=True)
             new.validate()
             changed[:] = [(previous_assignment(cfg), _as_dict(mappings))]
             return new.to_json()
@@ -628,6 +653,8 @@ class AutoInstance(ControlLoop[AutoEvent]):
             if t.get_name().startswith("pcg-renew-"):
                 t.cancel()
         others = [h for k, h in self._leases.items() if k != self._key and h.member == self.member_name]
+        if not others:
+            self.consumer.leaving()
         await self._drop_lease()
         if not others and self._leases_ready and not self._consumer_ended:
             held = bool(self.consumer.partitions) or self.consumer.consuming
