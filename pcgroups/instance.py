@@ -207,6 +207,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     def _halt(self) -> None:
         if self.session is not None:
             self.session.halt()  # no handler starts from now on; the control loop drains and ends it
+        if not self.nc.is_connected:
+            self._interrupt()    # disconnected: a reconcile in progress would wait out its timeouts
 
     async def _attached(self) -> None:
         await self._consuming.wait()

@@ -62,6 +62,7 @@ MARKER_TTL = 1.0            # how long the server's expiry marker stays (its min
 MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
+LEAVE_TIMEOUT = 1.0         # at stop, how long the lease delete and the membership write may take
 WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
 
 
@@ -369,6 +370,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
     def _label(self) -> str:
         return f"{self.member_name}/{self.instance_id}"
 
+    def _halt(self) -> None:
+        if not self.nc.is_connected:
+            self._interrupt()    # disconnected: no leave to write (the lease expires), nothing to wait for
+
     async def _start(self) -> None:
         await self._write_lease(expected=0)
         try:
@@ -630,19 +635,26 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except Exception as e:  # noqa: BLE001 - disconnected or slow: try again next time
                 log.warning("%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
 
-    async def _drop_lease(self) -> None:
-        """Delete the lease now: the member leaves at once if this was its last instance."""
+    async def _drop_lease(self) -> bool:
+        """Delete the lease now: the member leaves at once if this was its last instance. False when the
+        server did not take it (disconnected, or no answer within ``LEAVE_TIMEOUT``): it expires."""
         if self._lease_dropped:
-            return
+            return True
         self._lease_dropped = True
+        if not self.nc.is_connected:   # a publish would wait for the server: the lease expires by itself
+            log.info("%s/%s: disconnected: the lease is left to expire (in %gs)", self.member_name,
+                     self.instance_id, self.lease_ttl)
+            return False
         # A delete (not a purge: expiry shows as a purge, so watchers tell a leave from a death) that
         # itself expires, so the bucket keeps nothing of this instance.
         headers = {"KV-Operation": "DEL", "Nats-TTL": _ttl_header(MIN_LEASE_TTL)}
         try:
-            await self._js.publish(self._subject, b"", headers=headers, timeout=2.0)
+            await self._js.publish(self._subject, b"", headers=headers, timeout=LEAVE_TIMEOUT)
         except Exception as e:  # noqa: BLE001 - it expires by itself anyway
             log.warning("%s/%s: could not delete the lease (it expires in %gs): %s", self.member_name,
                         self.instance_id, self.lease_ttl, e)
+            return False
+        return True
 
     # --- leaving --------------------------------------------------------------------------
     async def _leave(self) -> BaseException | None:
@@ -655,17 +667,27 @@ class AutoInstance(ControlLoop[AutoEvent]):
         others = [h for k, h in self._leases.items() if k != self._key and h.member == self.member_name]
         if not others:
             self.consumer.leaving()
-        await self._drop_lease()
-        if not others and self._leases_ready and not self._consumer_ended:
+        dropped = await self._drop_lease()
+        if not others and self._leases_ready and not self._consumer_ended and dropped:
             held = bool(self.consumer.partitions) or self.consumer.consuming
             await self._quiet_leases()
             self._leases.pop(self._key, None)
-            if await self._rebalance(self.live_members) and held:
+            if await self._leave_written() and held:
                 await self._cancel_tasks()
                 await self._wait_released()
         await self._cancel_tasks()
         await self.consumer.stop()
         return await self.consumer.done()
+
+    async def _leave_written(self) -> bool:
+        """The membership without this member written (bounded by ``LEAVE_TIMEOUT``: the server
+        stopped answering, the others drop it once its lease is seen gone)."""
+        try:
+            return await asyncio.wait_for(self._rebalance(self.live_members), LEAVE_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.warning("%s/%s: the membership without this member was not written in time: the other "
+                        "instances write it", self.member_name, self.instance_id)
+            return False
 
     async def _quiet_leases(self) -> None:
         """Follow the lease watch until our own delete is seen and nothing changed for ``debounce``."""

@@ -3,6 +3,7 @@ against a real server, the way a new user tries them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -193,3 +194,38 @@ async def test_a_named_auto_member_whose_leases_expired_joins_again(nats_server,
         again.signal(signal.SIGINT)
         r = await again.wait(timeout=15)
     assert r.code == 0 and "cg: error" not in r.err, r.err
+
+
+async def test_ctrl_c_on_an_auto_instance_with_the_server_down_ends_at_once(fresh_server, uniq):
+    """The server is gone: Ctrl-C ends the instance within about a second (the lease expires by itself),
+    and what the library says reads as cg's notes, not Go log lines."""
+    url, s = fresh_server.url, uniq
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), s)
+        (await run_cg("elastic", "create", s, "g", "2", "--filter", f"{s}.*", url=url)).ok()
+        async with procs() as start:
+            p = await start("elastic", "consume", s, "g", "--auto", url=url)
+            await p.wait_text("consuming...\n", timeout=20)
+
+            async def mapped() -> bool:
+                return bool((await _config(nc.jetstream(), s, "g")).get("member_mappings"))
+
+            await wait_for(mapped, timeout=10, what="the instance's member in the group")
+            await nc.close()
+            fresh_server.stop()
+            await asyncio.sleep(1.5)   # the instance's requests are under way and can only time out
+            p.signal(signal.SIGINT)
+            stopped = time.monotonic()
+            r = await p.wait(timeout=15)
+            took = time.monotonic() - stopped
+    finally:
+        await nc.close()
+    print(f"Ctrl-C with the server down: exit after {took:.2f}s\n{r.err}")
+    assert r.code == 0, r.err
+    assert took < 2.0, (took, r.err.splitlines())
+    # status lines and cg's notes only: no Go log lines, no "dropped" for its own leave
+    assert all(line.startswith(("[", "cg: warning: ")) for line in r.err.splitlines()), r.err
+    assert "dropped" not in r.err, r.err
