@@ -230,7 +230,10 @@ def hand_added_members(cfg: ElasticConfig, leases: list[Lease]) -> list[str]:
 async def check_joinable(nc: Client, stream: str, group: str, cfg: ElasticConfig, *,
                          api: JetStreamApi | None = None) -> None:
     """A ConfigError when the group ``cfg`` is managed by hand (:func:`hand_added_members`): joining
-    it with automatic membership would drop those members. Reads only."""
+    it with automatic membership would drop those members. Reads only, and the leases only when the
+    config is not marked and has members (an instance's permissions need not allow the read)."""
+    if cfg.automatic or not cfg.membership():
+        return
     hand = hand_added_members(cfg, await list_leases(nc, stream, group, api=api))
     if not hand:
         return
