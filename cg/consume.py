@@ -15,7 +15,8 @@ the group yet: ...``, ``[m1] added ...``, ``[m1] partitions now 2-3``, ``[m1] dr
 ``[m1] disconnected from <url>``, ``[m1] reconnected to <url>``, ``[auto-1a2b3c4d] joined the group
 (automatic membership, ...)``: on stdout in a terminal, on stderr in
 a pipe (stdout keeps the reference's lines exactly). A dropped member's instance keeps running and
-waits to be added again, as an instance started before its member was added does.
+waits to be added again, as an instance started before its member was added does (an ``--auto``
+instance's own leave when it stops is not a drop: nothing is said).
 
 One :class:`Printer` owns the output: a status line never lands inside a message line (written in
 two parts around the processing): it waits until the line is ended.
