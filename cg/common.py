@@ -246,29 +246,33 @@ def key_tokens_beyond(positions: tuple[int, ...], filters: list[str]) -> str | N
 # ---------------------------------------------------------------- logging
 
 
-class _GoLogFormatter(logging.Formatter):
-    """``2006/01/02 15:04:05 message`` as Go's log package writes; tracebacks only when debugging."""
+class _LogFormatter(logging.Formatter):
+    """The library's lines as cg's own notes: ``cg: warning: message`` (``cg: error: ...`` for errors);
+    with ``CG_DEBUG`` every level, a Go-like timestamp (``2006/01/02 15:04:05``) and tracebacks."""
 
     def __init__(self, debug: bool):
-        super().__init__("%(asctime)s %(message)s", datefmt="%Y/%m/%d %H:%M:%S")
+        super().__init__("%(asctime)s %(message)s" if debug else "cg: %(levelname)s: %(message)s",
+                         datefmt="%Y/%m/%d %H:%M:%S")
         self.debug = debug
 
     def format(self, record: logging.LogRecord) -> str:
-        if not self.debug and record.exc_info:
-            exc = record.exc_info[1]
+        if not self.debug:
+            exc = record.exc_info[1] if record.exc_info else None
             record = logging.makeLogRecord(record.__dict__)
             record.msg = f"{record.getMessage()}: {exc}" if exc else record.getMessage()
             record.args = None
             record.exc_info = None
             record.exc_text = None
+            record.levelname = "error" if record.levelno >= logging.ERROR else record.levelname.lower()
         return super().format(record)
 
 
 def setup_logging() -> None:
-    """Library warnings on stderr with a Go-like timestamp; ``CG_DEBUG=1`` shows debug and tracebacks."""
+    """Library warnings on stderr as ``cg: warning: ...``; ``CG_DEBUG=1`` shows debug, timestamps and
+    tracebacks."""
     debug = debugging()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_GoLogFormatter(debug))
+    handler.setFormatter(_LogFormatter(debug))
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, "_cg", False):

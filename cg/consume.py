@@ -12,9 +12,11 @@ finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the ins
 What the instance is doing is one line per event (``pcgroups.events``), each naming the member:
 ``[m1] pinned: partitions 0-3``, ``[m1] standby: ...``, ``[m1] lost the pin``, ``[m1] not a member of
 the group yet: ...``, ``[m1] added ...``, ``[m1] partitions now 2-3``, ``[m1] dropped ...``,
-``[m1] disconnected from <url>``, ``[m1] reconnected to <url>``: on stdout in a terminal, on stderr in
+``[m1] disconnected from <url>``, ``[m1] reconnected to <url>``, ``[auto-1a2b3c4d] joined the group
+(automatic membership, ...)``: on stdout in a terminal, on stderr in
 a pipe (stdout keeps the reference's lines exactly). A dropped member's instance keeps running and
-waits to be added again, as an instance started before its member was added does.
+waits to be added again, as an instance started before its member was added does (an ``--auto``
+instance's own leave when it stops is not a drop: nothing is said).
 
 One :class:`Printer` owns the output: a status line never lands inside a message line (written in
 two parts around the processing): it waits until the line is ended. In a terminal status lines wrap
@@ -280,8 +282,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
 
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
-    joined = f"joined as member {member} (automatic membership, lease TTL {go_duration(lease_ttl)})"
-    printer.expect_header([joined, "consuming..."] if auto else ["consuming..."])
+    printer.expect_header(["consuming..."])
+    if auto:
+        printer.status(f"[{member}] joined the group (automatic membership, lease TTL {go_duration(lease_ttl)})")
 
     def on_broken() -> None:
         stop_requested.set()

@@ -372,9 +372,13 @@ class ElasticConfig(_Membership):
     max_buffered_bytes: int = 0
     members: list[str] = field(default_factory=list)
     member_mappings: list[MemberMapping] = field(default_factory=list)
+    # written by automatic membership's rebalance, cleared by a membership change by hand: stored as
+    # the extra field ``"automatic_membership":true`` (last; Go ignores it and drops it on a rewrite)
+    automatic: bool = False
 
     def to_json(self) -> bytes:
-        """The stored JSON, byte-identical to the reference's (note the singular `max_buffered_msg`)."""
+        """The stored JSON, byte-identical to the reference's (note the singular `max_buffered_msg`), with
+        ``automatic_membership`` last when set."""
         pfs = self.partitioning_filters
         obj: dict[str, Any] = {
             "max_members": self.max_members,
@@ -384,7 +388,8 @@ class ElasticConfig(_Membership):
             obj["max_buffered_msg"] = self.max_buffered_msgs
         if self.max_buffered_bytes:
             obj["max_buffered_bytes"] = self.max_buffered_bytes
-        return go_json({**obj, **self._membership_obj()})
+        extra = {"automatic_membership": True} if self.automatic else {}
+        return go_json({**obj, **self._membership_obj(), **extra})
 
     @classmethod
     def from_json(cls, data: bytes | str) -> ElasticConfig:
@@ -396,6 +401,7 @@ class ElasticConfig(_Membership):
             "max_buffered_bytes",
             "members",
             "member_mappings",
+            "automatic_membership",
         )
 
         def build(value: Any) -> ElasticConfig:
@@ -409,6 +415,7 @@ class ElasticConfig(_Membership):
                 max_buffered_bytes=_int(f.get("max_buffered_bytes"), "max_buffered_bytes"),
                 members=_list(f.get("members"), "members", _str) or [],
                 member_mappings=_list(f.get("member_mappings"), "member_mappings", _mapping) or [],
+                automatic=f.get("automatic_membership") is True,   # ours: anything else is no mark
             )
 
         return _decode("elastic", data, build)

@@ -34,7 +34,7 @@ from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEven
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE,
                     ConsumerConfig, JetStreamApi, StreamConfig, pinned_client_id)
 from .loop import CONTINUE, Outcome
-from .membership import AutoInstance, auto_member_name, check_lease_ttl, join
+from .membership import AutoInstance, auto_member_name, check_joinable, check_lease_ttl, join
 from .partitions import elastic_member_filters, member_partitions, unmatched_filters
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
@@ -550,7 +550,7 @@ async def _change_members(nc: Client, stream: str, group: str, api: JetStreamApi
             raise ConfigError(f"can't {verb} members {where} an elastic consumer group that uses member mappings "
                               f"({verb} them with sticky mappings instead: --sticky)")
         members = list(dict.fromkeys([*cfg.members, *add])) if add else cfg.members
-        return replace(cfg, members=[m for m in members if m not in drop])
+        return replace(cfg, members=[m for m in members if m not in drop], automatic=False)
 
     return (await _modify(nc, stream, group, api, change)).membership()
 
@@ -570,7 +570,7 @@ def _sticky(cfg: ElasticConfig, *, add: Sequence[str] = (), drop: AbstractSet[st
     if len(live) > cfg.max_members:
         raise ConfigError(f"can't have {len(live)} members with sticky mappings: the group has "
                           f"{cfg.max_members} partitions, so at most {cfg.max_members} members can own one")
-    return replace(cfg, members=[], member_mappings=sticky_change(cfg, add=add, drop=drop))
+    return replace(cfg, members=[], member_mappings=sticky_change(cfg, add=add, drop=drop), automatic=False)
 
 
 async def set_member_mappings(nc: Client, stream: str, group: str, mappings: list[MemberMapping], *,
@@ -580,12 +580,13 @@ async def set_member_mappings(nc: Client, stream: str, group: str, mappings: lis
         raise ConfigError("no member mappings given")
     for m in mappings:
         validate_name("member", m.member)
-    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, members=[], member_mappings=list(mappings)))
+    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, members=[], member_mappings=list(mappings),
+                                                                  automatic=False))
 
 
 async def delete_member_mappings(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
     """Remove the mappings (the group is left with no members)."""
-    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, member_mappings=[]))
+    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, member_mappings=[], automatic=False))
 
 
 async def list_elastic_active_members(nc: Client, stream: str, group: str, *,
@@ -643,6 +644,9 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     template.inactive_threshold = template.ack_wait
     if create is not None:
         await create.create(nc, stream, group, api=api)
+    if auto:
+        await check_joinable(nc, stream, group, await flavour.get_config(ELASTIC, nc, stream, group, api=api),
+                             api=api)
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
                            concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
@@ -798,7 +802,7 @@ class ElasticInstance(ConsumerInstance):
         self._membership = (is_in, has)
         if is_in and not was_in:
             self._reporter.emit("added", has)
-        elif was_in and not is_in:
+        elif was_in and not is_in and not self._leaving:
             self._reporter.emit("dropped")
         elif is_in and has != had:
             self._reporter.emit("partitions", has)

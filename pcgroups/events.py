@@ -20,7 +20,8 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``not-a-member``  elastic: the member is not in the group (yet); the instance waits to be added;
 ``added``         elastic: the member was added; ``partitions`` are its partitions;
 ``partitions``    the member's partitions changed (a rebalance); ``partitions`` are the new ones;
-``dropped``       elastic: the member was dropped; the instance idles until it is added again;
+``dropped``       elastic: the member was dropped; the instance idles until it is added again (not
+                  said of an automatic-membership instance's own leave when it stops);
 ``disconnected``  the connection to ``detail`` (a server URL, credentials removed) was lost;
 ``reconnected``   the connection is back, to ``detail``.
 """

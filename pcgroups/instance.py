@@ -182,6 +182,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
+        self._leaving = False       # its own leave is under way: the membership change it makes is no news
 
     # --- public surface -------------------------------------------------------------------
     @property
@@ -194,6 +195,11 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         """True while this instance holds the pin (gets the member's messages)."""
         return self.session is not None and self.session.pinned and not self._done.done()
 
+    def leaving(self) -> None:
+        """Its owner is taking the member out of the group to stop it (automatic membership): the
+        member's removal is not reported as ``dropped`` (the instance is not waiting to be added)."""
+        self._leaving = True
+
     def __aiter__(self) -> AsyncIterator[Msg]:
         """The messages, for an instance started with ``handler=None`` (see :mod:`pcgroups.hooks`)."""
         if self._handoff is None:
@@ -205,6 +211,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     def _halt(self) -> None:
         if self.session is not None:
             self.session.halt()  # no handler starts from now on; the control loop drains and ends it
+        if not self.nc.is_connected:
+            self._interrupt()    # disconnected: a reconcile in progress would wait out its timeouts
 
     async def _attached(self) -> None:
         await self._consuming.wait()

@@ -199,6 +199,12 @@ class ControlLoop(Generic[E]):
     def _halt(self) -> None:
         """The first ``stop()``: what must stop at once, before the loop sees :class:`Stop`."""
 
+    def _interrupt(self) -> None:
+        """From :meth:`_halt`: cancel the event being handled (a request that can only time out, the
+        server being gone); the loop goes straight to :meth:`_close`, with the result None."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
     def _attached(self) -> Coroutine[Any, Any, Any]:
         """Returns once the instance is attached to its consumer (``wait_for_consuming``)."""
         raise NotImplementedError

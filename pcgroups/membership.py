@@ -53,8 +53,8 @@ from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, ope
 
 log = logging.getLogger("pcgroups")
 
-__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_lease_ttl", "join", "lease_key",
-           "list_leases", "open_lease_bucket"]
+__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_joinable", "check_lease_ttl",
+           "hand_added_members", "join", "lease_key", "list_leases", "open_lease_bucket"]
 
 LEASE_BUCKET = "pcgroups-leases"
 LEASE_STREAM = f"KV_{LEASE_BUCKET}"
@@ -62,6 +62,7 @@ MARKER_TTL = 1.0            # how long the server's expiry marker stays (its min
 MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
+LEAVE_TIMEOUT = 1.0         # at stop, how long the lease delete and the membership write may take
 WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
 
 
@@ -216,6 +217,34 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
     return sorted((h.lease(now) for h in held), key=lambda x: (x.member, x.instance))
 
 
+def hand_added_members(cfg: ElasticConfig, leases: list[Lease]) -> list[str]:
+    """The members of a group's config that automatic membership would take over from their owner:
+    none when automatic membership wrote the config (its ``automatic`` mark: members whose leases
+    expired are its own), else every member no live lease backs (added by hand: ``add``, mappings)."""
+    if cfg.automatic:
+        return []
+    live = {lease.member for lease in leases}
+    return [m for m in cfg.membership() if m not in live]
+
+
+async def check_joinable(nc: Client, stream: str, group: str, cfg: ElasticConfig, *,
+                         api: JetStreamApi | None = None) -> None:
+    """A ConfigError when the group ``cfg`` is managed by hand (:func:`hand_added_members`): joining
+    it with automatic membership would drop those members. Reads only, and the leases only when the
+    config is not marked and has members (an instance's permissions need not allow the read)."""
+    if cfg.automatic or not cfg.membership():
+        return
+    hand = hand_added_members(cfg, await list_leases(nc, stream, group, api=api))
+    if not hand:
+        return
+    names = " ".join(hand)
+    undo = (f"delete the mappings first (cg elastic delete-mapping {stream} {group})" if cfg.member_mappings else
+            f"drop them first (cg elastic drop {stream} {group} {names})")
+    raise ConfigError(f"elastic consumer group {group} on stream {stream} is managed by hand (members {names}, "
+                      f"added without automatic membership): joining it with --auto would drop them; {undo}, or "
+                      "consume as one of them without --auto")
+
+
 # --- the instance -------------------------------------------------------------------------------
 def check_lease_ttl(lease_ttl: float) -> None:
     """A ConfigError unless ``lease_ttl`` is a number of seconds the server takes as a TTL (>= 1 s)."""
@@ -314,7 +343,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """The config holds the membership this instance's view of the leases gives (nothing to write)."""
         cfg = self._config
         return (cfg is not None and self._leases_ready and self._key in self._leases and not cfg.members
-                and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
+                and cfg.automatic and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
 
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until the group's config holds the membership of the live leases (including this one)."""
@@ -343,6 +372,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
 
     def _label(self) -> str:
         return f"{self.member_name}/{self.instance_id}"
+
+    def _halt(self) -> None:
+        if not self.nc.is_connected:
+            self._interrupt()    # disconnected: no leave to write (the lease expires), nothing to wait for
 
     async def _start(self) -> None:
         await self._write_lease(expected=0)
@@ -511,9 +544,9 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except ConfigError:
                 return None  # our consumer ends with that error
             mappings = sticky_mappings(cfg, live)
-            if not cfg.members and cfg.member_mappings == mappings:
+            if not cfg.members and cfg.automatic and cfg.member_mappings == mappings:
                 return None
-            new = replace(cfg, members=[], member_mappings=mappings)
+            new = replace(cfg, members=[], member_mappings=mappings, automatic=True)
             new.validate()
             changed[:] = [(previous_assignment(cfg), _as_dict(mappings))]
             return new.to_json()
@@ -605,19 +638,26 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except Exception as e:  # noqa: BLE001 - disconnected or slow: try again next time
                 log.warning("%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
 
-    async def _drop_lease(self) -> None:
-        """Delete the lease now: the member leaves at once if this was its last instance."""
+    async def _drop_lease(self) -> bool:
+        """Delete the lease now: the member leaves at once if this was its last instance. False when the
+        server did not take it (disconnected, or no answer within ``LEAVE_TIMEOUT``): it expires."""
         if self._lease_dropped:
-            return
+            return True
         self._lease_dropped = True
+        if not self.nc.is_connected:   # a publish would wait for the server: the lease expires by itself
+            log.info("%s/%s: disconnected: the lease is left to expire (in %gs)", self.member_name,
+                     self.instance_id, self.lease_ttl)
+            return False
         # A delete (not a purge: expiry shows as a purge, so watchers tell a leave from a death) that
         # itself expires, so the bucket keeps nothing of this instance.
         headers = {"KV-Operation": "DEL", "Nats-TTL": _ttl_header(MIN_LEASE_TTL)}
         try:
-            await self._js.publish(self._subject, b"", headers=headers, timeout=2.0)
+            await self._js.publish(self._subject, b"", headers=headers, timeout=LEAVE_TIMEOUT)
         except Exception as e:  # noqa: BLE001 - it expires by itself anyway
             log.warning("%s/%s: could not delete the lease (it expires in %gs): %s", self.member_name,
                         self.instance_id, self.lease_ttl, e)
+            return False
+        return True
 
     # --- leaving --------------------------------------------------------------------------
     async def _leave(self) -> BaseException | None:
@@ -628,17 +668,29 @@ class AutoInstance(ControlLoop[AutoEvent]):
             if t.get_name().startswith("pcg-renew-"):
                 t.cancel()
         others = [h for k, h in self._leases.items() if k != self._key and h.member == self.member_name]
-        await self._drop_lease()
-        if not others and self._leases_ready and not self._consumer_ended:
+        if not others:
+            self.consumer.leaving()
+        dropped = await self._drop_lease()
+        if not others and self._leases_ready and not self._consumer_ended and dropped:
             held = bool(self.consumer.partitions) or self.consumer.consuming
             await self._quiet_leases()
             self._leases.pop(self._key, None)
-            if await self._rebalance(self.live_members) and held:
+            if await self._leave_written() and held:
                 await self._cancel_tasks()
                 await self._wait_released()
         await self._cancel_tasks()
         await self.consumer.stop()
         return await self.consumer.done()
+
+    async def _leave_written(self) -> bool:
+        """The membership without this member written (bounded by ``LEAVE_TIMEOUT``: the server
+        stopped answering, the others drop it once its lease is seen gone)."""
+        try:
+            return await asyncio.wait_for(self._rebalance(self.live_members), LEAVE_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.warning("%s/%s: the membership without this member was not written in time: the other "
+                        "instances write it", self.member_name, self.instance_id)
+            return False
 
     async def _quiet_leases(self) -> None:
         """Follow the lease watch until our own delete is seen and nothing changed for ``debounce``."""

@@ -436,6 +436,10 @@ async def test_delete_removes_a_corrupted_group(kind, nats_server, nc, js, uniq)
     await kv.put(f"{stream}.T", b"\x00not json")
     r = await run_cg(kind, "delete", stream, "T", "-f", url=url)
     assert r.code == 0 and "Traceback" not in r.err, r
+    # what the library says on the way reads as cg's own notes (no Go log timestamps)
+    assert all(line.startswith("cg: warning: ") for line in r.err.splitlines()), r.err
+    if kind == "static":
+        assert f"cg: warning: static consumer group T on stream {stream} has an invalid config" in r.err, r.err
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await kv.get(f"{stream}.T")
     r = (await run_cg(kind, "ls", stream, url=url)).ok()

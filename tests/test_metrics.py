@@ -290,7 +290,7 @@ async def test_an_automatic_member_serves_its_metrics_too(js, nc, server_url, un
         p = await start("elastic", "consume", uniq, "g", "--auto", "--sleep", "0", "--metrics-listen",
                         f"127.0.0.1:{port}", url=server_url)
         await p.wait_output(lambda o: o.count("acked\n") == 5, what="5 acked")
-        member = re.search(r"joined as member (\S+)", p.out)[1]
+        member = re.search(r"^\[(auto-\S+)\] subject=", p.out, re.M)[1]
 
         async def handled() -> bool:
             m = await ascrape(port)
