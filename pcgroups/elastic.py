@@ -29,7 +29,7 @@ from . import flavour
 from .events import EventCallback, PartitionsHook
 from .flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
 from .sticky import sticky_change
-from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
+from .instance import (ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                        member_template, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, ERR_WQ_CONSUMER_NOT_UNIQUE,
                     ConsumerConfig, JetStreamApi, StreamConfig, pinned_client_id)
@@ -734,13 +734,8 @@ class ElasticInstance(ConsumerInstance):
         return (self.current or []) != self.desired
 
     async def _handle_flavour(self, event: ControlEvent) -> Outcome:
-        match event:
-            case ConfigUpdate(entry=entry):
-                return await self._config_update(entry)
-            case ConsumerGone(reason=reason):
-                return await self._consumer_gone(reason)
-            case Reconcile():
-                await self._reconcile()
+        if isinstance(event, Reconcile):
+            await self._reconcile()
         return CONTINUE
 
     async def _config_update(self, entry: KeyValue.Entry) -> Outcome:

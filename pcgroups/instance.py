@@ -3,7 +3,7 @@
 The instance is a :class:`~pcgroups.loop.ControlLoop` over the events below (frozen dataclasses,
 handled with ``match``): :class:`~pcgroups.loop.Stop`, :class:`Fatal`, :class:`PinChanged` and
 :class:`WatchEnded` here, :class:`ConfigUpdate`, :class:`ConsumerGone` and :class:`Reconcile` by each
-flavour (``_handle_flavour``).
+flavour (``_config_update``, ``_consumer_gone``, ``_handle_flavour``).
 
 The control loop also follows the pin (the session reports each change of it): it decides pinned or
 standby, runs the rebalance hooks at the points their promises hold and emits the instance events
@@ -266,13 +266,25 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             case WatchEnded(error=error):
                 await self._stop_session(drain=True)
                 return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {error}")
+            case ConfigUpdate(entry=entry):
+                return await self._config_update(entry)
+            case ConsumerGone(reason=reason):
+                return await self._consumer_gone(reason)
         return await self._handle_flavour(event)
 
     flavour = "static"
 
-    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
-        """The flavour's own events: :class:`ConfigUpdate`, :class:`ConsumerGone`, :class:`Reconcile`."""
+    async def _config_update(self, entry: KeyValue.Entry) -> Outcome:
+        """The group's config changed (or was deleted): follow it, or end with why not."""
         raise NotImplementedError
+
+    async def _consumer_gone(self, reason: str) -> Outcome:
+        """The member's consumer went away under the session."""
+        raise NotImplementedError
+
+    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
+        """A flavour's own further events (elastic: :class:`Reconcile`)."""
+        return CONTINUE
 
     async def _start_session(self, consumer: str) -> PullSession:
         session = PullSession(self.nc, self.api, stream=self._consume_stream, consumer=consumer,

@@ -25,7 +25,7 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      NotAMemberError, NotFoundError)
 from .events import EventCallback, PartitionsHook
 from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
-from .instance import (ConfigUpdate, ConsumerGone, ConsumerInstance, ControlEvent, member_template, startable,
+from .instance import (ConsumerInstance, member_template, startable,
                        with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
@@ -253,14 +253,6 @@ class StaticInstance(ConsumerInstance):
             await asyncio.sleep(0.1)
             info = await self.api.consumer_info(self.stream_name, self.consumer_name)
         return info
-
-    async def _handle_flavour(self, event: ControlEvent) -> Outcome:
-        match event:
-            case ConfigUpdate(entry=entry):
-                return await self._config_update(entry)
-            case ConsumerGone(reason=reason):
-                return await self._consumer_gone(reason)
-        return CONTINUE
 
     async def _config_update(self, entry: KeyValue.Entry) -> Outcome:
         """Any change of a static group's config ends its instances: deleted (None), invalid or changed."""
