@@ -820,7 +820,10 @@ class ElasticInstance(ConsumerInstance):
             log.info("%s: %s", self.member_name, e)
             self._post(ConsumerGone(str(e)))
         except JetStreamAPIError as e:
-            log.warning("%s: membership change not applied yet: %s", self.member_name, e)
+            # Disconnected: the instance event said so already; tried again at the next reconcile.
+            what = "membership change not applied yet" if self._unsettled() else "consumer check failed"
+            log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG, "%s: %s: %s",
+                    self.member_name, what, e)
 
     async def _consumer_info(self) -> dict[str, Any] | None:
         try:

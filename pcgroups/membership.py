@@ -636,7 +636,8 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - disconnected or slow: try again next time
-                log.warning("%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
+                log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG,  # disconnected: said already
+                        "%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
 
     async def _drop_lease(self) -> bool:
         """Delete the lease now: the member leaves at once if this was its last instance. False when the
