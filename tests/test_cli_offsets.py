@@ -179,7 +179,7 @@ async def _traffic(js, stream: str, stop: asyncio.Event, start: int = 0) -> int:
 
 async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_superseded(nats_server, js, uniq):
     """A handler running when the reset lands is told its message was superseded (not an ack timeout),
-    and the replay's first message starts well within AckWait (2 s) of --execute."""
+    and the replay's first message starts well before a double ack's timeout (5 s) after --execute."""
     url, stream = nats_server.url, uniq
     await make_stream(js, stream, transform=partition_transform(stream, 1))
     (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
@@ -198,7 +198,9 @@ async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_s
         finally:
             stop.set()
             await publisher
-    assert gap < 2.0, f"the replay started {gap:.2f} s after --execute"
+    # The stall this guards against was a double ack's whole timeout (5 s); the bound leaves room for cg's
+    # start-up on a loaded machine. The behaviour itself is the next two assertions.
+    assert gap < 4.0, f"the replay started {gap:.2f} s after --execute"
     assert "can not be acknowledged" not in p.out, p.out
     ends = [m["end"] for m in message_lines(p.out)][:-1]   # the last one may still be running
     assert set(ends) <= {"acked", "superseded by a reset (not acked)"}, set(ends)
