@@ -225,7 +225,7 @@ async def test_ctrl_c_on_an_auto_instance_with_the_server_down_ends_at_once(fres
         await nc.close()
     print(f"Ctrl-C with the server down: exit after {took:.2f}s\n{r.err}")
     assert r.code == 0, r.err
-    assert took < 2.0, (took, r.err.splitlines())
+    assert took < 5.0, (took, r.err.splitlines())   # it took 10.4 s, a request timeout and more, before
     # status lines and cg's notes only: no Go log lines, no "dropped" for its own leave
     assert all(line.startswith(("[", "cg: warning: ")) for line in r.err.splitlines()), r.err
     assert "dropped" not in r.err, r.err
