@@ -10,6 +10,7 @@ subprocesses.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import io
 import json
@@ -17,6 +18,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 CG_BIN = Path(sys.executable).with_name("cg")
 _EMPTY_CONFIG = tempfile.mkdtemp(prefix="cg-test-xdg-")  # no NATS contexts for the tests' cg runs
+atexit.register(shutil.rmtree, _EMPTY_CONFIG, ignore_errors=True)   # gone with the test session
 
 
 def cg_argv(*args: str) -> list[str]:
