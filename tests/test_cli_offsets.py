@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import time
@@ -177,10 +178,11 @@ async def _traffic(js, stream: str, stop: asyncio.Event, start: int = 0) -> int:
     return i
 
 
-async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_superseded(nats_server, js, uniq):
-    """A handler running when the reset lands is told its message was superseded (not an ack timeout),
-    and the replay's first message starts well before a double ack's timeout (5 s) after --execute."""
-    url, stream = nats_server.url, uniq
+@contextlib.asynccontextmanager
+async def _m1_under_traffic(url: str, js, stream: str):
+    """Static group ``c`` on ``stream`` with member m1 handling traffic (20 ms per message, one published every
+    10 ms): yields m1's ``cg static consume`` once 30 messages were acked, and ``stop_traffic()``, which ends
+    the traffic and gives the count published (called on leaving too)."""
     await make_stream(js, stream, transform=partition_transform(stream, 1))
     (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
     stop = asyncio.Event()
@@ -188,16 +190,28 @@ async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_s
         p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
         await p.wait_text("consuming...\n")
         publisher = asyncio.create_task(_traffic(js, stream, stop))
+
+        async def stop_traffic() -> int:
+            stop.set()
+            return await publisher
+
         try:
             await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
-            began = time.monotonic()
-            (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
-            await p.wait_output(lambda o: o.count("seq=5,") == 2, what="the replay's first message")
-            gap = time.monotonic() - began
-            await p.wait_output(lambda o: o.count("seq=6,") == 2 and o.count("seq=7,") == 2, what="the replay going on")
+            yield p, stop_traffic
         finally:
-            stop.set()
-            await publisher
+            await stop_traffic()
+
+
+async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_superseded(nats_server, js, uniq):
+    """A handler running when the reset lands is told its message was superseded (not an ack timeout),
+    and the replay's first message starts well before a double ack's timeout (5 s) after --execute."""
+    url, stream = nats_server.url, uniq
+    async with _m1_under_traffic(url, js, stream) as (p, _):
+        began = time.monotonic()
+        (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count("seq=5,") == 2, what="the replay's first message")
+        gap = time.monotonic() - began
+        await p.wait_output(lambda o: o.count("seq=6,") == 2 and o.count("seq=7,") == 2, what="the replay going on")
     # The stall this guards against was a double ack's whole timeout (5 s); the bound leaves room for cg's
     # start-up on a loaded machine. The behaviour itself is the next two assertions.
     assert gap < 4.0, f"the replay started {gap:.2f} s after --execute"
@@ -211,21 +225,11 @@ async def test_two_static_resets_in_a_row_the_second_wins_and_nothing_is_lost(na
     """Under traffic, a reset right after another (before the first's replay got far): from the second's
     target every message once, in order, to the last one published."""
     url, stream = nats_server.url, uniq
-    await make_stream(js, stream, transform=partition_transform(stream, 1))
-    (await run_cg("static", "create", "balanced", stream, "c", "1", "m1", url=url)).ok()
-    stop = asyncio.Event()
-    async with procs() as start:
-        p = await start("static", "consume", stream, "c", "m1", "--sleep", "20ms", url=url)
-        await p.wait_text("consuming...\n")
-        publisher = asyncio.create_task(_traffic(js, stream, stop))
-        try:
-            await p.wait_output(lambda o: o.count("acked\n") >= 30, what="30 acked lines")
-            (await run_cg("static", "reset", stream, "c", "--to-seq", str(first), "--execute", url=url)).ok()
-            (await run_cg("static", "reset", stream, "c", "--to-seq", str(second), "--execute", url=url)).ok()
-            await p.wait_output(lambda o: o.count(f"seq={second},") >= 2, what="the second reset's replay")
-        finally:
-            stop.set()
-            published = await publisher
+    async with _m1_under_traffic(url, js, stream) as (p, stop_traffic):
+        (await run_cg("static", "reset", stream, "c", "--to-seq", str(first), "--execute", url=url)).ok()
+        (await run_cg("static", "reset", stream, "c", "--to-seq", str(second), "--execute", url=url)).ok()
+        await p.wait_output(lambda o: o.count(f"seq={second},") >= 2, what="the second reset's replay")
+        published = await stop_traffic()
         await p.wait_output(lambda o: _last_seq(o) == published, what="the last message published acked")
     seqs = [int(m["seq"]) for m in message_lines(p.out) if m["end"] == "acked"]
     k = len(seqs) - 1 - seqs[::-1].index(second)   # where the second reset's replay starts
