@@ -133,10 +133,6 @@ class RecentAcks:
     def __len__(self) -> int:
         return len(self._order)
 
-    def last(self) -> int | None:
-        """The sequence acked last (None before the first ack)."""
-        return self._order[-1] if self._order else None
-
 
 class Msg:
     """A message as a handler sees it: the partition token stripped from the subject.
