@@ -252,7 +252,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     if kind == "static":
         from pcgroups.static import static_consume as start
     else:
-        from pcgroups.elastic import elastic_consume as start
+        from pcgroups.elastic_instance import elastic_consume as start
 
     line_buffered_stdout()
     loop = asyncio.get_running_loop()

@@ -20,9 +20,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "config": ("ElasticConfig", "MemberMapping", "PartitioningFilter", "StaticConfig", "parse_elastic_config",
                "parse_mapping", "parse_static_config", "validate_name"),
     "elastic": ("ElasticSpec", "add_members", "add_source", "create_elastic", "delete_elastic",
-                "delete_member_mappings", "delete_members", "elastic_consume", "elastic_is_in_membership_and_active",
+                "delete_member_mappings", "delete_members", "elastic_is_in_membership_and_active",
                 "elastic_member_step_down", "get_elastic_config", "get_elastic_layout", "list_elastic_active_members",
                 "list_elastic_groups", "remove_source", "set_member_mappings", "work_queue_name"),
+    "elastic_instance": ("elastic_consume",),
     "events": ("InstanceEvent",),
     "errors": ("ConfigChangedError", "ConfigError", "ConsumerGoneError", "GroupExistsError", "JetStreamAPIError",
                "NotAMemberError", "NotFoundError", "PCGroupsError", "PermissionDeniedError", "SupersededError"),
@@ -82,10 +83,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
                          parse_mapping, parse_static_config, validate_name)
     from .delivery import Msg
     from .elastic import (ElasticSpec, add_members, add_source, create_elastic, delete_elastic,
-                          delete_member_mappings, delete_members, elastic_consume,
-                          elastic_is_in_membership_and_active, elastic_member_step_down, get_elastic_config,
-                          get_elastic_layout, list_elastic_active_members, list_elastic_groups, remove_source,
-                          set_member_mappings, work_queue_name)
+                          delete_member_mappings, delete_members, elastic_is_in_membership_and_active,
+                          elastic_member_step_down, get_elastic_config, get_elastic_layout,
+                          list_elastic_active_members, list_elastic_groups, remove_source, set_member_mappings,
+                          work_queue_name)
+    from .elastic_instance import elastic_consume
     from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                          NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError, SupersededError)
     from .events import InstanceEvent

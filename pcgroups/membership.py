@@ -278,7 +278,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
     """An elastic instance in automatic membership: its lease, the group's membership, its consumer.
 
     A consume context (:class:`~pcgroups.loop.ConsumeContext`) whose control loop follows the leases
-    and the config; ``consumer`` is the underlying :class:`~pcgroups.elastic.ElasticInstance`, whose
+    and the config; ``consumer`` is the underlying :class:`~pcgroups.elastic_instance.ElasticInstance`, whose
     pin, partitions and messages this instance's are.
     """
 
