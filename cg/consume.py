@@ -239,13 +239,15 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
 
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
-                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None) -> int:
+                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None,
+                  otel: bool = False) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
     (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
     once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``metrics_listen``:
-    serve the instance's metrics there (cg/metrics.py). The connection is the runtime's
+    serve the instance's metrics there (cg/metrics.py); ``otel``: export its spans as the ``OTEL_*``
+    variables say (cg/otel.py). The connection is the runtime's
     (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     start: Callable[..., Any]
@@ -294,13 +296,18 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     keyed = concurrency or ConsumeConcurrency()
     handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
     metrics_server, metrics_kwargs = None, dict[str, Any]()
-    nc = None
+    nc = tracer_provider = None
     try:
+        if otel:
+            from .otel import tracing_from_env
+
+            tracing, tracer_provider = tracing_from_env()
+            metrics_kwargs["tracing"] = tracing
         if metrics_listen:
             from .metrics import instance_metrics
 
-            metrics, metrics_server, metrics_kwargs = instance_metrics(kind, stream, group, member, metrics_listen,
-                                                                       start)
+            metrics, metrics_server, served = instance_metrics(kind, stream, group, member, metrics_listen, start)
+            metrics_kwargs.update(served)
             handler = metrics.wrap(handler)
 
         async def setup():
@@ -341,6 +348,10 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             await rt.close(nc)
         if metrics_server is not None:
             metrics_server.shutdown()
+        if tracer_provider is not None:
+            from .otel import finish
+
+            finish(tracer_provider)
         for sig in installed:
             loop.remove_signal_handler(sig)
         if printer.broken:

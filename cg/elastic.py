@@ -15,7 +15,7 @@ from .common import (check_config, check_names, parse_duration_option, parse_map
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
 from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
-                      Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+                      Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
             max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
             concurrency: Concurrency = 1, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
-            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None) -> None:
+            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None, otel: Otel = False) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
@@ -344,7 +344,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
 
         member = auto_member_name()
     join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, auto=auto,
-         lease_ttl=lease, create=spec, metrics_listen=metrics_listen)
+         lease_ttl=lease, create=spec, metrics_listen=metrics_listen, otel=otel)
 
 
 add_shared(elastic_app, ELASTIC, "status", "reset", "prompt")

@@ -138,6 +138,9 @@ MaxAckPending = Annotated[Optional[int], typer.Option(
 MetricsListen = Annotated[Optional[str], typer.Option(
     "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
     metavar="ADDR", show_default=False)]
+Otel = Annotated[bool, typer.Option(
+    "--otel", help="export OpenTelemetry spans of each message handled and of the group's control work, as the "
+                   "OTEL_* environment variables say (default: OTLP over HTTP to localhost:4318)")]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",

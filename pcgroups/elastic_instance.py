@@ -36,6 +36,7 @@ from .partitions import elastic_member_filters, member_partitions
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .store import ELASTIC_BUCKET, group_entry, group_key, kv_call, open_bucket, read
+from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -57,7 +58,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           auto: bool = False, lease_ttl: float = 5.0,
                           create: ElasticSpec | None = None, on_assigned: PartitionsHook | None = None,
                           on_revoked: PartitionsHook | None = None,
-                          on_event: EventCallback | None = None) -> ElasticInstance | AutoInstance:
+                          on_event: EventCallback | None = None,
+                          tracing: Tracing | None = None) -> ElasticInstance | AutoInstance:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -66,8 +68,9 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     ``member`` may then be empty for a generated name, and ``create`` (an :class:`ElasticSpec`)
     joins the group by name: it is created with that shape if it does not exist (an existing group
     of another shape is a ``GroupExistsError``). ``on_assigned``, ``on_revoked`` and ``on_event``: see
-    :mod:`pcgroups.events`. Without a ``handler`` the instance is iterated: ``async for msg in instance``.
-    Await the result for the instance, or use it directly: ``async with elastic_consume(...) as inst``.
+    :mod:`pcgroups.events`; ``tracing``: OpenTelemetry spans (:mod:`pcgroups.tracing`). Without a
+    ``handler`` the instance is iterated: ``async for msg in instance``. Await the result for the
+    instance, or use it directly: ``async with elastic_consume(...) as inst``.
     """
     if create is not None and not auto:
         raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
@@ -92,7 +95,7 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
                            concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                           on_revoked=on_revoked, on_event=on_event)
+                           on_revoked=on_revoked, on_event=on_event, tracing=tracing)
     await inst._setup()
     return await join(inst, user_named=user_named, lease_ttl=lease_ttl) if auto else inst
 
@@ -204,6 +207,7 @@ class ElasticInstance(ConsumerInstance):
         desired = elastic_member_filters(cfg, self.member_name)
         if desired == self.desired and (self.current == desired or not desired):
             return CONTINUE  # our partitions did not change: keep consuming without a pause
+        self.trace.rebalance_started(_partitions_of(self.current or []), _partitions_of(desired))
         self.desired = desired
         await self._reconcile()
         return CONTINUE
@@ -266,6 +270,8 @@ class ElasticInstance(ConsumerInstance):
             what = "membership change not applied yet" if self._unsettled() else "consumer check failed"
             log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG, "%s: %s: %s",
                     self.member_name, what, e)
+        if not self._unsettled():
+            self.trace.rebalance_done()
 
     async def _consumer_info(self) -> dict[str, Any] | None:
         try:

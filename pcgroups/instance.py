@@ -39,6 +39,7 @@ from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
+from .tracing import NO_TRACING, InstanceTracing, Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -132,6 +133,20 @@ def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Startin
     return entry
 
 
+def traced_retry(retry: RetryPolicy | None, trace: InstanceTracing) -> RetryPolicy | None:
+    """``retry`` (None: the default policy) telling ``trace`` of dead letters too, when it traces."""
+    if not trace.enabled:
+        return retry
+    retry = retry or RetryPolicy()
+    told = retry.on_dead_letter
+
+    def on_dead_letter(msg: Msg, reason: str) -> None:
+        trace.dead_letter(msg, reason)
+        if told is not None:
+            told(msg, reason)
+    return replace(retry, on_dead_letter=on_dead_letter)
+
+
 class ConsumerInstance(ControlLoop[ControlEvent]):
     """A running member instance. ``stop()`` ends it; ``await done()`` gives None or the error.
 
@@ -145,7 +160,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                  handler: Handler | None, template: ConsumerConfig, batch: int, auto_in_progress: bool,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
                  on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                 on_event: EventCallback | None = None):
+                 on_event: EventCallback | None = None, tracing: Tracing | None = None):
         if handler is None and concurrency != 1:
             raise ConfigError("an instance iterated with async for takes one message at a time: concurrency "
                               f"must be 1 without a handler, got {concurrency}")
@@ -162,14 +177,17 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.key = key
-        self.retry = retry
+        #: the instance's spans (:mod:`pcgroups.tracing`; :data:`~pcgroups.tracing.NO_TRACING` without ``tracing``)
+        self.trace: InstanceTracing = NO_TRACING if tracing is None else tracing.instance(self.flavour, stream,
+                                                                                         group, member)
+        self.retry = traced_retry(retry, self.trace)
         self.session: PullSession | None = None
         self.recovered_errors = 0
         self._handoff: Handoff | None = None
         if handler is None:
             self._handoff = Handoff(self._done)
             handler = self._handoff.handler
-        self.handler: Handler = handler
+        self.handler: Handler = self.trace.wrap(handler)
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
                                   on_failure=lambda e: self._post(Fatal(e)))
         # "pinned", "lost-pin" or "standby" once said; "unpinned": lost the pin, nobody else seen with it yet
@@ -294,7 +312,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                               on_gone=lambda r: self._post(ConsumerGone(r)),
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
-                              on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates)
+                              on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates,
+                              trace=self.trace)
         if self._stop_requested:
             session.halt()
         await session.start()
@@ -336,9 +355,10 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             self._held_pin = session.pin_id
             if self._pin_state != "pinned":
                 owned = self._handed_out(session)
-                await self._reporter.settle(owned)
-                self._pin_state = "pinned"
-                self._reporter.emit("pinned", owned)
+                with self.trace.take_over(owned, session.pin_id, self._pin_state):
+                    await self._reporter.settle(owned)
+                    self._pin_state = "pinned"
+                    self._reporter.emit("pinned", owned)
             session.admit()
             return
         if self._pin_state == "pinned":
@@ -396,6 +416,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         return None  # the stripped subject
 
     async def _close(self, result: BaseException | None) -> BaseException | None:
+        self.trace.close()
         self._unlisten()
         self._unwatch()
         try:

@@ -28,6 +28,7 @@ from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
 from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
 from .scheduler import Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher, key_by_subject
+from .tracing import NO_TRACING, InstanceTracing
 
 log = logging.getLogger("pcgroups")
 
@@ -129,8 +130,10 @@ class PullSession:
                  on_fatal: Callable[[BaseException], None] | None = None,
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
-                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None):
+                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
+                 trace: InstanceTracing = NO_TRACING):
         self.nc = nc
+        self.trace = trace
         self.api = api
         self.stream = stream
         self.consumer = consumer
@@ -314,10 +317,11 @@ class PullSession:
 
     async def reset_consumer(self, seq: int | None = None) -> None:
         """RESET the consumer to stream sequence ``seq`` (None: its ack floor)."""
-        if seq is None:
-            await self.api.reset(self.stream, self.consumer)
-        else:
-            await self.api.reset(self.stream, self.consumer, seq)
+        with self.trace.reset(self.consumer, seq):
+            if seq is None:
+                await self.api.reset(self.stream, self.consumer)
+            else:
+                await self.api.reset(self.stream, self.consumer, seq)
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         await self.nc.publish(subject, data, headers=headers)

@@ -33,6 +33,7 @@ from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
 from .store import group_entry, group_key, kv_call, open_or_create_bucket, read
+from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -146,20 +147,21 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                          on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                         on_event: EventCallback | None = None) -> "StaticInstance":
+                         on_event: EventCallback | None = None, tracing: Tracing | None = None) -> "StaticInstance":
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
-    ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`. Without a ``handler``
-    the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`). Await the result
-    for the instance, or use it directly: ``async with static_consume(...) as inst``.
+    ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`; ``tracing``: OpenTelemetry
+    spans (:mod:`pcgroups.tracing`). Without a ``handler`` the instance is iterated: ``async for msg in
+    instance`` (:mod:`pcgroups.hooks`). Await the result for the instance, or use it directly:
+    ``async with static_consume(...) as inst``.
     """
     api = api_of(nc, api)
     check_names(stream, group, member)
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                           template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
                           concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                          on_revoked=on_revoked, on_event=on_event)
+                          on_revoked=on_revoked, on_event=on_event, tracing=tracing)
     await inst._setup()
     return inst
 
