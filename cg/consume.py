@@ -261,6 +261,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     stop_requested = asyncio.Event()
     signals = 0
     inst = None
+    served = None   # --metrics-listen: the metrics, the probes and their server
 
     def on_signal() -> None:
         nonlocal signals
@@ -272,6 +273,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                 pass
             os._exit(130)
         stop_requested.set()
+        if served is not None:
+            served.health.stopping()
         if inst is not None:
             inst.stop()
 
@@ -295,7 +298,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
 
     keyed = concurrency or ConsumeConcurrency()
     handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
-    metrics_server, metrics_kwargs = None, dict[str, Any]()
+    metrics_kwargs: dict[str, Any] = {}
     nc = tracer_provider = None
     try:
         if otel:
@@ -306,9 +309,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if metrics_listen:
             from .metrics import instance_metrics
 
-            metrics, metrics_server, served = instance_metrics(kind, stream, group, member, metrics_listen, start)
-            metrics_kwargs.update(served)
-            handler = metrics.wrap(handler)
+            served = instance_metrics(kind, stream, group, member, metrics_listen, start)
+            metrics_kwargs.update(served.kwargs)
+            handler = served.metrics.wrap(handler)
 
         async def setup():
             nonlocal nc
@@ -328,6 +331,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         inst = await _unless_stopped(setup(), stop_requested)
         if inst is None:
             return 0  # interrupted while setting up
+        if served is not None:
+            served.readiness.attach(nc, inst)
+            served.health.check()
         if stop_requested.is_set():
             inst.stop()
         done = asyncio.ensure_future(inst.done())
@@ -346,8 +352,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             await inst.stop()  # idempotent: returns at once when it has ended
         if nc is not None:
             await rt.close(nc)
-        if metrics_server is not None:
-            metrics_server.shutdown()
+        if served is not None:
+            await served.health.stop()
+            served.server.shutdown()
         if tracer_provider is not None:
             from .otel import finish
 
