@@ -45,10 +45,12 @@ Invariants (tests/test_tracing.py checks each):
    :meth:`~InstanceTracing.close` (``instance stopped``).
 
 **Another process.** The span code reads the message through :class:`Traced` only (``pcgroups.Msg`` is
-one). A worker process that runs the handler builds its own ``Tracing`` (its own tracer provider and
-exporter) and ``tracing.instance(flavour, stream, group, member).wrap(handler)``, and hands the wrapper a
-message object with those attributes (the headers carry the producer's context across): the span is then
-the worker's, with the same attributes and parent.
+one) and needs nothing of the instance but its labels. A worker process that runs the handler builds
+its own ``Tracing`` (its own tracer provider and exporter) and ``spans = tracing.instance(flavour,
+stream, group, member)``, then runs each call as ``with spans.handling(msg): handler(msg)`` (or calls
+``spans.wrap(handler)``), where ``msg`` has the attributes of :class:`Traced` (the headers carry the
+producer's context across; ``key`` is the one the dispatcher gave the message, ``naks`` counts its
+``nak()`` calls): the span is the worker's, with the same attributes and parent.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class InstanceTracing:
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``handler`` with a process span around each call (here: the handler itself)."""
         return handler
+
+    def handling(self, msg: Traced) -> AbstractContextManager[Any]:
+        """One handler call of ``msg`` runs inside this: its process span (here: nothing). What
+        :meth:`wrap` uses; a worker that runs the handler itself can use it directly."""
+        return nullcontext()
 
     def dead_letter(self, msg: Any, reason: str) -> None:
         """A ``RetryPolicy.on_dead_letter``: ``msg`` was given up for ``reason``."""
@@ -251,39 +258,23 @@ class _Spans(InstanceTracing):
                 self._failed.pop(key, None)
         span.end()
 
+    def handling(self, msg: Traced) -> AbstractContextManager[Any]:
+        return _Call(self, msg)
+
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        attach, detach, in_context = self._context.attach, self._context.detach, self._trace.set_span_in_context
-        start, ended = self._start, self._ended
+        call = self.handling
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
             @wraps(handler)
             async def traced_async(msg: Any) -> Any:
-                (span, count), naks = start(msg), msg.naks
-                token = attach(in_context(span))
-                try:
-                    result = await handler(msg)
-                except BaseException as e:
-                    detach(token)
-                    ended(span, msg, naks, count, e)
-                    raise
-                detach(token)
-                ended(span, msg, naks, count, None)
-                return result
+                with call(msg):
+                    return await handler(msg)
 
             return traced_async
 
         @wraps(handler)
         def traced(msg: Any) -> Any:
-            (span, count), naks = start(msg), msg.naks
-            token = attach(in_context(span))
-            try:
-                result = handler(msg)
-            except BaseException as e:
-                detach(token)
-                ended(span, msg, naks, count, e)
-                raise
-            detach(token)
-            ended(span, msg, naks, count, None)
-            return result
+            with call(msg):
+                return handler(msg)
 
         return traced
 
@@ -341,3 +332,24 @@ class _Spans(InstanceTracing):
 
     def close(self) -> None:
         self._end_rebalance("instance stopped")
+
+
+class _Call:
+    """One handler call inside its process span (:meth:`InstanceTracing.handling`): the span is current
+    inside, and ends with the call's outcome."""
+
+    __slots__ = ("_spans", "_msg", "_span", "_count", "_naks", "_token")
+
+    def __init__(self, spans: _Spans, msg: Traced) -> None:
+        self._spans, self._msg = spans, msg
+        self._span, self._count = spans._start(msg)
+        self._naks = msg.naks
+
+    def __enter__(self) -> Any:
+        spans = self._spans
+        self._token = spans._context.attach(spans._trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        self._spans._context.detach(self._token)
+        self._spans._ended(self._span, self._msg, self._naks, self._count, error)
