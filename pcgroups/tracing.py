@@ -37,8 +37,9 @@ Invariants (tests/test_tracing.py checks each):
 3. A handler that raises: the span's status is ERROR, the exception is recorded as an event and
    ``error.type`` is its class; the exception passes through unchanged. A ``nak()`` in the handler: status
    ERROR, a ``nak`` event, ``error.type`` ``nak``. A dead letter: a ``dead-letter`` span, child of the
-   message's last process span, status ERROR, with a ``dead-letter`` event naming the reason. A handler
-   cancelled (the instance stops) or superseded by a RESET is no error: an event says so.
+   message's last process span (of the producer's context when that span is not known here), status
+   ERROR, with a ``dead-letter`` event naming the reason. A handler cancelled (the instance stops) or
+   superseded by a RESET is no error: an event says so.
 4. A wrapped handler keeps its kind: an async one stays async, a plain one plain (run in a thread).
 5. A rebalance span is open from :meth:`~InstanceTracing.rebalance_started` until
    :meth:`~InstanceTracing.rebalance_done` (an ``applied`` event), a newer change (``superseded``) or
@@ -47,10 +48,10 @@ Invariants (tests/test_tracing.py checks each):
 **Another process.** The span code reads the message through :class:`Traced` only (``pcgroups.Msg`` is
 one) and needs nothing of the instance but its labels. A worker process that runs the handler builds
 its own ``Tracing`` (its own tracer provider and exporter) and ``spans = tracing.instance(flavour,
-stream, group, member)``, then runs each call as ``with spans.handling(msg): handler(msg)`` (or calls
-``spans.wrap(handler)``), where ``msg`` has the attributes of :class:`Traced` (the headers carry the
-producer's context across; ``key`` is the one the dispatcher gave the message, ``naks`` counts its
-``nak()`` calls): the span is the worker's, with the same attributes and parent.
+stream, group, member)``, then runs each call as ``with spans.handling(msg, {"pcgroups.member": m}):
+handler(msg)`` (or calls ``spans.wrap(handler)``), where ``msg`` has the attributes of :class:`Traced`
+(the headers carry the producer's context across; ``key`` is the one the dispatcher gave the message,
+``naks`` counts its ``nak()`` calls): the span is the worker's, with the same attributes and parent.
 """
 
 from __future__ import annotations
@@ -103,9 +104,10 @@ class InstanceTracing:
         """``handler`` with a process span around each call (here: the handler itself)."""
         return handler
 
-    def handling(self, msg: Traced) -> AbstractContextManager[Any]:
-        """One handler call of ``msg`` runs inside this: its process span (here: nothing). What
-        :meth:`wrap` uses; a worker that runs the handler itself can use it directly."""
+    def handling(self, msg: Traced, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
+        """One handler call of ``msg`` runs inside this: its process span (here: nothing), with
+        ``attributes`` besides its own (they win). What :meth:`wrap` uses; a worker that runs the handler
+        for several members can use it directly (``{"pcgroups.member": ...}``)."""
         return nullcontext()
 
     def dead_letter(self, msg: Any, reason: str) -> None:
@@ -201,8 +203,9 @@ class _Spans(InstanceTracing):
         self._root = context.Context()   # no parent: a span never inherits the context its caller runs in
 
     # --- process spans -------------------------------------------------------------------
-    def _start(self, msg: Traced) -> tuple[Any, int]:
-        """The process span of a handler call of ``msg`` (started), and its delivery count."""
+    def _start(self, msg: Traced, extra: Mapping[str, Any] | None = None) -> tuple[Any, int]:
+        """The process span of a handler call of ``msg`` (started, ``extra`` among its attributes), and its
+        delivery count."""
         headers = msg.headers
         count = msg.deliveries
         if self._failed:
@@ -215,17 +218,24 @@ class _Spans(InstanceTracing):
                       "pcgroups.stream_sequence": msg.stream_sequence}
         if msg.key is not None:
             attributes["pcgroups.key"] = msg.key
+        if extra:
+            attributes.update(extra)
         parent, links = self._root, None
         if headers:
             msg_id = headers.get(MSG_ID_HEADER)
             if msg_id:
                 attributes["messaging.message.id"] = msg_id
-            context = self._propagator.extract(headers, getter=self._getter)
-            producer = self._trace.get_current_span(context).get_span_context()
-            if producer.is_valid:
-                parent, links = context, [self._Link(producer)]
+            parent, producer = self._producer(headers)
+            if producer is not None:
+                links = [self._Link(producer)]
         return self._tracer.start_span(self._process_name, context=parent, kind=self._CONSUMER,
                                        attributes=attributes, links=links), count
+
+    def _producer(self, headers: Mapping[str, str]) -> tuple[Any, Any]:
+        """The producer's context in ``headers`` and its span context; (the root, None) without one."""
+        context = self._propagator.extract(headers, getter=self._getter)
+        producer = self._trace.get_current_span(context).get_span_context()
+        return (context, producer) if producer.is_valid else (self._root, None)
 
     def _ended(self, span: Any, msg: Traced, naks: int, count: int, error: BaseException | None) -> None:
         """Status and events of a handler call that returned (``error`` None) or raised; then end it."""
@@ -258,8 +268,8 @@ class _Spans(InstanceTracing):
                 self._failed.pop(key, None)
         span.end()
 
-    def handling(self, msg: Traced) -> AbstractContextManager[Any]:
-        return _Call(self, msg)
+    def handling(self, msg: Traced, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
+        return _Call(self, msg, attributes)
 
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         call = self.handling
@@ -281,7 +291,10 @@ class _Spans(InstanceTracing):
     def dead_letter(self, msg: Any, reason: str) -> None:
         with self._failed_lock:
             last = self._failed.pop((msg.stream_sequence, msg.deliveries), None)
-        parent = self._root if last is None else self._trace.set_span_in_context(self._trace.NonRecordingSpan(last[0]))
+        if last is not None:
+            parent = self._trace.set_span_in_context(self._trace.NonRecordingSpan(last[0]))
+        else:   # its handler calls were traced elsewhere (a worker process), or not kept: the producer's trace
+            parent = self._producer(msg.headers)[0] if msg.headers else self._root
         attributes = {**self._labels, "messaging.destination.name": msg.subject,
                       "messaging.destination.partition.id": str(msg.partition),
                       "pcgroups.stream_sequence": msg.stream_sequence, "pcgroups.dead_letter.reason": reason}
@@ -340,9 +353,9 @@ class _Call:
 
     __slots__ = ("_spans", "_msg", "_span", "_count", "_naks", "_token")
 
-    def __init__(self, spans: _Spans, msg: Traced) -> None:
+    def __init__(self, spans: _Spans, msg: Traced, attributes: Mapping[str, Any] | None) -> None:
         self._spans, self._msg = spans, msg
-        self._span, self._count = spans._start(msg)
+        self._span, self._count = spans._start(msg, attributes)
         self._naks = msg.naks
 
     def __enter__(self) -> Any:

@@ -120,6 +120,27 @@ async def test_a_wrapped_handler_keeps_its_kind_and_runs_inside_its_span():
     assert failed.events[0].name == "exception" and failed.events[0].attributes["exception.type"] == "KeyError"
 
 
+def test_a_worker_traces_a_call_itself_and_a_dead_letter_without_its_calls_joins_the_producer():
+    """``handling(msg, attributes)``, as a worker process running calls for several members would use it;
+    a dead letter whose calls were traced elsewhere is a child of the producer's span."""
+    tracing, exporter, tracer = memory()
+    spans = tracing.instance("elastic", "s", "g", "")
+    with tracer.start_as_current_span("send") as producer:
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+    msg = FakeMsg(headers={"Traceparent": carrier["traceparent"]}, key="k1")
+    with spans.handling(msg, {"pcgroups.member": "m2", "pcgroups.worker": "w1"}) as span:
+        assert trace.get_current_span() is span
+    spans.dead_letter(FakeMsg(headers=carrier, stream_sequence=99), "boom")
+    [process] = named(exporter, "process")
+    assert process.attributes["pcgroups.member"] == "m2" and process.attributes["pcgroups.worker"] == "w1"
+    assert process.attributes["pcgroups.key"] == "k1"
+    assert process.parent.span_id == producer.get_span_context().span_id
+    [letter] = named(exporter, "dead-letter")
+    assert letter.parent.span_id == producer.get_span_context().span_id
+    assert letter.attributes["pcgroups.dead_letter.reason"] == "boom"
+
+
 async def test_process_spans_continue_the_producers_trace_under_key_level_concurrency(js, nc, uniq):
     """A publisher with a trace context, a member with concurrency 3: each process span is the child of
     its producer span (a Go-style ``Traceparent`` header too) and links to it; a message without a
