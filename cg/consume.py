@@ -220,6 +220,12 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
             return  # not acked: redelivered to whoever carries on
         if sleep > 0:
             await precise_sleep(sleep)
+        if msg.superseded:   # another instance may be handling it now: the library's rule is not to ack
+            text = ("superseded by a reset (not acked)" if msg.reset_since else
+                    "superseded: another instance took over (not acked)")
+            if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
+                on_broken()
+            return
         try:
             await msg.ack_sync()
         except SupersededError:  # a reset moved the consumer while it was handled: not an error

@@ -84,6 +84,13 @@ async def _noop() -> None:
     return None
 
 
+async def _release_unsettled(d: Delivery, m: Msg) -> None:
+    """A call ended without settling ``m`` after its pin was lost: nak it, so that the new holder, which
+    waits for the calls of the earlier one (Delivery invariant 7), gets it at once rather than after AckWait."""
+    if not m.settled and not d.current(m) and m.epoch == d.epoch and not d.closed:
+        await d.nak_quietly(m)
+
+
 class SerialDispatcher:
     """One handler at a time, in delivery order (concurrency 1).
 
@@ -146,6 +153,7 @@ class SerialDispatcher:
             self._on_fatal(e)
             return False
         self._current = None
+        await _release_unsettled(self._delivery, m)
         return True
 
 
@@ -155,10 +163,6 @@ class ConsumerControl(Protocol):
     stream: str
     consumer: str
     label: str
-
-    async def consumer_info(self) -> dict[str, Any]: ...
-
-    async def reset_consumer(self, seq: int | None = None) -> None: ...
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
 
@@ -184,8 +188,6 @@ class KeyedDispatcher:
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
-        self._checked_pin: str | None = None
-        self._checking = False   # _restore_order is asking: no task takes a message meanwhile (a reset drops them)
 
     @property
     def running(self) -> bool:
@@ -221,28 +223,15 @@ class KeyedDispatcher:
     async def _dispatch(self) -> None:
         d = self._delivery
         while not d.closed:
-            while d.buffered:
+            while d.buffered and not d.taking_over:
                 m = await d.take()
-                if m is None:
-                    continue
-                if m.pin_id is not None and m.pin_id != self._checked_pin:
-                    self._checked_pin = m.pin_id
-                    self._checking = True
-                    try:
-                        reset = await self._restore_order(m)
-                    finally:
-                        self._checking = False
-                    if reset:
-                        break
-                    if not d.current(m):   # the pin moved while we asked
-                        await d.nak_quietly(m)
-                        continue
-                self._admit(m)
+                if m is not None:
+                    self._admit(m)
             while (taken := self._take()) is not None:
                 task = asyncio.create_task(self._run_one(*taken))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            if not d.buffered:
+            if not d.buffered or d.taking_over:
                 await d.wait_for_work()
 
     def _admit(self, m: Msg) -> None:
@@ -257,8 +246,7 @@ class KeyedDispatcher:
     def _take(self) -> tuple[str, Msg] | None:
         """The next ready key (round-robin) and its next message, marked running; None when
         ``concurrency`` handlers run, no key is ready, or no handler may start."""
-        while (self._ready and len(self._running) < self.concurrency and not self._checking
-               and self._delivery.may_start()):
+        while self._ready and len(self._running) < self.concurrency and self._delivery.may_start():
             k = self._ready.popleft()
             q = self._keys.get(k)
             if not q:
@@ -270,41 +258,6 @@ class KeyedDispatcher:
             self._running[k] = m
             return k, m
         return None
-
-    async def _restore_order(self, first: Msg) -> bool:
-        """On taking the pin with an earlier owner's messages unacked (redelivered after AckWait out of
-        order, or still pending), RESET the consumer to its ack floor: everything comes again in stream
-        order at once. A fresh pin (first delivery, nothing unacked below it) needs no reset. Returns
-        True when it reset (what was buffered is dropped)."""
-        c, d = self._consumer, self._delivery
-        try:
-            info = await c.consumer_info()
-        except Exception as e:
-            log.debug("%s: consumer info failed: %s", c.label, e)
-            return False
-        if info.get("num_ack_pending", 0) == 0:
-            return False
-        # What is pending may be only what was just delivered to us (the first message included): then
-        # a first delivery with the ack floor right below it means no earlier owner's message is
-        # outstanding, and no reset is needed. A redelivery, or a gap between the floor and our first
-        # consumer sequence, still resets (a take-over with messages in flight).
-        if first.deliveries == 1:
-            floor = (info.get("ack_floor") or {}).get("consumer_seq", 0)
-            if floor >= first.consumer_sequence - 1:
-                return False
-        # From here on what arrives is dropped until the first delivery after the reset (consumer
-        # sequence 1): the reset may redeliver before its own reply reaches us.
-        d.expect_reset()
-        self.drop_queued()
-        try:
-            await c.reset_consumer()
-        except Exception as e:
-            log.warning("%s: reset failed: %s", c.label, e)
-            d.reset_failed()
-            return True  # what was dropped is redelivered after AckWait
-        log.info("%s: pinned with %d unacked messages: reset to the ack floor (%d) to keep stream order",
-                 c.label, info.get("num_ack_pending", 0), info.get("ack_floor", {}).get("stream_seq", 0))
-        return True
 
     async def _run_one(self, k: str, m: Msg) -> None:
         """Handle ``m`` of key ``k``, then chain: while a slot is free this task takes the next ready
@@ -346,7 +299,10 @@ class KeyedDispatcher:
             if isinstance(error, SupersededError) or m.epoch != d.epoch:
                 return  # the consumer was RESET: the message is not pending any more (invariant 6)
             if error is None and retry is None:
-                return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
+                # acked, termed, or left to the handler (no ack: redelivered after AckWait); a message of a pin
+                # lost meanwhile goes back to the server at once, for the new holder (it waited for this call)
+                await _release_unsettled(d, m)
+                return
             reason = repr(error) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
             if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
@@ -356,8 +312,9 @@ class KeyedDispatcher:
             log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
                      m.sequence, reason, attempt, delay)
             await asyncio.sleep(delay)
-            if m.superseded:
-                return  # the pin moved: the new owner has it
+            if not d.current(m):
+                await _release_unsettled(d, m)
+                return  # the pin moved: the new holder gets it (it waited for this call)
 
     async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:
         c = self._consumer

@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from nats.aio.client import Client
@@ -32,6 +32,7 @@ from .scheduler import Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDisp
 log = logging.getLogger("pcgroups")
 
 DEFAULT_BATCH = 500
+TAKEOVER_POLL = 0.05   # how often a take-over asks consumer info while an earlier holder's calls run
 
 Handler = Callable[[Msg], Awaitable[None] | None]
 
@@ -153,6 +154,7 @@ class PullSession:
         self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
         self._wake = asyncio.Event()     # wakes the pull loop
+        self._delivered = asyncio.Event()   # a message arrived during a take-over
         self._sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pull_subject = api.pull_subject(stream, consumer)
@@ -160,7 +162,10 @@ class PullSession:
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
         self._ack_replies = AckReplies(nc)
         self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9,
-                                 supersede=self._ack_replies.supersede)
+                                 supersede=self._ack_replies.supersede, grace=ack_wait)
+        # A new pin waits until the earlier holder's calls ended (Delivery invariant 7): one consumer info with
+        # max_ack_pending 1 (the message delivered is then the only one pending), a wait with a larger window.
+        self.delivery.guarded = True
         # gated: handlers of a new pin wait until the owner admits it (admit()), told by on_pin: its hooks run first
         self.delivery.gated = gated
         handle = as_handle(handler)
@@ -344,9 +349,15 @@ class PullSession:
         elif pin != delivery.pin_id:
             if delivery.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
+            else:   # a new pin without a 423 first: what waits under the old one goes back to the server
+                self._drop_queued()
             delivery.pin_given(pin, now)
+            if delivery.taking_over:
+                self._spawn(self._take_over(pin), f"pcg-takeover-{self.label}")
             self._pin_changed()
         await delivery.deliver(Msg(msg, delivery, self.dispatcher, pin, now))
+        if delivery.taking_over:
+            self._delivered.set()
 
     def _on_status(self, status: str, headers: dict[str, str]) -> None:
         if status == "100":
@@ -378,10 +389,50 @@ class PullSession:
             # (one per heartbeat); only the consumer's "not found" ends the session.
             self._pending = 0
             if not any(t.get_name() == "pcg-503" and not t.done() for t in self._tasks):
-                self._tasks.append(asyncio.create_task(self._check_consumer(), name="pcg-503"))
+                self._spawn(self._check_consumer(), "pcg-503")
         else:
             self._pending = 0
             self._gone(f"pull failed: {status} {description}".strip())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """A task of the session's (stop() cancels it); those that ended are forgotten."""
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def _take_over(self, pin: str) -> None:
+        """Delivery invariant 7: hand nothing out under the new ``pin`` until every message pending on the
+        consumer was delivered here, i.e. the earlier holder's calls in flight ended (acked, nak'd, or their
+        AckWait ran out: a dead holder's come here then). Bounded: after 2 x AckWait + 2 s it goes on anyway."""
+        d = self.delivery
+        started = time.monotonic()
+        deadline = started + 2 * self.ack_wait + 2.0
+        waited_for = 0
+        while d.pin_id == pin and d.taking_over and not self.closed:
+            try:
+                info = await self.consumer_info()
+            except Exception as e:  # disconnected, no leader: ask again shortly
+                log.debug("%s: consumer info for the take-over: %s", self.label, e)
+                info = None
+            if info is not None:
+                foreign = int(info.get("num_ack_pending", 0)) - d.own_pending()
+                if foreign <= 0:
+                    break
+                waited_for = max(waited_for, foreign)
+            if time.monotonic() >= deadline:
+                log.warning("%s: took over the pin with %d message(s) of the earlier holder still pending after "
+                            "%.1fs; handing out in stream order anyway", self.label, waited_for,
+                            time.monotonic() - started)
+                break
+            self._delivered.clear()
+            try:
+                await asyncio.wait_for(self._delivered.wait(), TAKEOVER_POLL)
+            except asyncio.TimeoutError:
+                pass
+        redelivered = d.taken_over(pin)
+        if waited_for or redelivered:
+            log.info("%s: took over the pin with unacked message(s) of the earlier holder (%d still pending "
+                     "elsewhere, %d redelivered here): waited %.2fs, handing out in stream order", self.label,
+                     waited_for, redelivered, time.monotonic() - started)
 
     async def _check_consumer(self) -> None:
         """After a pull without responders: end the session only when the consumer does not exist."""
@@ -493,12 +544,15 @@ class PullSession:
 
     async def _progress_loop(self) -> None:
         """Send +WPI for what the dispatcher says is overdue (a handler running longer than a third of
-        AckWait; with key-level concurrency also messages waiting for their key), so it is not redelivered."""
+        AckWait; with key-level concurrency also messages waiting for their key) and for messages waiting in
+        the buffer as long, so they are not redelivered."""
         interval = max(self.ack_wait / 3, 0.2)
         while not self.closed:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
-            for m in self.dispatcher.overdue(now, interval):
+            for m in [*self.dispatcher.overdue(now, interval), *self.delivery.overdue(now, interval)]:
+                if not self.delivery.extend(m, now):
+                    continue   # its pin was lost long enough ago: let its AckWait run out (Delivery invariant 8)
                 m.last_progress = now
                 try:
                     await self.nc.publish(m.reply, b"+WPI")

@@ -27,6 +27,8 @@ Scenarios (CI size / ``--long`` size, in fault injections):
   SIGKILL alternately; static and elastic instances reconnect and continue (2 / 6);
 - ``membership``: add, drop and member-mapping changes of an elastic group under traffic (12 / 50);
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
+- ``stepdown-keyed``: single step-downs of m1 (2 instances, key-level concurrency 4, 0.2 s calls) 1.5 s apart in
+  static and elastic groups: exclusivity and order checked per key (4 / 20);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 - ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
@@ -1118,6 +1120,41 @@ async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
                 for g in (gs, ge)]
 
 
+async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2, every: float = 1.5) -> list[Result]:
+    """Single step-downs of m1 (2 instances, key-level concurrency 4, window 16, 0.2 s calls) in static and
+    elastic groups, ``every`` s apart: the new pin holder must not start a key while the old one still runs a
+    call of it (its calls in flight end first, and may ack), and every key keeps its order."""
+    from pcgroups import elastic_member_step_down, static_member_step_down
+    t_start = time.time()
+    async with Env("stepdownkeyed", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 2}, work=work, window=16, concurrency=4)
+        ge = await env.group("elastic", {"m1": 2}, work=work, window=16, concurrency=4)
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        for run in range(runs):
+            before = {g.flavour: g.active("m1") for g in (gs, ge)}
+            t = time.time()
+            await asyncio.gather(static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
+                                 elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"))
+            for g in (gs, ge):
+                old = before[g.flavour]
+                await wait_until(lambda g=g, old=old: g.rec.first_start(after=t) is not None and any(
+                    c.start > t and (old is None or c.instance != old.name) for c in list(g.rec.calls)), 20,
+                    f"{g.flavour}: a call of the new pin holder")
+                takeover[g.flavour].append(min(c.start for c in list(g.rec.calls) if c.start > t and (
+                    old is None or c.instance != old.name)) - t)
+            env.log(f"step-down {run + 1}: " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await asyncio.sleep(every)
+        await env.stop_publishing()
+        await env.drained()
+        # the old holder's calls in flight at a step-down finish and ack; a call that had not would be nak'd
+        # at its end and handled once more: at most K per step-down
+        return [env.result(f"stepdown-keyed-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, pins=len({c.instance for c in g.rec.calls}))
+                for g in (gs, ge)]
+
+
 async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
     """Handlers running 1.6 x AckWait (2 partitions, a member each, max_ack_pending 1), ``count``
     messages per group: calling in_progress(), relying on automatic +WPI, and neither."""
@@ -1195,13 +1232,14 @@ async def wq_source_crash_evidence() -> list[str]:
 SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
-    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
+    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "stepdown-keyed": (4, 20),
+    "slow-handler": (4, 12),
     "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
     "cluster-partition": (1, 3),
 }
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
-          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
+          "stepdown-keyed": 8, "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
           "cluster-partition": 60}   # seconds allowed per run (plus setup)
 
 
@@ -1229,6 +1267,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = membership(size, verbose)
     elif name == "stepdown-storm":
         coro = stepdown_storm(size, verbose)
+    elif name == "stepdown-keyed":
+        coro = stepdown_keyed(size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
     else:

@@ -158,3 +158,15 @@ def test_percentile_nearest_rank():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert percentile(list(map(float, range(1, 101))), 99) == 99.0
     assert percentile([1.0, 2.0], 99) == 2.0
+
+
+@pytest.mark.timeout(90)
+async def test_stepdown_with_key_concurrency_never_runs_a_key_on_two_instances():
+    """Single step-downs of a member whose instances run 4 keys at once (0.2 s calls): the new pin holder starts
+    no key while the old one still runs a call (the old calls finish and ack), and each key keeps its order."""
+    rows = await _run("stepdown-keyed")
+    assert {r.scenario for r in rows} == {"stepdown-keyed-static", "stepdown-keyed-elastic"}
+    for r in rows:
+        _check_common(r)
+        assert r.overlaps == 0 and r.order_violations == 0 and r.duplicates == 0, r.examples
+        assert r.extra["pins"] == 2 and len(r.takeover) == r.runs and max(r.takeover) < 3 * TTL, r.takeover

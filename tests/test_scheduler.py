@@ -15,7 +15,7 @@ from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume,
 from .support import wait_for
 
 WINDOW = ConsumerConfig(max_ack_pending=2000, ack_wait=2)
-RESET_LOGGED = "reset to the ack floor"   # what KeyedDispatcher._restore_order logs when it RESETs
+TAKEOVER_LOGGED = "unacked message(s) of the earlier holder"   # what PullSession._take_over logs when it waited
 
 
 async def one_partition_group(js, nc, stream: str) -> None:
@@ -156,9 +156,9 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
     await wait_for(all_settled, 5, what="the acks and the +TERM applied")
 
 
-async def test_a_fresh_pin_does_not_reset_the_consumer(nc, js, uniq, caplog):
+async def test_a_fresh_pin_does_not_wait(nc, js, uniq, caplog):
     """Taking a pin with nothing of an earlier owner outstanding (start-up over a backlog, then a
-    step-down after everything was acked) needs no RESET: each message is delivered once."""
+    step-down after everything was acked) waits for nothing: each message is delivered once."""
     caplog.set_level(logging.INFO, logger="pcgroups")
     await one_partition_group(js, nc, uniq)
     keys = [f"k{i % 25}" for i in range(500)]
@@ -188,8 +188,8 @@ async def test_a_fresh_pin_does_not_reset_the_consumer(nc, js, uniq, caplog):
         await a.stop()
         await b.stop()
     assert len(first_pins) == 1 and not set(pins[-len(more):]) & first_pins, "the step-down moved the pin"
-    resets = [r.getMessage() for r in caplog.records if RESET_LOGGED in r.getMessage()]
-    assert resets == [], resets
+    waits = [r.getMessage() for r in caplog.records if TAKEOVER_LOGGED in r.getMessage()]
+    assert waits == [], waits
     assert deliveries == [1] * len(keys)
     for k, got in done.items():
         assert got == [i for i, kk in enumerate(keys) if kk == k], f"key {k} out of order"
@@ -260,8 +260,8 @@ def _spawn(url, stream, *extra, stderr=None):
 
 
 async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server, tmp_path):
-    """The survivor takes the pin with the victim's messages unacked: it RESETs the consumer (the victim,
-    pinned on a fresh consumer, did not) and every key keeps its order."""
+    """The survivor takes the pin with the victim's messages unacked: it waits until they come to it (their
+    AckWait ran out; the victim, pinned on a fresh consumer, did not wait) and every key keeps its order."""
     import json
     import signal
     import subprocess
@@ -329,9 +329,9 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
         for k in set(keys):
             seqs = [s for s in sorted(first, key=first.get) if keys[s - 1] == k]
             assert seqs == sorted(seqs), f"key {k}: first successes out of order"
-        resets = [(tmp_path / f"proc{i}.log").read_text().count(RESET_LOGGED) for i in range(2)]
-        assert resets[victim] == 0, "the first pin on a fresh consumer needs no reset"
-        assert resets[1 - victim] >= 1, "the take-over with unacked messages resets to the ack floor"
+        waits = [(tmp_path / f"proc{i}.log").read_text().count(TAKEOVER_LOGGED) for i in range(2)]
+        assert waits[victim] == 0, "the first pin on a fresh consumer waits for nothing"
+        assert waits[1 - victim] >= 1, "the take-over with unacked messages waits for them"
     finally:
         for p in procs:
             if p.poll() is None:
