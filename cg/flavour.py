@@ -134,7 +134,8 @@ KeyTokens = Annotated[Optional[str], typer.Option(
     show_default=False)]
 MaxAckPending = Annotated[Optional[int], typer.Option(
     "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
-                                           "4K, and at least K)", show_default=False)]
+                                           "16384 (a burst on one key that long does not hold back other keys), and "
+                                           "at least K)", show_default=False)]
 MetricsListen = Annotated[Optional[str], typer.Option(
     "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
     metavar="ADDR", show_default=False)]

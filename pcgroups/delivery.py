@@ -115,6 +115,14 @@ class Dispatcher(Protocol):
     def busy(self) -> bool:
         """A handler runs, or a message waits inside the dispatcher."""
 
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running, or waiting inside the dispatcher."""
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free but every message held waits behind a busy key (more would help)."""
+
     def drop_queued(self) -> list[Msg]:
         """Forget the messages waiting inside the dispatcher (none started) and return them."""
 
@@ -329,6 +337,7 @@ class Delivery:
         self._grace = pin_margin if grace is None else grace   # invariant 8
         self._pin_lost = 0.0        # when the pin was last lost (forgotten, or replaced by another)
         self.guarded = False        # invariant 7: a new pin waits for taken_over()
+        self.on_freed: Callable[[], None] | None = None   # told when a dispatcher is done with a message
         self._taking_over = False
         self._held = False
         self._stopping = False
@@ -569,6 +578,11 @@ class Delivery:
             await waiter
         finally:
             self._waiter = None
+
+    def freed(self) -> None:
+        """A dispatcher is done with a message (its call ended): room for another (the session's window)."""
+        if self.on_freed is not None:
+            self.on_freed()
 
     def wake(self) -> None:
         waiter = self._waiter

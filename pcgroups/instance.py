@@ -37,7 +37,7 @@ from .hooks import Handoff, HookError, Reporter
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
-from .scheduler import KeyFunc, RetryPolicy
+from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 
 log = logging.getLogger("pcgroups")
@@ -160,6 +160,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.auto_in_progress = auto_in_progress
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        if concurrency > 1 and template.max_ack_pending <= 0:
+            self.template = replace(template, max_ack_pending=FAIR_WINDOW)   # fair by default (scheduler.Window)
         self.concurrency = concurrency
         self.key = key
         self.retry = retry
@@ -294,7 +296,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                               on_gone=lambda r: self._post(ConsumerGone(r)),
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
-                              on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates)
+                              on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates,
+                              max_ack_pending=self.template.max_ack_pending)
         if self._stop_requested:
             session.halt()
         await session.start()

@@ -80,6 +80,53 @@ class RetryPolicy:
     on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
 
 
+#: A keyed instance's default consumer window (``max_ack_pending``) and the most it holds at once: a burst
+#: on one key of up to about this many messages does not hold back other keys (:class:`Window`).
+FAIR_WINDOW = 16384
+#: Per handler slot, what a keyed instance asks for while no key is starved (the window's base).
+WINDOW_PER_SLOT = 4
+WINDOW_SHRINK_AFTER = 1.0   # seconds the window must have been under a quarter full before it halves
+
+
+class Window:
+    """How many messages a keyed instance holds (buffered, waiting for their key, running), between ``base``
+    and ``cap`` (the consumer's max_ack_pending; the server never delivers more).
+
+    It doubles while it is (three quarters) full and starved (a handler slot is free but every message held
+    waits behind a busy key: a burst on one key), so other keys further in the stream are reached; it halves back toward
+    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. What is held costs memory
+    and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap`` messages.
+    """
+
+    def __init__(self, base: int, cap: int):
+        self.cap = max(cap, 1)
+        self.base = max(1, min(base, self.cap))
+        self.size = self.base
+        self._low_since: float | None = None
+
+    def room(self, outstanding: int) -> int:
+        """How many more messages may be asked for, with ``outstanding`` held or requested."""
+        return max(self.size - outstanding, 0)
+
+    def update(self, outstanding: int, starved: bool, now: float) -> None:
+        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull)."""
+        if starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
+            self.size = min(self.size * 2, self.cap)
+            self._low_since = None
+        elif outstanding < self.size // 4 and self.size > self.base:
+            if self._low_since is None:
+                self._low_since = now
+            elif now - self._low_since >= WINDOW_SHRINK_AFTER:
+                self.size = max(self.size // 2, self.base)
+                self._low_since = now
+        else:
+            self._low_since = None
+
+    def at_least(self, n: int) -> None:
+        """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
+        self.size = max(self.size, min(n, self.cap))
+
+
 async def _noop() -> None:
     return None
 
@@ -111,6 +158,12 @@ class SerialDispatcher:
     @property
     def busy(self) -> bool:
         return self._current is not None
+
+    @property
+    def held(self) -> int:
+        return 1 if self._current is not None else 0
+
+    starved = False   # one message at a time, in delivery order: a larger window would not help
 
     def drop_queued(self) -> list[Msg]:
         return []   # nothing waits here: the Delivery's buffer is the queue
@@ -188,6 +241,7 @@ class KeyedDispatcher:
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
+        self._queued = 0                     # messages in self._keys
 
     @property
     def running(self) -> bool:
@@ -197,7 +251,19 @@ class KeyedDispatcher:
     def busy(self) -> bool:
         return bool(self._running) or bool(self._keys)
 
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running or waiting for their key."""
+        return self._queued + len(self._running)
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free, and every message held waits behind a key that runs: only more messages
+        (other keys, further in the stream) can use the slot (:class:`Window` grows)."""
+        return len(self._running) < self.concurrency and not self._ready and self._queued > 0
+
     def drop_queued(self) -> list[Msg]:
+        self._queued = 0
         dropped = [m for q in self._keys.values() for m in q]
         self._keys.clear()
         self._ready.clear()
@@ -242,6 +308,7 @@ class KeyedDispatcher:
             if k not in self._running:
                 self._ready.append(k)
         q.append(m)
+        self._queued += 1
 
     def _take(self) -> tuple[str, Msg] | None:
         """The next ready key (round-robin) and its next message, marked running; None when
@@ -253,6 +320,7 @@ class KeyedDispatcher:
                 self._keys.pop(k, None)
                 continue
             m = q.popleft()
+            self._queued -= 1
             if not q:
                 del self._keys[k]
             self._running[k] = m
@@ -272,6 +340,7 @@ class KeyedDispatcher:
                     del self._running[k]
                     if k in self._keys:
                         self._ready.append(k)
+                    self._delivery.freed()
                 taken = self._take()
                 if taken is None:
                     return

@@ -27,7 +27,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
 from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
-from .scheduler import Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher, key_by_subject
+from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
+                        Window, key_by_subject)
 
 log = logging.getLogger("pcgroups")
 
@@ -107,6 +108,39 @@ class AckReplies:
                 waiter.set_exception(SupersededError("not acked: the consumer was reset after its delivery"))
 
 
+class Waker:
+    """Wakes the pull loop: an ``asyncio.Event`` without a task per wait (``wait_for`` makes one, and the pull
+    loop waits once per wake-up). A :meth:`set` while nobody waits is kept for the next :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return when set (at once if it was set since the last wait), or after ``timeout``."""
+        if not self._set:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake_up, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._set = False
+
+
+def _wake_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _expire(waiter: asyncio.Future[NatsMsg]) -> None:
     if not waiter.done():
         waiter.set_exception(NatsTimeoutError())
@@ -130,7 +164,8 @@ class PullSession:
                  on_fatal: Callable[[BaseException], None] | None = None,
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
-                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None):
+                 concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
+                 max_ack_pending: int = 0):
         self.nc = nc
         self.api = api
         self.stream = stream
@@ -153,7 +188,7 @@ class PullSession:
         self._heard = time.monotonic()   # the consumer's last answer: a message, heartbeat or status but 503
         self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
-        self._wake = asyncio.Event()     # wakes the pull loop
+        self._wake = Waker()             # wakes the pull loop
         self._delivered = asyncio.Event()   # a message arrived during a take-over
         self._sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -170,9 +205,14 @@ class PullSession:
         self.delivery.gated = gated
         handle = as_handle(handler)
         self.dispatcher: Dispatcher
+        #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
+        self.window: Window | None = None
         if concurrency > 1:
             self.dispatcher = KeyedDispatcher(self.delivery, handle, self, concurrency=concurrency,
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
+            cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
+            self.window = Window(WINDOW_PER_SLOT * concurrency, cap)
+            self.delivery.on_freed = self._wake.set   # a message done: room in the window
         else:
             self.dispatcher = SerialDispatcher(self.delivery, handle, self._fatal)
 
@@ -340,7 +380,7 @@ class PullSession:
             self._on_status(status, headers)
             return
         self._pending -= 1
-        if self._pending <= self.batch // 2:
+        if self._pending == self.batch // 2 or self._pending <= 0:   # a pull may be due (once, not per message)
             self._wake.set()
         delivery = self.delivery
         pin = headers.get(PIN_HEADER) if headers else None
@@ -414,10 +454,14 @@ class PullSession:
                 log.debug("%s: consumer info for the take-over: %s", self.label, e)
                 info = None
             if info is not None:
-                foreign = int(info.get("num_ack_pending", 0)) - d.own_pending()
+                pending = int(info.get("num_ack_pending", 0))
+                foreign = pending - d.own_pending()
                 if foreign <= 0:
                     break
                 waited_for = max(waited_for, foreign)
+                if self.window is not None:   # room for every pending message to come here
+                    self.window.at_least(pending + self.window.base)
+                    self._wake.set()
             if time.monotonic() >= deadline:
                 log.warning("%s: took over the pin with %d message(s) of the earlier holder still pending after "
                             "%.1fs; handing out in stream order anyway", self.label, waited_for,
@@ -487,16 +531,25 @@ class PullSession:
                     log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
                               self._pending)
                     self._pending = 0
-                if self._pending <= self.batch // 2:
+                want, least = self._want(now)
+                if want >= least:
                     self._last_refill = now
-                    await self._pull(self.batch - max(self._pending, 0))
+                    await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
                     await self._pull(1)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), min(self.heartbeat, self.keepalive))
-            except asyncio.TimeoutError:
-                pass
+            await self._wake.wait(min(self.heartbeat, self.keepalive))
+
+    def _want(self, now: float) -> tuple[int, int]:
+        """How many messages to ask for now, and the least worth a pull: half a batch; with a
+        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least)."""
+        requested = max(self._pending, 0)
+        want = self.batch - requested
+        window = self.window
+        if window is None:
+            return want, self.batch - self.batch // 2
+        outstanding = self.delivery.buffered + self.dispatcher.held + requested
+        window.update(outstanding, self.dispatcher.starved, now)
+        return min(want, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
 
     async def _confirm_pin(self) -> None:
         """After a gap in the pulls: ask consumer info whether the pin is still ours. If another (or none)

@@ -53,8 +53,7 @@ async def test_sigstop_longer_than_pinned_ttl_then_sigcont(name):
     assert r.extra["paused_inflight_acked"] == 0
     assert r.extra["other_overlaps"] == 0, r.examples
     assert r.overlaps == 0 or r.extra["paused_inflight_calls"] >= 1
-    if r.extra["window"] == 1:
-        assert r.order_violations == 0, r.examples
+    assert r.order_violations == 0, r.examples   # a larger window too: the take-over hands out in stream order
     assert max(r.takeover) < 3 * TTL, r.takeover
 
 
