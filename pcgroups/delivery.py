@@ -100,7 +100,14 @@ def ack_numbers(reply: str) -> tuple[int, int, int]:
         return 0, 0, 0
 
 
-class Dispatcher(Protocol):
+class NakPolicy(Protocol):
+    """What ``msg.nak(delay)`` means where the message is handled."""
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        """What ``msg.nak(delay)`` means (the coroutine sends it, if anything is sent)."""
+
+
+class Dispatcher(NakPolicy, Protocol):
     """How buffered messages reach the handler. A session picks one at construction."""
 
     async def run(self) -> None:
@@ -129,8 +136,38 @@ class Dispatcher(Protocol):
     def overdue(self, now: float, interval: float) -> list[Msg]:
         """The messages that need a ``+WPI`` now, so that the server does not redeliver them."""
 
-    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
-        """What ``msg.nak(delay)`` means (the coroutine sends it, if anything is sent)."""
+
+class MsgHost(Protocol):
+    """What a :class:`Msg` asks of where it came from: a :class:`Delivery` (a member instance), or a worker
+    of a pool (:class:`pcgroups.worker.WorkerHost`)."""
+
+    @property
+    def epoch(self) -> int:
+        """The consumer epoch now (invariant 6)."""
+
+    def supersedes(self, m: Msg) -> bool:
+        """``m`` may now be handled by another instance (``Msg.superseded``, the epoch aside)."""
+
+    def call(self, coro: Coroutine[Any, Any, None]) -> Any:
+        """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+
+    @property
+    def publish(self) -> Publish:
+        """Sends an ack body on the ack subject."""
+
+    @property
+    def request(self) -> Request:
+        """Sends a double ack and waits for the server's answer."""
+
+    def acked(self, seq: int, epoch: int | None = None) -> None:
+        """``seq`` was acked."""
+
+
+def call_in(loop: asyncio.AbstractEventLoop, loop_thread: int, coro: Coroutine[Any, Any, None]) -> Any:
+    """``coro`` as it is in the loop's thread (to await); run there and waited for from any other thread."""
+    if threading.get_ident() == loop_thread:
+        return coro
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 class RecentAcks:
@@ -166,7 +203,7 @@ class Msg:
     __slots__ = ("_msg", "_delivery", "_dispatcher", "subject", "partition", "pin_id", "_done", "_meta",
                  "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch")
 
-    def __init__(self, msg: NatsMsg, delivery: Delivery, dispatcher: Dispatcher, pin_id: str | None,
+    def __init__(self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None,
                  now: float | None = None):
         self._msg = msg
         self._delivery = delivery
@@ -238,7 +275,7 @@ class Msg:
         blocked): another instance may now own the partition, so a long handler should stop and not ack.
         Also True once the consumer was RESET after it was delivered (invariant 6): it comes again if the
         new position is at or before it, so a retry or a long handler should stop."""
-        return self._delivery.superseded(self.pin_id) or self.epoch != self._delivery.epoch
+        return self._delivery.supersedes(self) or self.epoch != self._delivery.epoch
 
     @property
     def reset_since(self) -> bool:
@@ -445,6 +482,9 @@ class Delivery:
         self._admitted = pin
         self.wake()
 
+    def supersedes(self, m: Msg) -> bool:
+        return self.superseded(m.pin_id)
+
     def superseded(self, pin: str | None) -> bool:
         """A message received with ``pin`` may now be handled by another instance: the session ended, the pin
         is in doubt, or it was lost ``grace`` ago or more (invariant 8)."""
@@ -614,6 +654,4 @@ class Delivery:
 
     def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
-        if threading.get_ident() == self._loop_thread:
-            return coro
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return call_in(self._loop, self._loop_thread, coro)

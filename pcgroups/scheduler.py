@@ -122,9 +122,24 @@ class Window:
         else:
             self._low_since = None
 
+    def rebase(self, base: int) -> None:
+        """A new base (a worker pool's slots changed); the size follows it up, and shrinks to it over time."""
+        self.base = max(1, min(base, self.cap))
+        self.size = max(self.size, self.base)
+
     def at_least(self, n: int) -> None:
         """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
         self.size = max(self.size, min(n, self.cap))
+
+
+class RetryLater(Exception):
+    """Raised by a handle that ran the call elsewhere (a worker) when it failed or nak'd: the keyed dispatcher
+    retries in place as for a local ``nak(delay)`` (``delay`` 0: its backoff), ``reason`` naming why."""
+
+    def __init__(self, reason: str = "", delay: float = 0.0):
+        super().__init__(reason or "nak")
+        self.reason = reason
+        self.delay = delay
 
 
 async def _noop() -> None:
@@ -365,6 +380,8 @@ class KeyedDispatcher:
             except Exception as e:
                 error = e
             retry = self._naks.pop(m, None)
+            if isinstance(error, RetryLater):   # a remote call failed (a worker's): retry in place
+                retry, error = error.delay, (Exception(error.reason) if error.reason else None)
             if isinstance(error, SupersededError) or m.epoch != d.epoch:
                 return  # the consumer was RESET: the message is not pending any more (invariant 6)
             if error is None and retry is None:
@@ -372,7 +389,7 @@ class KeyedDispatcher:
                 # lost meanwhile goes back to the server at once, for the new holder (it waited for this call)
                 await _release_unsettled(d, m)
                 return
-            reason = repr(error) if error is not None else "nak"
+            reason = (str(error) if type(error) is Exception else repr(error)) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
             if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
                 await self._dead_letter(m, reason, deliveries)

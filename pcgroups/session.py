@@ -25,6 +25,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
+from .dispatch import PoolDispatcher, PoolSpec
 from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
 from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
@@ -165,7 +166,7 @@ class PullSession:
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
-                 max_ack_pending: int = 0):
+                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None):
         self.nc = nc
         self.api = api
         self.stream = stream
@@ -207,10 +208,17 @@ class PullSession:
         self.dispatcher: Dispatcher
         #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
         self.window: Window | None = None
-        if concurrency > 1:
+        cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
+        if dispatch is not None:   # the handlers run on the group's workers (pcgroups.dispatch)
+            pool = PoolDispatcher(nc, self.delivery, self, dispatch, key=key or key_by_subject,
+                                  retry=retry or RetryPolicy())
+            self.dispatcher = pool
+            self.window = window = Window(WINDOW_PER_SLOT, cap)
+            pool.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
+            self.delivery.on_freed = self._wake.set
+        elif concurrency > 1:
             self.dispatcher = KeyedDispatcher(self.delivery, handle, self, concurrency=concurrency,
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
-            cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
             self.window = Window(WINDOW_PER_SLOT * concurrency, cap)
             self.delivery.on_freed = self._wake.set   # a message done: room in the window
         else:
