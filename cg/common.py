@@ -214,6 +214,17 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
     return ConsumeConcurrency(concurrency, max_ack_pending, key_header, tokens)
 
 
+def parse_dispatch(concurrency: int | None, key_header: str | None, key_tokens: str | None,
+                   max_ack_pending: int | None) -> ConsumeConcurrency:
+    """``consume --dispatch``'s options: ``--concurrency K`` caps the messages at the workers at once
+    (``handlers``; 0 when not given: the workers' capacities); the key options need no ``--concurrency``."""
+    if concurrency is not None and not 1 <= concurrency <= MAX_WINDOW:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (with --dispatch: "
+                       "the most messages at the workers at once)")
+    keyed = parse_concurrency(max(concurrency or 2, 2), key_header, key_tokens, max_ack_pending)
+    return keyed._replace(handlers=concurrency or 0)
+
+
 def _key_tokens(text: str) -> tuple[int, ...]:
     """``--key-tokens 1,2``: subject token positions counted from 1 (of the subject the handler sees)."""
     parts = [p.strip() for p in text.split(",")]

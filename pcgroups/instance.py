@@ -232,7 +232,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         return session.dispatcher.status()
 
     def _worker_said(self, kind: str, name: str, detail: str) -> None:
-        self._reporter.emit(kind, detail=f"{name} ({detail})")
+        self._reporter.emit(kind, detail=f"{name}: {detail}")
 
     @property
     def consuming(self) -> bool:
