@@ -564,6 +564,11 @@ class Delivery:
         self.wake()
 
     @property
+    def halted(self) -> bool:
+        """No handler starts any more: the session stops (:meth:`halt`) or is closed."""
+        return self._stopping or self._closed
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

@@ -19,7 +19,7 @@ too, so a take-over starts with the workers known). Who calls what:
 Invariants, besides those of :mod:`pcgroups.pool`:
 
 1. :meth:`Roster.run` returns only when a worker settled the message (``ack``, ``term``), or left it to
-   AckWait (``none``); it raises :class:`~pcgroups.scheduler.RetryLater` for ``retry``; a ``busy``, a
+   AckWait (``none``), or the instance stops while no worker is free (the message is nak'd); it raises :class:`~pcgroups.scheduler.RetryLater` for ``retry``; a ``busy``, a
    ``dropped``, a silent worker or a lost offer offer the message again, to the freest worker.
 2. The pool's slots (the sum of the capacities of the workers not stopping, at most ``max_in_flight`` when
    given) are the keyed dispatcher's concurrency: with no worker nothing is handed out and messages wait,
@@ -156,10 +156,11 @@ class Roster:
 
     # --- the handler of the keyed dispatcher (invariant 1) ---------------------------------------
     async def run(self, m: Msg) -> None:
-        while not self._delivery.closed:
+        while True:
             worker = await self._freest()
-            if worker is None:
-                continue
+            if worker is None:   # the instance stops before a worker was free: back to the server at once
+                await self._delivery.nak_quietly(m)
+                return
             result = await self._offer(worker, m)
             match result.outcome:
                 case "ack":
@@ -194,7 +195,7 @@ class Roster:
                 best = max(live, key=lambda w: (w.free, -w.last_offer))
                 best.last_offer = time.monotonic()
                 return best
-            if self._delivery.closed:
+            if self._delivery.halted:
                 return None
             self._free.clear()
             try:
