@@ -123,7 +123,8 @@ class Roster:
         self._subs = [await self.nc.subscribe(f"{p}.HB", cb=self._on_heartbeat),
                       await self.nc.subscribe(f"{p}.LEAVE", cb=self._on_leave),
                       await self.nc.subscribe(f"{p}.D.{self.id}.R.*", cb=self._on_outcome),
-                      await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status)]
+                      await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status),
+                      await self.nc.subscribe(f"{p}.STATUS", cb=self._on_status)]
         self._reaper = asyncio.create_task(self._reap(), name=f"pcg-roster-{self.spec.member}")
 
     async def stop(self) -> None:
@@ -318,6 +319,46 @@ class Roster:
     def _said(self, kind: str, w: WorkerView, detail: str) -> None:
         if self.spec.on_worker is not None:
             self.spec.on_worker(kind, w.name, detail)
+
+
+async def pool_status(nc: Client, flavour: str | None = None, stream: str | None = None, group: str | None = None, *,
+                      timeout: float = 0.5, quiet: float = 0.1) -> list[dict[str, Any]]:
+    """What every dispatching instance of a group (of every group, with no group named) says of its pool:
+    :meth:`Roster.status` answers, gathered until ``quiet`` passed without one (at most ``timeout``; at once
+    when nobody listens)."""
+    subject = (f"{pool.prefix(flavour, stream, group)}.STATUS" if flavour and stream and group
+               else pool.STATUS_SUBJECT)
+    inbox = nc.new_inbox()
+    answers: list[dict[str, Any]] = []
+    came = asyncio.Event()
+
+    async def answer(msg: NatsMsg) -> None:
+        if msg.headers and msg.headers.get("Status") == "503":   # no responders: no dispatching instance
+            came.set()
+            answers.append({})
+            return
+        obj = pool.decode(msg.data)
+        if obj is not None:
+            answers.append(obj)
+            came.set()
+
+    sub = await nc.subscribe(inbox, cb=answer)
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        deadline = time.monotonic() + timeout
+        wait = timeout
+        while wait > 0:
+            came.clear()
+            try:
+                await asyncio.wait_for(came.wait(), wait)
+            except asyncio.TimeoutError:
+                break
+            if answers and answers[-1] == {}:
+                break
+            wait = min(quiet, deadline - time.monotonic())
+    finally:
+        await sub.unsubscribe()
+    return [a for a in answers if a]
 
 
 def _resolve(fut: asyncio.Future[pool.Outcome], outcome: pool.Outcome) -> None:

@@ -24,8 +24,9 @@ subject                               who publishes                   what
                                                                       reply subject ``P.D.<d>.R.<token>``
 ``P.D.<d>.R.<token>``                 the worker, when the call       ``{"v","outcome","delay","reason"}`` or
                                       ended, or at once when busy     ``{"v","outcome":"busy"}``
-``$PCG.POOL.STATUS``                  ``cg status`` / ``cg metrics``  a request; each dispatching instance
-                                                                      answers with :func:`status_reply`
+``P.STATUS``, ``$PCG.POOL.STATUS``    ``cg status``, ``cg metrics``   a request (one group, every group); each
+                                                                      dispatching instance answers with its
+                                                                      pool (``dispatch.Roster.status``)
 ====================================  ==============================  =========================================
 
 An offer carries ``Pcg-Ack`` (the JetStream ack subject), ``Pcg-Partitioned-Subject`` (the message's subject,
