@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
-from .errors import CLIError, debugging, warn
+from .errors import CLIError, debugging
 
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
@@ -181,9 +181,6 @@ class ConsumeConcurrency(NamedTuple):
         return None
 
 
-#: ``--max-ack-pending``'s default with ``--concurrency K`` > 1, per handler: a key with a burst of
-#: messages can be overtaken by other keys' messages within this window.
-ACK_PENDING_PER_HANDLER = 4
 MAX_WINDOW = 2147483647   # --concurrency and --max-ack-pending: what any server takes
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS header name (an RFC 7230 token)
 
@@ -206,17 +203,26 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
                        "or ':')")
     tokens = _key_tokens(key_tokens) if key_tokens is not None else ()
     if max_ack_pending is None:
-        max_ack_pending = 1 if concurrency == 1 else min(ACK_PENDING_PER_HANDLER * concurrency, MAX_WINDOW)
+        from pcgroups.scheduler import FAIR_WINDOW   # the library's keyed window: fair by default
+        max_ack_pending = 1 if concurrency == 1 else max(FAIR_WINDOW, concurrency)
     elif not 1 <= max_ack_pending <= MAX_WINDOW:
         raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")
     elif max_ack_pending < concurrency:
         many = f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'}"
         raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most {many} "
                        f"would be handled at once; give --max-ack-pending {concurrency} or more")
-    elif concurrency == 1 and max_ack_pending > 1:
-        warn(f"--max-ack-pending {max_ack_pending} with one handler: after a take-over JetStream may redeliver "
-             "messages out of order (1 keeps the order; --concurrency K keeps it per key)")
     return ConsumeConcurrency(concurrency, max_ack_pending, key_header, tokens)
+
+
+def parse_dispatch(concurrency: int | None, key_header: str | None, key_tokens: str | None,
+                   max_ack_pending: int | None) -> ConsumeConcurrency:
+    """``consume --dispatch``'s options: ``--concurrency K`` caps the messages at the workers at once
+    (``handlers``; 0 when not given: the workers' capacities); the key options need no ``--concurrency``."""
+    if concurrency is not None and not 1 <= concurrency <= MAX_WINDOW:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (with --dispatch: "
+                       "the most messages at the workers at once)")
+    keyed = parse_concurrency(max(concurrency or 2, 2), key_header, key_tokens, max_ack_pending)
+    return keyed._replace(handlers=concurrency or 0)
 
 
 def _key_tokens(text: str) -> tuple[int, ...]:

@@ -183,8 +183,19 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
                    "to stop it)",
         "disconnected": f"disconnected from {ev.detail or 'the server'}",
         "reconnected": f"reconnected to {ev.detail or 'the server'}",
+        "worker-joined": _worker_line("joined", ev.detail),
+        "worker-left": _worker_line("left", ev.detail),
+        "enrolled": f"enrolled: member {ev.detail} hands it messages",
+        "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
+                          "--dispatch)"),
     }
     return f"[{m}] {said[ev.kind]}"
+
+
+def _worker_line(verb: str, detail: str) -> str:
+    """``worker w1 joined: capacity 2`` from an event's ``w1: capacity 2``."""
+    name, _, why = detail.partition(": ")
+    return f"worker {name} {verb}" + (f": {why}" if why else "")
 
 
 async def precise_sleep(seconds: float) -> None:
@@ -220,6 +231,12 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
             return  # not acked: redelivered to whoever carries on
         if sleep > 0:
             await precise_sleep(sleep)
+        if msg.superseded:   # another instance may be handling it now: the library's rule is not to ack
+            text = ("superseded by a reset (not acked)" if msg.reset_since else
+                    "superseded: another instance took over (not acked)")
+            if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
+                on_broken()
+            return
         try:
             await msg.ack_sync()
         except SupersededError:  # a reset moved the consumer while it was handled: not an error
@@ -237,18 +254,90 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
     return handler
 
 
+class Run:
+    """One long-running instance of cg (``consume``, ``worker``): the signals (the first stops the instance
+    after its calls in flight, a second exits at once), a closed stdout, the wait until it is ready
+    (``consuming...``) and its end."""
+
+    def __init__(self, printer: Printer) -> None:
+        self.printer = printer
+        self.stop_requested = asyncio.Event()
+        self.inst: Any = None
+        self.nc: Any = None        # the connection setup() made (closed at the end)
+        self.on_stop: list[Callable[[], None]] = []   # told when a stop is asked (the health probes)
+        self._signals = 0
+
+    def stop(self) -> None:
+        self.stop_requested.set()
+        for told in self.on_stop:
+            told()
+        if self.inst is not None:
+            self.inst.stop()
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals > 1:  # a second Ctrl-C: don't wait for anything
+            try:
+                sys.stdout.flush()
+            except Exception:  # noqa: BLE001
+                pass
+            os._exit(130)
+        self.stop()
+
+    async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,
+                       cleanup: Callable[[], None] = lambda: None) -> int:
+        """Run ``setup()`` (connects and starts the instance, returns it) until the instance ends; ``deleted``:
+        what to say when it ends by itself (the group was deleted)."""
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._on_signal)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
+        try:
+            self.inst = inst = await _unless_stopped(setup(), self.stop_requested)
+            if inst is None:
+                return 0  # interrupted while setting up
+            if self.stop_requested.is_set():
+                inst.stop()
+            done = asyncio.ensure_future(inst.done())
+            await _wait_ready(inst, done, self.stop_requested)
+            if not done.done() and not self.stop_requested.is_set():
+                self.printer.announce()
+            self.printer.ready()
+            result = await done
+            if result is not None:
+                raise CLIError(str(result) or type(result).__name__) from None
+            if not self.stop_requested.is_set() and deleted:
+                print(deleted, file=sys.stderr)
+            return 0
+        finally:
+            if self.inst is not None:
+                await self.inst.stop()  # idempotent: returns at once when it has ended
+            if self.nc is not None:
+                await rt.close(self.nc)
+            cleanup()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            if self.printer.broken:
+                _silence_stdout()
+
+
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
                   concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None,
-                  otel: bool = False) -> int:
+                  dispatch: bool = False, otel: bool = False) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
     (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
-    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``metrics_listen``:
-    serve the instance's metrics there (cg/metrics.py); ``otel``: export its spans as the ``OTEL_*``
-    variables say (cg/otel.py). The connection is the runtime's
-    (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``dispatch``: the
+    group's workers run the handler (``concurrency.handlers`` caps the messages at the workers, 0: their
+    capacities); ``metrics_listen``: serve the instance's metrics and health probes there (cg/metrics.py);
+    ``otel``: export its spans as the ``OTEL_*`` variables say (cg/otel.py). The connection is the
+    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     start: Callable[..., Any]
     if kind == "static":
@@ -257,112 +346,82 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         from pcgroups.elastic_instance import elastic_consume as start
 
     line_buffered_stdout()
-    loop = asyncio.get_running_loop()
-    stop_requested = asyncio.Event()
-    signals = 0
-    inst = None
-    served = None   # --metrics-listen: the metrics, the probes and their server
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:  # a second Ctrl-C: don't wait for anything
-            try:
-                sys.stdout.flush()
-            except Exception:  # noqa: BLE001
-                pass
-            os._exit(130)
-        stop_requested.set()
-        if served is not None:
-            served.health.stopping()
-        if inst is not None:
-            inst.stop()
-
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
-
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
     if auto:
         printer.status(f"[{member}] joined the group (automatic membership, lease TTL {go_duration(lease_ttl)})")
-
-    def on_broken() -> None:
-        stop_requested.set()
-        if inst is not None:
-            inst.stop()
-
+    run = Run(printer)
     keyed = concurrency or ConsumeConcurrency()
-    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
-    metrics_kwargs: dict[str, Any] = {}
-    nc = tracer_provider = None
-    try:
-        if otel:
-            from .otel import tracing_from_env
+    handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1)
+    tracing, tracer_provider = None, None
+    if otel:
+        from .otel import tracing_from_env
 
-            tracing, tracer_provider = tracing_from_env()
-            metrics_kwargs["tracing"] = tracing
-        if metrics_listen:
-            from .metrics import instance_metrics
+        tracing, tracer_provider = tracing_from_env()
+    metrics_kwargs: dict[str, Any] = {} if tracing is None else {"tracing": tracing}
+    served = None   # --metrics-listen: the metrics, the probes and their server
+    if metrics_listen:
+        from .metrics import instance_metrics
 
-            served = instance_metrics(kind, stream, group, member, metrics_listen, start)
-            metrics_kwargs.update(served.kwargs)
+        served = instance_metrics(kind, stream, group, member, metrics_listen, start)
+        metrics_kwargs.update(served.kwargs)
+        run.on_stop.append(served.health.stopping)
+        if handler is not None:
             handler = served.metrics.wrap(handler)
 
-        async def setup():
-            nonlocal nc
-            nc, api = await rt.connect(reconnect=True)
-            await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
-            extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
-            extra.update(metrics_kwargs)
-            told = extra.pop("on_event", None)   # the metrics' too
+    async def setup():
+        nc, api = await rt.connect(reconnect=True)
+        run.nc = nc
+        await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
+        extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
+        extra.update(metrics_kwargs)
+        if dispatch:
+            extra.update(dispatch=True, max_in_flight=keyed.handlers)
+        told = extra.pop("on_event", None)   # the metrics' too
 
-            def on_event(ev: Any) -> None:
-                printer.status(status_line(ev, stream, group, kind, auto))
-                if told is not None:
-                    told(ev)
-            return await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
-                               concurrency=keyed.handlers, key=keyed.key(), api=api, on_event=on_event, **extra)
-
-        inst = await _unless_stopped(setup(), stop_requested)
-        if inst is None:
-            return 0  # interrupted while setting up
+        def on_event(ev: Any) -> None:
+            printer.status(status_line(ev, stream, group, kind, auto))
+            if told is not None:
+                told(ev)
+        inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
+                           concurrency=1 if dispatch else keyed.handlers, key=keyed.key(), api=api,
+                           on_event=on_event, **extra)
         if served is not None:
             served.readiness.attach(nc, inst)
             served.health.check()
-        if stop_requested.is_set():
-            inst.stop()
-        done = asyncio.ensure_future(inst.done())
-        await _wait_ready(inst, done, stop_requested)
-        if not done.done() and not stop_requested.is_set():
-            printer.announce()
-        printer.ready()
-        result = await done
-        if result is not None:
-            raise CLIError(str(result) or type(result).__name__) from None
-        if not stop_requested.is_set():
-            print(f"{kind} consumer group {group} on stream {stream} was deleted", file=sys.stderr)
-        return 0
-    finally:
-        if inst is not None:
-            await inst.stop()  # idempotent: returns at once when it has ended
-        if nc is not None:
-            await rt.close(nc)
+        return inst
+
+    def cleanup() -> None:
         if served is not None:
-            await served.health.stop()
+            served.health.stop()
             served.server.shutdown()
         if tracer_provider is not None:
             from .otel import finish
 
             finish(tracer_provider)
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        if printer.broken:
-            _silence_stdout()
+
+    return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
+                     cleanup=cleanup)
+
+
+async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int) -> int:
+    """``cg static|elastic worker``: a worker of the group's pool (pcgroups.worker) until a signal (it finishes
+    the calls it holds first) or an error; it prints the messages as ``consume`` does."""
+    from pcgroups.worker import serve_worker
+
+    line_buffered_stdout()
+    printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
+    printer.expect_header(["consuming..."])
+    run = Run(printer)
+    handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1)
+
+    async def setup():
+        nc, _ = await rt.connect(reconnect=True)
+        run.nc = nc
+        return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
+                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)))
+
+    return await run(rt, setup)
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:

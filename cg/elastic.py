@@ -14,7 +14,7 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
+from .flavour import (ELASTIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
                       Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
@@ -324,8 +324,9 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
             partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
             max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
-            concurrency: Concurrency = 1, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
-            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None, otel: Otel = False) -> None:
+            concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
+            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
+            dispatch: Dispatch = False, otel: Otel = False) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
@@ -343,10 +344,10 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         from pcgroups.membership import auto_member_name
 
         member = auto_member_name()
-    join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, auto=auto,
-         lease_ttl=lease, create=spec, metrics_listen=metrics_listen, otel=otel)
+    join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
+         auto=auto, lease_ttl=lease, create=spec, metrics_listen=metrics_listen, otel=otel)
 
 
-add_shared(elastic_app, ELASTIC, "status", "reset", "prompt")
+add_shared(elastic_app, ELASTIC, "worker", "status", "reset", "prompt")
 
 __all__ = ["elastic_app"]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
-from .common import check_names, parse_concurrency, parse_duration_option, parse_sleep
+from .common import check_names, parse_concurrency, parse_dispatch, parse_duration_option, parse_sleep
 from .errors import CLIError
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -120,9 +120,14 @@ Force = Annotated[bool, typer.Option("--force/--no-force", "-f", help="force del
 SLEEP_HELP = "sleep to simulate processing time"
 DEFAULT_SLEEP = "20ms"
 Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
-Concurrency = Annotated[int, typer.Option(
+Concurrency = Annotated[Optional[int], typer.Option(
     "--concurrency", metavar="K", help="handle up to K messages at once, one per key at a time, each key in "
-                                       "order (1: one message at a time, as the reference)")]
+                                       "order (default 1: one message at a time, as the reference); with "
+                                       "--dispatch: at most K messages at the workers at once (default: their "
+                                       "capacities)", show_default=False)]
+Dispatch = Annotated[bool, typer.Option(
+    "--dispatch", help="run no handler: hand this member's messages to the group's workers (cg ... worker), one "
+                       "per key at a time, keys in turn")]
 KeyHeader = Annotated[Optional[str], typer.Option(
     "--key-header", metavar="HEADER", help="with --concurrency: the key is this header's value (messages without "
                                            "it share one key)", show_default=False)]
@@ -134,7 +139,8 @@ KeyTokens = Annotated[Optional[str], typer.Option(
     show_default=False)]
 MaxAckPending = Annotated[Optional[int], typer.Option(
     "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
-                                           "4K, and at least K)", show_default=False)]
+                                           "16384 (a burst on one key that long does not hold back other keys), and "
+                                           "at least K)", show_default=False)]
 MetricsListen = Annotated[Optional[str], typer.Option(
     "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
     metavar="ADDR", show_default=False)]
@@ -163,7 +169,7 @@ def flavour_app(flavour: Flavour) -> typer.Typer:
 
     @app.callback()
     def mode(sleep: Annotated[Optional[str], typer.Option(
-            "--sleep", help=f"{SLEEP_HELP} (consume, prompt; default {DEFAULT_SLEEP})", metavar="DURATION",
+            "--sleep", help=f"{SLEEP_HELP} (consume, worker, prompt; default {DEFAULT_SLEEP})", metavar="DURATION",
             show_default=False)] = None) -> None:
         if sleep is not None:
             parse_sleep(sleep)  # a bad value is an error whatever the command (a Go duration flag)
@@ -400,9 +406,38 @@ def _prompt(flavour: Flavour) -> tuple[Fn, str]:
 
 
 #: The commands both flavours have: name -> (the command function for a flavour, its help).
+WorkerName = Annotated[Optional[str], typer.Option(
+    "--name", help="the worker's name (default: <host>-<pid>); letters, digits, '-' and '_'", metavar="NAME",
+    show_default=False)]
+Capacity = Annotated[int, typer.Option("--capacity", metavar="C", help="handle up to C messages at once")]
+
+
+def _worker(flavour: Flavour) -> tuple[Fn, str]:
+    def worker(ctx: typer.Context, stream: Stream, name: Group, worker_name: WorkerName = None,
+               capacity: Capacity = 1, sleep: Sleep = "20ms") -> NoReturn:
+        from pcgroups.pool import check_worker_name
+        from pcgroups.worker import default_worker_name
+
+        from .common import MAX_WINDOW
+        from .consume import work
+
+        check_names(stream=stream, group=name)
+        worker_name = worker_name if worker_name is not None else default_worker_name()
+        check_worker_name(worker_name)
+        if not 1 <= capacity <= MAX_WINDOW:
+            raise CLIError(f"invalid --capacity {capacity}: must be between 1 and {MAX_WINDOW} (the messages it "
+                           "handles at once)")
+        seconds = parse_sleep(flavour_sleep(ctx, sleep))
+        rt = runtime(ctx)
+        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity))
+
+    return worker, (f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
+                    "handles the messages they hand it")
+
+
 SHARED: dict[str, Callable[[Flavour], tuple[Fn, str]]] = {
     "ls": _ls, "info": _info, "delete": _delete, "member-info": _member_info, "step-down": _step_down,
-    "status": _status, "prompt": _prompt, "reset": _reset,
+    "status": _status, "prompt": _prompt, "reset": _reset, "worker": _worker,
 }
 
 
@@ -414,16 +449,20 @@ def add_shared(app: typer.Typer, flavour: Flavour, *names: str) -> None:
 
 
 def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: str, sleep: str,
-         concurrency: int = 1, key_header: str | None = None, key_tokens: str | None = None,
-         max_ack_pending: int | None = None, **options: Any) -> NoReturn:
+         concurrency: int | None = None, key_header: str | None = None, key_tokens: str | None = None,
+         max_ack_pending: int | None = None, dispatch: bool = False, **options: Any) -> NoReturn:
     """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
-    (:func:`~cg.common.parse_concurrency`), then run the member instance (cg/consume.py) until it
-    ends; exits with its status."""
+    (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`), then run the member instance
+    (cg/consume.py) until it ends; exits with its status."""
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(flavour_sleep(ctx, sleep))
-    keyed = parse_concurrency(concurrency, key_header, key_tokens, max_ack_pending)
+    if dispatch:
+        keyed = parse_dispatch(concurrency, key_header, key_tokens, max_ack_pending)
+        options["dispatch"] = True
+    else:
+        keyed = parse_concurrency(concurrency or 1, key_header, key_tokens, max_ack_pending)
     rt = runtime(ctx)
     raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
                                    **options))

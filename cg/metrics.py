@@ -125,7 +125,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         return 0
     finally:
         if health is not None:
-            await health.stop()
+            health.stop()
         if server is not None:
             server.shutdown()
         if nc is not None:

@@ -13,7 +13,7 @@ import typer
 
 from .common import check_config, check_names, parse_mappings
 from .errors import CLIError, warn
-from .flavour import (STATIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
+from .flavour import (STATIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
                       MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -37,13 +37,14 @@ add_shared(static_app, STATIC, "ls", "info", "delete", "member-info", "step-down
 
 @flavour_command(static_app, STATIC, "consume", "join a static partitioned consumer group")
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sleep: Sleep = "20ms",
-            concurrency: Concurrency = 1, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
-            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None, otel: Otel = False) -> None:
-    join(ctx, STATIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending,
+            concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
+            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
+            dispatch: Dispatch = False, otel: Otel = False) -> None:
+    join(ctx, STATIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
          metrics_listen=metrics_listen, otel=otel)
 
 
-add_shared(static_app, STATIC, "status", "reset", "prompt")
+add_shared(static_app, STATIC, "worker", "status", "reset", "prompt")
 static_app.add_typer(create_app, name="create")
 
 

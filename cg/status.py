@@ -6,7 +6,7 @@ how long its pinned instance has held the pin (or why nobody holds it), pending,
 messages and the stream sequence acked up to. Then the pins (pin id, since when, and with automatic
 membership the lease of the instance holding it: instance id, pid, host), the pending count of each
 partition when it is counted per partition (elastic groups; static with ``--per-partition``), the
-partitions no member owns, the leases.
+partitions no member owns, the leases, and the workers of each dispatching member (``consume --dispatch``).
 
 - :func:`render_status` prints one :class:`pcgroups.status.GroupStatus`: rich tables on a terminal (the
   member table drops its least important columns rather than cut a number), aligned plain columns into
@@ -234,11 +234,42 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
         parts.append(pins)
     if status.leases:
         parts.append(_leases_table(status))
+    if status.pools:
+        parts.append(_workers_table(status))
     parts.append(Text(_footer(status), style="dim"))
     if left_out:
         parts.append(Text(f"left out to fit {width} columns: {', '.join(left_out)} (a wider terminal, or --json, "
                           "shows them)", style="dim"))
     return Group(*parts)
+
+
+WORKER_COLUMNS = ("MEMBER", "WORKER", "CAPACITY", "BUSY", "HANDLED")
+
+
+def _worker_rows(status: "GroupStatus") -> list[list[str]]:
+    """A row per worker of each dispatching member (the pinned instance's view: pcgroups.dispatch)."""
+    return [[str(p.get("member")), str(w.get("name")) + (" (stopping)" if w.get("stopping") else ""),
+             str(w.get("capacity", 0)), str(w.get("busy", 0)), str(w.get("handled", 0))]
+            for p in status.pools for w in p.get("workers") or []]
+
+
+def _pool_summary(status: "GroupStatus") -> list[str]:
+    """One line per dispatching member: its workers' slots, messages at them, messages waiting."""
+    return [f"member {p.get('member')} dispatches to {len(p.get('workers') or [])} worker(s): "
+            f"{p.get('in_flight', 0)} of {p.get('slots', 0)} slots busy, {p.get('waiting', 0)} messages waiting"
+            for p in status.pools]
+
+
+def _workers_table(status: "GroupStatus") -> Table:
+    from rich import box
+
+    table = Table(title="workers (" + "; ".join(_pool_summary(status)) + ")", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for name in WORKER_COLUMNS:
+        table.add_column(name.lower(), justify="left" if name in ("MEMBER", "WORKER") else "right")
+    for row in _worker_rows(status):
+        table.add_row(*row)
+    return table
 
 
 def _lease_rows(status: "GroupStatus") -> list[list[str]]:
@@ -271,6 +302,10 @@ def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = 
     lines.append(_footer(status))
     if status.leases:
         lines += ["leases (automatic membership):", *_aligned([LEASE_COLUMNS, *_lease_rows(status)])]
+    if status.pools:
+        lines += _pool_summary(status)
+        if _worker_rows(status):
+            lines += _aligned([list(WORKER_COLUMNS), *_worker_rows(status)])
     return lines
 
 

@@ -37,6 +37,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "delivery": ("Msg",),
     "sources": ("Layout", "SourceStream", "Start"),
     "sticky": ("sticky_assignment", "sticky_change", "sticky_mappings"),
+    "worker": ("WorkerInstance", "serve_worker"),
     "static": ("create_static", "delete_static", "get_static_config", "list_static_active_members",
                "list_static_groups", "static_consume", "static_member_step_down"),
 }
@@ -45,19 +46,18 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 #: the public API, written out (the names of _EXPORTS, sorted)
 __all__ = [
     "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumeContext", "ConsumerConfig", "ConsumerGoneError",
-    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent",
-    "JetStreamAPIError", "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError",
-    "NotFoundError", "PCGroupsError", "PartitioningFilter", "PermissionDeniedError", "RetryPolicy",
-    "SourceStream", "Start", "StaticConfig", "SupersededError", "add_members", "add_source", "balanced_assignment",
-    "create_elastic", "create_static", "delete_elastic", "delete_member_mappings", "delete_members",
-    "delete_static", "elastic_consume", "elastic_is_in_membership_and_active",
-    "elastic_member_filters", "elastic_member_step_down", "get_elastic_config", "get_elastic_layout",
-    "get_static_config", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens",
-    "list_elastic_active_members", "list_elastic_groups", "list_leases", "list_static_active_members",
-    "list_static_groups", "member_partitions", "parse_elastic_config", "parse_mapping", "parse_static_config",
-    "partition_filters", "partition_of_subject", "remove_source", "set_member_mappings", "static_consume",
-    "static_member_filters", "static_member_step_down", "sticky_assignment", "sticky_change",
-    "sticky_mappings", "transform_destination", "validate_name", "work_queue_name",
+    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError",
+    "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
+    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig",
+    "SupersededError", "WorkerInstance", "add_members", "add_source", "balanced_assignment", "create_elastic",
+    "create_static", "delete_elastic", "delete_member_mappings", "delete_members", "delete_static", "elastic_consume",
+    "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down", "get_elastic_config",
+    "get_elastic_layout", "get_static_config", "key_by_header", "key_by_partitioning", "key_by_subject",
+    "key_by_tokens", "list_elastic_active_members", "list_elastic_groups", "list_leases",
+    "list_static_active_members", "list_static_groups", "member_partitions", "parse_elastic_config", "parse_mapping",
+    "parse_static_config", "partition_filters", "partition_of_subject", "remove_source", "serve_worker",
+    "set_member_mappings", "static_consume", "static_member_filters", "static_member_step_down", "sticky_assignment",
+    "sticky_change", "sticky_mappings", "transform_destination", "validate_name", "work_queue_name",
 ]
 
 
@@ -102,3 +102,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .static import (create_static, delete_static, get_static_config, list_static_active_members,
                          list_static_groups, static_consume, static_member_step_down)
     from .sticky import sticky_assignment, sticky_change, sticky_mappings
+    from .worker import WorkerInstance, serve_worker

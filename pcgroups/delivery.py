@@ -12,8 +12,8 @@ Who calls what:
 - The **pull side** (``PullSession``: the subscription callback and the pull task) reports what the
   server says: :meth:`~Delivery.pin_given` for a ``Nats-Pin-Id`` header, :meth:`~Delivery.pulled` for
   each pull sent, :meth:`~Delivery.forget_pin` on status 423 or when the pin moved during a pause,
-  :meth:`~Delivery.pin_confirmed` when consumer info shows the pin again, and :meth:`~Delivery.deliver`
-  for each message. The session's lifecycle calls :meth:`~Delivery.hold` / :meth:`~Delivery.release`
+  :meth:`~Delivery.pin_confirmed` when consumer info shows the pin again, :meth:`~Delivery.deliver`
+  for each message, and :meth:`~Delivery.taken_over` when a new pin's take-over may proceed. The session's lifecycle calls :meth:`~Delivery.hold` / :meth:`~Delivery.release`
   (quiesce, reset and resume), :meth:`~Delivery.halt` (stop), :meth:`~Delivery.close`,
   :meth:`~Delivery.expect_reset` and :meth:`~Delivery.take_all`.
 - A **dispatcher** (a :class:`Dispatcher`: ``scheduler.SerialDispatcher`` or
@@ -52,6 +52,20 @@ Invariants (tests/test_delivery.py checks each):
    the server's answer when the new epoch shows (the server never answers an ack of a delivery the
    RESET dropped) stops waiting at once with :class:`~pcgroups.errors.SupersededError`, as does one
    started later, so the dispatcher moves on to the new epoch within a round trip, not an ack timeout.
+7. A **take-over**: when the server gives this session a new pin (:meth:`~Delivery.pin_given`) and
+   :attr:`~Delivery.guarded` is set (the consumer may hold more than one unacked message), nothing is
+   handed out (:meth:`~Delivery.take` gives None, :meth:`~Delivery.may_start` is False) until the session
+   calls :meth:`~Delivery.taken_over`. The session does so once every message pending on the consumer was
+   delivered here (:meth:`~Delivery.own_pending`): the earlier holder's calls in flight ended (acked, or
+   nak'd, or their AckWait ran out), whichever instance ran them. Then the buffer is put in stream order (a
+   message the earlier holder nak'd arrives after newer ones), one copy per stream sequence. So no key's
+   message starts while an earlier holder still runs one of that key, and every key keeps stream order,
+   without a RESET (which would deliver again what was acked above the ack floor).
+8. A message whose pin was lost keeps ``+WPI`` for ``grace`` (AckWait) after the loss
+   (:meth:`~Delivery.extend`): the take-over of invariant 7 waits for its call, which may still ack it. Past
+   that it is :meth:`superseded <Delivery.superseded>` (its AckWait may run out and the new holder get it);
+   before that only a pin in doubt, a RESET or the end of the session supersede it. A pin lost while in doubt
+   (after a pause, or cut off from the server) has no grace: its messages are superseded at once.
 """
 
 from __future__ import annotations
@@ -86,7 +100,14 @@ def ack_numbers(reply: str) -> tuple[int, int, int]:
         return 0, 0, 0
 
 
-class Dispatcher(Protocol):
+class NakPolicy(Protocol):
+    """What ``msg.nak(delay)`` means where the message is handled."""
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        """What ``msg.nak(delay)`` means (the coroutine sends it, if anything is sent)."""
+
+
+class Dispatcher(NakPolicy, Protocol):
     """How buffered messages reach the handler. A session picks one at construction."""
 
     async def run(self) -> None:
@@ -101,14 +122,52 @@ class Dispatcher(Protocol):
     def busy(self) -> bool:
         """A handler runs, or a message waits inside the dispatcher."""
 
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running, or waiting inside the dispatcher."""
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free but every message held waits behind a busy key (more would help)."""
+
     def drop_queued(self) -> list[Msg]:
         """Forget the messages waiting inside the dispatcher (none started) and return them."""
 
     def overdue(self, now: float, interval: float) -> list[Msg]:
         """The messages that need a ``+WPI`` now, so that the server does not redeliver them."""
 
-    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
-        """What ``msg.nak(delay)`` means (the coroutine sends it, if anything is sent)."""
+
+class MsgHost(Protocol):
+    """What a :class:`Msg` asks of where it came from: a :class:`Delivery` (a member instance), or a worker
+    of a pool (:class:`pcgroups.worker.WorkerHost`)."""
+
+    @property
+    def epoch(self) -> int:
+        """The consumer epoch now (invariant 6)."""
+
+    def supersedes(self, m: Msg) -> bool:
+        """``m`` may now be handled by another instance (``Msg.superseded``, the epoch aside)."""
+
+    def call(self, coro: Coroutine[Any, Any, None]) -> Any:
+        """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+
+    @property
+    def publish(self) -> Publish:
+        """Sends an ack body on the ack subject."""
+
+    @property
+    def request(self) -> Request:
+        """Sends a double ack and waits for the server's answer."""
+
+    def acked(self, seq: int, epoch: int | None = None) -> None:
+        """``seq`` was acked."""
+
+
+def call_in(loop: asyncio.AbstractEventLoop, loop_thread: int, coro: Coroutine[Any, Any, None]) -> Any:
+    """``coro`` as it is in the loop's thread (to await); run there and waited for from any other thread."""
+    if threading.get_ident() == loop_thread:
+        return coro
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 class RecentAcks:
@@ -145,7 +204,7 @@ class Msg:
                  "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch",
                  "key", "naks")
 
-    def __init__(self, msg: NatsMsg, delivery: Delivery, dispatcher: Dispatcher, pin_id: str | None,
+    def __init__(self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None,
                  now: float | None = None):
         self._msg = msg
         self._delivery = delivery
@@ -221,7 +280,12 @@ class Msg:
         blocked): another instance may now own the partition, so a long handler should stop and not ack.
         Also True once the consumer was RESET after it was delivered (invariant 6): it comes again if the
         new position is at or before it, so a retry or a long handler should stop."""
-        return self._delivery.superseded(self.pin_id) or self.epoch != self._delivery.epoch
+        return self._delivery.supersedes(self) or self.epoch != self._delivery.epoch
+
+    @property
+    def reset_since(self) -> bool:
+        """True once the consumer was RESET after this message's delivery (invariant 6: its acks are not sent)."""
+        return self.epoch != self._delivery.epoch
 
     # --- acks ---------------------------------------------------------------------------
     def ack(self) -> Any:
@@ -297,7 +361,7 @@ class Delivery:
     """
 
     def __init__(self, publish: Publish, request: Request, *, pin_margin: float, recent_acks: int = RECENT_ACKS,
-                 supersede: Callable[[], None] | None = None):
+                 supersede: Callable[[], None] | None = None, grace: float | None = None):
         self.publish = publish
         self.request = request
         self._supersede = supersede
@@ -313,6 +377,11 @@ class Delivery:
         self._heard = time.monotonic()   # the consumer's last answer (a message, heartbeat or status)
         self._pin_doubt = False     # a pull went out after a gap: the pin stays in doubt until confirmed
         self._pin_margin = pin_margin
+        self._grace = pin_margin if grace is None else grace   # invariant 8
+        self._pin_lost = 0.0        # when the pin was last lost (forgotten, or replaced by another)
+        self.guarded = False        # invariant 7: a new pin waits for taken_over()
+        self.on_freed: Callable[[], None] | None = None   # told when a dispatcher is done with a message
+        self._taking_over = False
         self._held = False
         self._stopping = False
         self._closed = False
@@ -330,15 +399,56 @@ class Delivery:
         return self._pin_id
 
     def pin_given(self, pin: str, now: float) -> None:
-        """A delivery carried ``pin``: the server just gave (or kept) it, so its TTL starts now."""
+        """A delivery carried ``pin``: the server just gave (or kept) it, so its TTL starts now. A new pin
+        starts a take-over when :attr:`guarded` (invariant 7)."""
+        if pin != self._pin_id:
+            self._lose_pin(now)
+            self._taking_over = self.guarded
         self._pin_id = pin
         self._pin_confirmed = now
         self._pin_doubt = False
 
     def forget_pin(self) -> None:
         """The pin is gone (status 423, or another instance holds it now)."""
+        self._lose_pin(time.monotonic())
         self._pin_id = None
         self._pin_doubt = False
+        self._taking_over = False
+
+    def _lose_pin(self, now: float) -> None:
+        """The pin held is going: its messages' grace starts now (invariant 8), unless the pin was in doubt (a
+        pause, a cut-off: their AckWait may have run out already, and another instance may have them)."""
+        if self._pin_id is not None:
+            self._pin_lost = now if not self.pin_doubtful() else now - self._grace
+
+    @property
+    def taking_over(self) -> bool:
+        """A new pin waits for :meth:`taken_over` (invariant 7)."""
+        return self._taking_over
+
+    def own_pending(self) -> int:
+        """How many distinct messages of the current pin and epoch are buffered here (invariant 7)."""
+        return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch})
+
+    def taken_over(self, pin: str | None) -> int:
+        """The take-over of ``pin`` may proceed: the buffer goes in stream order, one copy per stream
+        sequence (the last delivered), and handing out starts (invariant 7). Returns how many of the messages
+        handed out are redeliveries (an earlier holder's)."""
+        if pin != self._pin_id or not self._taking_over:
+            return 0
+        latest: dict[int, Msg] = {}
+        for m in self._buffer:
+            if m.pin_id == pin and m.epoch == self._epoch:
+                latest[m.stream_sequence] = m
+        self._buffer = deque(latest[seq] for seq in sorted(latest))
+        self._taking_over = False
+        self.wake()
+        return sum(1 for m in self._buffer if m.deliveries > 1)
+
+    def extend(self, m: Msg, now: float) -> bool:
+        """``m`` may get ``+WPI`` now: of the current pin, or of a pin lost less than ``grace`` ago
+        (invariant 8)."""
+        return m.pin_id == self._pin_id or now - self._pin_lost < self._grace
 
     def heard(self, now: float) -> None:
         """The consumer answered (a message, a heartbeat, a status other than "no responders")."""
@@ -378,9 +488,15 @@ class Delivery:
         self._admitted = pin
         self.wake()
 
+    def supersedes(self, m: Msg) -> bool:
+        return self.superseded(m.pin_id)
+
     def superseded(self, pin: str | None) -> bool:
-        """A message received with ``pin`` may now belong to another instance."""
-        return pin != self._pin_id or self._closed or self.pin_doubtful()
+        """A message received with ``pin`` may now be handled by another instance: the session ended, the pin
+        is in doubt, or it was lost ``grace`` ago or more (invariant 8)."""
+        if self._closed or self.pin_doubtful():
+            return True
+        return pin != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
 
     def current(self, m: Msg) -> bool:
         """``m`` came with the current pin."""
@@ -454,12 +570,17 @@ class Delivery:
         self.wake()
 
     @property
+    def halted(self) -> bool:
+        """No handler starts any more: the session stops (:meth:`halt`) or is closed."""
+        return self._stopping or self._closed
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
     def may_start(self) -> bool:
         """A handler may start now (invariant 1)."""
-        return (not (self._held or self._stopping or self._closed) and not self.pin_doubtful()
+        return (not (self._held or self._stopping or self._closed or self._taking_over) and not self.pin_doubtful()
                 and (not self.gated or self._pin_id == self._admitted))
 
     # --- the dispatcher's side ------------------------------------------------------------
@@ -467,10 +588,15 @@ class Delivery:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """Buffered messages of the current epoch waiting ``interval`` since their receipt or last ``+WPI``."""
+        return [m for m in self._buffer if m.epoch == self._epoch and now - m.last_progress >= interval]
+
     async def take(self) -> Msg | None:
-        """The oldest buffered message, if it may be handed out: None when the buffer is empty, when it
-        came with another pin (nak'd: invariant 2) or belongs to a partition given up (invariant 5)."""
-        if not self._buffer:
+        """The oldest buffered message, if it may be handed out: None when the buffer is empty, during a
+        take-over (invariant 7), when it came with another pin (nak'd: invariant 2) or belongs to a partition
+        given up (invariant 5)."""
+        if not self._buffer or self._taking_over:
             return None
         m = self._buffer.popleft()
         if m.epoch != self._epoch:
@@ -504,6 +630,11 @@ class Delivery:
         finally:
             self._waiter = None
 
+    def freed(self) -> None:
+        """A dispatcher is done with a message (its call ended): room for another (the session's window)."""
+        if self.on_freed is not None:
+            self.on_freed()
+
     def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -534,6 +665,4 @@ class Delivery:
 
     def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
-        if threading.get_ident() == self._loop_thread:
-            return coro
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return call_in(self._loop, self._loop_thread, coro)

@@ -58,8 +58,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           auto: bool = False, lease_ttl: float = 5.0,
                           create: ElasticSpec | None = None, on_assigned: PartitionsHook | None = None,
                           on_revoked: PartitionsHook | None = None,
-                          on_event: EventCallback | None = None,
-                          tracing: Tracing | None = None) -> ElasticInstance | AutoInstance:
+                          on_event: EventCallback | None = None, dispatch: bool = False,
+                          max_in_flight: int = 0, tracing: Tracing | None = None) -> ElasticInstance | AutoInstance:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -69,8 +69,11 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     joins the group by name: it is created with that shape if it does not exist (an existing group
     of another shape is a ``GroupExistsError``). ``on_assigned``, ``on_revoked`` and ``on_event``: see
     :mod:`pcgroups.events`; ``tracing``: OpenTelemetry spans (:mod:`pcgroups.tracing`). Without a
-    ``handler`` the instance is iterated: ``async for msg in instance``. Await the result for the
-    instance, or use it directly: ``async with elastic_consume(...) as inst``.
+    ``handler`` the instance is iterated: ``async for msg in instance``.
+    ``dispatch=True`` (no handler): the pinned instance hands the messages to the group's workers
+    (:func:`pcgroups.serve_worker`), at most ``max_in_flight`` at once (0: the workers' capacities), one per
+    key, keys in turn (:mod:`pcgroups.dispatch`). Await the result for the instance, or use it directly:
+    ``async with elastic_consume(...) as inst``.
     """
     if create is not None and not auto:
         raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
@@ -95,7 +98,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
                            concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                           on_revoked=on_revoked, on_event=on_event, tracing=tracing)
+                           on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight,
+                           tracing=tracing)
     await inst._setup()
     return await join(inst, user_named=user_named, lease_ttl=lease_ttl) if auto else inst
 

@@ -24,6 +24,15 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
                   said of an automatic-membership instance's own leave when it stops);
 ``disconnected``  the connection to ``detail`` (a server URL, credentials removed) was lost;
 ``reconnected``   the connection is back, to ``detail``.
+
+A dispatching instance (``dispatch=True``, :mod:`pcgroups.dispatch`) also says, while it holds the pin:
+
+``worker-joined`` a worker enrolled with the group's pool: ``detail`` is its name and capacity;
+``worker-left``   a worker left (stopped) or went silent: ``detail`` is its name and why.
+
+A worker (:mod:`pcgroups.worker`; ``member`` is the worker's name) says ``enrolled`` (a dispatching member
+answered it: ``detail`` names the member), ``no-dispatcher`` (none answered yet: ``detail`` names the group),
+``disconnected`` and ``reconnected``.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
-         "disconnected", "reconnected")
+         "disconnected", "reconnected", "worker-joined", "worker-left", "enrolled", "no-dispatcher")
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
   the instances are counted from the consumers).
 
-So a refresh takes ``6 + 2 S + 2 E`` requests for ``S`` static and ``E`` elastic groups (each
-consumer list and subject count in one page; with streams given, 6 per stream instead of 6),
-whatever the partitions and members. The exporter
+A last request (core NATS, not JetStream: ``$PCG.POOL.STATUS``) gathers every dispatching instance's
+pool (:mod:`pcgroups.dispatch`), answered at once when there is none. So a refresh takes ``7 + 2 S +
+2 E`` requests for ``S`` static and ``E`` elastic groups (each consumer list and subject count in one
+page; with streams given, 6 per stream instead of 6, plus the one), whatever the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
 """
@@ -181,16 +182,32 @@ class GroupsExporter:
             for stream, group, value in await self._groups(bucket, failures):
                 try:
                     if flavour == "static":
-                        status = await static_status(self.nc, stream, group, api=self.api,
+                        status = await static_status(self.nc, stream, group, api=self.api, pools=False,
                                                      config=static_config(stream, group, value))
                     else:
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
-                                                      config=elastic_config(stream, group, value))
+                                                      pools=False, config=elastic_config(stream, group, value))
                 except (PCGroupsError, JetStreamAPIError) as e:
                     failures.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
                     continue
                 statuses.append(status)
+        await self._pools(statuses)
         return statuses, failures
+
+    async def _pools(self, statuses: list[GroupStatus]) -> None:
+        """Every dispatching instance's pool, in one request (:func:`pcgroups.dispatch.pool_status`), given to
+        the groups read: per member, the pinned instance's view (another's when none is pinned)."""
+        from .dispatch import pool_status
+
+        by_group = {(s.flavour, s.stream, s.group): s for s in statuses}
+        answers = sorted(await pool_status(self.nc), key=lambda a: not a.get("pinned"))
+        seen: set[tuple[str, ...]] = set()
+        for a in answers:
+            member = (str(a.get("flavour")), str(a.get("stream")), str(a.get("group")), str(a.get("member")))
+            status = by_group.get(member[:3])
+            if status is not None and member not in seen:
+                seen.add(member)
+                status.pools.append(a)
 
     # ------------------------------------------------------------ scraping
 
@@ -273,3 +290,5 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
             for source, lag in sorted(s.source_lags.items()):
                 source_lag.add_metric([s.stream, s.group, source], lag)
     yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag)
+    from .metrics import pool_families
+    yield from pool_families([a for s in statuses for a in s.pools])

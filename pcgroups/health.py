@@ -62,13 +62,10 @@ class Health:
         self.check()
         self._task = asyncio.get_running_loop().create_task(self._heartbeat(), name="pcg-health")
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
+        """Stop the heartbeat (the probes then say the loop does not turn, once ``stale`` passed)."""
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
     def stopping(self) -> None:
         """The process is ending (it drains): not ready from now on."""

@@ -23,7 +23,7 @@ import time
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass, replace
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from nats.js.kv import KeyValue
 
@@ -31,13 +31,14 @@ from nats.aio.client import Client
 
 from .connect import ConnectionWatch
 from .delivery import Msg
+from .dispatch import PoolDispatcher, PoolSpec
 from .errors import ConfigError, PCGroupsError
 from .events import EventCallback, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
 from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
-from .scheduler import KeyFunc, RetryPolicy
+from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 from .tracing import NO_TRACING, InstanceTracing, Tracing
 
@@ -52,6 +53,21 @@ def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
     if cfg.ack_wait <= 0:
         cfg.ack_wait = DEFAULT_ACK_WAIT
     return cfg
+
+
+def _check_dispatch(handler: Handler | None, concurrency: int, max_in_flight: int) -> None:
+    if handler is not None:
+        raise ConfigError("a dispatching instance (dispatch=True) runs no handler: the group's workers do "
+                          "(pcgroups.serve_worker); pass handler=None")
+    if concurrency != 1:
+        raise ConfigError("with dispatch=True the workers' capacities are the concurrency: cap the messages in "
+                          f"flight with max_in_flight, not concurrency (got {concurrency})")
+    if max_in_flight < 0:
+        raise ConfigError(f"max_in_flight must be >= 0 (0: the workers' capacities), got {max_in_flight}")
+
+
+async def _no_handler(msg: Msg) -> None:   # a dispatching instance's (its dispatcher never calls it)
+    raise RuntimeError("a dispatching instance runs no handler")
 
 
 def with_priority_group(cfg: ConsumerConfig, filters: list[str]) -> ConsumerConfig:
@@ -104,20 +120,30 @@ ControlEvent = Stop | Fatal | ConsumerGone | ConfigUpdate | WatchEnded | PinChan
 
 P = ParamSpec("P")
 T = TypeVar("T", bound=ConsumeContext)
+S = TypeVar("S", bound="AsyncContext")
 
 
-class Starting(Generic[T]):
-    """What a consume entry point returns: ``await`` it for the instance (a :class:`ConsumeContext`), or
-    enter it directly with ``async with`` (the instance starts on entry and stops on exit)."""
+class AsyncContext(Protocol):
+    """Something used with ``async with`` (a consume context, a worker)."""
 
-    def __init__(self, start: Coroutine[Any, Any, T]):
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: Any) -> Any: ...
+
+
+class Starting(Generic[S]):
+    """What a consume entry point (or ``serve_worker``) returns: ``await`` it for the instance (a
+    :class:`ConsumeContext`), or enter it directly with ``async with`` (the instance starts on entry and stops
+    on exit)."""
+
+    def __init__(self, start: Coroutine[Any, Any, S]):
         self._start = start
         self._instance: Any = None
 
-    def __await__(self) -> Generator[Any, None, T]:
+    def __await__(self) -> Generator[Any, None, S]:
         return self._start.__await__()
 
-    async def __aenter__(self) -> T:
+    async def __aenter__(self) -> S:
         self._instance = await self._start
         return await self._instance.__aenter__()
 
@@ -160,8 +186,11 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                  handler: Handler | None, template: ConsumerConfig, batch: int, auto_in_progress: bool,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
                  on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                 on_event: EventCallback | None = None, tracing: Tracing | None = None):
-        if handler is None and concurrency != 1:
+                 on_event: EventCallback | None = None, dispatch: bool = False, max_in_flight: int = 0,
+                 tracing: Tracing | None = None):
+        if dispatch:
+            _check_dispatch(handler, concurrency, max_in_flight)
+        elif handler is None and concurrency != 1:
             raise ConfigError("an instance iterated with async for takes one message at a time: concurrency "
                               f"must be 1 without a handler, got {concurrency}")
         super().__init__()
@@ -175,6 +204,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.auto_in_progress = auto_in_progress
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        if (concurrency > 1 or dispatch) and template.max_ack_pending <= 0:
+            self.template = replace(template, max_ack_pending=FAIR_WINDOW)   # fair by default (scheduler.Window)
         self.concurrency = concurrency
         self.key = key
         #: the instance's spans (:mod:`pcgroups.tracing`; :data:`~pcgroups.tracing.NO_TRACING` without ``tracing``)
@@ -184,10 +215,14 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.session: PullSession | None = None
         self.recovered_errors = 0
         self._handoff: Handoff | None = None
-        if handler is None:
+        self._pool: PoolSpec | None = None
+        if dispatch:   # the group's workers run the handler (pcgroups.dispatch)
+            self._pool = PoolSpec(self.flavour, stream, group, member, max_in_flight, on_worker=self._worker_said)
+            handler = _no_handler
+        elif handler is None:
             self._handoff = Handoff(self._done)
             handler = self._handoff.handler
-        self.handler: Handler = self.trace.wrap(handler)
+        self.handler: Handler = handler if dispatch else self.trace.wrap(handler)
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
                                   on_failure=lambda e: self._post(Fatal(e)))
         # "pinned", "lost-pin" or "standby" once said; "unpinned": lost the pin, nobody else seen with it yet
@@ -203,6 +238,21 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._leaving = False       # its own leave is under way: the membership change it makes is no news
 
     # --- public surface -------------------------------------------------------------------
+    @property
+    def dispatching(self) -> bool:
+        """True for an instance started with ``dispatch=True``: the group's workers run its handler."""
+        return self._pool is not None
+
+    def pool_status(self) -> dict[str, Any] | None:
+        """A dispatching instance's pool: its workers, messages in flight and waiting (None otherwise)."""
+        session = self.session
+        if session is None or not isinstance(session.dispatcher, PoolDispatcher):
+            return None
+        return session.dispatcher.status()
+
+    def _worker_said(self, kind: str, name: str, detail: str) -> None:
+        self._reporter.emit(kind, detail=f"{name}: {detail}")
+
     @property
     def consuming(self) -> bool:
         """True while this instance has a consumer and is pulling (pinned or standby)."""
@@ -313,7 +363,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
                               on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates,
-                              trace=self.trace)
+                              max_ack_pending=self.template.max_ack_pending, dispatch=self._pool, trace=self.trace)
         if self._stop_requested:
             session.halt()
         await session.start()

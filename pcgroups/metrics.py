@@ -30,7 +30,7 @@ from typing import Any
 
 from .events import InstanceEvent
 
-__all__ = ["INSTANCE_METRICS", "InstanceMetrics", "MetricFamilies"]
+__all__ = ["INSTANCE_METRICS", "InstanceMetrics", "MetricFamilies", "POOL_METRICS", "pool_families"]
 
 #: name (counters without ``_total``, the histogram without its suffixes) -> help.
 INSTANCE_METRICS: dict[str, str] = {
@@ -44,6 +44,22 @@ INSTANCE_METRICS: dict[str, str] = {
                                     "(added, partitions, dropped)",
     "pcgroups_instance_partitions": "Partitions this instance's member owns, as of the last event",
     "pcgroups_instance_dead_lettered": "Messages dead-lettered after their retries",
+}
+
+#: name (counters without ``_total``) -> help of a dispatching instance's pool (``dispatch=True``): served by
+#: its own ``--metrics-listen`` and, for every dispatching instance, by ``cg metrics`` (the pinned one's view).
+POOL_METRICS: dict[str, str] = {
+    "pcgroups_pool_workers": "Workers enrolled with the member's dispatching instance, by state (busy: a message "
+                             "of this member in flight there; idle: none)",
+    "pcgroups_pool_slots": "Messages the member's dispatcher may have at its workers at once (their capacities, "
+                           "capped by max_in_flight)",
+    "pcgroups_pool_in_flight_messages": "Messages at the workers now",
+    "pcgroups_pool_waiting_messages": "Messages the dispatching instance holds that wait for a worker (or for their "
+                                      "key's turn)",
+    "pcgroups_pool_worker_busy_messages": "Messages of this member in flight at the worker",
+    "pcgroups_pool_worker_handled_messages": "Messages the worker settled for this dispatching instance since it "
+                                             "started",
+    "pcgroups_pool_retried_messages": "Worker calls that failed or nak'd and were retried in place",
 }
 
 LABELS = ("flavour", "stream", "group", "member")
@@ -160,6 +176,13 @@ class InstanceMetrics:
         """A ``RetryPolicy(on_dead_letter=...)`` callback: one message dead-lettered."""
         self._dead.inc()
 
+    # ------------------------------------------------------------ a dispatching instance's pool
+
+    def watch_pool(self, loop: Any, status_of: Callable[[], dict[str, Any] | None]) -> None:
+        """Serve the pool metrics (:data:`POOL_METRICS`) of a dispatching instance: each scrape asks
+        ``status_of`` (``ConsumerInstance.pool_status``) in the instance's event ``loop``."""
+        self.registry.register(_PoolCollector(loop, status_of))
+
     # ------------------------------------------------------------ serving
 
     def serve(self, host: str, port: int, health: Any = None) -> Any:
@@ -169,3 +192,59 @@ class InstanceMetrics:
         from .health import serve
 
         return serve(host, port, health=health, registry=self.registry)
+
+
+class _PoolCollector:
+    """The pool metrics of one dispatching instance, read in its event loop at each scrape."""
+
+    def __init__(self, loop: Any, status_of: Callable[[], dict[str, Any] | None]) -> None:
+        self._loop = loop
+        self._status_of = status_of
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        import asyncio
+
+        async def read() -> dict[str, Any] | None:
+            return self._status_of()
+        try:
+            status = asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=2)
+        except Exception:  # noqa: BLE001 - the loop is gone or busy: no pool metrics this scrape
+            status = None
+        yield from pool_families([status] if status else [])
+
+
+def pool_families(statuses: list[dict[str, Any]]) -> Any:
+    """The pool metrics (:data:`POOL_METRICS`) of dispatching instances' status answers (``Roster.status``)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    m = POOL_METRICS
+    labels = list(LABELS)
+    workers = GaugeMetricFamily("pcgroups_pool_workers", m["pcgroups_pool_workers"], labels=[*labels, "state"])
+    slots = GaugeMetricFamily("pcgroups_pool_slots", m["pcgroups_pool_slots"], labels=labels)
+    in_flight = GaugeMetricFamily("pcgroups_pool_in_flight_messages", m["pcgroups_pool_in_flight_messages"],
+                                  labels=labels)
+    waiting = GaugeMetricFamily("pcgroups_pool_waiting_messages", m["pcgroups_pool_waiting_messages"],
+                                labels=labels)
+    busy = GaugeMetricFamily("pcgroups_pool_worker_busy_messages", m["pcgroups_pool_worker_busy_messages"],
+                             labels=[*labels, "worker"])
+    handled = CounterMetricFamily("pcgroups_pool_worker_handled_messages",
+                                  m["pcgroups_pool_worker_handled_messages"], labels=[*labels, "worker"])
+    retried = CounterMetricFamily("pcgroups_pool_retried_messages", m["pcgroups_pool_retried_messages"],
+                                  labels=labels)
+    for s in statuses:
+        key = [str(s.get(k, "")) for k in LABELS]
+        pool = s.get("workers") or []
+        n_busy = sum(1 for w in pool if w.get("busy"))
+        workers.add_metric([*key, "busy"], n_busy)
+        workers.add_metric([*key, "idle"], len(pool) - n_busy)
+        slots.add_metric(key, s.get("slots", 0))
+        in_flight.add_metric(key, s.get("in_flight", 0))
+        waiting.add_metric(key, s.get("waiting", 0))
+        retried.add_metric(key, s.get("retried", 0))
+        for w in pool:
+            busy.add_metric([*key, str(w.get("name"))], w.get("busy", 0))
+            handled.add_metric([*key, str(w.get("name"))], w.get("handled", 0))
+    yield from (workers, slots, in_flight, waiting, busy, handled, retried)

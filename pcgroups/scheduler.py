@@ -80,8 +80,77 @@ class RetryPolicy:
     on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
 
 
+#: A keyed instance's default consumer window (``max_ack_pending``) and the most it holds at once: a burst
+#: on one key of up to about this many messages does not hold back other keys (:class:`Window`).
+FAIR_WINDOW = 16384
+#: Per handler slot, what a keyed instance asks for while no key is starved (the window's base).
+WINDOW_PER_SLOT = 4
+WINDOW_SHRINK_AFTER = 1.0   # seconds the window must have been under a quarter full before it halves
+
+
+class Window:
+    """How many messages a keyed instance holds (buffered, waiting for their key, running), between ``base``
+    and ``cap`` (the consumer's max_ack_pending; the server never delivers more).
+
+    It doubles while it is (three quarters) full and starved (a handler slot is free but every message held
+    waits behind a busy key: a burst on one key), so other keys further in the stream are reached; it halves back toward
+    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. What is held costs memory
+    and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap`` messages.
+    """
+
+    def __init__(self, base: int, cap: int):
+        self.cap = max(cap, 1)
+        self.base = max(1, min(base, self.cap))
+        self.size = self.base
+        self._low_since: float | None = None
+
+    def room(self, outstanding: int) -> int:
+        """How many more messages may be asked for, with ``outstanding`` held or requested."""
+        return max(self.size - outstanding, 0)
+
+    def update(self, outstanding: int, starved: bool, now: float) -> None:
+        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull)."""
+        if starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
+            self.size = min(self.size * 2, self.cap)
+            self._low_since = None
+        elif outstanding < self.size // 4 and self.size > self.base:
+            if self._low_since is None:
+                self._low_since = now
+            elif now - self._low_since >= WINDOW_SHRINK_AFTER:
+                self.size = max(self.size // 2, self.base)
+                self._low_since = now
+        else:
+            self._low_since = None
+
+    def rebase(self, base: int) -> None:
+        """A new base (a worker pool's slots changed); the size follows it up, and shrinks to it over time."""
+        self.base = max(1, min(base, self.cap))
+        self.size = max(self.size, self.base)
+
+    def at_least(self, n: int) -> None:
+        """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
+        self.size = max(self.size, min(n, self.cap))
+
+
+class RetryLater(Exception):
+    """Raised by a handle that ran the call elsewhere (a worker) when it failed or nak'd: the keyed dispatcher
+    retries in place as for a local ``nak(delay)`` (``delay`` 0: its backoff), ``reason`` naming why."""
+
+    def __init__(self, reason: str = "", delay: float = 0.0):
+        super().__init__(reason or "nak")
+        self.reason = reason
+        self.delay = delay
+
+
 async def _noop() -> None:
     return None
+
+
+async def _release_unsettled(d: Delivery, m: Msg) -> None:
+    """A call ended without settling ``m`` after its pin was lost: nak it, so that the new holder, which
+    waits for the calls of the earlier one (Delivery invariant 7), gets it at once rather than after AckWait."""
+    if not m.settled and not d.current(m) and m.epoch == d.epoch and not d.closed:
+        await d.nak_quietly(m)
 
 
 class SerialDispatcher:
@@ -104,6 +173,12 @@ class SerialDispatcher:
     @property
     def busy(self) -> bool:
         return self._current is not None
+
+    @property
+    def held(self) -> int:
+        return 1 if self._current is not None else 0
+
+    starved = False   # one message at a time, in delivery order: a larger window would not help
 
     def drop_queued(self) -> list[Msg]:
         return []   # nothing waits here: the Delivery's buffer is the queue
@@ -146,6 +221,7 @@ class SerialDispatcher:
             self._on_fatal(e)
             return False
         self._current = None
+        await _release_unsettled(self._delivery, m)
         return True
 
 
@@ -155,10 +231,6 @@ class ConsumerControl(Protocol):
     stream: str
     consumer: str
     label: str
-
-    async def consumer_info(self) -> dict[str, Any]: ...
-
-    async def reset_consumer(self, seq: int | None = None) -> None: ...
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
 
@@ -184,8 +256,7 @@ class KeyedDispatcher:
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
-        self._checked_pin: str | None = None
-        self._checking = False   # _restore_order is asking: no task takes a message meanwhile (a reset drops them)
+        self._queued = 0                     # messages in self._keys
 
     @property
     def running(self) -> bool:
@@ -195,7 +266,19 @@ class KeyedDispatcher:
     def busy(self) -> bool:
         return bool(self._running) or bool(self._keys)
 
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running or waiting for their key."""
+        return self._queued + len(self._running)
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free, and every message held waits behind a key that runs: only more messages
+        (other keys, further in the stream) can use the slot (:class:`Window` grows)."""
+        return len(self._running) < self.concurrency and not self._ready and self._queued > 0
+
     def drop_queued(self) -> list[Msg]:
+        self._queued = 0
         dropped = [m for q in self._keys.values() for m in q]
         self._keys.clear()
         self._ready.clear()
@@ -221,28 +304,15 @@ class KeyedDispatcher:
     async def _dispatch(self) -> None:
         d = self._delivery
         while not d.closed:
-            while d.buffered:
+            while d.buffered and not d.taking_over:
                 m = await d.take()
-                if m is None:
-                    continue
-                if m.pin_id is not None and m.pin_id != self._checked_pin:
-                    self._checked_pin = m.pin_id
-                    self._checking = True
-                    try:
-                        reset = await self._restore_order(m)
-                    finally:
-                        self._checking = False
-                    if reset:
-                        break
-                    if not d.current(m):   # the pin moved while we asked
-                        await d.nak_quietly(m)
-                        continue
-                self._admit(m)
+                if m is not None:
+                    self._admit(m)
             while (taken := self._take()) is not None:
                 task = asyncio.create_task(self._run_one(*taken))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            if not d.buffered:
+            if not d.buffered or d.taking_over:
                 await d.wait_for_work()
 
     def _admit(self, m: Msg) -> None:
@@ -253,58 +323,24 @@ class KeyedDispatcher:
             if k not in self._running:
                 self._ready.append(k)
         q.append(m)
+        self._queued += 1
 
     def _take(self) -> tuple[str, Msg] | None:
         """The next ready key (round-robin) and its next message, marked running; None when
         ``concurrency`` handlers run, no key is ready, or no handler may start."""
-        while (self._ready and len(self._running) < self.concurrency and not self._checking
-               and self._delivery.may_start()):
+        while self._ready and len(self._running) < self.concurrency and self._delivery.may_start():
             k = self._ready.popleft()
             q = self._keys.get(k)
             if not q:
                 self._keys.pop(k, None)
                 continue
             m = q.popleft()
+            self._queued -= 1
             if not q:
                 del self._keys[k]
             self._running[k] = m
             return k, m
         return None
-
-    async def _restore_order(self, first: Msg) -> bool:
-        """On taking the pin with an earlier owner's messages unacked (redelivered after AckWait out of
-        order, or still pending), RESET the consumer to its ack floor: everything comes again in stream
-        order at once. A fresh pin (first delivery, nothing unacked below it) needs no reset. Returns
-        True when it reset (what was buffered is dropped)."""
-        c, d = self._consumer, self._delivery
-        try:
-            info = await c.consumer_info()
-        except Exception as e:
-            log.debug("%s: consumer info failed: %s", c.label, e)
-            return False
-        if info.get("num_ack_pending", 0) == 0:
-            return False
-        # What is pending may be only what was just delivered to us (the first message included): then
-        # a first delivery with the ack floor right below it means no earlier owner's message is
-        # outstanding, and no reset is needed. A redelivery, or a gap between the floor and our first
-        # consumer sequence, still resets (a take-over with messages in flight).
-        if first.deliveries == 1:
-            floor = (info.get("ack_floor") or {}).get("consumer_seq", 0)
-            if floor >= first.consumer_sequence - 1:
-                return False
-        # From here on what arrives is dropped until the first delivery after the reset (consumer
-        # sequence 1): the reset may redeliver before its own reply reaches us.
-        d.expect_reset()
-        self.drop_queued()
-        try:
-            await c.reset_consumer()
-        except Exception as e:
-            log.warning("%s: reset failed: %s", c.label, e)
-            d.reset_failed()
-            return True  # what was dropped is redelivered after AckWait
-        log.info("%s: pinned with %d unacked messages: reset to the ack floor (%d) to keep stream order",
-                 c.label, info.get("num_ack_pending", 0), info.get("ack_floor", {}).get("stream_seq", 0))
-        return True
 
     async def _run_one(self, k: str, m: Msg) -> None:
         """Handle ``m`` of key ``k``, then chain: while a slot is free this task takes the next ready
@@ -319,6 +355,7 @@ class KeyedDispatcher:
                     del self._running[k]
                     if k in self._keys:
                         self._ready.append(k)
+                    self._delivery.freed()
                 taken = self._take()
                 if taken is None:
                     return
@@ -343,11 +380,16 @@ class KeyedDispatcher:
             except Exception as e:
                 error = e
             retry = self._naks.pop(m, None)
+            if isinstance(error, RetryLater):   # a remote call failed (a worker's): retry in place
+                retry, error = error.delay, (Exception(error.reason) if error.reason else None)
             if isinstance(error, SupersededError) or m.epoch != d.epoch:
                 return  # the consumer was RESET: the message is not pending any more (invariant 6)
             if error is None and retry is None:
-                return  # acked, termed, or left to the handler (no ack: redelivered after AckWait)
-            reason = repr(error) if error is not None else "nak"
+                # acked, termed, or left to the handler (no ack: redelivered after AckWait); a message of a pin
+                # lost meanwhile goes back to the server at once, for the new holder (it waited for this call)
+                await _release_unsettled(d, m)
+                return
+            reason = (str(error) if type(error) is Exception else repr(error)) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
             if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
                 await self._dead_letter(m, reason, deliveries)
@@ -356,8 +398,9 @@ class KeyedDispatcher:
             log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
                      m.sequence, reason, attempt, delay)
             await asyncio.sleep(delay)
-            if m.superseded:
-                return  # the pin moved: the new owner has it
+            if not d.current(m):
+                await _release_unsettled(d, m)
+                return  # the pin moved: the new holder gets it (it waited for this call)
 
     async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:
         c = self._consumer

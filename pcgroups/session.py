@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from nats.aio.client import Client
@@ -25,14 +25,17 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
+from .dispatch import PoolDispatcher, PoolSpec
 from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
-from .scheduler import Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher, key_by_subject
+from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
+                        Window, key_by_subject)
 from .tracing import NO_TRACING, InstanceTracing
 
 log = logging.getLogger("pcgroups")
 
 DEFAULT_BATCH = 500
+TAKEOVER_POLL = 0.05   # how often a take-over asks consumer info while an earlier holder's calls run
 
 Handler = Callable[[Msg], Awaitable[None] | None]
 
@@ -107,6 +110,39 @@ class AckReplies:
                 waiter.set_exception(SupersededError("not acked: the consumer was reset after its delivery"))
 
 
+class Waker:
+    """Wakes the pull loop: an ``asyncio.Event`` without a task per wait (``wait_for`` makes one, and the pull
+    loop waits once per wake-up). A :meth:`set` while nobody waits is kept for the next :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return when set (at once if it was set since the last wait), or after ``timeout``."""
+        if not self._set:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake_up, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._set = False
+
+
+def _wake_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _expire(waiter: asyncio.Future[NatsMsg]) -> None:
     if not waiter.done():
         waiter.set_exception(NatsTimeoutError())
@@ -131,7 +167,7 @@ class PullSession:
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
-                 trace: InstanceTracing = NO_TRACING):
+                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None, trace: InstanceTracing = NO_TRACING):
         self.nc = nc
         self.trace = trace
         self.api = api
@@ -155,7 +191,8 @@ class PullSession:
         self._heard = time.monotonic()   # the consumer's last answer: a message, heartbeat or status but 503
         self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
-        self._wake = asyncio.Event()     # wakes the pull loop
+        self._wake = Waker()             # wakes the pull loop
+        self._delivered = asyncio.Event()   # a message arrived during a take-over
         self._sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pull_subject = api.pull_subject(stream, consumer)
@@ -163,14 +200,29 @@ class PullSession:
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
         self._ack_replies = AckReplies(nc)
         self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9,
-                                 supersede=self._ack_replies.supersede)
+                                 supersede=self._ack_replies.supersede, grace=ack_wait)
+        # A new pin waits until the earlier holder's calls ended (Delivery invariant 7): one consumer info with
+        # max_ack_pending 1 (the message delivered is then the only one pending), a wait with a larger window.
+        self.delivery.guarded = True
         # gated: handlers of a new pin wait until the owner admits it (admit()), told by on_pin: its hooks run first
         self.delivery.gated = gated
         handle = as_handle(handler)
         self.dispatcher: Dispatcher
-        if concurrency > 1:
+        #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
+        self.window: Window | None = None
+        cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
+        if dispatch is not None:   # the handlers run on the group's workers (pcgroups.dispatch)
+            pool = PoolDispatcher(nc, self.delivery, self, dispatch, key=key or key_by_subject,
+                                  retry=retry or RetryPolicy())
+            self.dispatcher = pool
+            self.window = window = Window(WINDOW_PER_SLOT, cap)
+            pool.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
+            self.delivery.on_freed = self._wake.set
+        elif concurrency > 1:
             self.dispatcher = KeyedDispatcher(self.delivery, handle, self, concurrency=concurrency,
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
+            self.window = Window(WINDOW_PER_SLOT * concurrency, cap)
+            self.delivery.on_freed = self._wake.set   # a message done: room in the window
         else:
             self.dispatcher = SerialDispatcher(self.delivery, handle, self._fatal)
 
@@ -339,7 +391,7 @@ class PullSession:
             self._on_status(status, headers)
             return
         self._pending -= 1
-        if self._pending <= self.batch // 2:
+        if self._pending == self.batch // 2 or self._pending <= 0:   # a pull may be due (once, not per message)
             self._wake.set()
         delivery = self.delivery
         pin = headers.get(PIN_HEADER) if headers else None
@@ -348,9 +400,15 @@ class PullSession:
         elif pin != delivery.pin_id:
             if delivery.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
+            else:   # a new pin without a 423 first: what waits under the old one goes back to the server
+                self._drop_queued()
             delivery.pin_given(pin, now)
+            if delivery.taking_over:
+                self._spawn(self._take_over(pin), f"pcg-takeover-{self.label}")
             self._pin_changed()
         await delivery.deliver(Msg(msg, delivery, self.dispatcher, pin, now))
+        if delivery.taking_over:
+            self._delivered.set()
 
     def _on_status(self, status: str, headers: dict[str, str]) -> None:
         if status == "100":
@@ -382,10 +440,54 @@ class PullSession:
             # (one per heartbeat); only the consumer's "not found" ends the session.
             self._pending = 0
             if not any(t.get_name() == "pcg-503" and not t.done() for t in self._tasks):
-                self._tasks.append(asyncio.create_task(self._check_consumer(), name="pcg-503"))
+                self._spawn(self._check_consumer(), "pcg-503")
         else:
             self._pending = 0
             self._gone(f"pull failed: {status} {description}".strip())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """A task of the session's (stop() cancels it); those that ended are forgotten."""
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def _take_over(self, pin: str) -> None:
+        """Delivery invariant 7: hand nothing out under the new ``pin`` until every message pending on the
+        consumer was delivered here, i.e. the earlier holder's calls in flight ended (acked, nak'd, or their
+        AckWait ran out: a dead holder's come here then). Bounded: after 2 x AckWait + 2 s it goes on anyway."""
+        d = self.delivery
+        started = time.monotonic()
+        deadline = started + 2 * self.ack_wait + 2.0
+        waited_for = 0
+        while d.pin_id == pin and d.taking_over and not self.closed:
+            try:
+                info = await self.consumer_info()
+            except Exception as e:  # disconnected, no leader: ask again shortly
+                log.debug("%s: consumer info for the take-over: %s", self.label, e)
+                info = None
+            if info is not None:
+                pending = int(info.get("num_ack_pending", 0))
+                foreign = pending - d.own_pending()
+                if foreign <= 0:
+                    break
+                waited_for = max(waited_for, foreign)
+                if self.window is not None:   # room for every pending message to come here
+                    self.window.at_least(pending + self.window.base)
+                    self._wake.set()
+            if time.monotonic() >= deadline:
+                log.warning("%s: took over the pin with %d message(s) of the earlier holder still pending after "
+                            "%.1fs; handing out in stream order anyway", self.label, waited_for,
+                            time.monotonic() - started)
+                break
+            self._delivered.clear()
+            try:
+                await asyncio.wait_for(self._delivered.wait(), TAKEOVER_POLL)
+            except asyncio.TimeoutError:
+                pass
+        redelivered = d.taken_over(pin)
+        if waited_for or redelivered:
+            log.info("%s: took over the pin with unacked message(s) of the earlier holder (%d still pending "
+                     "elsewhere, %d redelivered here): waited %.2fs, handing out in stream order", self.label,
+                     waited_for, redelivered, time.monotonic() - started)
 
     async def _check_consumer(self) -> None:
         """After a pull without responders: end the session only when the consumer does not exist."""
@@ -440,16 +542,25 @@ class PullSession:
                     log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
                               self._pending)
                     self._pending = 0
-                if self._pending <= self.batch // 2:
+                want, least = self._want(now)
+                if want >= least:
                     self._last_refill = now
-                    await self._pull(self.batch - max(self._pending, 0))
+                    await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
                     await self._pull(1)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), min(self.heartbeat, self.keepalive))
-            except asyncio.TimeoutError:
-                pass
+            await self._wake.wait(min(self.heartbeat, self.keepalive))
+
+    def _want(self, now: float) -> tuple[int, int]:
+        """How many messages to ask for now, and the least worth a pull: half a batch; with a
+        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least)."""
+        requested = max(self._pending, 0)
+        want = self.batch - requested
+        window = self.window
+        if window is None:
+            return want, self.batch - self.batch // 2
+        outstanding = self.delivery.buffered + self.dispatcher.held + requested
+        window.update(outstanding, self.dispatcher.starved, now)
+        return min(want, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
 
     async def _confirm_pin(self) -> None:
         """After a gap in the pulls: ask consumer info whether the pin is still ours. If another (or none)
@@ -497,12 +608,15 @@ class PullSession:
 
     async def _progress_loop(self) -> None:
         """Send +WPI for what the dispatcher says is overdue (a handler running longer than a third of
-        AckWait; with key-level concurrency also messages waiting for their key), so it is not redelivered."""
+        AckWait; with key-level concurrency also messages waiting for their key) and for messages waiting in
+        the buffer as long, so they are not redelivered."""
         interval = max(self.ack_wait / 3, 0.2)
         while not self.closed:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
-            for m in self.dispatcher.overdue(now, interval):
+            for m in [*self.dispatcher.overdue(now, interval), *self.delivery.overdue(now, interval)]:
+                if not self.delivery.extend(m, now):
+                    continue   # its pin was lost long enough ago: let its AckWait run out (Delivery invariant 8)
                 m.last_progress = now
                 try:
                     await self.nc.publish(m.reply, b"+WPI")

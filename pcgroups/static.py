@@ -147,10 +147,14 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                          on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                         on_event: EventCallback | None = None, tracing: Tracing | None = None) -> "StaticInstance":
+                         on_event: EventCallback | None = None, dispatch: bool = False,
+                         max_in_flight: int = 0, tracing: Tracing | None = None) -> "StaticInstance":
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
+    ``dispatch=True`` (no handler): the pinned instance hands the messages to the group's workers
+    (:func:`pcgroups.serve_worker`), at most ``max_in_flight`` at once (0: the workers' capacities), one
+    per key (``key``), keys in turn (:mod:`pcgroups.dispatch`).
     ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`; ``tracing``: OpenTelemetry
     spans (:mod:`pcgroups.tracing`). Without a ``handler`` the instance is iterated: ``async for msg in
     instance`` (:mod:`pcgroups.hooks`). Await the result for the instance, or use it directly:
@@ -161,7 +165,8 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                           template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
                           concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                          on_revoked=on_revoked, on_event=on_event, tracing=tracing)
+                          on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight,
+                          tracing=tracing)
     await inst._setup()
     return inst
 

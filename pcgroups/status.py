@@ -97,6 +97,7 @@ class GroupStatus:
     source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue (all streams)
     source_lags: dict[str, int] = field(default_factory=dict)   # elastic: the same, by stream
     leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
+    pools: list[dict[str, Any]] = field(default_factory=list)   # each dispatching instance's workers (dispatch.py)
     taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     requests: int = 0                  # JetStream API requests it took
 
@@ -205,12 +206,14 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
 
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False, config: StaticConfig | None = None) -> GroupStatus:
+                        per_partition: bool = False, config: StaticConfig | None = None,
+                        pools: bool = True) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
     consumer per partition of members that own several (two extra requests each). ``config``: the
-    group's config when the caller has already read it (the two config requests are saved).
+    group's config when the caller has already read it (the two config requests are saved). ``pools``: ask the
+    group's dispatching instances for their workers (a core NATS request, answered at once when there are none).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
@@ -237,11 +240,12 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
                        max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
-                       messages=int(state.get("messages") or 0), requests=counting.n + config_requests)
+                       messages=int(state.get("messages") or 0), requests=counting.n + config_requests,
+                       pools=await _pools(nc, "static", stream, group) if pools else [])
 
 
 async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                         config: ElasticConfig | None = None, leases: bool = True) -> GroupStatus:
+                         config: ElasticConfig | None = None, leases: bool = True, pools: bool = True) -> GroupStatus:
     """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
     :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket)."""
     api = api if api is not None else JetStreamApi(nc)
@@ -273,5 +277,13 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=held,
-                       requests=counting.n + config_requests)
+                       leases=held, requests=counting.n + config_requests,
+                       pools=await _pools(nc, "elastic", stream, group) if pools else [])
+
+
+async def _pools(nc: Client, flavour: str, stream: str, group: str) -> list[dict[str, Any]]:
+    """The group's dispatching instances' pools, the pinned one's first (none without dispatching instances)."""
+    from .dispatch import pool_status
+
+    answers = await pool_status(nc, flavour, stream, group)
+    return sorted(answers, key=lambda a: (not a.get("pinned"), str(a.get("member")), str(a.get("d"))))

@@ -27,6 +27,8 @@ Scenarios (CI size / ``--long`` size, in fault injections):
   SIGKILL alternately; static and elastic instances reconnect and continue (2 / 6);
 - ``membership``: add, drop and member-mapping changes of an elastic group under traffic (12 / 50);
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
+- ``stepdown-keyed``: single step-downs of m1 (2 instances, key-level concurrency 4, 0.2 s calls) 1.5 s apart in
+  static and elastic groups: exclusivity and order checked per key (4 / 20);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 - ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
@@ -96,6 +98,9 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("--progress", choices=["auto", "call", "none"], default="auto",
                    help="auto: pcgroups sends +WPI; call: the handler calls msg.in_progress() (auto off); "
                         "none: neither")
+    p.add_argument("--dispatch", action="store_true", help="a dispatching instance: the pool's workers handle")
+    p.add_argument("--pool-worker", action="store_true", help="a worker of the group's pool (INSTANCE: its name)")
+    p.add_argument("--capacity", type=int, default=1, help="a pool worker's capacity")
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
     import logging
@@ -109,10 +114,12 @@ async def worker_main(argv: list[str]) -> None:
                             reconnect_time_wait=0.1, connect_timeout=2, reconnected_cb=on_reconnect,
                             name=f"{args.stream}/{instance}")
 
+    keyed = args.concurrency > 1 or args.dispatch or args.pool_worker
+
     async def handler(msg) -> None:
         subject, origin = origin_of(msg)
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
-        unit = msg.partition if args.concurrency == 1 else 1000 * msg.partition + int(subject.rsplit(".k", 1)[1])
+        unit = 1000 * msg.partition + int(subject.rsplit(".k", 1)[1]) if keyed else msg.partition
         ids = dict(member=member, instance=instance, partition=unit, key=origin, order=origin,
                    seq=msg.sequence, subject=subject)
         # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
@@ -140,11 +147,25 @@ async def worker_main(argv: list[str]) -> None:
         from pcgroups.delivery import Delivery
         Delivery.pin_doubtful = lambda self: False
 
-    consume = static_consume if args.flavour == "static" else elastic_consume
-    inst = await consume(nc, args.stream, args.group, member, handler,
-                         config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
-                         auto_in_progress=args.progress == "auto", concurrency=args.concurrency)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
+    def said(ev) -> None:
+        _emit(json.dumps({"ev": "state", "kind": ev.kind, "detail": ev.detail, "t": time.time()}))
+
+    if args.pool_worker:
+        from pcgroups import serve_worker
+        inst = await serve_worker(nc, args.flavour, args.stream, args.group, handler, name=instance,
+                                  capacity=args.capacity, ack_wait=args.ack_wait,
+                                  auto_in_progress=args.progress == "auto", on_event=said)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
+        await inst.wait_for_consuming(30)
+    else:
+        consume = static_consume if args.flavour == "static" else elastic_consume
+        pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0,
+                "on_event": said}
+        inst = await consume(nc, args.stream, args.group, member, None if args.dispatch else handler,
+                             config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
+                             auto_in_progress=args.progress == "auto",
+                             **(pool if args.dispatch else {"concurrency": args.concurrency}))
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
     _emit(json.dumps({"ev": "ready", "t": time.time()}))
     err = await inst.done()
     _emit(json.dumps({"ev": "done", "error": str(err) if err else None, "t": time.time()}))
@@ -212,6 +233,7 @@ class Worker:
         self.reconnects = 0
         self.reconnected_at: list[float] = []
         self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
+        self.state: str | None = None              # its last instance event (pool scenarios): pinned, ...
         self.reader: asyncio.Task | None = None
         self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
 
@@ -335,7 +357,8 @@ class Env:
     async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
                     work: float = 0.002, window: int = 1, progress: str = "auto",
                     add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
-                    proxied: bool = False, url_of: Callable[[str, int], str] | None = None) -> Group:
+                    proxied: bool = False, url_of: Callable[[str, int], str] | None = None,
+                    dispatch: bool = False) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
         each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
         server URL(s) of the member's k-th instance."""
@@ -361,12 +384,14 @@ class Env:
         self.groups.append(g)
         for member, count in members.items():
             for k in range(count):
-                await self.spawn(g, member, url_of(member, k) if url_of else None)
+                await self.spawn(g, member, url_of(member, k) if url_of else None,
+                                 extra=("--dispatch",) if dispatch else ())
         await self.wait_ready(g.workers)
         return g
 
-    async def spawn(self, g: Group, member: str, url: str | None = None) -> Worker:
-        name = f"{member}-{sum(1 for w in g.workers if w.member == member)}"
+    async def spawn(self, g: Group, member: str, url: str | None = None, *, extra: tuple[str, ...] = (),
+                    name: str | None = None) -> Worker:
+        name = name or f"{member}-{sum(1 for w in g.workers if w.member == member)}"
         proxy = None
         if g.proxied and url is None:
             from .faultproxy import FaultProxy
@@ -377,7 +402,8 @@ class Env:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.chaos", "worker", url or self.server.url, g.flavour, g.stream, GROUP, member,
             name, "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--slow", str(g.slow), "--window", str(g.window),
-            "--progress", g.progress, "--concurrency", str(g.concurrency), stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
+            "--progress", g.progress, "--concurrency", str(g.concurrency), *extra, stdout=asyncio.subprocess.PIPE,
+            stderr=err, cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
         err.close()
         w = Worker(g, member, name, proc)
@@ -385,6 +411,10 @@ class Env:
         w.reader = asyncio.create_task(self._read(w))
         g.workers.append(w)
         return w
+
+    async def pool_worker(self, g: Group, name: str, capacity: int = 1) -> Worker:
+        """A worker of ``g``'s pool (its calls are recorded with instance ``name``, member ``pool``)."""
+        return await self.spawn(g, "pool", name=name, extra=("--pool-worker", "--capacity", str(capacity)))
 
     def log_path(self, g: Group, name: str) -> str:
         return os.path.join(self.tmp.name, f"{g.stream}-{name}.log")
@@ -412,6 +442,8 @@ class Env:
                 w.dispatched[ev.get("key")] = float(ev.get("t", 0.0))
             elif kind == "ready":
                 w.ready.set()
+            elif kind == "state":
+                w.state = ev.get("kind")
             elif kind == "reconnected":
                 w.reconnects += 1
                 w.reconnected_at.append(float(ev.get("t", 0.0)))
@@ -733,11 +765,7 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             r.failures.append(f"{r.extra['paused_inflight_acked']} paused call(s) acked after their pin moved")
         if not unexplained:
             r.failures = [f for f in r.failures if "overlapping" not in f]
-        if window > 1 and r.order_violations:
-            # docs/DESIGN.md, Guarantees 2: with a window > 1 JetStream redelivers a lost pin's pending messages behind newer ones
-            r.overlap_note += "; order not guaranteed with max_ack_pending > 1 (docs/DESIGN.md, Guarantees 2)"
-            r.failures = [f for f in r.failures if "out of publish order" not in f]
-        return r
+        return r   # order holds with a window > 1 too: the take-over hands out in stream order
 
 
 async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
@@ -1118,6 +1146,140 @@ async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
                 for g in (gs, ge)]
 
 
+async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2, every: float = 1.5) -> list[Result]:
+    """Single step-downs of m1 (2 instances, key-level concurrency 4, window 16, 0.2 s calls) in static and
+    elastic groups, ``every`` s apart: the new pin holder must not start a key while the old one still runs a
+    call of it (its calls in flight end first, and may ack), and every key keeps its order."""
+    from pcgroups import elastic_member_step_down, static_member_step_down
+    t_start = time.time()
+    async with Env("stepdownkeyed", verbose=verbose) as env:
+        gs = await env.group("static", {"m1": 2}, work=work, window=16, concurrency=4)
+        ge = await env.group("elastic", {"m1": 2}, work=work, window=16, concurrency=4)
+        env.start_publishing()
+        await env.progress(30)
+        takeover: dict[str, list[float]] = {"static": [], "elastic": []}
+        for run in range(runs):
+            before = {g.flavour: g.active("m1") for g in (gs, ge)}
+            t = time.time()
+            await asyncio.gather(static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
+                                 elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"))
+            for g in (gs, ge):
+                old = before[g.flavour]
+                await wait_until(lambda g=g, old=old: g.rec.first_start(after=t) is not None and any(
+                    c.start > t and (old is None or c.instance != old.name) for c in list(g.rec.calls)), 20,
+                    f"{g.flavour}: a call of the new pin holder")
+                takeover[g.flavour].append(min(c.start for c in list(g.rec.calls) if c.start > t and (
+                    old is None or c.instance != old.name)) - t)
+            env.log(f"step-down {run + 1}: " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            await asyncio.sleep(every)
+        await env.stop_publishing()
+        await env.drained()
+        # the old holder's calls in flight at a step-down finish and ack; a call that had not would be nak'd
+        # at its end and handled once more: at most K per step-down
+        return [env.result(f"stepdown-keyed-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
+                           t0=t_start, pins=len({c.instance for c in g.rec.calls}))
+                for g in (gs, ge)]
+
+
+def _open_call(g: Group, instance: str) -> Any:
+    """The call ``instance`` is running now (the latest without an end), or None."""
+    for c in reversed(list(g.rec.calls)):
+        if c.instance == instance and c.end is None:
+            return c
+    return None
+
+
+async def pool_sigkill_worker(runs: int, verbose: bool = False, capacity: int = 2) -> Result:
+    """SIGKILL of a pool worker in the middle of a call (static group, m1 dispatching, 3 workers of capacity 2,
+    0.2 s calls on 16 keys): the killed call's message runs on another worker within about REVOKE_AFTER, nothing
+    is lost, every key keeps its order, no key runs twice at once; a new worker is started after each kill."""
+    t_start = time.time()
+    async with Env("poolkill", verbose=verbose) as env:
+        g = await env.group("static", {"m1": 1}, work=0.2, window=256, dispatch=True)
+        workers = [await env.pool_worker(g, f"w{i}", capacity) for i in range(3)]
+        await env.wait_ready(workers)
+        env.start_publishing(rate=20.0)
+        await env.progress(20)
+        again: list[float] = []
+        for run in range(runs):
+            await wait_until(lambda: any(_open_call(g, w.name) for w in g.alive("pool")), 10, "a call in flight")
+            victim = next(w for w in g.alive("pool") if _open_call(g, w.name))
+            call = _open_call(g, victim.name)
+            t = await env.kill(victim)
+
+            def elsewhere(call=call, t=t):
+                return [c.start for c in list(g.rec.calls) if c.key == call.key and c.start > t]
+            await wait_until(lambda: bool(elsewhere()), 15, f"message {call.key} handled again after the kill")
+            again.append(min(elsewhere()) - t)
+            env.log(f"kill {run + 1}: {victim.name}'s message {call.key} running again after {again[-1]:.2f}s")
+            await env.wait_ready([await env.pool_worker(g, f"w{3 + run}", capacity)])
+        await env.stop_publishing()
+        await env.drained()
+        return env.result("pool-sigkill-worker", g, runs, bound=runs * capacity, takeover=again, t0=t_start)
+
+
+async def pool_sigkill_dispatcher(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """SIGKILL of the pinned dispatching instance of m1 (2 instances, 3 workers of capacity 2, 0.2 s calls): the
+    standby takes the pin, waits for the calls the workers still run for the dead one, and the same workers,
+    not restarted, handle its messages; a new standby is started after each kill."""
+    t_start = time.time()
+    async with Env(f"pooldisp{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2}, work=0.2, window=256, dispatch=True)
+        workers = [await env.pool_worker(g, f"w{i}", 2) for i in range(3)]
+        await env.wait_ready(workers)
+        env.start_publishing(rate=20.0)
+        await env.progress(20)
+        gaps: list[float] = []
+        for run in range(runs):
+            await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 10, "a pinned dispatcher")
+            victim = next(w for w in g.alive("m1") if w.state == "pinned")
+            t = await env.kill(victim)
+            await wait_until(lambda t=t: g.rec.first_start(after=t + 0.05) is not None, 30, "calls after the kill")
+            gaps.append(g.rec.longest_pause(since=t - 0.5, until=t + 30))
+            env.log(f"kill {run + 1}: {victim.name}; longest pause {gaps[-1]:.2f}s")
+            await env.spawn(g, "m1", extra=("--dispatch",))
+            await env.progress(10)
+        await env.stop_publishing()
+        await env.drained()
+        return env.result(f"pool-sigkill-dispatcher-{flavour}", g, runs, bound=runs * 6, takeover=gaps, t0=t_start,
+                          workers_restarted=0, worker_names=sorted({c.instance for c in g.rec.calls}))
+
+
+async def pool_churn(runs: int, verbose: bool = False) -> Result:
+    """Workers started and stopped (SIGTERM) at will under traffic (elastic group, 2 workers at any time, 0.1 s
+    calls): a stopped worker finishes its calls and leaves, nothing is handled twice, a new worker gets work
+    within a second of enrolling."""
+    t_start = time.time()
+    async with Env("poolchurn", verbose=verbose) as env:
+        g = await env.group("elastic", {"m1": 1}, work=0.1, window=256, dispatch=True)
+        live = [await env.pool_worker(g, f"w{i}", 1) for i in range(2)]
+        await env.wait_ready(live)
+        env.start_publishing(rate=20.0)
+        await env.progress(20)
+        first_work: list[float] = []
+        for run in range(runs):
+            new = await env.pool_worker(g, f"w{2 + run}", 1)
+            await env.wait_ready([new])
+            ready = time.time()
+            await wait_until(lambda n=new.name: g.rec.first_start(after=ready, instance=n) is not None, 15,
+                             f"{new.name} handling")
+            first_work.append(g.rec.first_start(after=ready, instance=new.name) - ready)
+            old = live.pop(0)
+            old.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(old.proc.wait(), 15)
+            old.killed_at = time.time()   # gone (it ended by itself: every call it took had ended)
+            if code != 0:
+                raise AssertionError(f"{old.name} exited {code} on SIGTERM")
+            live.append(new)
+            env.log(f"churn {run + 1}: {new.name} worked {first_work[-1]:.2f}s after enrolling, {old.name} left")
+        await env.stop_publishing()
+        await env.drained()
+        stopped_open = [c for c in g.rec.calls if c.end is None]
+        r = env.result("pool-churn", g, runs, bound=0, takeover=first_work, t0=t_start,
+                       calls_left_open=len(stopped_open))
+        return r
+
+
 async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
     """Handlers running 1.6 x AckWait (2 partitions, a member each, max_ack_pending 1), ``count``
     messages per group: calling in_progress(), relying on automatic +WPI, and neither."""
@@ -1195,12 +1357,16 @@ async def wq_source_crash_evidence() -> list[str]:
 SIZES = {  # scenario -> (CI size, --long size)
     "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
     "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
-    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "slow-handler": (4, 12),
+    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "stepdown-keyed": (4, 20),
+    "pool-sigkill-worker": (3, 20), "pool-sigkill-dispatcher-static": (2, 10),
+    "pool-sigkill-dispatcher-elastic": (2, 10), "pool-churn": (5, 30),
+    "slow-handler": (4, 12),
     "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
     "cluster-partition": (1, 3),
 }
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
+          "stepdown-keyed": 8, "pool-sigkill-worker": 8, "pool-sigkill-dispatcher": 12, "pool-churn": 6,
           "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
           "cluster-partition": 60}   # seconds allowed per run (plus setup)
 
@@ -1229,6 +1395,14 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = membership(size, verbose)
     elif name == "stepdown-storm":
         coro = stepdown_storm(size, verbose)
+    elif name == "stepdown-keyed":
+        coro = stepdown_keyed(size, verbose)
+    elif name == "pool-sigkill-worker":
+        coro = pool_sigkill_worker(size, verbose)
+    elif name.startswith("pool-sigkill-dispatcher-"):
+        coro = pool_sigkill_dispatcher(name.rsplit("-", 1)[1], size, verbose)
+    elif name == "pool-churn":
+        coro = pool_churn(size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
     else:

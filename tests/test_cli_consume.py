@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.test_cli_common import (acg, assert_cli_error, cg, cg_env, make_stream, partition_transform, procs,
+from tests.test_cli_common import (acg, assert_cli_error, make_stream, partition_transform, procs,
                                    run_cg)
 
 LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=(?P<pin>\S*)\. "
@@ -72,7 +72,7 @@ async def test_static_key_header_runs_keys_at_once_each_in_order(nats_server, js
     assert check_keyed(p.out, key_of) == 4
     assert {subject for _, _, subject in events(p.out)} == {f"{uniq}.7"}
     info = await js.consumer_info(uniq, "g-m1")
-    assert info.config.max_ack_pending == 16 and info.num_ack_pending == 0   # 4K by default
+    assert info.config.max_ack_pending == 16384 and info.num_ack_pending == 0   # fair by default
 
 
 async def test_static_default_key_is_the_subject(nats_server, js, uniq):
@@ -223,13 +223,3 @@ async def test_bad_combinations_are_one_line_and_create_nothing(nats_server, js,
     assert names == [], names   # nothing was created
 
 
-def test_max_ack_pending_with_one_handler_warns_before_going_on():
-    """Not an error (the library allows it), but the order after a take-over is no longer kept: a warning, then
-    the command goes on (here to fail connecting to a closed port)."""
-    from tests.test_cli_common import closed_port_url
-
-    r = cg("static", "consume", "s", "g", "m1", "--max-ack-pending", "4", "--timeout", "1s",
-           env=cg_env(closed_port_url()), timeout=30)
-    first, *rest = r.err.splitlines()
-    assert first.startswith("cg: warning: --max-ack-pending 4 with one handler: after a take-over"), r.err
-    assert_cli_error(type(r)(r.code, r.out, "\n".join(rest)))

@@ -230,3 +230,31 @@ def test_status_lines_wrap_around_a_command_and_only_split_one_wider_than_a_line
     long = "[m1] not a member of the group yet: waiting to be added (cg elastic add " + "s" * 40 + " " + "g" * 30 + " m1)"
     assert all(len(line) <= 79 for line in wrap_status(long, 79).splitlines())
     assert wrap_status("[m1] pinned: partitions 0-3", 79) == "[m1] pinned: partitions 0-3"
+
+
+async def test_a_call_frozen_past_its_pin_says_superseded_not_acked(nats_server, js, uniq):
+    """A pinned instance stopped (SIGSTOP) in the middle of a call for longer than PinnedTTL: the standby takes
+    over and handles the message; once resumed, the frozen call says it was superseded and does not ack."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 1))
+    (await run_cg("static", "create", "balanced", uniq, "g", "1", "m1", url=url)).ok()
+    async with procs() as start:
+        a = await start("static", "--sleep", "1s", "consume", uniq, "g", "m1", url=url)
+        await a.wait_text("consuming...\n")
+        await js.publish(f"{uniq}.x", b"x")
+        await a.wait_output(lambda o: "Processing for 1s" in o, what="the call under way")
+        a.signal(signal.SIGSTOP)
+        try:
+            b = await start("static", "--sleep", "1s", "consume", uniq, "g", "m1", url=url)
+            await b.wait_output(lambda o: any(m["end"] == "acked" for m in message_lines(o)), timeout=30,
+                                what="the standby took over and handled the message")
+        finally:
+            a.signal(signal.SIGCONT)
+        await a.wait_output(lambda o: "Processing for 1s ... superseded" in o, what="the frozen call's end")
+        for p in (a, b):
+            p.signal(signal.SIGINT)
+        done = [await p.wait(timeout=15) for p in (a, b)]
+    assert all(r.code == 0 for r in done), [r.err for r in done]
+    [frozen] = message_lines(a.out)
+    assert frozen["end"] == "superseded: another instance took over (not acked)", a.out
+    assert [m["seq"] for m in message_lines(b.out)] == [frozen["seq"]]

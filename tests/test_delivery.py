@@ -205,9 +205,59 @@ async def test_the_pin_is_in_doubt_after_a_gap_in_the_pulls_until_confirmed():
     assert d.superseded("other") and d.last_pull > long_ago
     d.pin_given(PIN, long_ago)
     d.pin_given("pin-b", time.monotonic())            # a delivery with a new pin: the server just gave it
-    assert not d.pin_doubtful() and d.superseded(PIN)
+    assert not d.pin_doubtful() and not d.superseded("pin-b")
     d.forget_pin()                                    # 423
-    assert d.pin_id is None and not d.pin_doubtful() and d.superseded("pin-b")
+    assert d.pin_id is None and not d.pin_doubtful()
+
+
+async def test_a_lost_pins_messages_keep_wpi_and_are_not_superseded_for_the_grace():
+    """Invariant 8: the new holder waits for the lost pin's calls (invariant 7), so for ``grace`` after the loss
+    they may still ack; then their AckWait may run out and they are superseded."""
+    d = Delivery(Wire().publish, Wire().request, pin_margin=60.0, grace=0.2)
+    d.pin_given(PIN, time.monotonic())
+    m = msg(d, None, 1)
+    assert d.extend(m, time.monotonic()) and not m.superseded
+    d.forget_pin()                                    # 423: a step-down
+    assert d.extend(m, time.monotonic()) and not m.superseded and not d.current(m)
+    await wait_for(lambda: m.superseded, 2, what="the grace ran out")
+    assert not d.extend(m, time.monotonic())
+    d.pin_given("pin-b", time.monotonic())            # ours again, with another pin
+    n = msg(d, None, 2, pin="pin-b")
+    assert d.extend(n, time.monotonic()) and not n.superseded and m.superseded
+    d.pin_given("pin-c", time.monotonic())            # replaced without a 423: the same grace for n
+    assert d.extend(n, time.monotonic()) and not n.superseded
+    paused = Delivery(Wire().publish, Wire().request, pin_margin=1.0, grace=60.0)
+    long_ago = time.monotonic() - 5
+    paused.pin_given(PIN, long_ago)
+    paused.pulled(long_ago)
+    p = msg(paused, None, 3)
+    paused.forget_pin()                               # lost while in doubt (a pause): no grace
+    assert p.superseded and not paused.extend(p, time.monotonic())
+
+
+async def test_a_guarded_take_over_hands_out_nothing_then_the_buffer_in_stream_order_once_each():
+    """Invariant 7: a new pin waits for taken_over(); then the buffer is in stream order, one copy per stream
+    sequence (the last delivered), and what another pin brought is left out."""
+    wire = Wire()
+    d = Delivery(wire.publish, wire.request, pin_margin=60.0)
+    d.guarded = True
+    d.pin_given(PIN, time.monotonic())
+    assert d.taking_over and not d.may_start()
+    for seq, deliveries in ((7, 1), (8, 1), (3, 2), (5, 2), (3, 3)):   # naks of the earlier holder come late
+        await d.deliver(msg(d, None, seq, deliveries=deliveries, cseq=10 + seq + deliveries))
+    assert d.own_pending() == 4 and await d.take() is None and d.buffered == 5
+    d.taken_over("pin-other")                         # not the current pin: nothing changes
+    assert d.taking_over
+    d.taken_over(PIN)
+    assert not d.taking_over and d.may_start()
+    taken = [await d.take() for _ in range(d.buffered)]
+    assert [(m.stream_sequence, m.deliveries) for m in taken if m] == [(3, 3), (5, 2), (7, 1), (8, 1)]
+    d.forget_pin()
+    d.pin_given("pin-b", time.monotonic())            # every new pin is a take-over
+    assert d.taking_over
+    d.guarded = False
+    d.pin_given("pin-c", time.monotonic())
+    assert not d.taking_over and d.may_start()
 
 
 async def test_wait_for_work_wakes_on_a_delivery_a_release_and_a_close():
@@ -344,20 +394,12 @@ async def test_a_sync_handler_runs_in_a_worker_thread():
 # --- the keyed dispatcher --------------------------------------------------------------------
 
 class Consumer:
-    """The keyed dispatcher's view of its consumer: canned consumer info, recorded resets and dead letters."""
+    """The keyed dispatcher's view of its consumer: recorded dead letters."""
 
     stream, consumer, label = "S", "C", "S/C"
 
-    def __init__(self, info: dict[str, Any] | None = None):
-        self.info = info or {"num_ack_pending": 0}
-        self.resets: list[int | None] = []
+    def __init__(self) -> None:
         self.dead: list[tuple[str, bytes, dict[str, str]]] = []
-
-    async def consumer_info(self) -> dict[str, Any]:
-        return self.info
-
-    async def reset_consumer(self, seq: int | None = None) -> None:
-        self.resets.append(seq)
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         self.dead.append((subject, data, headers))
@@ -446,40 +488,27 @@ async def test_keyed_dead_letters_after_max_deliver_and_the_key_moves_on():
     await stopped(d, task)
 
 
-@pytest.mark.parametrize("deliveries", [2, 1], ids=["redelivered", "first-delivery-above-a-gap"])
-async def test_keyed_take_over_with_unacked_messages_resets_to_the_ack_floor(deliveries):
-    d = delivery(Wire())
-    consumer = Consumer({"num_ack_pending": 3, "ack_floor": {"consumer_seq": 4, "stream_seq": 4}})
+async def test_keyed_hands_out_nothing_during_a_take_over_then_each_key_in_stream_order():
+    """Invariant 7 with the keyed dispatcher: what arrives under a new pin waits (the earlier holder's nak'd
+    messages come after newer ones), then each key goes in stream order."""
+    d = Delivery(Wire().publish, Wire().request, pin_margin=60.0)
+    d.guarded = True
+    d.pin_given(PIN, time.monotonic())
     seen: list[int] = []
 
     async def handler(m: Msg) -> None:
         seen.append(m.stream_sequence)
         await m.ack()
 
-    disp = keyed(d, handler, consumer)
+    disp = keyed(d, handler, concurrency=4)
     task = await running(disp.run())
-    await d.deliver(msg(d, disp, 6, "0.a", deliveries=deliveries, cseq=9))   # the new pin's first message
-    await wait_for(lambda: consumer.resets == [None], 2, what="the RESET")
-    assert not await d.deliver(msg(d, disp, 7, "0.a", cseq=10))     # sent before the RESET: dropped
-    await d.deliver(msg(d, disp, 5, "0.a", cseq=1))                 # from the ack floor, in order
-    await d.deliver(msg(d, disp, 6, "0.a", cseq=2))
-    await wait_for(lambda: seen == [5, 6], 2, what="the messages from the floor")
-    await stopped(d, task)
-
-
-async def test_keyed_fresh_pin_does_not_reset():
-    d = delivery(Wire())
-    consumer = Consumer({"num_ack_pending": 1, "ack_floor": {"consumer_seq": 0}})
-    seen: list[int] = []
-
-    async def handler(m: Msg) -> None:
-        seen.append(m.stream_sequence)
-
-    disp = keyed(d, handler, consumer)
-    task = await running(disp.run())
-    await d.deliver(msg(d, disp, 1, "0.a", cseq=1))
-    await wait_for(lambda: seen == [1], 2, what="handled")
-    assert consumer.resets == []
+    for seq, subject, deliveries in ((6, "0.a", 1), (7, "0.b", 1), (5, "0.a", 2), (4, "0.b", 2)):
+        await d.deliver(msg(d, disp, seq, subject, deliveries=deliveries, cseq=10 + seq))
+    await turns()
+    assert seen == [] and not disp.busy
+    d.taken_over(PIN)
+    await wait_for(lambda: len(seen) == 4, 2, what="handed out after the take-over")
+    assert [s for s in seen if s in (5, 6)] == [5, 6] and [s for s in seen if s in (4, 7)] == [4, 7]
     await stopped(d, task)
 
 

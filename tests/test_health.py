@@ -86,7 +86,7 @@ async def test_liveness_is_the_event_loops_and_readiness_needs_it():
         code, body = await aprobe(port, "/metrics")
         assert code == 404 and "/healthz or /readyz" in body["reason"]
     finally:
-        await health.stop()
+        health.stop()
         server.shutdown()
     assert await aprobe(port, "/healthz") == (0, {})   # shut down: nothing listens
 

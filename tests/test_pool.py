@@ -1,0 +1,210 @@
+"""The worker pool through the library, against a real nats-server: a dispatching member instance
+(``dispatch=True``) and workers (``serve_worker``) in this process, each on a connection of its own.
+Processes killed and stopped at will are tests/test_chaos.py's pool scenarios; the CLI is tests/test_cli_pool.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import nats
+import pytest
+from nats.js.api import StreamConfig, SubjectTransform
+
+from pcgroups import RetryPolicy, create_static, serve_worker, static_consume
+from pcgroups.errors import ConfigError
+from pcgroups.pool import STATUS_SUBJECT, decode
+
+from .support import wait_for
+
+
+async def one_partition_group(js, nc, stream: str) -> None:
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"],
+                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
+    await create_static(nc, stream, "g", 1, members=["m"])
+
+
+async def publish(js, stream: str, keys: list[str]) -> None:
+    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys)]
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
+
+
+@pytest.fixture
+async def connections(nats_server):
+    """A connection per worker (and one for the dispatcher), closed at the end."""
+    made: list = []
+
+    async def connect():
+        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
+        made.append(nc)
+        return nc
+    yield connect
+    for nc in made:
+        await nc.close()
+
+
+async def test_workers_run_each_key_in_order_one_at_a_time_within_their_capacities(nc, js, uniq, connections):
+    await one_partition_group(js, nc, uniq)
+    rng = random.Random(3)
+    keys = [f"k{rng.randrange(12)}" for _ in range(300)]
+    running: dict[str, str] = {}
+    overlaps: list[str] = []
+    done: dict[str, list[int]] = {}
+    at_once: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    def handler_of(name: str):
+        async def handler(msg):
+            k = msg.subject
+            if k in running:
+                overlaps.append(k)
+            running[k] = name
+            at_once[name] = at_once.get(name, 0) + 1
+            peak[name] = max(peak.get(name, 0), at_once[name])
+            await asyncio.sleep(rng.random() * 0.01)
+            del running[k]
+            at_once[name] -= 1
+            done.setdefault(k, []).append(int(msg.data))
+            await msg.ack()
+        return handler
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+    workers = [await serve_worker(await connections(), "static", uniq, "g", handler_of(f"w{i}"), name=f"w{i}",
+                                  capacity=c) for i, c in enumerate((1, 2, 3))]
+    try:
+        for w in workers:
+            await w.wait_for_consuming(10)
+        await publish(js, uniq, keys)
+        await wait_for(lambda: sum(map(len, done.values())) == len(keys), 30, what="every message handled")
+        status = d.pool_status()
+    finally:
+        for w in workers:
+            await w.stop()
+        await d.stop()
+    assert overlaps == []
+    for k, seqs in done.items():
+        assert seqs == [i for i, kk in enumerate(keys) if kk == k], f"key {k} out of order"
+    assert all(peak[f"w{i}"] <= c for i, c in enumerate((1, 2, 3))), peak
+    assert sum(w.handled for w in workers) == len(keys) and all(w.handled > 0 for w in workers)
+    assert status is not None and status["slots"] == 6 and status["handled"] == len(keys)
+    assert sorted(w["name"] for w in status["workers"]) == ["w0", "w1", "w2"]
+
+
+async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, js, uniq, connections):
+    """A handler that raises (or naks) at a worker: the dispatcher retries the message in place (its key waits),
+    then dead-letters it after max_deliver, and the key moves on."""
+    await one_partition_group(js, nc, uniq)
+    dead = await nc.subscribe("dlq")
+    calls: list[tuple[str, int]] = []
+
+    async def handler(msg):
+        calls.append((msg.subject, int(msg.data)))
+        if msg.subject == "bad":
+            raise RuntimeError("poison")
+        if msg.subject == "flaky" and calls.count(("flaky", int(msg.data))) == 1:
+            await msg.nak(0.01)
+            return
+        await msg.ack()
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
+                             retry=RetryPolicy(max_deliver=3, backoff=0.01, dead_letter_subject="dlq"))
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=2)
+    try:
+        await w.wait_for_consuming(10)
+        await publish(js, uniq, ["bad", "flaky", "bad", "ok"])
+        letters = [await dead.next_msg(timeout=10), await dead.next_msg(timeout=10)]
+        await wait_for(lambda: ("ok", 3) in calls, 10, what="the key moved on")
+    finally:
+        await w.stop()
+        await d.stop()
+    assert [c for c in calls if c[0] == "bad"] == [("bad", 0)] * 3 + [("bad", 2)] * 3
+    assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1)] * 2
+    assert [x.data for x in letters] == [b"0", b"2"]
+    assert all("poison" in x.headers["Pcg-Dead-Reason"] and x.headers["Pcg-Deliveries"] == "3" for x in letters)
+    assert not any("Pcg-Ack" in x.headers for x in letters)
+
+
+async def test_a_worker_waits_for_a_dispatching_member_then_enrols(nc, js, uniq, connections):
+    await one_partition_group(js, nc, uniq)
+    said: list[str] = []
+    handled: list[str] = []
+
+    async def handler(msg):
+        handled.append(msg.subject)
+        await msg.ack()
+
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="early",
+                           on_event=lambda ev: said.append(f"{ev.kind}:{ev.detail}"))
+    try:
+        await wait_for(lambda: said, 10, what="the worker says it waits")
+        assert said == [f"no-dispatcher:static group g on {uniq}"] and not w.consuming
+        await publish(js, uniq, ["a"])
+        d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+        await w.wait_for_consuming(10)
+        await wait_for(lambda: handled == ["a"], 10, what="the message handled")
+        assert said[-1] == "enrolled:m"
+        await d.stop()
+    finally:
+        await w.stop()
+
+
+async def test_a_burst_on_one_key_does_not_hold_back_other_keys_at_the_workers(nc, js, uniq, connections):
+    """Fairness across processes: the dispatcher's window grows past a burst on one key, so the workers get other
+    keys' messages while the burst is still at its start."""
+    await one_partition_group(js, nc, uniq)
+    burst = 600
+    a_done = [0]
+    others_at: dict[str, int] = {}
+
+    async def handler(msg):
+        await asyncio.sleep(0.01)
+        if msg.subject == "A":
+            a_done[0] += 1
+        else:
+            others_at[msg.subject] = a_done[0]
+        await msg.ack()
+
+    await publish(js, uniq, ["A"] * burst + [f"o{i}" for i in range(30)])
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+    workers = [await serve_worker(await connections(), "static", uniq, "g", handler, name=f"w{i}", capacity=4)
+               for i in range(2)]
+    try:
+        await wait_for(lambda: len(others_at) == 30, 30, what="every other key handled")
+    finally:
+        for w in workers:
+            await w.stop()
+        await d.stop()
+    assert max(others_at.values()) < burst // 3, sorted(others_at.values())
+
+
+async def test_status_requests_get_each_dispatching_instances_pool(nc, js, uniq, connections):
+    await one_partition_group(js, nc, uniq)
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True, max_in_flight=3)
+    w = await serve_worker(await connections(), "static", uniq, "g", lambda m: m.ack(), name="sw", capacity=5)
+    try:
+        await w.wait_for_consuming(10)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(STATUS_SUBJECT, b"", reply=inbox)
+        answer = decode((await sub.next_msg(timeout=5)).data)
+    finally:
+        await w.stop()
+        await d.stop()
+    assert answer is not None and (answer["stream"], answer["group"], answer["member"]) == (uniq, "g", "m")
+    assert answer["slots"] == 3 and [x["name"] for x in answer["workers"]] == ["sw"]   # capped by max_in_flight
+
+
+async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
+    async def h(msg):
+        pass
+    with pytest.raises(ConfigError, match="runs no handler"):
+        await static_consume(nc, uniq, "g", "m", h, dispatch=True)
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        await static_consume(nc, uniq, "g", "m", dispatch=True, concurrency=4)
+    with pytest.raises(ConfigError, match="invalid worker name"):
+        await serve_worker(nc, "static", uniq, "g", h, name="a.b")
+    with pytest.raises(ConfigError, match="capacity"):
+        await serve_worker(nc, "static", uniq, "g", h, capacity=0)
+    with pytest.raises(ConfigError, match="static or elastic"):
+        await serve_worker(nc, "both", uniq, "g", h)
