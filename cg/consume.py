@@ -353,11 +353,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     run = Run(printer)
     keyed = concurrency or ConsumeConcurrency()
     handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1)
-    tracing, tracer_provider = None, None
-    if otel:
-        from .otel import tracing_from_env
+    from .otel import traced_by_env
 
-        tracing, tracer_provider = tracing_from_env()
+    tracing, finish = traced_by_env(otel)
     metrics_kwargs: dict[str, Any] = {} if tracing is None else {"tracing": tracing}
     served = None   # --metrics-listen: the metrics, the probes and their server
     if metrics_listen:
@@ -395,33 +393,36 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if served is not None:
             served.health.stop()
             served.server.shutdown()
-        if tracer_provider is not None:
-            from .otel import finish
-
-            finish(tracer_provider)
+        finish()
 
     return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
                      cleanup=cleanup)
 
 
-async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int) -> int:
+async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *,
+               otel: bool = False) -> int:
     """``cg static|elastic worker``: a worker of the group's pool (pcgroups.worker) until a signal (it finishes
-    the calls it holds first) or an error; it prints the messages as ``consume`` does."""
+    the calls it holds first) or an error; it prints the messages as ``consume`` does; ``otel``: a span per
+    call, exported as the ``OTEL_*`` variables say (cg/otel.py)."""
     from pcgroups.worker import serve_worker
+
+    from .otel import traced_by_env
 
     line_buffered_stdout()
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
     run = Run(printer)
     handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1)
+    tracing, finish = traced_by_env(otel)
 
     async def setup():
         nc, _ = await rt.connect(reconnect=True)
         run.nc = nc
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
-                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)))
+                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
+                                  tracing=tracing)
 
-    return await run(rt, setup)
+    return await run(rt, setup, cleanup=finish)
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:

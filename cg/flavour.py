@@ -414,7 +414,7 @@ Capacity = Annotated[int, typer.Option("--capacity", metavar="C", help="handle u
 
 def _worker(flavour: Flavour) -> tuple[Fn, str]:
     def worker(ctx: typer.Context, stream: Stream, name: Group, worker_name: WorkerName = None,
-               capacity: Capacity = 1, sleep: Sleep = "20ms") -> NoReturn:
+               capacity: Capacity = 1, sleep: Sleep = "20ms", otel: Otel = False) -> NoReturn:
         from pcgroups.pool import check_worker_name
         from pcgroups.worker import default_worker_name
 
@@ -429,7 +429,8 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
                            "handles at once)")
         seconds = parse_sleep(flavour_sleep(ctx, sleep))
         rt = runtime(ctx)
-        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity))
+        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity,
+                                       otel=otel))
 
     return worker, (f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
                     "handles the messages they hand it")

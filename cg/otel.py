@@ -14,7 +14,8 @@ standard ``OTEL_*`` environment variables say (docs/OPERATIONS.md, *Traces*).
 
 :func:`tracing_from_env` checks all of that before anything connects: an exporter that is not installed
 or a protocol that does not exist is one ``cg: error:`` line. :func:`finish` exports what is left when
-the instance has ended, waiting at most :data:`FLUSH_LIMIT`.
+the instance has ended, waiting at most :data:`FLUSH_LIMIT`; :func:`traced_by_env` gives both, for a
+command's ``--otel``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import CLIError, warn
@@ -107,4 +108,13 @@ def finish(provider: Any) -> None:
         warn(f"traces: the exporter did not finish within {FLUSH_LIMIT:g}s; the last spans may be lost")
 
 
-__all__ = ["INSTALL_HINT", "exporter_names", "finish", "tracing_from_env"]
+def traced_by_env(otel: bool) -> tuple[Any, Callable[[], None]]:
+    """``--otel``: the :class:`pcgroups.tracing.Tracing` (None without ``--otel``) and what to call when
+    the instance has ended (:func:`finish`; nothing without)."""
+    if not otel:
+        return None, lambda: None
+    tracing, provider = tracing_from_env()
+    return tracing, lambda: finish(provider)
+
+
+__all__ = ["INSTALL_HINT", "exporter_names", "finish", "traced_by_env", "tracing_from_env"]

@@ -26,8 +26,10 @@ from pcgroups import (PartitioningFilter, RetryPolicy, add_members, create_elast
 from pcgroups.errors import SupersededError
 from pcgroups.jsapi import ConsumerConfig
 from pcgroups.tracing import NO_TRACING, Tracing
+from pcgroups.worker import serve_worker
 from tests.support import wait_for
 from tests.test_cli_common import ROOT, acg, assert_cli_error, cg_env, make_stream, partition_transform, procs
+from tests.test_pool import connections, one_partition_group  # noqa: F401 - connections is a fixture
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -335,6 +337,38 @@ async def test_automatic_membership_traces_the_assignment_it_writes(js, nc, uniq
     assert join.attributes["pcgroups.members.after"] == leave.attributes["pcgroups.members.before"] == (
         inst.member_name,)
     assert join.attributes["pcgroups.partitions.moved"] == 4 and join.start_time <= join.end_time
+
+
+async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections):  # noqa: F811 - the fixture
+    """With ``dispatch=True`` the workers run the calls: each worker call is a process span of the worker's,
+    child of the producer's span, naming the dispatching member and the worker; the dispatching member's
+    dead letter joins the producer's trace."""
+    tracing, exporter, tracer = memory()
+    await one_partition_group(js, nc, uniq)
+
+    async def handler(msg):
+        if msg.data == b"poison":
+            raise ValueError("poison")
+        await msg.ack()
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True, tracing=tracing,
+                             retry=RetryPolicy(max_deliver=2, backoff=0.01))
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w1", capacity=2, tracing=tracing)
+    try:
+        await w.wait_for_consuming(10)
+        fine = await publish(js, tracer, f"{uniq}.a", b"fine")
+        poison = await publish(js, tracer, f"{uniq}.b", b"poison")
+        await wait_for(lambda: named(exporter, "dead-letter") and len(named(exporter, "process")) == 3,
+                       what="3 worker calls and the dead letter")
+    finally:
+        await w.stop()
+        await d.stop()
+    calls = named(exporter, "process")
+    assert {(s.attributes["pcgroups.member"], s.attributes["pcgroups.worker"]) for s in calls} == {("m", "w1")}
+    assert sorted(s.parent.span_id for s in calls) == sorted([fine.span_id, poison.span_id, poison.span_id])
+    assert [s.status.status_code for s in calls if s.parent.span_id == poison.span_id] == [StatusCode.ERROR] * 2
+    [letter] = named(exporter, "dead-letter")
+    assert letter.parent.span_id == poison.span_id and letter.status.status_code is StatusCode.ERROR
 
 
 # ------------------------------------------------------------ cg ... consume --otel, over real OTLP/HTTP
