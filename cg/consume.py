@@ -282,9 +282,10 @@ class Run:
         self.stop()
 
     async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,
-                       cleanup: Callable[[], None] = lambda: None) -> int:
+                       cleanup: Callable[[], None] = lambda: None, ready_within: float | None = ACK_WAIT) -> int:
         """Run ``setup()`` (connects and starts the instance, returns it) until the instance ends; ``deleted``:
-        what to say when it ends by itself (the group was deleted)."""
+        what to say when it ends by itself (the group was deleted); ``consuming...`` once it is ready, or after
+        ``ready_within`` anyway (None: only once ready)."""
         loop = asyncio.get_running_loop()
         installed = []
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -300,7 +301,9 @@ class Run:
             if self.stop_requested.is_set():
                 inst.stop()
             done = asyncio.ensure_future(inst.done())
-            await _wait_ready(inst, done, self.stop_requested)
+            if ready_within is None:
+                self.printer.ready()   # what it waits for is said before consuming...
+            await _wait_ready(inst, done, self.stop_requested, ready_within)
             if not done.done() and not self.stop_requested.is_set():
                 self.printer.announce()
             self.printer.ready()
@@ -349,7 +352,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     run = Run(printer)
     keyed = concurrency or ConsumeConcurrency()
     handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1)
-    metrics_server, metrics_kwargs = None, dict[str, Any]()
+    metrics, metrics_server, metrics_kwargs = None, None, dict[str, Any]()
     if metrics_listen:
         from .metrics import instance_metrics
 
@@ -372,9 +375,12 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             printer.status(status_line(ev, stream, group, kind, auto))
             if told is not None:
                 told(ev)
-        return await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
+        inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
                            concurrency=1 if dispatch else keyed.handlers, key=keyed.key(), api=api,
                            on_event=on_event, **extra)
+        if dispatch and metrics is not None:
+            metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
+        return inst
 
     return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
                      cleanup=metrics_server.shutdown if metrics_server is not None else lambda: None)
@@ -397,7 +403,7 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
                                   on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)))
 
-    return await run(rt, setup)
+    return await run(rt, setup, ready_within=None)
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
@@ -448,10 +454,10 @@ async def _unless_stopped(coro, stop: asyncio.Event):
     return None
 
 
-async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event) -> None:
+async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event, timeout: float | None) -> None:
     """Until the instance is attached to its consumer (a member owning no partition yet never is:
-    give up after AckWait), it ended, or a stop was asked."""
-    waiters = [asyncio.ensure_future(inst.wait_for_consuming(ACK_WAIT)), asyncio.ensure_future(stop.wait())]
+    give up after ``timeout``), it ended, or a stop was asked."""
+    waiters = [asyncio.ensure_future(inst.wait_for_consuming(timeout)), asyncio.ensure_future(stop.wait())]
     try:
         await asyncio.wait([*waiters, done], return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -459,7 +459,7 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
         keyed = parse_dispatch(concurrency, key_header, key_tokens, max_ack_pending)
         options["dispatch"] = True
     else:
-        keyed = parse_concurrency(concurrency or 1, key_header, key_tokens, max_ack_pending)
+        keyed = parse_concurrency(1 if concurrency is None else concurrency, key_header, key_tokens, max_ack_pending)
     rt = runtime(ctx)
     raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
                                    **options))

@@ -333,6 +333,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """The partitions this instance's member owns under the current config."""
         return self.consumer.partitions
 
+    def pool_status(self) -> dict[str, Any] | None:
+        """A dispatching instance's pool (``ConsumerInstance.pool_status``)."""
+        return self.consumer.pool_status()
+
     @property
     def live_members(self) -> list[str]:
         """The members with at least one live lease, as this instance sees them."""
