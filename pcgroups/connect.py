@@ -44,6 +44,7 @@ __all__ = [
     "parse_duration",
     "redact",
     "resolve",
+    "tolerate_undecodable",
 ]
 
 log = logging.getLogger(__name__)
@@ -635,6 +636,7 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
 
     kwargs["error_cb"] = error_cb
     nc = Client()
+    tolerate_undecodable(nc)
     # one bound for the whole attempt, in case nats-py keeps trying
     budget = rc.timeout * (2 * len(rc.servers) + 2) + 1.0
     try:
@@ -753,6 +755,50 @@ class ConnectionWatch:
 
 
 _connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
+
+
+def tolerate_undecodable(nc: Any) -> None:
+    """Let the client take messages whose subject (or reply subject) is not valid UTF-8 (idempotent).
+
+    The server accepts any byte in a subject but ``\\r``, ``\\n``, space and tab; nats-py decodes subjects
+    as strict UTF-8 in ``Client._build_message``, called by its reader task, and the ``UnicodeDecodeError``
+    ends that task for good: the connection stays up and reads nothing more, so a member instance stops,
+    and after its reconnect the same message comes again. This wraps that one method of this client (not
+    nats-py's class): a message that decodes is built as before; one that does not is built with U+FFFD in
+    place of the invalid bytes (as nats-py decodes header values) and logged once, with its stream and
+    sequence when it is a JetStream message. The handler gets it like any other.
+    """
+    if getattr(nc, "_pcg_tolerant", False):
+        return
+    build = nc._build_message
+
+    def build_tolerantly(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> Any:
+        try:
+            return build(sid, subject, reply, data, headers)
+        except UnicodeDecodeError:
+            pass
+        fixed, fixed_reply = (b.decode("utf-8", "replace").encode() for b in (subject, reply))
+        log.warning("%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
+                    _undecodable_what(subject, reply), subject.decode("utf-8", "backslashreplace"))
+        return build(sid, fixed, fixed_reply, data, headers)
+
+    nc._build_message = build_tolerantly
+    nc._pcg_tolerant = True
+
+
+def _undecodable_what(subject: bytes, reply: bytes) -> str:
+    """Names a message that does not decode: for a JetStream delivery, its stream, sequence and consumer (from
+    the ack subject ``$JS.ACK.[<domain>.<account>.]<stream>.<consumer>.<delivered>.<seq>...``)."""
+    try:
+        subject.decode()
+        part = "the reply subject"
+    except UnicodeDecodeError:
+        part = "the subject"
+    t = [token.decode("utf-8", "replace") for token in reply.split(b".")]
+    if reply.startswith(b"$JS.ACK.") and len(t) >= 9:
+        stream, consumer, seq = (t[2], t[3], t[5]) if len(t) == 9 else (t[4], t[5], t[7])
+        return f"{part} of message {seq} of stream {stream} (consumer {consumer})"
+    return f"{part} of a message"
 
 
 def _plain_url(url: Any) -> str:

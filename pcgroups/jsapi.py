@@ -18,6 +18,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from .config import go_json
+from .connect import tolerate_undecodable
 from .errors import JetStreamAPIError, NotFoundError
 from .permissions import PermissionWatch
 
@@ -197,6 +198,7 @@ class JetStreamApi:
         self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
         self.timeout = timeout
         self.permissions = PermissionWatch.of(nc)
+        tolerate_undecodable(nc)   # a subject that is not UTF-8 must not stop the connection's reader
         self._answered = time.monotonic()    # JetStream's last answer to a request
         self._reconnected = 0.0              # the last reconnect away from a silent server
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 
-from ..connect import ResolvedConnection
+from ..connect import ResolvedConnection, tolerate_undecodable
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, work_queue_name
 from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
@@ -78,6 +78,7 @@ async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reco
                   error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
     try:
         nc = Client()
+        tolerate_undecodable(nc)
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
