@@ -35,7 +35,7 @@ from .membership import AutoInstance, auto_member_name, check_joinable, check_le
 from .partitions import elastic_member_filters, member_partitions
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
-from .store import ELASTIC_BUCKET, group_entry, group_key, kv_call, open_bucket, read
+from .store import ELASTIC_BUCKET, Watch, group_entry, group_key, open_bucket, read
 
 log = logging.getLogger("pcgroups")
 
@@ -135,7 +135,7 @@ class ElasticInstance(ConsumerInstance):
         self._next_stepdown = 0.0
         self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
-        watcher = await kv_call(kv, kv.watch(self._key), self._key)
+        watcher = await Watch.start(kv, self._key)
         self._start(watcher)
         self._post(Reconcile())
 

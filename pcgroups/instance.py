@@ -39,6 +39,7 @@ from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
+from .store import Watch
 
 log = logging.getLogger("pcgroups")
 
@@ -178,7 +179,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
-        self._watcher: Any = None   # nats-py KeyWatcher of the group's config key, set by _start
+        self._watcher: Watch | None = None   # the group's config key, set by _start
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
@@ -217,7 +218,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     async def _attached(self) -> None:
         await self._consuming.wait()
 
-    def _start(self, watcher: Any) -> None:
+    def _start(self, watcher: Watch) -> None:
         self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
         self._unwatch = ConnectionWatch.of(self.nc).listen(
             lambda kind, url: self._reporter.emit(kind, detail=url))
@@ -233,9 +234,10 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._post(Fatal(violation.error(names)))
 
     async def _pump_watch(self) -> None:
+        assert self._watcher is not None
         try:
             async for entry in self._watcher:
-                if entry is not None:   # None: the end of the initial values
+                if isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigUpdate(entry))
         except asyncio.CancelledError:
             raise

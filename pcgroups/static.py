@@ -32,7 +32,7 @@ from .loop import CONTINUE, Outcome
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import group_entry, group_key, kv_call, open_or_create_bucket, read
+from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read
 
 log = logging.getLogger("pcgroups")
 
@@ -175,7 +175,7 @@ class StaticInstance(ConsumerInstance):
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
-        watcher = await kv_call(kv, kv.watch(self._key), self._key)
+        watcher = await Watch.start(kv, self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
                 raise NotAMemberError(f"{self.member_name} is not a member of static consumer group {self.group_name} "

@@ -380,3 +380,52 @@ async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alo
             await inst.stop()
         assert j.events("m1")[0] == ("pinned", (0, 1))
         assert j.first("m1", "event", lambda ev: ev.kind == "pinned") <= j.first("m1", "start")
+
+
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+async def test_a_config_change_after_a_server_restart_reaches_the_instance_within_2s(fresh_server, uniq, flavour):
+    """The server loses the config watch's consumer (in memory) when it restarts; nats-py would notice only
+    after two missed heartbeats (10-20 s). The watch starts again at the reconnect: a config written after
+    it reaches the instance within 2 s (static: the change ends it; elastic: it follows)."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    admin = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    j = Journal()
+    inst = None
+    try:
+        if flavour == "static":
+            await static_group(js, nc, uniq)
+            inst = await static_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST, **j.hooks("m1"))
+        else:
+            await elastic_group(js, nc, uniq)
+            await add_members(nc, uniq, "g", ["m1"])
+            inst = await elastic_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST, **j.hooks("m1"))
+        await inst.wait_for_consuming(10)
+        await asyncio.to_thread(fresh_server.restart)
+        await wait_for(lambda: ("reconnected", ()) in j.events("m1"), 15, what="reconnected")
+
+        async def changed() -> bool:
+            try:
+                if flavour == "static":
+                    kv = await admin.jetstream().key_value("static-consumer-groups")
+                    await kv.put(f"{uniq}.g", b'{"max_members":2,"members":["m1","m2"]}')
+                else:
+                    await add_members(admin, uniq, "g", ["m2"])
+                return True
+            except Exception:   # JetStream not ready yet after the restart
+                return False
+        await wait_for(changed, 15, interval=0.1, what="the config written after the restart")
+        written = time.monotonic()
+        if flavour == "static":
+            assert isinstance(await asyncio.wait_for(inst.done(), 2), Exception)
+            seen = time.monotonic()
+        else:
+            await wait_for(lambda: any(k == "partitions" for k, _ in j.events("m1")), 2, interval=0.01,
+                           what="the new partitions")
+            seen = j.first("m1", "event", lambda ev: ev.kind == "partitions")
+        assert seen - written < 2.0
+    finally:
+        if inst is not None:
+            await inst.stop()
+        await nc.close()
+        await admin.close()
