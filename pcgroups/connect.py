@@ -37,6 +37,7 @@ __all__ = [
     "ConnectionWatch",
     "NatsContext",
     "ResolvedConnection",
+    "ServerUnreachableError",
     "config_dir",
     "connect",
     "enable_reconnect",
@@ -52,6 +53,14 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_TIMEOUT = 5.0  # seconds, as the nats CLI's --timeout
 RECONNECT_TIME_WAIT = 2.0  # seconds between reconnect rounds once connected
+# connection failures that mean nothing answers (yet) at the address: not a wrong setting of the client's
+_UNREACHABLE = ("connection refused", "timed out", "connection reset by server", "network is unreachable",
+                "no route to host")
+
+
+class ServerUnreachableError(PCGroupsError):
+    """:func:`connect` found no server answering (refused, timed out, unreachable): one may answer later. Wrong
+    credentials, TLS settings or host names raise the plain :class:`PCGroupsError`."""
 
 
 @dataclass
@@ -651,8 +660,12 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
             detail = "; ".join(dict.fromkeys(failures))
         if detail == "timed out":
             detail = f"timed out after {rc.timeout:g}s"
+        unreachable = all(part.startswith(_UNREACHABLE) for part in detail.split("; "))
         if rc.uses_tls and not rc.tls_cert and any(w in detail for w in ("reset", "empty response", "broken pipe")):
             detail += " (does the server want a client certificate? see --tlscert/--tlskey)"
+            unreachable = False
+        if unreachable:
+            raise ServerUnreachableError(str(rc.error(detail))) from None
         raise rc.error(detail) from None
     connecting = False
     if rc.uses_tls and not (rc.tls_first or _server_info(nc).get("tls_required")):

@@ -23,7 +23,9 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``dropped``       elastic: the member was dropped; the instance idles until it is added again (not
                   said of an automatic-membership instance's own leave when it stops);
 ``disconnected``  the connection to ``detail`` (a server URL, credentials removed) was lost;
-``reconnected``   the connection is back, to ``detail``.
+``reconnected``   the connection is back, to ``detail``;
+``unavailable``   at start: the server or JetStream does not answer (``detail`` says how); the start is
+                  tried again until it does (``*_consume`` returns then) or is cancelled.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
-         "disconnected", "reconnected")
+         "disconnected", "reconnected", "unavailable")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ log = logging.getLogger("pcgroups")
 
 _STATE_OF = {"pinned": "pin", "standby": "pin", "lost-pin": "pin",
              "not-a-member": "membership", "added": "membership", "partitions": "membership",
-             "dropped": "membership", "disconnected": "connection", "reconnected": "connection"}
+             "dropped": "membership", "disconnected": "connection", "reconnected": "connection",
+             "unavailable": "connection"}
 
 
 class HookError(Exception):

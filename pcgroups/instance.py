@@ -18,23 +18,27 @@ pin of its own after it says nothing more (unless the partitions changed).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import time
-import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar
 
+import nats.errors
+import nats.js.errors
 from nats.js.kv import KeyValue
 
 from nats.aio.client import Client
 
 from .connect import ConnectionWatch
 from .delivery import Msg
-from .errors import ConfigError, PCGroupsError
-from .events import EventCallback, PartitionsHook
+from .errors import ConfigError, JetStreamAPIError, PCGroupsError
+from .events import EventCallback, InstanceEvent, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
-from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
+from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
+                    pinned_client_id)
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
@@ -44,6 +48,7 @@ from .store import Watch
 log = logging.getLogger("pcgroups")
 
 DEFAULT_ACK_WAIT = 5.0
+START_RETRY = (0.25, 2.0)   # a start that found the server not answering: first and longest wait before trying again
 
 
 def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
@@ -126,11 +131,45 @@ class Starting(Generic[T]):
 
 
 def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Starting[T]]:
-    """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`)."""
+    """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`); the
+    start is tried again while the server does not answer (:func:`start_patiently`)."""
     @functools.wraps(start)
     def entry(*args: P.args, **kwargs: P.kwargs) -> Starting[T]:
-        return Starting(start(*args, **kwargs))
+        return Starting(start_patiently(start, inspect.signature(start).bind(*args, **kwargs)))
     return entry
+
+
+async def start_patiently(start: Callable[..., Coroutine[Any, Any, T]], call: inspect.BoundArguments) -> T:
+    """``start(*call.args, **call.kwargs)``, again and again while it fails because the server or JetStream does
+    not answer (:func:`unavailable`): started while the server restarts, an instance waits for it as a running
+    one does. The first such failure is said once, as an ``unavailable`` event (a warning without ``on_event``);
+    any other error is raised. Cancel the start (or close the connection) to give up."""
+    member, on_event = call.arguments.get("member") or "", call.arguments.get("on_event")
+    delay, told = START_RETRY[0], False
+    while True:
+        try:
+            return await start(*call.args, **call.kwargs)
+        except Exception as e:
+            if not unavailable(e) or call.arguments["nc"].is_closed:
+                raise
+            if not told:
+                told = True
+                if on_event is not None:
+                    on_event(InstanceEvent("unavailable", member, detail=str(e) or type(e).__name__))
+                else:
+                    log.warning("%s: not started: %s; trying again until the server answers", member, e)
+            log.debug("%s: not started (%r); trying again in %.2fs", member, e, delay)
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, START_RETRY[1])
+
+
+def unavailable(error: BaseException) -> bool:
+    """The server or JetStream did not answer (a timeout, no responders, "temporarily unavailable", the client
+    reconnecting): asking again later may work."""
+    if isinstance(error, JetStreamAPIError):
+        return error.code in (408, 503) or error.err_code == ERR_JETSTREAM_UNAVAILABLE
+    return isinstance(error, (TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionReconnectingError,
+                              nats.js.errors.ServiceUnavailableError))
 
 
 class ConsumerInstance(ControlLoop[ControlEvent]):

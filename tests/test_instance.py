@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
+from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
                       static_consume, static_member_step_down)
 from pcgroups.events import InstanceEvent
 
@@ -429,3 +429,29 @@ async def test_a_config_change_after_a_server_restart_reaches_the_instance_withi
             await inst.stop()
         await nc.close()
         await admin.close()
+
+
+async def test_a_consume_started_while_the_server_is_down_waits_for_it(fresh_server, uniq):
+    """static_consume with the server gone (the client reconnecting): it says ``unavailable`` once, keeps
+    trying, and returns a running instance once the server is back."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    j = Journal()
+    inst = None
+    try:
+        await static_group(js, nc, uniq)
+        await publish(js, uniq, "a", 2)
+        await asyncio.to_thread(fresh_server.stop)
+        start = asyncio.ensure_future(static_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST,
+                                                     api=JetStreamApi(nc, timeout=0.5), **j.hooks("m1")))
+        await wait_for(lambda: any(k == "unavailable" for k, _ in j.events("m1")), 10, what="unavailable")
+        assert not start.done()
+        await asyncio.to_thread(fresh_server.start)
+        inst = await asyncio.wait_for(start, 20)
+        await wait_for(lambda: len(j.of("m1", "end")) == 2, 15, what="both messages handled")
+    finally:
+        if inst is not None:
+            await inst.stop()
+        await nc.close()
+    said = [d for _, w, d in j.of("m1", "event") if d.kind == "unavailable"]
+    assert len(said) == 1 and "timed out" in said[0].detail, said
