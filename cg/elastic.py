@@ -14,8 +14,8 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
-                      Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+from .flavour import (ELASTIC, Concurrency, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
+                      MetricsListen, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -185,6 +185,32 @@ def remove_source(ctx: typer.Context, stream: Stream, name: Group,
         return await remove_source(nc, stream, name, source, discard=discard, timeout=seconds, api=api)
 
     print_streams(f"removed stream {source} from elastic consumer group {name}", rt.with_connection(body))
+
+
+@flavour_command(elastic_app, ELASTIC, "skip-stuck", "step past the origin message a source of the group is stuck "
+                                                      "on (prints what it would do; --execute does it)")
+def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
+               source: Annotated[Optional[str], typer.Option("--source", metavar="STREAM", help="the stuck source "
+                                                             "to step past, when several are")] = None,
+               execute: Annotated[bool, typer.Option("--execute", help="step past it (without it nothing "
+                                                     "changes)")] = False,
+               timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for the "
+                                                    "members to handle what was queued before it")] = "30s",
+               json: Json = False) -> None:
+    from .output import print_skip
+
+    rt = runtime(ctx)
+    check_names(stream=stream, group=name)
+    if source is not None:
+        check_names(stream=source)
+    seconds = parse_duration_option("--wait", timeout, positive=True)
+
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.intake import skip_stuck
+
+        return await skip_stuck(nc, stream, name, source=source, execute=execute, timeout=seconds, api=api)
+
+    print_skip(rt.with_connection(body), as_json=json)
 
 
 add_shared(elastic_app, ELASTIC, "delete")

@@ -47,6 +47,7 @@ class Calls:
     step_down: Fn
     status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
     layout: Fn | None = None   # the streams a group consumes (elastic)
+    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.intake)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def _elastic_calls() -> Calls:
                  list_active_members=lib.list_elastic_active_members,
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
                  step_down=lib.elastic_member_step_down,
-                 status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout)
+                 status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout,
+                 stuck=_imported_when_called("pcgroups.intake", "stuck_sources_of"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
@@ -233,14 +235,15 @@ def _info(flavour: Flavour) -> tuple[Fn, str]:
 
         check_names(stream=stream, group=name)
 
-        async def body(nc: Client, api: JetStreamApi) -> tuple[Any, list[str], Any]:
+        async def body(nc: Client, api: JetStreamApi) -> tuple[Any, list[str], Any, list[Any]]:
             calls = flavour.calls()
             cfg = await calls.get_config(nc, stream, name, api=api)
             active = await calls.list_active_members(nc, stream, name, api=api)
-            return cfg, active, (await calls.layout(nc, stream, name, api=api) if calls.layout else None)
+            layout = await calls.layout(nc, stream, name, api=api) if calls.layout else None
+            return cfg, active, layout, (await calls.stuck(nc, stream, name, api=api) if calls.stuck else [])
 
-        cfg, active, layout = runtime(ctx).with_connection(body)
-        print_info(flavour.name, stream, name, cfg, active, as_json=json, layout=layout)
+        cfg, active, layout, stuck = runtime(ctx).with_connection(body)
+        print_info(flavour.name, stream, name, cfg, active, as_json=json, layout=layout, stuck=stuck)
 
     return info, f"get {flavour.name} consumer group info"
 

@@ -12,12 +12,13 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
   ephemeral consumer created, drained with ``no_wait`` pulls, deleted (3 requests while a bucket
   holds fewer than 256 groups), and the configs come with it;
 - a static group: one consumer list of its stream (one request per 256 consumers) and one stream info;
-- an elastic group: one consumer list of its work queue and one stream info of the work queue with
+- an elastic group: one consumer list of its work queue, one stream info of the work queue with
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
-  the instances are counted from the consumers).
+  the instances are counted from the consumers), and one stream info of each origin stream, to tell
+  a source stuck on one message (:mod:`pcgroups.intake`; plus a message read while a source is behind).
 
-So a refresh takes ``6 + 2 S + 2 E`` requests for ``S`` static and ``E`` elastic groups (each
-consumer list and subject count in one page; with streams given, 6 per stream instead of 6),
+So a refresh takes ``6 + 2 S + 3 E`` requests for ``S`` static and ``E`` elastic groups over one stream
+each (each consumer list and subject count in one page; with streams given, 6 per stream instead of 6),
 whatever the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
@@ -61,6 +62,11 @@ GROUP_METRICS: dict[str, str] = {
     "pcgroups_group_partitions": "Partitions of the group",
     "pcgroups_elastic_source_lag_messages":
         "Messages of a source stream not yet sourced into an elastic group's work queue",
+    "pcgroups_elastic_source_stuck_seconds":
+        "How long the source's next origin message has waited while the source copied nothing (0: not stuck; "
+        "stuck from 5 s on): nothing after it reaches the group (cg elastic skip-stuck)",
+    "pcgroups_elastic_source_stuck_sequence":
+        "The origin stream sequence the source is stuck on (0: not stuck)",
 }
 
 #: name -> help of the metrics about the exporter itself (counters without their ``_total``).
@@ -253,6 +259,8 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
     members = family("pcgroups_group_members", group_labels)
     partitions = family("pcgroups_group_partitions", group_labels)
     source_lag = family("pcgroups_elastic_source_lag_messages", ["stream", "group", "source"])
+    stuck_for = family("pcgroups_elastic_source_stuck_seconds", ["stream", "group", "source"])
+    stuck_at = family("pcgroups_elastic_source_stuck_sequence", ["stream", "group", "source"])
     for s in statuses:
         group = [s.flavour, s.stream, s.group]
         members.add_metric(group, len(s.members))
@@ -270,6 +278,10 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
         if s.flavour == "elastic":
             for p in s.partitions:
                 pending.add_metric([*group, str(p.partition), p.member or ""], p.pending or 0)
+            stuck = {x.stream: x for x in s.stuck_sources}
             for source, lag in sorted(s.source_lags.items()):
                 source_lag.add_metric([s.stream, s.group, source], lag)
-    yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag)
+                stuck_for.add_metric([s.stream, s.group, source], stuck[source].waiting if source in stuck else 0)
+                stuck_at.add_metric([s.stream, s.group, source], stuck[source].seq if source in stuck else 0)
+    yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag, stuck_for,
+                stuck_at)

@@ -219,8 +219,8 @@ async def test_a_scrape_storm_costs_no_refresh(js, nc, server_url, uniq):
         refreshes2, requests2, per_refresh2 = await asyncio.to_thread(counters)
         assert refreshes2 - refreshes <= elapsed / 2 + 1, (refreshes, refreshes2, elapsed)
         # the requests come from refreshes alone: 12 for the buckets' snapshots (2 streams x 2 buckets x 3),
-        # 2 for the static group, 2 for the elastic one
-        assert per_refresh == per_refresh2 == 2 * 2 * 3 + 2 + 2
+        # 2 for the static group, 3 for the elastic one
+        assert per_refresh == per_refresh2 == 2 * 2 * 3 + 2 + 3
         assert requests2 - requests == (refreshes2 - refreshes) * per_refresh
 
 
@@ -250,7 +250,7 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
             await ex.refresh()
         after = await server_count()
         assert ex.up == 1 and len(ex.statuses) == 2
-        assert ex.last_requests == 6 + 2 + 2          # 6 + 2 S + 2 E
+        assert ex.last_requests == 6 + 2 + 3          # 6 + 2 S + 3 E
         pulls = 2                                      # the two config buckets' snapshot pulls
         assert after - before - 1 == 5 * (ex.last_requests - pulls)   # - 1: this INFO request itself
 
