@@ -292,6 +292,10 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
 
         before = await get_elastic_config(nc, stream, name, api=api)
+        if mappings is None and before.members:   # delete-mapping would leave them: not "no members"
+            raise CLIError(f"elastic consumer group {name} on stream {stream} has no member mappings to delete: its "
+                           f"members were given with add ({' '.join(before.members)}); drop them with cg elastic drop "
+                           f"{stream} {name} {' '.join(before.members)}")
         if mappings is None:
             await delete_member_mappings(nc, stream, name, api=api)
         else:
@@ -319,8 +323,9 @@ def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Ma
     _change_mappings(ctx, stream, name, parsed)
 
 
-@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group "
-                                                          "(the group is left with no members)")
+@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete the member mappings of a partitioned consumer group "
+                                                          "(it is left with no members; members given with add are "
+                                                          "dropped with drop)")
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
     _change_mappings(ctx, stream, name, None)

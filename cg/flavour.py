@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 import typer
 
 from .common import check_names, parse_concurrency, parse_duration_option, parse_sleep
-from .errors import CLIError
+from .errors import CLIError, warn
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
@@ -254,19 +254,40 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
         rt = runtime(ctx)
 
         async def body(nc: Client, api: JetStreamApi) -> None:
-            from pcgroups.errors import ConfigError
+            from pcgroups.errors import ConfigError, NotFoundError
 
             calls = flavour.calls()
             try:
                 await calls.get_config(nc, stream, name, api=api)  # "not found" before asking
             except ConfigError:
                 pass  # it exists with an invalid config: deleting it is the way out
+            except NotFoundError:
+                if not await _left_work_queue(flavour, api, stream, name):
+                    raise
             await rt.confirm_delete(force)
             await calls.delete(nc, stream, name, api=api)
 
         rt.with_connection(body)
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
+
+
+async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
+    """An elastic group's work queue is left without its config (a delete that stopped half way): say so; the
+    delete removes it."""
+    from pcgroups.elastic import work_queue_name
+    from pcgroups.errors import NotFoundError
+
+    if flavour.name != "elastic":
+        return False
+    wq = work_queue_name(stream, group)
+    try:
+        await api.stream_info(wq)
+    except NotFoundError:
+        return False
+    warn(f"elastic consumer group {group} on stream {stream} has no config, but its work queue {wq} is left: "
+         "deleting it")
+    return True
 
 
 def _member_info(flavour: Flavour) -> tuple[Fn, str]:

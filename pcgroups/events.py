@@ -15,7 +15,7 @@ An exception raised by a hook is logged and ends the instance with that error (`
 Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 
 ``pinned``        this instance holds the member's pin and handles ``partitions``;
-``standby``       another instance of the member holds the pin;
+``standby``       another instance of the member holds the pin; ``partitions`` are the member's;
 ``lost-pin``      this instance held the pin and another instance of the member holds it now;
 ``not-a-member``  elastic: the member is not in the group (yet); the instance waits to be added;
 ``added``         elastic: the member was added; ``partitions`` are its partitions;

@@ -76,8 +76,9 @@ EXPORTER_METRICS: dict[str, str] = {
     "pcgroups_exporter_refresh_seconds": "How long the last refresh took",
     "pcgroups_exporter_api_requests": "JetStream API requests (and KV snapshot pulls) sent by the exporter",
     "pcgroups_exporter_last_refresh_api_requests": "JetStream API requests the last refresh sent",
-    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), and groups or a stream's groups that could not "
-                                "be read (kind=group)",
+    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), groups or a stream's groups that could not be "
+                                "read (kind=group), and reads the user's permissions refuse (kind=refused: each "
+                                "counted once)",
     "pcgroups_exporter_groups": "Groups in the last snapshot",
     "pcgroups_exporter_last_refresh_timestamp_seconds": "When the last refresh ended (Unix time)",
 }
@@ -106,7 +107,8 @@ class GroupsExporter:
         self.last_requests = 0
         self.last_seconds = 0.0
         self.last_time = 0.0
-        self.errors = {"refresh": 0, "group": 0}
+        self.errors = {"refresh": 0, "group": 0, "refused": 0}
+        self.refused: set[str] = set()         # the refused reads seen (each counted once)
         self.last_error: str | None = None     # the last refresh's error (None: it worked)
         self._due = 0.0                        # when the next refresh is due (monotonic)
 
@@ -121,7 +123,7 @@ class GroupsExporter:
         started, sent = time.monotonic(), self._sent()
         self._due = started + self.interval
         try:
-            statuses, failures = await self._read_all()
+            statuses, failures, refused = await self._read_all()
         except (PCGroupsError, JetStreamAPIError, OSError, asyncio.TimeoutError) as e:
             self.up, self.families, self.statuses = 0, [], []
             self.errors["refresh"] += 1
@@ -134,7 +136,9 @@ class GroupsExporter:
             self.up, self.statuses = 1, statuses
             self.families = list(group_families(statuses, datetime.now(timezone.utc)))
             self.errors["group"] += len(failures)
-            self.last_error = "; ".join(failures) or None
+            self.errors["refused"] += len(set(refused) - self.refused)   # a role's scope, not an incident: once each
+            self.refused |= set(refused)
+            self.last_error = "; ".join(failures + refused) or None
         finally:
             self.refreshes += 1
             self.last_requests = self._sent() - sent
@@ -158,9 +162,9 @@ class GroupsExporter:
             except asyncio.TimeoutError:
                 pass
 
-    async def _groups(self, bucket: str, failures: list[str]) -> list[tuple[str, str, bytes]]:
+    async def _groups(self, bucket: str, refused: list[str]) -> list[tuple[str, str, bytes]]:
         """(stream, group, stored config) of the bucket's groups, of the chosen streams. A read the
-        user's permissions refuse (a role scoped to some streams) is added to ``failures``, the other
+        user's permissions refuse (a role scoped to some streams) is added to ``refused``, the other
         streams' groups are still read."""
         patterns = [f"{s}.*" for s in self.streams] or [">"]
         out = []
@@ -170,21 +174,23 @@ class GroupsExporter:
             except NotFoundError:
                 return []  # no bucket: no group of this flavour yet
             except PermissionDeniedError as e:
-                failures.append(f"{bucket} {pattern}: {e}")
+                refused.append(f"{bucket} {pattern}: {e}")
                 continue
             for entry in entries:
                 stream, _, group = entry.key.partition(".")
                 out.append((stream, group, entry.value or b""))
         return out
 
-    async def _read_all(self) -> tuple[list[GroupStatus], list[str]]:
+    async def _read_all(self) -> tuple[list[GroupStatus], list[str], list[str]]:
+        """The statuses, the groups that could not be read, and the reads refused by permissions."""
         from .elastic import stored_config as elastic_config
         from .static import stored_config as static_config
 
         statuses: list[GroupStatus] = []
         failures: list[str] = []
+        refused: list[str] = []
         for flavour, bucket in FLAVOURS:
-            for stream, group, value in await self._groups(bucket, failures):
+            for stream, group, value in await self._groups(bucket, refused):
                 try:
                     if flavour == "static":
                         status = await static_status(self.nc, stream, group, api=self.api,
@@ -192,11 +198,14 @@ class GroupsExporter:
                     else:
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
                                                       config=elastic_config(stream, group, value))
+                except PermissionDeniedError as e:
+                    refused.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
+                    continue
                 except (PCGroupsError, JetStreamAPIError) as e:
                     failures.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
                     continue
                 statuses.append(status)
-        return statuses, failures
+        return statuses, failures, refused
 
     # ------------------------------------------------------------ scraping
 

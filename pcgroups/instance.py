@@ -402,7 +402,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             if self._pin_state == "unpinned":
                 self._reporter.emit("lost-pin")
             self._pin_state = "standby"
-            self._reporter.emit("standby")
+            self._reporter.emit("standby", self.partitions)
             return
         # Not yet, or nobody holds the pin (the server gives it with a message): look again later.
         if self._pin_check is not None:

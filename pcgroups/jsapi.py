@@ -40,6 +40,7 @@ ERR_CONSUMER_EXISTS = 10148
 ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
 ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
+ERR_NOT_EMPTY_REQUEST = 10038       # "expected an empty request payload" (a delete request with a body)
 
 # Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
 # responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
@@ -263,6 +264,18 @@ class JetStreamApi:
                 subjects.update(more)
             info.setdefault("state", {})["subjects"] = subjects
         return info
+
+    async def check_delete(self, subject: str) -> None:
+        """Raise :class:`PermissionDeniedError` now if the user may not send the delete request ``subject``
+        (``STREAM.DELETE.<stream>``, ``CONSUMER.DELETE.<stream>.<consumer>``), deleting nothing: JetStream answers
+        a delete request that has a body with "expected an empty request payload" before it looks at what the
+        request names. A change made of several deletes checks them all first, so that a refused one leaves
+        nothing half done."""
+        try:
+            await self.request(subject, b"?")
+        except JetStreamAPIError as e:
+            if e.err_code != ERR_NOT_EMPTY_REQUEST:
+                raise
 
     async def create_stream(self, config: StreamConfig) -> dict[str, Any]:
         return await self.request(f"STREAM.CREATE.{config.name}", config.to_wire())

@@ -183,11 +183,14 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
         if e.err_code == ERR_STREAM_NOT_FOUND:
             raise NotFoundError(f"KV bucket {bucket} not found") from None
         raise
+    except PermissionDeniedError as e:   # named as the permission to give (docs/SECURITY.md), the same every time
+        raise PermissionDeniedError(str(e).replace(name, "*"), operation=e.operation,
+                                    subject=e.subject.replace(name, "*")) from None
     inbox = api.nc.new_inbox()
     sub = await api.nc.subscribe(inbox)
     pull = f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}"
     try:
-        return await api.permissions.call(_drain(api, sub, pull, bucket, timeout), [pull])
+        return await api.permissions.call(_drain(api, sub, pull, bucket, timeout), [pull.replace(name, "*")])
     finally:
         await sub.unsubscribe()
         try:

@@ -201,6 +201,18 @@ ROWS = [
       ["stream does not exist: no{S}"]),
     R("elastic-delete-mapping-missing-group", ["elastic", "delete-mapping", "{E}", "nope"],
       ["elastic consumer group nope on stream {E} not found"]),
+    R("elastic-delete-mapping-of-added-members", ["elastic", "delete-mapping", "{E}", "eg"],
+      ["has no member mappings to delete: its members were given with add (a b)", "cg elastic drop {E} eg a b"]),
+    R("elastic-skip-stuck-missing-group", ["elastic", "skip-stuck", "{E}", "nope"],
+      ["the elastic consumer group's stream does not exist: {E}-nope"]),
+    R("elastic-skip-stuck-bad-wait", ["elastic", "skip-stuck", "{E}", "eg", "--wait", "soon"], ["--wait"]),
+    R("static-create-consumers-missing-group", ["static", "create-consumers", "{S}", "nope"],
+      ["static consumer group nope on stream {S} not found"]),
+    R("static-create-consumers-other-settings", ["static", "create-consumers", "{S}", "sg", "--concurrency", "2"],
+      ["member m1's consumer sg-m1 exists with other settings (ack_wait 1s there, 2s asked, max_ack_pending 1000 "
+       "there, 8 asked)"]),
+    R("static-create-consumers-bad-window", ["static", "create-consumers", "{S}", "sg", "--concurrency", "0"],
+      ["invalid --concurrency 0"]),
     R("static-delete-missing-group", ["static", "rm", "{S}", "nope", "-f"],
       ["static consumer group nope on stream {S} not found"]),
     # ---- existing groups: changes that are not allowed
