@@ -44,6 +44,7 @@ from .errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from .flavour import work_queue_name
 from .jsapi import ERR_NO_MESSAGE_FOUND, JetStreamApi
 from .status import parse_timestamp
+from .store import ELASTIC_BUCKET, group_entry
 
 __all__ = ["HEADER_LIMIT", "STUCK_AFTER", "SkipResult", "SourceWatch", "StuckSource", "skip_stuck", "stuck_sources",
            "stuck_sources_of"]
@@ -217,6 +218,7 @@ async def skip_stuck(nc: Client, stream: str, group: str, *, source: str | None 
     try:
         info = await api.stream_info(wq)
     except NotFoundError:
+        await group_entry(api, ELASTIC_BUCKET, "elastic", stream, group)   # no such group (with a wrong-flavour hint)
         raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
     result = SkipResult(stream, group, await stuck_sources(api, info))
     candidates = [s for s in result.stuck if source is None or s.stream == source]

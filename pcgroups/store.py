@@ -332,10 +332,16 @@ class Watch:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the iteration ends with it
-            self._items.put_nowait(_Ended(e))
+            self._end(e)
             return
         if watcher is self._watcher and not self._stopped:
-            self._items.put_nowait(_Ended(PCGroupsError(f"the KV watch of {self._keys} was closed")))
+            self._end(PCGroupsError(f"the KV watch of {self._keys} was closed"))
+
+    def _end(self, error: BaseException) -> None:
+        """The iteration ends with ``error`` (invariant 3): no more restarts."""
+        self._stopped = True
+        self._unlisten()
+        self._items.put_nowait(_Ended(error))
 
     def _on_connection(self, kind: str, _url: str) -> None:
         if kind == "reconnected" and not self._stopped and (self._restart is None or self._restart.done()):
@@ -353,7 +359,7 @@ class Watch:
                 watcher = await self._open()
                 break
             except PermissionDeniedError as e:
-                self._items.put_nowait(_Ended(e))
+                self._end(e)
                 return
             except Exception as e:  # noqa: BLE001 - JetStream not answering yet after the restart
                 if not self._nc.is_connected:
