@@ -16,7 +16,9 @@ the group yet: ...``, ``[m1] added ...``, ``[m1] partitions now 2-3``, ``[m1] dr
 (automatic membership, ...)``: on stdout in a terminal, on stderr in
 a pipe (stdout keeps the reference's lines exactly). A dropped member's instance keeps running and
 waits to be added again, as an instance started before its member was added does (an ``--auto``
-instance's own leave when it stops is not a drop: nothing is said).
+instance's own leave when it stops is not a drop: nothing is said). A start that finds no server answering
+(no connection yet, or JetStream not answering) is said once as ``cg: warning: ...`` at once, and tried again
+until it works or Ctrl-C.
 
 One :class:`Printer` owns the output: a status line never lands inside a message line (written in
 two parts around the processing): it waits until the line is ended. In a terminal status lines wrap
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import ConsumeConcurrency
-from .errors import CLIError
+from .errors import CLIError, warn
 from .output import go_duration, line_buffered_stdout, out, ranges
 
 if TYPE_CHECKING:
@@ -188,6 +190,7 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "enrolled": f"enrolled: member {ev.detail} hands it messages",
         "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
                           "--dispatch)"),
+        "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
     }
     return f"[{m}] {said[ev.kind]}"
 
@@ -362,7 +365,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             handler = metrics.wrap(handler)
 
     async def setup():
-        nc, api = await rt.connect(reconnect=True)
+        nc, api = await _connect_patiently(rt)
         run.nc = nc
         await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
         extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
@@ -372,7 +375,10 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         told = extra.pop("on_event", None)   # the metrics' too
 
         def on_event(ev: Any) -> None:
-            printer.status(status_line(ev, stream, group, kind, auto))
+            if ev.kind == "unavailable":   # said at once: status lines wait for "consuming..."
+                warn(status_line(ev, stream, group, kind, auto))
+            else:
+                printer.status(status_line(ev, stream, group, kind, auto))
             if told is not None:
                 told(ev)
         inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
@@ -398,12 +404,28 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
     handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1)
 
     async def setup():
-        nc, _ = await rt.connect(reconnect=True)
+        nc, _ = await _connect_patiently(rt)
         run.nc = nc
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
                                   on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)))
 
     return await run(rt, setup, ready_within=None)
+
+
+async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
+    """The runtime's connection (reconnecting for good once made); while no server answers, tried again every
+    RECONNECT_TIME_WAIT (2 s), said once: a consume started while its server restarts waits for it."""
+    from pcgroups.connect import RECONNECT_TIME_WAIT, ServerUnreachableError
+
+    told = False
+    while True:
+        try:
+            return await rt.connect(reconnect=True)
+        except ServerUnreachableError as e:
+            if not told:
+                told = True
+                warn(f"{e}; trying again every {RECONNECT_TIME_WAIT:g}s until it answers (Ctrl-C to stop)")
+        await asyncio.sleep(RECONNECT_TIME_WAIT)
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
@@ -412,10 +434,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
     instance's to report."""
     if not positions:
         return
-    from pcgroups.errors import PCGroupsError
-
     from .common import key_tokens_beyond
-    from .errors import warn
 
     try:
         if kind == "static":
@@ -427,7 +446,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
 
             cfg = await get_elastic_config(nc, stream, group, api=api)
             filters = [pf.filter for pf in cfg.partitioning_filters or []]
-    except PCGroupsError:
+    except Exception:  # noqa: BLE001 - not found, or not answering yet: the instance reports it
         return
     message = key_tokens_beyond(positions, filters)
     if message:

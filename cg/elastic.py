@@ -14,8 +14,8 @@ import typer
 from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
                      parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
-                      Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
+                      MetricsListen, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -187,6 +187,32 @@ def remove_source(ctx: typer.Context, stream: Stream, name: Group,
     print_streams(f"removed stream {source} from elastic consumer group {name}", rt.with_connection(body))
 
 
+@flavour_command(elastic_app, ELASTIC, "skip-stuck", "step past the origin message a source of the group is stuck "
+                                                      "on (prints what it would do; --execute does it)")
+def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
+               source: Annotated[Optional[str], typer.Option("--source", metavar="STREAM", help="the stuck source "
+                                                             "to step past, when several are")] = None,
+               execute: Annotated[bool, typer.Option("--execute", help="step past it (without it nothing "
+                                                     "changes)")] = False,
+               timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for the "
+                                                    "members to handle what was queued before it")] = "30s",
+               json: Json = False) -> None:
+    from .output import print_skip
+
+    rt = runtime(ctx)
+    check_names(stream=stream, group=name)
+    if source is not None:
+        check_names(stream=source)
+    seconds = parse_duration_option("--wait", timeout, positive=True)
+
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.intake import skip_stuck
+
+        return await skip_stuck(nc, stream, name, source=source, execute=execute, timeout=seconds, api=api)
+
+    print_skip(rt.with_connection(body), as_json=json)
+
+
 add_shared(elastic_app, ELASTIC, "delete")
 
 Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as member mappings that move the "
@@ -266,6 +292,10 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
 
         before = await get_elastic_config(nc, stream, name, api=api)
+        if mappings is None and before.members:   # delete-mapping would leave them: not "no members"
+            raise CLIError(f"elastic consumer group {name} on stream {stream} has no member mappings to delete: its "
+                           f"members were given with add ({' '.join(before.members)}); drop them with cg elastic drop "
+                           f"{stream} {name} {' '.join(before.members)}")
         if mappings is None:
             await delete_member_mappings(nc, stream, name, api=api)
         else:
@@ -293,8 +323,9 @@ def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Ma
     _change_mappings(ctx, stream, name, parsed)
 
 
-@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group "
-                                                          "(the group is left with no members)")
+@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete the member mappings of a partitioned consumer group "
+                                                          "(it is left with no members; members given with add are "
+                                                          "dropped with drop)")
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
     _change_mappings(ctx, stream, name, None)

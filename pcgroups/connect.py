@@ -37,6 +37,7 @@ __all__ = [
     "ConnectionWatch",
     "NatsContext",
     "ResolvedConnection",
+    "ServerUnreachableError",
     "config_dir",
     "connect",
     "enable_reconnect",
@@ -44,6 +45,7 @@ __all__ = [
     "parse_duration",
     "redact",
     "resolve",
+    "tolerate_undecodable",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,14 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_TIMEOUT = 5.0  # seconds, as the nats CLI's --timeout
 RECONNECT_TIME_WAIT = 2.0  # seconds between reconnect rounds once connected
+# connection failures that mean nothing answers (yet) at the address: not a wrong setting of the client's
+_UNREACHABLE = ("connection refused", "timed out", "connection reset by server", "network is unreachable",
+                "no route to host")
+
+
+class ServerUnreachableError(PCGroupsError):
+    """:func:`connect` found no server answering (refused, timed out, unreachable): one may answer later. Wrong
+    credentials, TLS settings or host names raise the plain :class:`PCGroupsError`."""
 
 
 @dataclass
@@ -635,6 +645,7 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
 
     kwargs["error_cb"] = error_cb
     nc = Client()
+    tolerate_undecodable(nc)
     # one bound for the whole attempt, in case nats-py keeps trying
     budget = rc.timeout * (2 * len(rc.servers) + 2) + 1.0
     try:
@@ -649,8 +660,12 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
             detail = "; ".join(dict.fromkeys(failures))
         if detail == "timed out":
             detail = f"timed out after {rc.timeout:g}s"
+        unreachable = all(part.startswith(_UNREACHABLE) for part in detail.split("; "))
         if rc.uses_tls and not rc.tls_cert and any(w in detail for w in ("reset", "empty response", "broken pipe")):
             detail += " (does the server want a client certificate? see --tlscert/--tlskey)"
+            unreachable = False
+        if unreachable:
+            raise ServerUnreachableError(str(rc.error(detail))) from None
         raise rc.error(detail) from None
     connecting = False
     if rc.uses_tls and not (rc.tls_first or _server_info(nc).get("tls_required")):
@@ -753,6 +768,50 @@ class ConnectionWatch:
 
 
 _connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
+
+
+def tolerate_undecodable(nc: Any) -> None:
+    """Let the client take messages whose subject (or reply subject) is not valid UTF-8 (idempotent).
+
+    The server accepts any byte in a subject but ``\\r``, ``\\n``, space and tab; nats-py decodes subjects
+    as strict UTF-8 in ``Client._build_message``, called by its reader task, and the ``UnicodeDecodeError``
+    ends that task for good: the connection stays up and reads nothing more, so a member instance stops,
+    and after its reconnect the same message comes again. This wraps that one method of this client (not
+    nats-py's class): a message that decodes is built as before; one that does not is built with U+FFFD in
+    place of the invalid bytes (as nats-py decodes header values) and logged once, with its stream and
+    sequence when it is a JetStream message. The handler gets it like any other.
+    """
+    if getattr(nc, "_pcg_tolerant", False):
+        return
+    build = nc._build_message
+
+    def build_tolerantly(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> Any:
+        try:
+            return build(sid, subject, reply, data, headers)
+        except UnicodeDecodeError:
+            pass
+        fixed, fixed_reply = (b.decode("utf-8", "replace").encode() for b in (subject, reply))
+        log.warning("%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
+                    _undecodable_what(subject, reply), subject.decode("utf-8", "backslashreplace"))
+        return build(sid, fixed, fixed_reply, data, headers)
+
+    nc._build_message = build_tolerantly
+    nc._pcg_tolerant = True
+
+
+def _undecodable_what(subject: bytes, reply: bytes) -> str:
+    """Names a message that does not decode: for a JetStream delivery, its stream, sequence and consumer (from
+    the ack subject ``$JS.ACK.[<domain>.<account>.]<stream>.<consumer>.<delivered>.<seq>...``)."""
+    try:
+        subject.decode()
+        part = "the reply subject"
+    except UnicodeDecodeError:
+        part = "the subject"
+    t = [token.decode("utf-8", "replace") for token in reply.split(b".")]
+    if reply.startswith(b"$JS.ACK.") and len(t) >= 9:
+        stream, consumer, seq = (t[2], t[3], t[5]) if len(t) == 9 else (t[4], t[5], t[7])
+        return f"{part} of message {seq} of stream {stream} (consumer {consumer})"
+    return f"{part} of a message"
 
 
 def _plain_url(url: Any) -> str:

@@ -300,9 +300,11 @@ async def _work_queue_info(api: JetStreamApi, stream: str, group: str) -> dict[s
 
 
 async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
-    """Delete the config (instances end normally), then the work-queue stream."""
+    """Delete the config (instances end normally), then the work-queue stream; a user who may delete the
+    config but not the stream (an automatic member) is refused before anything is deleted."""
     api = api_of(nc, api)
     check_names(stream, group)
+    await api.check_delete(f"STREAM.DELETE.{work_queue_name(stream, group)}")
     try:
         kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
     except NotFoundError:

@@ -18,6 +18,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from .config import go_json
+from .connect import tolerate_undecodable
 from .errors import JetStreamAPIError, NotFoundError
 from .permissions import PermissionWatch
 
@@ -39,6 +40,7 @@ ERR_CONSUMER_EXISTS = 10148
 ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
 ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
+ERR_NOT_EMPTY_REQUEST = 10038       # "expected an empty request payload" (a delete request with a body)
 
 # Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
 # responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
@@ -197,6 +199,7 @@ class JetStreamApi:
         self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
         self.timeout = timeout
         self.permissions = PermissionWatch.of(nc)
+        tolerate_undecodable(nc)   # a subject that is not UTF-8 must not stop the connection's reader
         self._answered = time.monotonic()    # JetStream's last answer to a request
         self._reconnected = 0.0              # the last reconnect away from a silent server
 
@@ -261,6 +264,18 @@ class JetStreamApi:
                 subjects.update(more)
             info.setdefault("state", {})["subjects"] = subjects
         return info
+
+    async def check_delete(self, subject: str) -> None:
+        """Raise :class:`PermissionDeniedError` now if the user may not send the delete request ``subject``
+        (``STREAM.DELETE.<stream>``, ``CONSUMER.DELETE.<stream>.<consumer>``), deleting nothing: JetStream answers
+        a delete request that has a body with "expected an empty request payload" before it looks at what the
+        request names. A change made of several deletes checks them all first, so that a refused one leaves
+        nothing half done."""
+        try:
+            await self.request(subject, b"?")
+        except JetStreamAPIError as e:
+            if e.err_code != ERR_NOT_EMPTY_REQUEST:
+                raise
 
     async def create_stream(self, config: StreamConfig) -> dict[str, Any]:
         return await self.request(f"STREAM.CREATE.{config.name}", config.to_wire())

@@ -49,7 +49,8 @@ from .instance import ConsumerInstance
 from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
+from .store import (ELASTIC_BUCKET, Restarted, Watch, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot,
+                    update)
 
 log = logging.getLogger("pcgroups")
 
@@ -68,9 +69,10 @@ WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the ins
 
 @dataclass(frozen=True)
 class LeaseEntry:
-    """The lease watch saw a change (None: the end of its initial values)."""
+    """The lease watch saw a change (None: the end of its current values; RESTARTED: it started again after a
+    reconnect, its current values follow)."""
 
-    entry: KeyValue.Entry | None
+    entry: KeyValue.Entry | None | Restarted
 
 
 @dataclass(frozen=True)
@@ -411,7 +413,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             async for entry in watcher:
                 if which == "lease":
                     self._post(LeaseEntry(entry))
-                elif entry is not None:   # None: the end of the initial values
+                elif isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigEntry(entry))
         except asyncio.CancelledError:
             raise
@@ -475,6 +477,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if entry is None:
             self._leases_ready = True
             return True
+        if isinstance(entry, Restarted):   # after a reconnect: the view is rebuilt from the current leases
+            self._leases.clear()
+            self._leases_ready = False
+            return False
         before = self.live_members
         held = _parse_entry(self._prefix, entry)
         if held is None:
@@ -591,11 +597,11 @@ class AutoInstance(ControlLoop[AutoEvent]):
             log.warning("%s/%s: could not delete the consumer of dead member %s: %s", self.member_name,
                         self.instance_id, member, e)
 
-    def _watch(self, which: str) -> Awaitable[Any]:
+    def _watch(self, which: str) -> Awaitable[Watch]:
         """A watch of the group's leases or of its config (refused permissions raise at once)."""
         if which == "lease":
-            return kv_call(self._leases_kv, self._leases_kv.watch(self._prefix + ">"), self._prefix + ">")
-        return kv_call(self._configs_kv, self._configs_kv.watch(self._config_key), self._config_key)
+            return Watch.start(self._leases_kv, self._prefix + ">")
+        return Watch.start(self._configs_kv, self._config_key)
 
     # --- the lease ------------------------------------------------------------------------
     def _lease_value(self) -> bytes:
@@ -711,7 +717,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except asyncio.TimeoutError:
                 continue
             match event:
-                case LeaseEntry(entry=entry) if entry is not None and entry.key == self._key:
+                case LeaseEntry(entry=KeyValue.Entry(key=key)) if key == self._key:
                     self._leases.pop(self._key, None)
                     quiet_from = time.monotonic()
                 case LeaseEntry(entry=entry):

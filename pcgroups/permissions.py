@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -95,7 +95,7 @@ def kv_subjects(bucket: str, key: str = ">") -> list[str]:
 
 @dataclass(eq=False)
 class _Guard:
-    subjects: tuple[str, ...]
+    subjects: Sequence[str]
     replies: bool
     failed: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -159,8 +159,10 @@ class PermissionWatch:
 
     async def call(self, aw: Awaitable[T], subjects: Iterable[str], *, replies: bool = True) -> T:
         """Await ``aw``; a violation for one of ``subjects`` (patterns allowed), or of the reply inbox when
-        ``replies``, raises :class:`PermissionDeniedError` at once instead."""
-        guard = _Guard(tuple(subjects), replies)
+        ``replies``, raises :class:`PermissionDeniedError` at once instead. A mutable sequence of subjects (a
+        list, a deque) is kept as given: the caller may change it while ``aw`` runs (a sink keeping the
+        subjects it published last)."""
+        guard = _Guard(subjects if isinstance(subjects, MutableSequence) else tuple(subjects), replies)
         if replies and self.inbox_denied is not None:
             if asyncio.iscoroutine(aw):
                 aw.close()

@@ -602,3 +602,34 @@ async def test_auto_is_reached_through_elastic_consume_only(nc, js, uniq):
         assert await assignment(nc, stream, group) == {inst.member_name: [0, 1]}
     finally:
         await asyncio.wait_for(inst.stop(), 10)
+
+
+async def test_auto_instances_follow_a_join_right_after_a_server_restart(fresh_server, uniq):
+    """Across a server restart the lease and config watches start again at the reconnect: a third instance
+    joining right after it is in every instance's partitions within seconds (it took 17 s when the
+    watches waited for missed heartbeats, and the two older instances wrote it out again meanwhile)."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    try:
+        await keyed_group(nc, js, uniq, "g", 6)
+
+        async def handler(msg):
+            await msg.ack()
+        async with Auto(nc) as auto:
+            a = await auto.start(uniq, "g", handler, member="a", lease_ttl=5.0)
+            b = await auto.start(uniq, "g", handler, member="b", lease_ttl=5.0)
+            await a.wait_settled(10)
+            await b.wait_settled(10)
+            await asyncio.to_thread(fresh_server.restart)
+
+            async def joined():
+                try:
+                    return await auto.start(uniq, "g", handler, member="c", lease_ttl=5.0)
+                except Exception:   # JetStream not ready yet after the restart
+                    return None
+            c = await wait_for(joined, 15, interval=0.1, what="c joined after the restart")
+            await wait_for(lambda: all(i.partitions for i in (a, b, c)) and
+                           sorted(a.partitions + b.partitions + c.partitions) == list(range(6)), 4,
+                           interval=0.01, what="the three members' partitions in every instance")
+    finally:
+        await nc.close()
