@@ -33,6 +33,7 @@ from tests.test_cli_common import (assert_cli_error, cg_env, kv_value, make_stre
 
 STATIC, ELASTIC = "static-consumer-groups", "elastic-consumer-groups"
 FAST = 5.0   # a refused request fails at once; the timeout below is far longer
+BIG = 512 * 1024   # bytes: 8 such messages need the flow control of a source (about 2.5 MB pass without it)
 # a hub user who may read the leaf's groups but not change them (the permission test's own)
 READER = """
     { user: reader, password: $READER_PASSWORD, permissions: {
@@ -64,10 +65,10 @@ def once_each(lines, subjects: list[str]) -> None:
     assert got == sorted(subjects), got
 
 
-async def publish(js, stream: str, first: int, count: int) -> list[str]:
+async def publish(js, stream: str, first: int, count: int, size: int = 1) -> list[str]:
     subjects = [f"{stream}.{i}" for i in range(first, first + count)]
     for s in subjects:
-        await js.publish(s, b"x")
+        await js.publish(s, b"x" * size)
     return subjects
 
 
@@ -231,7 +232,8 @@ async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, un
     hnc = await nats.connect(hub)
     try:
         await make_stream(ljs, s)
-        subjects = await publish(ljs, s, 0, 10)   # a backlog, sourced too
+        # a backlog, sourced too: 4 MB, so that the source's flow control crosses the connection
+        subjects = await publish(ljs, s, 0, 8, size=BIG)
         # a domain nobody answers for: one clear line, nothing created
         r = await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "nowhere",
                          url=hub)
@@ -246,16 +248,28 @@ async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, un
         async with procs() as start:
             m1 = await start("elastic", "consume", s, "g", "m1", "--sleep", "1ms", url=hub)
             await m1.wait_text("consuming...\n", timeout=20)
-            subjects += await publish(ljs, s, 10, 10)
-            once_each(await handled([m1], 20), subjects)
+            subjects += await publish(ljs, s, 8, 10)
+            once_each(await handled([m1], 18), subjects)
             # a replay sources the leaf's stream again from its start: its positions are asked of the leaf
             r = (await run_cg("elastic", "reset", s, "g", "--to-earliest", "--execute", url=hub)).ok()
             assert "done" in r.err
-            once_each(await handled([m1], 40), subjects * 2)
+            once_each(await handled([m1], 36), subjects * 2)
         (await run_cg("elastic", "delete", s, "g", "-f", url=hub)).ok()
+
+        # and the other way: a work queue on the leaf sourcing a stream of the hub
+        await make_stream(hnc.jetstream(), f"{s}h")
+        (await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub",
+                      url=leaf)).ok()
+        await publish(hnc.jetstream(), f"{s}h", 0, 8, size=BIG)
+        await wait_for(lambda: _last_seq(JetStreamApi(lnc), f"{s}h-g", 8), timeout=15, what="8 sourced on the leaf")
+        (await run_cg("elastic", "delete", f"{s}h", "g", "-f", url=leaf)).ok()
     finally:
         await lnc.close()
         await hnc.close()
+
+
+async def _last_seq(api: JetStreamApi, stream: str, n: int) -> bool:
+    return (await api.stream_info(stream))["state"]["last_seq"] == n
 
 
 async def test_the_library_uses_the_domain_bound_to_its_connection(pair, uniq):
