@@ -169,8 +169,8 @@ def root(
     ctx.obj = Runtime(
         server=server, user=user, password=password, token=token, creds=creds, nkey=nkey,
         tlscert=tlscert, tlskey=tlskey, tlsca=tlsca, tlsfirst=tlsfirst, timeout=_timeout(timeout),
-        js_domain=js_domain, js_api_prefix=js_api_prefix, inbox_prefix=inbox_prefix, context=context, no_context=no_context or None,
-        connection_name=connection_name)
+        js_domain=js_domain, js_api_prefix=js_api_prefix, inbox_prefix=inbox_prefix, context=context,
+        no_context=no_context or None, connection_name=connection_name)
 
 
 def build() -> RootGroup:

@@ -130,7 +130,8 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
-def parse_by_stream(option: str, texts: list[str], streams: list[str], check: Callable[[str], object]) -> dict[str, str]:
+def parse_by_stream(option: str, texts: list[str], streams: list[str], check: Callable[[str], object]
+                    ) -> dict[str, str]:
     """``OPTION VALUE`` (every stream) and ``OPTION STREAM=VALUE`` (one stream), each value checked by ``check``
     (a ConfigError is this option's error): the value of each stream given one."""
     from pcgroups.errors import ConfigError

@@ -7,8 +7,12 @@ The context is chosen by ``--context`` > ``NATS_CONTEXT`` > ``<config>/nats/cont
 :func:`connect` makes the first connection fail fast with one clear :class:`PCGroupsError`
 (nats-py would otherwise retry an unreachable server for minutes) and then lets the connected
 client reconnect forever, as a long-running consumer wants; it binds the JetStream domain (or API
-prefix) to the client, so that every pcgroups call on it without ``api=`` uses that JetStream. :class:`ConnectionWatch` tells any
-number of listeners (running instances) when a client loses and regains its server.
+prefix) to the client, so that every pcgroups call on it without ``api=`` uses that JetStream.
+:class:`ConnectionWatch` tells any number of listeners (running instances) when a client loses and
+regains its server.
+
+The JetStream domain or API prefix is taken as a whole from the options (not both), else from the
+context (its domain before its API prefix).
 """
 
 from __future__ import annotations

@@ -96,15 +96,16 @@ async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, st
     for name in names:
         where = api.at(externals.get(name))
         elsewhere = "" if where is api else f" (in domain {where.domain})" if where.domain else f" (via {where.prefix})"
+        what = f"the elastic consumer group's {roles[name]}"
         try:
             infos[name] = await where.stream_info(name)
         except NotFoundError:
-            raise NotFoundError(f"the elastic consumer group's {roles[name]} does not exist: {name}{elsewhere}") from None
+            raise NotFoundError(f"{what} does not exist: {name}{elsewhere}") from None
         except JetStreamAPIError as e:
             if where is api or e.code != 503:
                 raise
-            raise PCGroupsError(f"no JetStream answers for the elastic consumer group's {roles[name]} {name}{elsewhere}: "
-                                "is the domain right, and its leaf node connected?") from None
+            raise PCGroupsError(f"no JetStream answers for {what} {name}{elsewhere}: is the domain right, and its leaf "
+                                "node connected?") from None
     return infos
 
 
@@ -467,7 +468,8 @@ async def remove_source(nc: Client, stream: str, group: str, source: str, *, dis
     if source in layout.names:
         body = dict(wq["config"], sources=[s for s in wq["config"].get("sources", []) if s.get("name") != source])
         await _update_stream(api, body)
-    subjects = [f"*.{pf.filter}" for pf in leaving.filters] or await _whole_subjects(api.at(leaving.external_api), source)
+    subjects = ([f"*.{pf.filter}" for pf in leaving.filters]
+                or await _whole_subjects(api.at(leaving.external_api), source))
     wq_name = work_queue_name(stream, group)
     if discard:
         for subject in subjects:

@@ -92,11 +92,11 @@ def kv_subjects(bucket: str, key: str = ">", prefix: str = "$JS.API") -> list[st
     """The subjects nats-py's KV calls on ``bucket`` (and ``key``) send to through the JetStream API ``prefix``:
     the key itself (its writes, under a domain's or account's prefix: ``<prefix>.$KV.<bucket>.<key>``), the
     bucket's stream API, direct gets, its consumers (watches) and flow control."""
-    stream, api = f"KV_{bucket}", prefix
-    writes = [f"$KV.{bucket}.{key}"] if prefix == "$JS.API" else [f"{prefix}.$KV.{bucket}.{key}", f"$KV.{bucket}.{key}"]
-    return [*writes, f"{api}.DIRECT.GET.{stream}.$KV.{bucket}.{key}", f"{api}.STREAM.INFO.{stream}",
-            f"{api}.CONSUMER.CREATE.{stream}", f"{api}.STREAM.MSG.GET.{stream}", f"{api}.*.*.{stream}",
-            f"{api}.*.*.{stream}.>", f"$JS.FC.{stream}.>", f"{api}.INFO"]
+    stream, key_subject = f"KV_{bucket}", f"$KV.{bucket}.{key}"
+    writes = [key_subject] if prefix == "$JS.API" else [f"{prefix}.{key_subject}", key_subject]
+    return [*writes, f"{prefix}.DIRECT.GET.{stream}.{key_subject}", f"{prefix}.STREAM.INFO.{stream}",
+            f"{prefix}.CONSUMER.CREATE.{stream}", f"{prefix}.STREAM.MSG.GET.{stream}", f"{prefix}.*.*.{stream}",
+            f"{prefix}.*.*.{stream}.>", f"$JS.FC.{stream}.>", f"{prefix}.INFO"]
 
 
 @dataclass(eq=False)

@@ -116,8 +116,15 @@ class SourceStream:
                                          if f.partitioning_wildcards else "") for f in self.filters)
         else:
             what = "whole subjects"
-        where = (f" in domain {self.domain}" if self.domain else f" via {self.external_api}") if self.external_api else ""
-        return f"{self.name}{where} ({what})" + (f" from {self.start}" if self.start != "all" else "")
+        return f"{self.name}{self.where} ({what})" + (f" from {self.start}" if self.start != "all" else "")
+
+    @property
+    def where(self) -> str:
+        """`` in domain leaf`` or `` via <API prefix>`` for a stream in another JetStream; "" for one in the
+        work queue's."""
+        if not self.external_api:
+            return ""
+        return f" in domain {self.domain}" if self.domain else f" via {self.external_api}"
 
 
 @dataclass(frozen=True)
