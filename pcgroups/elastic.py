@@ -28,8 +28,8 @@ from .flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_qu
 from .sticky import sticky_change
 from .jsapi import (ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig)
 from .partitions import unmatched_filters
-from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, externals_by_stream, layout_of,
-                      resolve_start, source_config, starts_by_stream)
+from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, external_prefixes,
+                      externals_by_stream, layout_of, resolve_start, source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
@@ -186,9 +186,10 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         cfg.validate()
         names, roles = _plan_streams(stream, cfg, list(sources or []), list(partition_streams or []))
         starts = starts_by_stream(start, names)
-        externals = externals_by_stream(source_domain, source_api, names, api.prefix)
+        given = externals_by_stream(source_domain, source_api, names)
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+    externals = await external_prefixes(given, api)
     infos = await _stream_infos(api, names, roles, externals)
     layout = _layout(stream, cfg, names, infos, starts, externals, partition_streams=bool(partition_streams))
     first = infos[names[0]]["config"]
@@ -240,7 +241,7 @@ def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, 
     """
     resolve = explicit_start if len(names) > 1 else resolve_start
     if partition_streams:
-        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n]), externals[n])
+        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n]), externals.get(n, ""))
                             for i, n in enumerate(names)))
     filters = list(cfg.partitioning_filters or [])
     if len(names) == 1:
@@ -253,8 +254,8 @@ def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, 
         assigned = assign_filters(filters, {n: infos[n]["config"] for n in names})
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
-    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n]), externals[n])
-                        for n in names))
+    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n]),
+                                     externals.get(n, "")) for n in names))
 
 
 async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticConfig, layout: Layout) -> bool:
@@ -389,9 +390,10 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     if source in layout.names:
         raise ConfigError(f"stream {source} is already a stream of elastic consumer group {group}")
     try:
-        external = externals_by_stream(source_domain, source_api, [source], api.prefix)[source]
+        given = externals_by_stream(source_domain, source_api, [source])
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+    external = (await external_prefixes(given, api)).get(source, "")
     infos = await _stream_infos(api, [*layout.names, source], {**{n: "stream" for n in layout.names},
                                                                source: "stream to add"},
                                 {**{s.name: s.external_api for s in layout.streams}, source: external})

@@ -25,7 +25,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from .config import go_json
-from .errors import ConfigError, JetStreamAPIError, NotFoundError
+from .errors import ConfigError, JetStreamAPIError, NotFoundError, PermissionDeniedError
 from .permissions import PermissionWatch
 
 log = logging.getLogger("pcgroups")
@@ -253,6 +253,15 @@ class JetStreamApi:
         """The JetStream domain this API talks to (None: the connection's own, or an API prefix)."""
         return domain_of(self.prefix)
 
+    async def own_prefixes(self) -> set[str]:
+        """The API prefixes of this API's JetStream: its own, and its domain's (asked of the account info; left
+        out when the server does not say, or the user may not ask)."""
+        try:
+            domain = (await self.request("INFO")).get("domain")
+        except (JetStreamAPIError, PermissionDeniedError):
+            domain = None
+        return {self.prefix, prefix_of(domain)} if domain else {self.prefix}
+
     def at(self, prefix: str | None) -> "JetStreamApi":
         """The API of another JetStream on the same connection (``prefix``; None or "": this one)."""
         if not prefix or prefix == self.prefix:
@@ -268,7 +277,8 @@ class JetStreamApi:
             return False
         self._reconnected = now
         url = self.nc.connected_url
-        log.warning("JetStream has not answered through %s for %.1fs; reconnecting",
+        log.warning("JetStream%s has not answered through %s for %.1fs; reconnecting",
+                    f" (domain {self.domain})" if self.domain else "",
                     f"{url.hostname}:{url.port}" if url else "the server", now - answered)
         asyncio.ensure_future(self.nc.force_reconnect())
         return True

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from .config import PartitioningFilter
 from .errors import ConfigError
-from .jsapi import domain_of, prefix_of
+from .jsapi import JetStreamApi, domain_of, prefix_of
 from .partitions import subjects_intersect, transform_destination
 
 T = TypeVar("T")
@@ -276,13 +276,17 @@ def starts_by_stream(start: "str | Start | dict[str, str | Start] | None", names
     return {n: Start.parse(given.get(n, "all")) for n in names}
 
 
-def externals_by_stream(domain: "str | dict[str, str] | None", api: "str | dict[str, str] | None", names: list[str],
-                        own: str) -> dict[str, str]:
-    """The API prefix of every stream's JetStream ("" for the work queue's own, ``own``): from a JetStream
-    ``domain`` or an ``api`` prefix, each one value for every stream or a dict by stream name."""
+def externals_by_stream(domain: "str | dict[str, str] | None", api: "str | dict[str, str] | None",
+                        names: list[str]) -> dict[str, str]:
+    """The API prefix of the JetStream of every stream given one: from a JetStream ``domain`` or an ``api``
+    prefix, each one value for every stream or a dict by stream name."""
     domains, apis = by_stream("source domain", domain, names), by_stream("source API prefix", api, names)
-    out = {}
-    for n in names:
-        prefix = prefix_of(domains.get(n), apis.get(n)) if domains.get(n) or apis.get(n) else ""
-        out[n] = "" if prefix == own else prefix
-    return out
+    return {n: prefix_of(domains.get(n), apis.get(n)) for n in names if domains.get(n) or apis.get(n)}
+
+
+async def external_prefixes(given: dict[str, str], api: JetStreamApi) -> dict[str, str]:
+    """``given`` without the streams in ``api``'s own JetStream (a source naming its own domain never starts)."""
+    if not given:
+        return {}
+    own = await api.own_prefixes()
+    return {n: p for n, p in given.items() if p not in own}

@@ -257,6 +257,13 @@ async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, un
             once_each(await handled([m1], 36), subjects * 2)
         (await run_cg("elastic", "delete", s, "g", "-f", url=hub)).ok()
 
+        # a source "in another domain" that is the group's own (hub): sourced as a plain one, else it never starts
+        await make_stream(hnc.jetstream(), f"{s}o")
+        (await run_cg("elastic", "create", f"{s}o", "g", "2", "--filter", f"{s}o.*", "--source-domain", "hub",
+                      url=hub)).ok()
+        assert "external" not in (await JetStreamApi(hnc).stream_info(f"{s}o-g"))["config"]["sources"][0]
+        (await run_cg("elastic", "delete", f"{s}o", "g", "-f", url=hub)).ok()
+
         # and the other way: a work queue on the leaf sourcing a stream of the hub
         await make_stream(hnc.jetstream(), f"{s}h")
         (await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub",
@@ -370,9 +377,8 @@ def test_an_external_source_round_trips_through_the_work_queue_config():
     assert layout.streams == (src,) and layout.external and layout.streams[0].domain == "leaf"
     assert src.describe() == "ORDERS in domain leaf (orders.* by 1)"
     assert Layout((SourceStream("A"),)).shape() != Layout((SourceStream("A", external_api="$JS.x.API"),)).shape()
-    assert externals_by_stream("leaf", None, ["A", "B"], "$JS.API") == {"A": "$JS.leaf.API", "B": "$JS.leaf.API"}
-    assert externals_by_stream({"B": "leaf"}, {"A": "JS.x.API"}, ["A", "B"], "$JS.API") == {
-        "A": "JS.x.API", "B": "$JS.leaf.API"}
-    assert externals_by_stream("leaf", None, ["A"], "$JS.leaf.API") == {"A": ""}   # the work queue's own
+    assert externals_by_stream("leaf", None, ["A", "B"]) == {"A": "$JS.leaf.API", "B": "$JS.leaf.API"}
+    assert externals_by_stream({"B": "leaf"}, {"A": "JS.x.API"}, ["A", "B"]) == {"A": "JS.x.API", "B": "$JS.leaf.API"}
+    assert externals_by_stream(None, None, ["A"]) == {}
     with pytest.raises(ConfigError, match="source domain given for C"):
-        externals_by_stream({"C": "leaf"}, None, ["A"], "$JS.API")
+        externals_by_stream({"C": "leaf"}, None, ["A"])
