@@ -28,8 +28,8 @@ from pcgroups.sources import Layout, SourceStream, externals_by_stream, layout_o
 
 from tests.leafnodes import HubAndLeaf
 from tests.support import wait_for
-from tests.test_cli_common import (assert_cli_error, cg_env, kv_value, make_stream, message_lines, partition_transform,
-                                   procs, run_cg)
+from tests.test_cli_common import (assert_cli_error, cg_env, closed_port_url, kv_value, make_stream, message_lines,
+                                   partition_transform, procs, run_cg)
 
 STATIC, ELASTIC = "static-consumer-groups", "elastic-consumer-groups"
 FAST = 5.0   # a refused request fails at once; the timeout below is far longer
@@ -382,3 +382,20 @@ def test_an_external_source_round_trips_through_the_work_queue_config():
     assert externals_by_stream(None, None, ["A"]) == {}
     with pytest.raises(ConfigError, match="source domain given for C"):
         externals_by_stream({"C": "leaf"}, None, ["A"])
+
+
+async def test_wrong_domains_and_prefixes_are_one_line_errors_before_connecting():
+    url = closed_port_url()   # nothing listens: each error comes before a connection is tried
+    for args, fragment in [
+        (("--js-domain", "a.b", "static", "ls", "S"), "invalid JetStream domain 'a.b'"),
+        (("--js-domain", "a", "--js-api-prefix", "JS.b.API", "static", "ls", "S"),
+         "--js-domain and --js-api-prefix exclude each other"),
+        (("--js-api-prefix", "JS.*.API", "static", "ls", "S"), "invalid JetStream API prefix 'JS.*.API'"),
+        (("elastic", "create", "S", "g", "2", "--source-domain", "le af"), "--source-domain le af: invalid JetStream"),
+        (("elastic", "create", "S", "g", "2", "--source-domain", "T=leaf"), "T is not one of the group's streams (S)"),
+        (("elastic", "create", "S", "g", "2", "--source-domain", "leaf", "--source-api", "JS.x.API"),
+         "--source-domain and --source-api both say where stream S is"),
+        (("elastic", "consume", "S", "g", "--auto", "--source-domain", "leaf"), "give them with --create"),
+        (("elastic", "add-source", "S", "g", "T", "--source-api", "JS..API"), "invalid JetStream API prefix"),
+    ]:
+        assert_cli_error(await run_cg(*args, url=url), fragment)
