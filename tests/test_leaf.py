@@ -48,9 +48,40 @@ def pair():
         yield hl
 
 
+@pytest.fixture
+async def ljs(pair):
+    """JetStream on the leaf, as its own clients see it."""
+    nc = await nats.connect(pair.leaf_url)
+    yield nc.jetstream()
+    await nc.close()
+
+
+@pytest.fixture
+async def hjs(pair):
+    """JetStream on the hub, as its own clients see it."""
+    nc = await nats.connect(pair.hub_url)
+    yield nc.jetstream()
+    await nc.close()
+
+
+async def consuming(start, *runs: tuple[tuple[str, ...], str]) -> list:
+    """Start ``cg`` consume processes (``(args, url)`` each), one after the other ready (``consuming...``)."""
+    ps = []
+    for args, url in runs:
+        ps.append(await start(*args, url=url))
+        await ps[-1].wait_text("consuming...\n", timeout=20)
+    return ps
+
+
 def on_leaf(*args: str) -> tuple[str, ...]:
     """``cg`` arguments that work on the leaf's JetStream from the hub."""
     return ("--js-domain", "leaf", *args)
+
+
+async def elastic_on_leaf(pair, ljs, s: str) -> None:
+    """Stream ``s`` on the leaf, and elastic group ``g`` of 4 partitions on it created from the hub."""
+    await make_stream(ljs, s)
+    (await run_cg(*on_leaf("elastic", "create", s, "g", "4", "--filter", f"{s}.*"), url=pair.hub_url)).ok()
 
 
 async def handled(ps, n: int, timeout: float = 30) -> list:
@@ -72,125 +103,101 @@ async def publish(js, stream: str, first: int, count: int, size: int = 1) -> lis
     return subjects
 
 
-async def test_a_static_group_on_the_leaf_is_run_from_the_hub_with_members_on_both_sides(pair, uniq):
+async def test_a_static_group_on_the_leaf_is_run_from_the_hub_with_members_on_both_sides(pair, ljs, uniq):
     """The issue's failing path: create and delete from the hub wrote the config to a bare $KV subject."""
     hub, leaf, s = pair.hub_url, pair.leaf_url, uniq
-    lnc = await nats.connect(leaf)
-    ljs = lnc.jetstream()
-    try:
-        await make_stream(ljs, s, transform=partition_transform(s, 4))
-        (await run_cg(*on_leaf("static", "create", "balanced", s, "g", "4", "m1", "m2"), url=hub)).ok()
-        assert json.loads(await kv_value(ljs, STATIC, f"{s}.g"))["members"] == ["m1", "m2"]   # on the leaf
-        assert (await run_cg(*on_leaf("static", "ls", s), url=hub)).ok().lines == ["static consumer groups: [g]"]
-        async with procs() as start:
-            # m1 runs twice, on the hub and on the leaf (one pinned, one standby); m2 on the leaf
-            m1 = await start(*on_leaf("static", "consume", s, "g", "m1", "--sleep", "1ms"), url=hub)
-            m1_leaf = await start("static", "consume", s, "g", "m1", "--sleep", "1ms", url=leaf)
-            m2 = await start("static", "consume", s, "g", "m2", "--sleep", "1ms", url=leaf)
-            ps = [m1, m1_leaf, m2]
-            for p in ps:
-                await p.wait_text("consuming...\n", timeout=20)
-            subjects = await publish(ljs, s, 0, 40)
-            once_each(await handled(ps, 40), subjects)
-            assert message_lines(m2.out)
-            pinned, standby = (m1, m1_leaf) if message_lines(m1.out) else (m1_leaf, m1)
-            assert not message_lines(standby.out)
+    await make_stream(ljs, s, transform=partition_transform(s, 4))
+    (await run_cg(*on_leaf("static", "create", "balanced", s, "g", "4", "m1", "m2"), url=hub)).ok()
+    assert json.loads(await kv_value(ljs, STATIC, f"{s}.g"))["members"] == ["m1", "m2"]   # on the leaf
+    assert (await run_cg(*on_leaf("static", "ls", s), url=hub)).ok().lines == ["static consumer groups: [g]"]
+    async with procs() as start:
+        # m1 runs twice, on the hub and on the leaf (one pinned, one standby); m2 on the leaf
+        ps = await consuming(start, (on_leaf("static", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
+                             (("static", "consume", s, "g", "m1", "--sleep", "1ms"), leaf),
+                             (("static", "consume", s, "g", "m2", "--sleep", "1ms"), leaf))
+        m1, m1_leaf, m2 = ps
+        subjects = await publish(ljs, s, 0, 40)
+        once_each(await handled(ps, 40), subjects)
+        assert message_lines(m2.out)
+        standby = m1_leaf if message_lines(m1.out) else m1
+        assert not message_lines(standby.out)
 
-            status = json.loads((await run_cg(*on_leaf("static", "status", s, "g", "--json"), url=hub)).ok().out)
-            pin = {m["member"]: m["pinned_id"] for m in status["members"]}
-            assert pin["m1"] and pin["m2"]
-            (await run_cg(*on_leaf("static", "step-down", s, "g", "m1"), url=hub)).ok()
-            subjects += await publish(ljs, s, 40, 40)
-            once_each(await handled(ps, 80), subjects)
-            assert message_lines(standby.out), "the other m1 instance took over after the step-down"
-            status = json.loads((await run_cg(*on_leaf("static", "status", s, "g", "--json"), url=hub)).ok().out)
-            assert {m["member"]: m["pinned_id"] for m in status["members"]}["m1"] not in (None, pin["m1"])
-            plan = (await run_cg(*on_leaf("static", "reset", s, "g", "--to-earliest"), url=hub)).ok()
-            assert any(line.startswith("m1: ") for line in plan.lines), plan.out
-            (await run_cg(*on_leaf("static", "delete", s, "g", "-f"), url=hub)).ok()
-            for p in ps:
-                assert (await p.wait(timeout=20)).code == 0   # the group was deleted: they end normally
-        assert await kv_value(ljs, STATIC, f"{s}.g") is None
-        assert (await ljs.consumers_info(s)) == []
-    finally:
-        await lnc.close()
+        status = json.loads((await run_cg(*on_leaf("static", "status", s, "g", "--json"), url=hub)).ok().out)
+        pin = {m["member"]: m["pinned_id"] for m in status["members"]}
+        assert pin["m1"] and pin["m2"]
+        (await run_cg(*on_leaf("static", "step-down", s, "g", "m1"), url=hub)).ok()
+        subjects += await publish(ljs, s, 40, 40)
+        once_each(await handled(ps, 80), subjects)
+        assert message_lines(standby.out), "the other m1 instance took over after the step-down"
+        status = json.loads((await run_cg(*on_leaf("static", "status", s, "g", "--json"), url=hub)).ok().out)
+        assert {m["member"]: m["pinned_id"] for m in status["members"]}["m1"] not in (None, pin["m1"])
+        plan = (await run_cg(*on_leaf("static", "reset", s, "g", "--to-earliest"), url=hub)).ok()
+        assert any(line.startswith("m1: ") for line in plan.lines), plan.out
+        (await run_cg(*on_leaf("static", "delete", s, "g", "-f"), url=hub)).ok()
+        for p in ps:
+            assert (await p.wait(timeout=20)).code == 0   # the group was deleted: they end normally
+    assert await kv_value(ljs, STATIC, f"{s}.g") is None
+    assert (await ljs.consumers_info(s)) == []
 
 
-async def test_an_elastic_group_on_the_leaf_is_changed_from_the_hub_while_both_sides_consume(pair, uniq):
+async def test_an_elastic_group_on_the_leaf_is_changed_from_the_hub_while_both_sides_consume(pair, ljs, uniq):
     hub, leaf, s = pair.hub_url, pair.leaf_url, uniq
-    lnc = await nats.connect(leaf)
-    ljs = lnc.jetstream()
-    try:
-        await make_stream(ljs, s)
-        (await run_cg(*on_leaf("elastic", "create", s, "g", "4", "--filter", f"{s}.*"), url=hub)).ok()
-        (await run_cg(*on_leaf("elastic", "add", s, "g", "m1", "m2"), url=hub)).ok()
-        async with procs() as start:
-            m1 = await start(*on_leaf("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), url=hub)
-            m2 = await start("elastic", "consume", s, "g", "m2", "--sleep", "1ms", url=leaf)
-            for p in (m1, m2):
-                await p.wait_text("consuming...\n", timeout=20)
-            subjects = await publish(ljs, s, 0, 20)
-            once_each(await handled([m1, m2], 20), subjects)
-            assert message_lines(m1.out) and message_lines(m2.out)
+    await elastic_on_leaf(pair, ljs, s)
+    (await run_cg(*on_leaf("elastic", "add", s, "g", "m1", "m2"), url=hub)).ok()
+    async with procs() as start:
+        m1, m2 = await consuming(start, (on_leaf("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
+                                 (("elastic", "consume", s, "g", "m2", "--sleep", "1ms"), leaf))
+        subjects = await publish(ljs, s, 0, 20)
+        once_each(await handled([m1, m2], 20), subjects)
+        assert message_lines(m1.out) and message_lines(m2.out)
 
-            r = (await run_cg(*on_leaf("elastic", "drop", s, "g", "m2"), url=hub)).ok()
-            assert r.lines[0] == "dropped members: [m1]"
-            subjects += await publish(ljs, s, 20, 20)
-            once_each(await handled([m1, m2], 40), subjects)
-            late = {m["member"] for p in (m1, m2) for m in message_lines(p.out)
-                    if int(m["subject"].split(".")[1]) >= 20}
-            assert late == {"m1"}
-            (await run_cg(*on_leaf("elastic", "delete", s, "g", "-f"), url=hub)).ok()
-            for p in (m1, m2):
-                assert (await p.wait(timeout=20)).code == 0
-        assert await kv_value(ljs, ELASTIC, f"{s}.g") is None
-    finally:
-        await lnc.close()
+        r = (await run_cg(*on_leaf("elastic", "drop", s, "g", "m2"), url=hub)).ok()
+        assert r.lines[0] == "dropped members: [m1]"
+        subjects += await publish(ljs, s, 20, 20)
+        once_each(await handled([m1, m2], 40), subjects)
+        late = {m["member"] for p in (m1, m2) for m in message_lines(p.out)
+                if int(m["subject"].split(".")[1]) >= 20}
+        assert late == {"m1"}
+        (await run_cg(*on_leaf("elastic", "delete", s, "g", "-f"), url=hub)).ok()
+        for p in (m1, m2):
+            assert (await p.wait(timeout=20)).code == 0
+    assert await kv_value(ljs, ELASTIC, f"{s}.g") is None
 
 
-async def test_auto_instances_on_both_sides_share_the_partitions_and_take_over(pair, uniq):
+async def test_auto_instances_on_both_sides_share_the_partitions_and_take_over(pair, ljs, uniq):
     """--auto from the hub writes its lease and the membership through the leaf's domain."""
     hub, leaf, s = pair.hub_url, pair.leaf_url, uniq
-    lnc = await nats.connect(leaf)
-    ljs = lnc.jetstream()
-    try:
-        await make_stream(ljs, s)
-        (await run_cg(*on_leaf("elastic", "create", s, "g", "4", "--filter", f"{s}.*"), url=hub)).ok()
-        auto = ("elastic", "consume", s, "g", "--auto", "--lease-ttl", "2s", "--sleep", "1ms")
-        async with procs() as start:
-            a = await start(*on_leaf(*auto), url=hub)
-            await a.wait_text("consuming...\n", timeout=20)   # the first: it creates the lease bucket on the leaf
-            b = await start(*auto, url=leaf)
-            await b.wait_text("consuming...\n", timeout=20)
+    await elastic_on_leaf(pair, ljs, s)
+    auto = ("elastic", "consume", s, "g", "--auto", "--lease-ttl", "2s", "--sleep", "1ms")
+    async with procs() as start:
+        # the hub's first: it creates the lease bucket on the leaf
+        a, b = await consuming(start, (on_leaf(*auto), hub), (auto, leaf))
 
-            async def owners() -> dict[str, list[int]]:
-                cfg = json.loads(await kv_value(ljs, ELASTIC, f"{s}.g") or b"{}")
-                return {m["member"]: m["partitions"] for m in cfg.get("member_mappings") or []}
+        async def owners() -> dict[str, list[int]]:
+            cfg = json.loads(await kv_value(ljs, ELASTIC, f"{s}.g") or b"{}")
+            return {m["member"]: m["partitions"] for m in cfg.get("member_mappings") or []}
 
-            async def spread() -> bool:
-                now = await owners()
-                return len(now) == 2 and all(len(v) == 2 for v in now.values())
+        async def spread() -> bool:
+            now = await owners()
+            return len(now) == 2 and all(len(v) == 2 for v in now.values())
 
-            await wait_for(spread, timeout=20, what="two partitions for each instance")
-            subjects = await publish(ljs, s, 0, 20)
-            once_each(await handled([a, b], 20), subjects)
-            status = json.loads((await run_cg("elastic", "status", s, "g", "--json", url=leaf)).ok().out)
-            assert a.proc is not None
-            hub_member = next(x["member"] for x in status["leases"] if x["pid"] == a.proc.pid)
+        await wait_for(spread, timeout=20, what="two partitions for each instance")
+        subjects = await publish(ljs, s, 0, 20)
+        once_each(await handled([a, b], 20), subjects)
+        status = json.loads((await run_cg("elastic", "status", s, "g", "--json", url=leaf)).ok().out)
+        assert a.proc is not None
+        hub_member = next(x["member"] for x in status["leases"] if x["pid"] == a.proc.pid)
 
-            a.signal(signal.SIGKILL)
-            await a.wait(timeout=10)
+        a.signal(signal.SIGKILL)
+        await a.wait(timeout=10)
 
-            async def taken_over() -> bool:
-                now = await owners()
-                return hub_member not in now and sorted(p for v in now.values() for p in v) == [0, 1, 2, 3]
+        async def taken_over() -> bool:
+            now = await owners()
+            return hub_member not in now and sorted(p for v in now.values() for p in v) == [0, 1, 2, 3]
 
-            await wait_for(taken_over, timeout=15, what="the killed hub instance's partitions re-owned on the leaf")
-            subjects += await publish(ljs, s, 20, 20)
-            lines = await handled([a, b], 40)
-            once_each(lines, subjects)
-    finally:
-        await lnc.close()
+        await wait_for(taken_over, timeout=15, what="the killed hub instance's partitions re-owned on the leaf")
+        subjects += await publish(ljs, s, 20, 20)
+        once_each(await handled([a, b], 40), subjects)
 
 
 def _context(tmp_path: Path, name: str, **fields: str) -> dict:
@@ -200,90 +207,71 @@ def _context(tmp_path: Path, name: str, **fields: str) -> dict:
     return cg_env(None, XDG_CONFIG_HOME=str(tmp_path), NATS_CONTEXT=name)
 
 
-async def test_a_group_on_the_hub_is_run_from_the_leaf_through_a_context(pair, uniq, tmp_path):
+async def test_a_group_on_the_hub_is_run_from_the_leaf_through_a_context(pair, hjs, uniq, tmp_path):
     """The other direction, and a context's domain or API prefix honoured by every command (not only tools)."""
     s = uniq
-    hnc = await nats.connect(pair.hub_url)
-    hjs = hnc.jetstream()
-    try:
-        await make_stream(hjs, s, transform=partition_transform(s, 2))
-        env = _context(tmp_path, "edge", url=pair.leaf_url, jetstream_domain="hub")
-        async with procs() as start:
-            r = await start("static", "create", "balanced", s, "g", "2", "m1", env=env)
-            assert (await r.wait()).code == 0, r
-            m1 = await start("static", "consume", s, "g", "m1", "--sleep", "1ms", env=env)
-            await m1.wait_text("consuming...\n", timeout=20)
-            subjects = await publish(hjs, s, 0, 10)
-            once_each(await handled([m1], 10), subjects)
-            by_prefix = _context(tmp_path, "edge-prefix", url=pair.leaf_url, jetstream_api_prefix="$JS.hub.API")
-            ls = await start("static", "ls", s, env=by_prefix)
-            assert (await ls.wait()).out == "static consumer groups: [g]\n"
-            d = await start("static", "delete", s, "g", "-f", env=env)
-            assert (await d.wait()).code == 0
-            assert (await m1.wait(timeout=20)).code == 0
-        assert await kv_value(hjs, STATIC, f"{s}.g") is None
-    finally:
-        await hnc.close()
+    await make_stream(hjs, s, transform=partition_transform(s, 2))
+    env = _context(tmp_path, "edge", url=pair.leaf_url, jetstream_domain="hub")
+    async with procs() as start:
+        r = await start("static", "create", "balanced", s, "g", "2", "m1", env=env)
+        assert (await r.wait()).code == 0, r
+        m1 = await start("static", "consume", s, "g", "m1", "--sleep", "1ms", env=env)
+        await m1.wait_text("consuming...\n", timeout=20)
+        subjects = await publish(hjs, s, 0, 10)
+        once_each(await handled([m1], 10), subjects)
+        by_prefix = _context(tmp_path, "edge-prefix", url=pair.leaf_url, jetstream_api_prefix="$JS.hub.API")
+        ls = await start("static", "ls", s, env=by_prefix)
+        assert (await ls.wait()).out == "static consumer groups: [g]\n"
+        d = await start("static", "delete", s, "g", "-f", env=env)
+        assert (await d.wait()).code == 0
+        assert (await m1.wait(timeout=20)).code == 0
+    assert await kv_value(hjs, STATIC, f"{s}.g") is None
 
 
-async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, uniq):
+async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, ljs, hjs, uniq):
     hub, leaf, s = pair.hub_url, pair.leaf_url, uniq
-    lnc = await nats.connect(leaf)
-    ljs = lnc.jetstream()
-    hnc = await nats.connect(hub)
-    try:
-        await make_stream(ljs, s)
-        # a backlog, sourced too: 4 MB, so that the source's flow control crosses the connection
-        subjects = await publish(ljs, s, 0, 8, size=BIG)
-        # a domain nobody answers for: one clear line, nothing created
-        r = await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "nowhere",
-                         url=hub)
-        assert_cli_error(r, f"origin stream {s} (in domain nowhere)")
-        (await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "leaf",
-                      url=hub)).ok()
-        wq = (await JetStreamApi(hnc).stream_info(f"{s}-g"))["config"]   # the work queue is on the hub
-        assert wq["sources"][0]["external"]["api"] == "$JS.leaf.API"
-        info = (await run_cg("elastic", "info", s, "g", url=hub)).ok()
-        assert info.lines[-1] == f"streams (stream): {s} in domain leaf ({s}.* by 1)"
-        (await run_cg("elastic", "add", s, "g", "m1", url=hub)).ok()
-        async with procs() as start:
-            m1 = await start("elastic", "consume", s, "g", "m1", "--sleep", "1ms", url=hub)
-            await m1.wait_text("consuming...\n", timeout=20)
-            subjects += await publish(ljs, s, 8, 10)
-            once_each(await handled([m1], 18), subjects)
-            # a replay sources the leaf's stream again from its start: its positions are asked of the leaf
-            r = (await run_cg("elastic", "reset", s, "g", "--to-earliest", "--execute", url=hub)).ok()
-            assert "done" in r.err
-            once_each(await handled([m1], 36), subjects * 2)
-        (await run_cg("elastic", "delete", s, "g", "-f", url=hub)).ok()
+    await make_stream(ljs, s)
+    # a backlog, sourced too: 4 MB, so that the source's flow control crosses the connection
+    subjects = await publish(ljs, s, 0, 8, size=BIG)
+    # a domain nobody answers for: one clear line, nothing created
+    r = await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "nowhere", url=hub)
+    assert_cli_error(r, f"origin stream {s} (in domain nowhere)")
+    (await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "leaf", url=hub)).ok()
+    wq = (await hjs.stream_info(f"{s}-g")).config   # the work queue is on the hub
+    assert wq.sources[0].external.api == "$JS.leaf.API"
+    info = (await run_cg("elastic", "info", s, "g", url=hub)).ok()
+    assert info.lines[-1] == f"streams (stream): {s} in domain leaf ({s}.* by 1)"
+    (await run_cg("elastic", "add", s, "g", "m1", url=hub)).ok()
+    async with procs() as start:
+        m1, = await consuming(start, (("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub))
+        subjects += await publish(ljs, s, 8, 10)
+        once_each(await handled([m1], 18), subjects)
+        # a replay sources the leaf's stream again from its start: its positions are asked of the leaf
+        r = (await run_cg("elastic", "reset", s, "g", "--to-earliest", "--execute", url=hub)).ok()
+        assert "done" in r.err
+        once_each(await handled([m1], 36), subjects * 2)
+    (await run_cg("elastic", "delete", s, "g", "-f", url=hub)).ok()
 
-        # a source "in another domain" that is the group's own (hub): sourced as a plain one, else it never starts
-        await make_stream(hnc.jetstream(), f"{s}o")
-        (await run_cg("elastic", "create", f"{s}o", "g", "2", "--filter", f"{s}o.*", "--source-domain", "hub",
-                      url=hub)).ok()
-        assert "external" not in (await JetStreamApi(hnc).stream_info(f"{s}o-g"))["config"]["sources"][0]
-        (await run_cg("elastic", "delete", f"{s}o", "g", "-f", url=hub)).ok()
+    # a source "in another domain" that is the group's own (hub): sourced as a plain one, else it never starts
+    await make_stream(hjs, f"{s}o")
+    (await run_cg("elastic", "create", f"{s}o", "g", "2", "--filter", f"{s}o.*", "--source-domain", "hub",
+                  url=hub)).ok()
+    assert (await hjs.stream_info(f"{s}o-g")).config.sources[0].external is None
 
-        # and the other way: a work queue on the leaf sourcing a stream of the hub
-        await make_stream(hnc.jetstream(), f"{s}h")
-        (await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub",
-                      url=leaf)).ok()
-        await publish(hnc.jetstream(), f"{s}h", 0, 8, size=BIG)
-        await wait_for(lambda: _last_seq(JetStreamApi(lnc), f"{s}h-g", 8), timeout=15, what="8 sourced on the leaf")
-        (await run_cg("elastic", "delete", f"{s}h", "g", "-f", url=leaf)).ok()
-    finally:
-        await lnc.close()
-        await hnc.close()
+    # and the other way: a work queue on the leaf sourcing a stream of the hub
+    await make_stream(hjs, f"{s}h")
+    (await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub",
+                  url=leaf)).ok()
+    await publish(hjs, f"{s}h", 0, 8, size=BIG)
+    await wait_for(lambda: _last_seq(ljs, f"{s}h-g", 8), timeout=15, what="8 sourced on the leaf")
 
 
-async def _last_seq(api: JetStreamApi, stream: str, n: int) -> bool:
-    return (await api.stream_info(stream))["state"]["last_seq"] == n
+async def _last_seq(js, stream: str, n: int) -> bool:
+    return (await js.stream_info(stream)).state.last_seq == n
 
 
-async def test_the_library_uses_the_domain_bound_to_its_connection(pair, uniq):
+async def test_the_library_uses_the_domain_bound_to_its_connection(pair, ljs, uniq):
     s = uniq
-    lnc = await nats.connect(pair.leaf_url)
-    ljs = lnc.jetstream()
     await make_stream(ljs, s, transform=partition_transform(s, 2))
     nc = await connect(ConnectionOptions(server=pair.hub_url, js_domain="leaf", no_context=True))
     plain = await nats.connect(pair.hub_url)
@@ -299,17 +287,13 @@ async def test_the_library_uses_the_domain_bound_to_its_connection(pair, uniq):
         await delete_static(plain, s, "g")
         assert await kv_value(ljs, STATIC, f"{s}.g") is None
     finally:
-        for c in (nc, plain, lnc):
+        for c in (nc, plain):
             await c.close()
 
 
-async def test_refused_requests_name_their_subjects_under_the_domain(pair, uniq):
+async def test_refused_requests_name_their_subjects_under_the_domain(pair, ljs, uniq):
     hub, s = pair.hub_url, uniq
-    lnc = await nats.connect(pair.leaf_url)
-    try:
-        await make_stream(lnc.jetstream(), s, transform=partition_transform(s, 2))
-    finally:
-        await lnc.close()
+    await make_stream(ljs, s, transform=partition_transform(s, 2))
     (await run_cg(*on_leaf("static", "create", "balanced", s, "g", "2", "m1"), url=hub)).ok()
     reader = pair.user_url("reader")
     info = (await run_cg(*on_leaf("--timeout", "20s", "static", "info", s, "g"), url=reader)).ok()
