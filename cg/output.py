@@ -241,7 +241,7 @@ def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticCo
     else:
         for text in _plain_info(kind, cfg, active):
             out.line(text)
-        if layout is not None and layout.kind != "stream":
+        if layout is not None and (layout.kind != "stream" or layout.external):
             out.line(f"streams ({layout.kind}): " + ", ".join(s.describe() for s in layout.streams))
     if not as_json:
         from .errors import warn
@@ -277,7 +277,8 @@ def stuck_line(stuck: Any, stream: str, group: str) -> str:
 
 
 def _stream_doc(s: SourceStream) -> dict[str, Any]:
-    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start}
+    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start,
+            "domain": s.domain, "api_prefix": s.external_api or None}
 
 
 def print_streams(done: str, layout: Layout) -> None:

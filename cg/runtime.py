@@ -89,7 +89,7 @@ class Runtime:
 
         rc = self.resolve()
         nc = await connect(rc, reconnect=reconnect)
-        return nc, JetStreamApi(nc, domain=rc.js_domain, timeout=rc.timeout)
+        return nc, JetStreamApi(nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix, timeout=rc.timeout)
 
     async def close(self, nc: Client) -> None:
         """Done with a connection of :meth:`connect`: :func:`close_quietly`."""

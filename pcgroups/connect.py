@@ -6,8 +6,13 @@ The context is chosen by ``--context`` > ``NATS_CONTEXT`` > ``<config>/nats/cont
 
 :func:`connect` makes the first connection fail fast with one clear :class:`PCGroupsError`
 (nats-py would otherwise retry an unreachable server for minutes) and then lets the connected
-client reconnect forever, as a long-running consumer wants. :class:`ConnectionWatch` tells any
-number of listeners (running instances) when a client loses and regains its server.
+client reconnect forever, as a long-running consumer wants; it binds the JetStream domain (or API
+prefix) to the client, so that every pcgroups call on it without ``api=`` uses that JetStream.
+:class:`ConnectionWatch` tells any number of listeners (running instances) when a client loses and
+regains its server.
+
+The JetStream domain or API prefix is taken as a whole from the options (not both), else from the
+context (its domain before its API prefix).
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ class ConnectionOptions:
     tlsfirst: bool | None = None
     timeout: float | None = None
     js_domain: str | None = None
+    js_api_prefix: str | None = None
     inbox_prefix: str | None = None
     context: str | None = None
     no_context: bool | None = None
@@ -377,13 +383,16 @@ class ResolvedConnection:
                 raise self.error(f"can't load TLS certificate {self.tls_cert}: {_ssl_reason(e)}") from None
         return ctx
 
+    @property
+    def api_prefix(self) -> str:
+        """The JetStream API prefix: the domain's (``$JS.<domain>.API``), else the API prefix, else ``$JS.API``."""
+        from .jsapi import prefix_of
+
+        return prefix_of(self.js_domain, self.js_api_prefix)
+
     def jetstream_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``nc.jetstream()``: the domain, else the API prefix, if any."""
-        if self.js_domain:
-            return {"domain": self.js_domain}
-        if self.js_api_prefix:
-            return {"prefix": self.js_api_prefix}
-        return {}
+        """Keyword arguments for ``nc.jetstream()``: the API prefix."""
+        return {"prefix": self.api_prefix}
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nats.connect``, set for a fail-fast first connection.
@@ -540,11 +549,24 @@ def resolve(options: ConnectionOptions | None = None,
     if rc.timeout <= 0:
         raise PCGroupsError(f"invalid timeout {rc.timeout:g}s: must be positive")
 
-    rc.js_domain = _pick(o.js_domain, c.jetstream_domain)
-    rc.js_api_prefix = c.jetstream_api_prefix
+    _resolve_jetstream(rc, o, c)
     rc.inbox_prefix = _pick(o.inbox_prefix, c.inbox_prefix)
     rc.name = o.connection_name
     return rc
+
+
+def _resolve_jetstream(rc: ResolvedConnection, o: ConnectionOptions, c: NatsContext) -> None:
+    """The JetStream domain or API prefix: the options' (not both), else the context's (its domain first)."""
+    if o.js_domain and o.js_api_prefix:
+        raise PCGroupsError("--js-domain and --js-api-prefix exclude each other: give one of them")
+    if o.js_domain or o.js_api_prefix:
+        rc.js_domain, rc.js_api_prefix = o.js_domain or None, o.js_api_prefix or None
+    else:
+        rc.js_domain = c.jetstream_domain
+        rc.js_api_prefix = None if c.jetstream_domain else c.jetstream_api_prefix
+    from .jsapi import prefix_of
+
+    prefix_of(rc.js_domain, rc.js_api_prefix)   # one the server would not take is an error now, not at a request
 
 
 # ---------------------------------------------------------------- connecting
@@ -674,6 +696,10 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
                        "(nats-py only upgrades when the server requires it)")
     if reconnect:
         enable_reconnect(nc)
+    if rc.js_domain or rc.js_api_prefix:
+        from .jsapi import JetStreamApi
+
+        JetStreamApi.bind(nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix)
     return nc
 
 

@@ -471,11 +471,12 @@ class ElasticInstance(ConsumerInstance):
             log.warning("%s: sourcing from %s moves again (past its message %d)", self.member_name, stream, seq)
         self._stuck_said = set(stuck)
 
-    async def _quick_info(self, stream: str) -> dict[str, Any] | None:
-        """Stream info with a short timeout; None when JetStream does not answer (an election) or the user may
-        not ask (the watchdog's permissions are optional: docs/SECURITY.md)."""
+    async def _quick_info(self, stream: str, external_api: str = "") -> dict[str, Any] | None:
+        """Stream info (of a stream in another JetStream: ``external_api``) with a short timeout; None when
+        JetStream does not answer (an election) or the user may not ask (the watchdog's permissions are
+        optional: docs/SECURITY.md)."""
         try:
-            return await self.api.request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
+            return await self.api.at(external_api).request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
         except (JetStreamAPIError, PermissionDeniedError) as e:
             log.debug("%s: stream info of %s: %s", self.member_name, stream, e)
             return None
@@ -500,8 +501,8 @@ class ElasticInstance(ConsumerInstance):
         stalled = now - self._source_stalled_since
         if stalled < self._stall_limit or now < self._next_stepdown:
             return
-        for origin in {src.get("name", "") for src in sources}:
-            if await self._quick_info(origin) is None:
+        for origin, external in {(src.get("name", ""), (src.get("external") or {}).get("api", "")) for src in sources}:
+            if await self._quick_info(origin, external) is None:
                 return   # an origin does not answer yet: a new source could not start either
         self._next_stepdown = now + STEPDOWN_COOLDOWN
         # Other instances of the group may act at the same moment: wait a little, and step down only if the

@@ -49,7 +49,8 @@ from .instance import ConsumerInstance
 from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import (ELASTIC_BUCKET, Restarted, Watch, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot,
+from .store import (ELASTIC_BUCKET, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream, open_bucket,
+                    snapshot,
                     update)
 
 log = logging.getLogger("pcgroups")
@@ -184,7 +185,7 @@ def _parse_entry(prefix: str, entry: Any) -> _Held | None:
 # --- the lease bucket ---------------------------------------------------------------------------
 async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas: int = 1) -> KeyValue:
     """The lease bucket, created if missing (history 1, per-message TTL, 1 s limit markers)."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
     except nats.js.errors.BucketNotFoundError:
@@ -299,7 +300,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         self.rebalances = 0                  # membership changes this instance wrote
         self._leases_kv = leases
         self._configs_kv = configs
-        self._js = self.nc.jetstream(domain=_domain(self.api))
+        self._js = kv_jetstream(self.api)   # the lease writes: routed through a domain as the KV's
         self._prefix = f"{stream}.{group}."
         self._key = lease_key(stream, group, member, self.instance_id)
         self._subject = f"{leases._pre}{self._key}"

@@ -12,6 +12,12 @@ instances that late. Its invariants:
    may come twice, and a change made while the client was away comes at the latest then.
 3. A refused permission, or a failed or closed nats-py watch it did not replace, ends the iteration (the
    error is raised); ``stop()`` ends it quietly.
+
+Buckets are opened through the caller's JetStream (:func:`kv_jetstream`): with a domain or an API prefix
+(``$JS.leaf.API``), the KV's writes (create, update, delete, purge; the leases' publishes) go to
+``<prefix>.$KV.<bucket>.<key>``, as nats.go writes them, because a leaf node connection between
+domains carries the API prefix but not ``$KV.>``. Reads (direct gets), watches and the keys of the
+entries keep the bare ``$KV.<bucket>.<key>``: the subjects the bucket stores.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import PubAck
+from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .config import go_json
-from .jsapi import (ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi,
-                    kv_bucket_config)
+from .jsapi import (DEFAULT_API_PREFIX, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE,
+                    ConsumerConfig, JetStreamApi, kv_bucket_config)
 from .connect import ConnectionWatch
 from .permissions import PermissionWatch, kv_subjects
 
@@ -60,20 +69,39 @@ def group_key(stream: str, group: str) -> str:
     return f"{stream}.{group}"
 
 
+class KVJetStream(JetStreamContext):
+    """nats-py's JetStream context, with the publishes of the KVs opened through it (their writes) sent to
+    ``<API prefix>.$KV.<bucket>.<key>`` when the prefix is not ``$JS.API`` (see the module docs)."""
+
+    def __init__(self, nc: Client, prefix: str, timeout: float):
+        super().__init__(nc, prefix=prefix, timeout=timeout)
+        self.write_prefix = "" if prefix == DEFAULT_API_PREFIX else prefix + "."
+
+    async def publish(self, subject: str, *args: Any, **kwargs: Any) -> PubAck:
+        if subject.startswith("$KV."):
+            subject = self.write_prefix + subject
+        return await super().publish(subject, *args, **kwargs)
+
+
+def kv_jetstream(api: JetStreamApi) -> KVJetStream:
+    """The nats-py JetStream context buckets are opened with: ``api``'s JetStream, KV writes routed."""
+    return KVJetStream(api.nc, api.prefix, api.timeout)
+
+
 def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> Awaitable[T]:
     """A nats-py call on ``kv`` (get, create, update, delete, watch) that fails at once with a
     PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`)."""
-    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key))
+    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key, kv._js._prefix))
 
 
 def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:
     """:func:`kv_call` for a nats-py call that looks up or creates ``bucket``."""
-    return api.permissions.call(aw, kv_subjects(bucket))
+    return api.permissions.call(aw, kv_subjects(bucket, prefix=api.prefix))
 
 
 async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
     """Look up an existing config bucket; a clear NotFoundError when there is none."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
@@ -83,7 +111,7 @@ async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
 async def open_or_create_bucket(api: JetStreamApi, bucket: str, key: str, *, replicas: int) -> KeyValue:
     """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing (then
     waiting until it answers a read of ``key``, the key the caller reads next)."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
@@ -118,11 +146,6 @@ async def _answering(kv: KeyValue, key: str, timeout: float) -> None:
                 return  # the caller's own request reports it
             log.debug("bucket %s does not answer yet", kv._name)
             await asyncio.sleep(0.01)
-
-
-def _domain(api: JetStreamApi) -> str | None:
-    parts = api.prefix.split(".")
-    return parts[1] if len(parts) == 3 else None
 
 
 async def read(kv: KeyValue, key: str) -> Entry | None:
