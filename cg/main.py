@@ -2,9 +2,11 @@
 
 ``main()`` order of business:
 
-1. ``cg --fisk-introspect`` (exactly that argv, as ``nats plugins register`` runs it) prints the
-   fisk model and nothing else, before any config, logging or network; ``--version`` (anywhere
-   before ``--``, as the reference takes it) prints the version before anything is imported.
+1. ``--version`` (anywhere before ``--``, as the reference takes it) prints the version before
+   anything is imported. Without the ``cli`` extra (Typer, rich, prompt-toolkit: ``pip install
+   'pcgroups[cli]'``) everything else is one error line saying what to install. ``cg
+   --fisk-introspect`` (exactly that argv, as ``nats plugins register`` runs it) prints the fisk
+   model and nothing else, before any config, logging or network.
 2. Flags go where the reference's parser takes them: root connection options (``--context``,
    ``--server``, ...) are hoisted from anywhere in argv to the front (``nats cg ...`` appends them
    after the command path), ``cg static``/``cg elastic``'s ``--sleep`` from anywhere after the
@@ -24,21 +26,37 @@ from collections.abc import Sequence
 #: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
 
+#: The packages of the ``cli`` extra that cg imports (pyproject.toml); pcgroups alone needs none of them.
+CLI_PACKAGES = ("typer", "rich", "prompt_toolkit")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``cg`` console script. Returns the exit status (0, 1, or 130 after Ctrl-C)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--fisk-introspect"]:
-        from .app import print_model
-
-        print_model()
-        return 0
     if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
         from . import VERSION
 
         sys.stdout.write(VERSION + "\n")
         return 0
+    missing = missing_packages(CLI_PACKAGES)
+    if missing:
+        from .errors import fail
+
+        return fail(f"the cg command needs the cli extra, which is not installed (no {', '.join(missing)}): "
+                    "pip install 'pcgroups[cli]'")
+    if args == ["--fisk-introspect"]:
+        from .app import print_model
+
+        print_model()
+        return 0
     return run(args)
+
+
+def missing_packages(names: Sequence[str]) -> list[str]:
+    """The packages of ``names`` that cannot be imported here (found without importing them)."""
+    from importlib.util import find_spec
+
+    return [name for name in names if name not in sys.modules and find_spec(name) is None]
 
 
 def run(args: list[str]) -> int:

