@@ -14,12 +14,23 @@
 3. Every failure, usage errors included, is ``cg: error: <message>`` on stderr with status 1
    (cg/errors.py). Ctrl-C is not a failure: status 130, as shells expect, and no line of ours (the
    terminal shows ``^C``; a command with something to say on the way out, ``cg demo``, says it).
+4. Run as a nats CLI plugin (the console script's parent process is ``nats``), cg ends when that
+   ``nats`` is gone, as on SIGTERM (``consume`` lets its handler in flight finish and exits 0): a
+   supervisor's SIGTERM reaches only the ``nats`` it started, and a ``consume`` left behind would
+   reconnect to a server that may be gone for good. Only then: a cg started from a shell and left
+   running in the background (``nohup cg ... &``) outlives the shell, as any program does. The
+   parent's end is seen by a poll of ``getppid()`` (every half second, in a daemon thread): it
+   changes only when the parent process is gone, and it works wherever Python does. Linux's
+   ``PR_SET_PDEATHSIG`` would be quicker, but it fires when the parent *thread* that started cg ends,
+   and nats is a Go program whose threads are the Go runtime's to start and end.
 
-This module imports nothing at start-up beyond ``sys``: each path imports what it uses.
+This module imports nothing at start-up beyond ``os`` and ``sys`` (both loaded by the interpreter
+already): each path imports what it uses.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -49,7 +60,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print_model()
         return 0
+    if argv is None:   # the console script (a call from Python runs in its caller's process)
+        end_with_nats_parent()
     return run(args)
+
+
+#: The name of the nats CLI's process: a plugin is its child, and nothing else tells a plugin so.
+NATS_CLI = "nats"
+PARENT_POLL = 0.5   # seconds between two looks at the parent process
+
+
+def end_with_nats_parent() -> None:
+    """Run as a nats CLI plugin: SIGTERM ourselves once the ``nats`` process that started us is gone
+    (item 4 of the module docs)."""
+    parent = os.getppid()
+    if process_name(parent) != NATS_CLI:
+        return
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="cg-parent-watch", daemon=True).start()
+
+
+def process_name(pid: int) -> str:
+    """The executable name of process ``pid`` ("" when it cannot be told)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:   # Linux
+            return f.read().strip()
+    except OSError:
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "comm=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return os.path.basename(out.stdout.strip())
 
 
 def missing_packages(names: Sequence[str]) -> list[str]:
