@@ -257,18 +257,19 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     line_buffered_stdout()
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
-    signals = 0
+    received: set[int] = set()
     inst = None
 
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:  # a second Ctrl-C: don't wait for anything
+    def on_signal(sig: int) -> None:
+        # The same signal again (a second Ctrl-C): don't wait for anything. Another one is no hurry: run as a
+        # nats plugin, Ctrl-C ends nats too, and cg then gets SIGTERM for its parent's end (cg/main.py).
+        if sig in received:
             try:
                 sys.stdout.flush()
             except Exception:  # noqa: BLE001
                 pass
             os._exit(130)
+        received.add(sig)
         stop_requested.set()
         if inst is not None:
             inst.stop()
@@ -276,7 +277,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
