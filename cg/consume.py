@@ -259,7 +259,7 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
 
 class Run:
     """One long-running instance of cg (``consume``, ``worker``): the signals (the first stops the instance
-    after its calls in flight, a second exits at once), a closed stdout, the wait until it is ready
+    after its calls in flight, the same one again exits at once), a closed stdout, the wait until it is ready
     (``consuming...``) and its end."""
 
     def __init__(self, printer: Printer) -> None:
@@ -267,21 +267,23 @@ class Run:
         self.stop_requested = asyncio.Event()
         self.inst: Any = None
         self.nc: Any = None        # the connection setup() made (closed at the end)
-        self._signals = 0
+        self._received: set[int] = set()
 
     def stop(self) -> None:
         self.stop_requested.set()
         if self.inst is not None:
             self.inst.stop()
 
-    def _on_signal(self) -> None:
-        self._signals += 1
-        if self._signals > 1:  # a second Ctrl-C: don't wait for anything
+    def _on_signal(self, sig: int) -> None:
+        # The same signal again (a second Ctrl-C): don't wait for anything. Another one is no hurry: run as a
+        # nats plugin, Ctrl-C ends nats too, and cg then gets SIGTERM for its parent's end (cg/main.py).
+        if sig in self._received:
             try:
                 sys.stdout.flush()
             except Exception:  # noqa: BLE001
                 pass
             os._exit(130)
+        self._received.add(sig)
         self.stop()
 
     async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,
@@ -293,7 +295,7 @@ class Run:
         installed = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self._on_signal)
+                loop.add_signal_handler(sig, self._on_signal, sig)
                 installed.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's

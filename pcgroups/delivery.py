@@ -227,7 +227,16 @@ class Msg:
 
     # --- what the handler reads ---------------------------------------------------------
     @property
+    def nats_msg(self) -> NatsMsg:
+        """The nats-py message as the server delivered it (``nats.aio.msg.Msg``): its ``subject`` still
+        carries the partition token. For what this class does not carry over; acknowledge through this
+        class (``ack()``, ``nak()``...), not through it: acks sent on the nats-py message bypass the
+        instance's bookkeeping (the ordered release of partitions, resets, key-level retries)."""
+        return self._msg
+
+    @property
     def partitioned_subject(self) -> str:
+        """The subject as stored in the stream the member consumes, partition token first."""
         return self._msg.subject
 
     @property

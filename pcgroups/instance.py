@@ -234,6 +234,11 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.key = key
         self.retry = retry
         self.session: PullSession | None = None
+        #: Faults the instance absorbed without ending: how many times its member's consumer went away
+        #: under it (deleted by hand, or by the server after its inactive threshold, as after a long
+        #: pause of the process) while the group and its work queue remained, and it created the consumer
+        #: again and went on (elastic instances; a static instance ends with ``ConsumerGoneError``
+        #: instead, so its count stays 0). Each one is also logged at info level.
         self.recovered_errors = 0
         self._handoff: Handoff | None = None
         self._pool: PoolSpec | None = None

@@ -341,6 +341,12 @@ class AutoInstance(ControlLoop[AutoEvent]):
         return self.consumer.pool_status()
 
     @property
+    def recovered_errors(self) -> int:
+        """How many times its member's consumer went away under it and it joined again
+        (:attr:`ConsumerInstance.recovered_errors <pcgroups.instance.ConsumerInstance.recovered_errors>`)."""
+        return self.consumer.recovered_errors
+
+    @property
     def live_members(self) -> list[str]:
         """The members with at least one live lease, as this instance sees them."""
         return sorted({h.member for h in self._leases.values()})

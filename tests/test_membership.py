@@ -21,8 +21,9 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, create_elastic,
-                      delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config, list_elastic_active_members, partition_of_subject)
+from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter,
+                      create_elastic, delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config,
+                      list_elastic_active_members, partition_of_subject)
 from pcgroups.checker import Recorder
 from pcgroups.membership import LEASE_STREAM, list_leases
 from pcgroups.sticky import moved_partitions
@@ -492,6 +493,24 @@ async def _two_settled(auto: "Auto", nc, js, stream: str, group: str) -> list:
     return insts
 
 
+async def test_a_consumer_deleted_under_an_auto_instance_is_recreated_and_counted(nc, js, uniq):
+    """``recovered_errors``, a ConsumeContext property: the auto instance whose consumer was deleted
+    creates it again and keeps running, and counts the fault; the other instance counts none."""
+    stream, group = uniq, "g"
+    async with Auto(nc) as auto:
+        a, b = await _two_settled(auto, nc, js, stream, group)
+        assert isinstance(a, ConsumeContext) and (a.recovered_errors, b.recovered_errors) == (0, 0)
+        api = JetStreamApi(nc)
+        assert await api.delete_consumer(f"{stream}-{group}", a.member_name)
+        await wait_for(lambda: a.recovered_errors == 1, 5, what="the instance recovering")
+        await wait_for(lambda: _has_consumer(api, f"{stream}-{group}", a.member_name), 5, what="its consumer back")
+        assert a.consuming and b.recovered_errors == 0
+
+
+async def _has_consumer(api, stream: str, name: str) -> bool:
+    return name in [c["name"] for c in await api.list_consumers(stream)]
+
+
 async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
     stream, group = uniq, "g"
     async with Auto(nc) as auto:
@@ -516,6 +535,9 @@ async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, 
         for i in insts:
             err = await asyncio.wait_for(i.done(), 10)
             assert isinstance(err, ConfigError), repr(err)
+            with pytest.raises(ConfigError) as raised:   # wait() raises what done() returns
+                await i.wait()
+            assert raised.value is err
             assert f"elastic consumer group {group} on stream {stream} is no longer valid" in str(err), str(err)
             assert want in str(err), str(err)
         await wait_for(lambda: _no_leases(nc, stream, group), 10, what="the leases released")
