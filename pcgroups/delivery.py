@@ -88,6 +88,15 @@ Publish = Callable[[str, bytes], Awaitable[Any]]
 Request = Callable[[str, bytes, float], Awaitable[Any]]
 
 
+def message_size(data: bytes, headers: dict[str, str] | None) -> int:
+    """What a message with ``headers`` weighs against the server's max payload (nats-py checks the data only:
+    a message over it with its headers makes the server close the connection)."""
+    if not headers:
+        return len(data)
+    block = 12 + sum(len(k.encode()) + len(str(v).encode()) + 4 for k, v in headers.items())   # NATS/1.0 ... CRLFs
+    return len(data) + block
+
+
 def ack_numbers(reply: str) -> tuple[int, int, int]:
     """(deliveries, stream sequence, consumer sequence) of a JetStream ack subject (v1 and v2 forms),
     zeros when it is not one."""
