@@ -153,6 +153,8 @@ def root(
                                                              "default 5s)", metavar="DURATION")] = None,
     js_domain: Annotated[Optional[str], _opt("--js-domain", "--domain", help="JetStream domain",
                                              metavar="DOMAIN")] = None,
+    js_api_prefix: Annotated[Optional[str], _opt("--js-api-prefix", help="JetStream API prefix (instead of a domain)",
+                                                 metavar="PREFIX")] = None,
     inbox_prefix: Annotated[Optional[str], _opt("--inbox-prefix", help="custom inbox prefix",
                                                 metavar="PREFIX")] = None,
     no_context: Annotated[bool, _opt("--no-context", help="ignore NATS contexts")] = False,
@@ -167,8 +169,8 @@ def root(
     ctx.obj = Runtime(
         server=server, user=user, password=password, token=token, creds=creds, nkey=nkey,
         tlscert=tlscert, tlskey=tlskey, tlsca=tlsca, tlsfirst=tlsfirst, timeout=_timeout(timeout),
-        js_domain=js_domain, inbox_prefix=inbox_prefix, context=context, no_context=no_context or None,
-        connection_name=connection_name)
+        js_domain=js_domain, js_api_prefix=js_api_prefix, inbox_prefix=inbox_prefix, context=context,
+        no_context=no_context or None, connection_name=connection_name)
 
 
 def build() -> RootGroup:

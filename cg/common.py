@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
@@ -130,30 +130,54 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
+def parse_by_stream(option: str, texts: list[str], streams: list[str], check: Callable[[str], object]
+                    ) -> dict[str, str]:
+    """``OPTION VALUE`` (every stream) and ``OPTION STREAM=VALUE`` (one stream), each value checked by ``check``
+    (a ConfigError is this option's error): the value of each stream given one."""
+    from pcgroups.errors import ConfigError
+
+    default: str | None = None
+    by_stream: dict[str, str] = {}
+    for text in texts:
+        name, eq, value = text.partition("=")
+        if not eq:
+            name, value = "", text
+        try:
+            check(value)
+        except ConfigError as e:
+            raise CLIError(f"{option} {text}: {e}") from None
+        if not name:
+            default = value
+        elif name not in streams:
+            raise CLIError(f"{option} {text}: {name} is not one of the group's streams ({', '.join(streams)})")
+        else:
+            by_stream[name] = value
+    return by_stream if default is None else {n: by_stream.get(n, default) for n in streams}
+
+
 def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start] | None:
     """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
     if not texts:
         return None
-    from pcgroups.errors import ConfigError
     from pcgroups.sources import Start
 
-    default, by_stream = "all", {}
-    for text in texts:
-        name, eq, spec = text.partition("=")
-        if not eq:
-            name, spec = "", text
-        try:
-            Start.parse(spec)
-        except ConfigError as e:
-            raise CLIError(f"--start {text}: {e}") from None
-        if not name:
-            default = spec
-        elif name not in streams:
-            raise CLIError(f"--start {text}: {name} is not one of the group's streams ({', '.join(streams)})")
-        else:
-            by_stream[name] = spec
-    starts: dict[str, str | Start] = {n: by_stream.get(n, default) for n in streams}
+    given = parse_by_stream("--start", texts, streams, Start.parse)
+    starts: dict[str, str | Start] = {n: given.get(n, "all") for n in streams}
     return starts
+
+
+def parse_source_apis(domains: list[str], apis: list[str], streams: list[str]
+                      ) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """``--source-domain [STREAM=]DOMAIN`` and ``--source-api [STREAM=]PREFIX``: the JetStream each stream is in
+    when it is not the group's, as ``(source_domain, source_api)`` for the library."""
+    from pcgroups.jsapi import prefix_of
+
+    by_domain = parse_by_stream("--source-domain", domains, streams, prefix_of)
+    by_api = parse_by_stream("--source-api", apis, streams, lambda p: prefix_of(None, p))
+    both = [n for n in streams if n in by_domain and n in by_api]
+    if both:
+        raise CLIError(f"--source-domain and --source-api both say where stream {both[0]} is: give one of them")
+    return by_domain or None, by_api or None
 
 
 class ConsumeConcurrency(NamedTuple):

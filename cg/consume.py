@@ -16,7 +16,9 @@ the group yet: ...``, ``[m1] added ...``, ``[m1] partitions now 2-3``, ``[m1] dr
 (automatic membership, ...)``: on stdout in a terminal, on stderr in
 a pipe (stdout keeps the reference's lines exactly). A dropped member's instance keeps running and
 waits to be added again, as an instance started before its member was added does (an ``--auto``
-instance's own leave when it stops is not a drop: nothing is said).
+instance's own leave when it stops is not a drop: nothing is said). A start that finds no server answering
+(no connection yet, or JetStream not answering) is said once as ``cg: warning: ...`` at once, and tried again
+until it works or Ctrl-C.
 
 One :class:`Printer` owns the output: a status line never lands inside a message line (written in
 two parts around the processing): it waits until the line is ended. In a terminal status lines wrap
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import ConsumeConcurrency
-from .errors import CLIError
+from .errors import CLIError, warn
 from .output import go_duration, line_buffered_stdout, out, ranges
 
 if TYPE_CHECKING:
@@ -188,6 +190,7 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "enrolled": f"enrolled: member {ev.detail} hands it messages",
         "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
                           "--dispatch)"),
+        "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
     }
     return f"[{m}] {said[ev.kind]}"
 
@@ -256,7 +259,7 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
 
 class Run:
     """One long-running instance of cg (``consume``, ``worker``): the signals (the first stops the instance
-    after its calls in flight, a second exits at once), a closed stdout, the wait until it is ready
+    after its calls in flight, the same one again exits at once), a closed stdout, the wait until it is ready
     (``consuming...``) and its end."""
 
     def __init__(self, printer: Printer) -> None:
@@ -265,7 +268,7 @@ class Run:
         self.inst: Any = None
         self.nc: Any = None        # the connection setup() made (closed at the end)
         self.on_stop: list[Callable[[], None]] = []   # told when a stop is asked (the health probes)
-        self._signals = 0
+        self._received: set[int] = set()
 
     def stop(self) -> None:
         self.stop_requested.set()
@@ -274,25 +277,28 @@ class Run:
         if self.inst is not None:
             self.inst.stop()
 
-    def _on_signal(self) -> None:
-        self._signals += 1
-        if self._signals > 1:  # a second Ctrl-C: don't wait for anything
+    def _on_signal(self, sig: int) -> None:
+        # The same signal again (a second Ctrl-C): don't wait for anything. Another one is no hurry: run as a
+        # nats plugin, Ctrl-C ends nats too, and cg then gets SIGTERM for its parent's end (cg/main.py).
+        if sig in self._received:
             try:
                 sys.stdout.flush()
             except Exception:  # noqa: BLE001
                 pass
             os._exit(130)
+        self._received.add(sig)
         self.stop()
 
     async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,
-                       cleanup: Callable[[], None] = lambda: None) -> int:
+                       cleanup: Callable[[], None] = lambda: None, ready_within: float | None = ACK_WAIT) -> int:
         """Run ``setup()`` (connects and starts the instance, returns it) until the instance ends; ``deleted``:
-        what to say when it ends by itself (the group was deleted)."""
+        what to say when it ends by itself (the group was deleted); ``consuming...`` once it is ready, or after
+        ``ready_within`` anyway (None: only once ready)."""
         loop = asyncio.get_running_loop()
         installed = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self._on_signal)
+                loop.add_signal_handler(sig, self._on_signal, sig)
                 installed.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (in-process tests): Ctrl-C handling is the caller's
@@ -303,7 +309,9 @@ class Run:
             if self.stop_requested.is_set():
                 inst.stop()
             done = asyncio.ensure_future(inst.done())
-            await _wait_ready(inst, done, self.stop_requested)
+            if ready_within is None:
+                self.printer.ready()   # what it waits for is said before consuming...
+            await _wait_ready(inst, done, self.stop_requested, ready_within)
             if not done.done() and not self.stop_requested.is_set():
                 self.printer.announce()
             self.printer.ready()
@@ -368,7 +376,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             handler = served.metrics.wrap(handler)
 
     async def setup():
-        nc, api = await rt.connect(reconnect=True)
+        nc, api = await _connect_patiently(rt)
         run.nc = nc
         await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
         extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
@@ -378,7 +386,10 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         told = extra.pop("on_event", None)   # the metrics' too
 
         def on_event(ev: Any) -> None:
-            printer.status(status_line(ev, stream, group, kind, auto))
+            if ev.kind == "unavailable":   # said at once: status lines wait for "consuming..."
+                warn(status_line(ev, stream, group, kind, auto))
+            else:
+                printer.status(status_line(ev, stream, group, kind, auto))
             if told is not None:
                 told(ev)
         inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
@@ -387,6 +398,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if served is not None:
             served.readiness.attach(nc, inst)
             served.health.check()
+            if dispatch:
+                served.metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
         return inst
 
     def cleanup() -> None:
@@ -416,13 +429,29 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
     tracing, finish = traced_by_env(otel)
 
     async def setup():
-        nc, _ = await rt.connect(reconnect=True)
+        nc, _ = await _connect_patiently(rt)
         run.nc = nc
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
                                   on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
                                   tracing=tracing)
 
-    return await run(rt, setup, cleanup=finish)
+    return await run(rt, setup, cleanup=finish, ready_within=None)
+
+
+async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
+    """The runtime's connection (reconnecting for good once made); while no server answers, tried again every
+    RECONNECT_TIME_WAIT (2 s), said once: a consume started while its server restarts waits for it."""
+    from pcgroups.connect import RECONNECT_TIME_WAIT, ServerUnreachableError
+
+    told = False
+    while True:
+        try:
+            return await rt.connect(reconnect=True)
+        except ServerUnreachableError as e:
+            if not told:
+                told = True
+                warn(f"{e}; trying again every {RECONNECT_TIME_WAIT:g}s until it answers (Ctrl-C to stop)")
+        await asyncio.sleep(RECONNECT_TIME_WAIT)
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
@@ -431,10 +460,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
     instance's to report."""
     if not positions:
         return
-    from pcgroups.errors import PCGroupsError
-
     from .common import key_tokens_beyond
-    from .errors import warn
 
     try:
         if kind == "static":
@@ -446,7 +472,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
 
             cfg = await get_elastic_config(nc, stream, group, api=api)
             filters = [pf.filter for pf in cfg.partitioning_filters or []]
-    except PCGroupsError:
+    except Exception:  # noqa: BLE001 - not found, or not answering yet: the instance reports it
         return
     message = key_tokens_beyond(positions, filters)
     if message:
@@ -473,10 +499,10 @@ async def _unless_stopped(coro, stop: asyncio.Event):
     return None
 
 
-async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event) -> None:
+async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event, timeout: float | None) -> None:
     """Until the instance is attached to its consumer (a member owning no partition yet never is:
-    give up after AckWait), it ended, or a stop was asked."""
-    waiters = [asyncio.ensure_future(inst.wait_for_consuming(ACK_WAIT)), asyncio.ensure_future(stop.wait())]
+    give up after ``timeout``), it ended, or a stop was asked."""
+    waiters = [asyncio.ensure_future(inst.wait_for_consuming(timeout)), asyncio.ensure_future(stop.wait())]
     try:
         await asyncio.wait([*waiters, done], return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_starts,
-                     parse_wildcards, partitioning_filters, split_list)
+from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_source_apis,
+                     parse_starts, parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, MetricsListen,
-                      Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
+                      MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -81,13 +81,21 @@ Starts = Annotated[list[str], typer.Option(
     "--start", metavar="[STREAM=]WHERE", help="where sourcing begins: all (default: the whole stream), new (what is "
                                               "published from now on), seq:N or time:RFC3339; STREAM=WHERE for one "
                                               "stream (repeatable)", show_default=False)]
+SourceDomains = Annotated[list[str], typer.Option(
+    "--source-domain", metavar="[STREAM=]DOMAIN", help="the JetStream domain the group's streams are in when it is "
+                                                       "not the group's (across a leaf node connection); "
+                                                       "STREAM=DOMAIN for one stream (repeatable)", show_default=False)]
+SourceApis = Annotated[list[str], typer.Option(
+    "--source-api", metavar="[STREAM=]PREFIX", help="instead of --source-domain: the API prefix of the JetStream the "
+                                                    "streams are in (e.g. another account's, imported); "
+                                                    "STREAM=PREFIX for one stream (repeatable)", show_default=False)]
 MaxBufferedMsgs = Annotated[int, typer.Option("--max-buffered-msgs", help="max number of buffered messages")]
 MaxBufferedBytes = Annotated[int, typer.Option("--max-buffered-bytes", help="max number of buffered bytes")]
 
 
 def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[str], wildcards: list[str],
-           source: list[str], partition_stream: list[str], start: list[str], max_buffered_msgs: int,
-           max_buffered_bytes: int) -> ElasticSpec:
+           source: list[str], partition_stream: list[str], start: list[str], source_domain: list[str],
+           source_api: list[str], max_buffered_msgs: int, max_buffered_bytes: int) -> ElasticSpec:
     """The group ``create`` (or ``consume --create``) asks for, checked before connecting."""
     from pcgroups.config import ElasticConfig
     from pcgroups.elastic import ElasticSpec
@@ -113,18 +121,19 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
     check_config("elastic", ElasticConfig(max_members=max_members, partitioning_filters=pfs,
                                           max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes))
     streams = partition_streams or [stream, *sources]
+    domains, apis = parse_source_apis(source_domain, source_api, streams)
     return ElasticSpec(max_members, pfs, max_buffered_msgs, max_buffered_bytes, sources or None,
-                       partition_streams or None, parse_starts(start, streams))
+                       partition_streams or None, parse_starts(start, streams), domains, apis)
 
 
 @flavour_command(elastic_app, ELASTIC, "create", "create an elastic partitioned consumer group")
 def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers, filter: Filters = [],  # noqa: B006
            wildcards: Wildcards = [], source: Sources = [], partition_stream: PartitionStreams = [],  # noqa: B006
-           start: Starts = [], max_buffered_msgs: MaxBufferedMsgs = 0,  # noqa: B006
-           max_buffered_bytes: MaxBufferedBytes = 0) -> None:
+           start: Starts = [], source_domain: SourceDomains = [], source_api: SourceApis = [],  # noqa: B006
+           max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0) -> None:
     rt = runtime(ctx)
-    spec = _shape(rt, stream, name, max_members, filter, wildcards, source, partition_stream, start,
-                  max_buffered_msgs, max_buffered_bytes)
+    spec = _shape(rt, stream, name, max_members, filter, wildcards, source, partition_stream, start, source_domain,
+                  source_api, max_buffered_msgs, max_buffered_bytes)
 
     async def body(nc: Client, api: JetStreamApi) -> None:
         await spec.create(nc, stream, name, api=api)
@@ -144,7 +153,13 @@ def add_source(ctx: typer.Context, stream: Stream, name: Group,
                source: Annotated[str, typer.Argument(help="the stream to add", metavar="SOURCE", show_default=False)],
                filter: Filters = [], wildcards: Wildcards = [],  # noqa: B006
                start: Annotated[str, typer.Option("--start", metavar="WHERE", help="where sourcing begins: all (the "
-                                                  "whole stream), new, seq:N or time:RFC3339")] = "all") -> None:
+                                                  "whole stream), new, seq:N or time:RFC3339")] = "all",
+               source_domain: Annotated[Optional[str], typer.Option(
+                   "--source-domain", metavar="DOMAIN", help="the JetStream domain the stream is in when it is not "
+                                                             "the group's", show_default=False)] = None,
+               source_api: Annotated[Optional[str], typer.Option(
+                   "--source-api", metavar="PREFIX", help="instead of --source-domain: the API prefix of the "
+                                                          "stream's JetStream", show_default=False)] = None) -> None:
     from .output import print_streams
 
     rt = runtime(ctx)
@@ -154,11 +169,15 @@ def add_source(ctx: typer.Context, stream: Stream, name: Group,
         raise CLIError("--wildcards needs a --filter to pair with")
     pfs = partitioning_filters(filter, wildcards) if filter else None
     parse_starts([start], [source])
+    domains, apis = parse_source_apis([source_domain] if source_domain else [], [source_api] if source_api else [],
+                                      [source])
 
     async def body(nc: Client, api: JetStreamApi):
         from pcgroups.elastic import add_source
 
-        return await add_source(nc, stream, name, source, partitioning_filters=pfs, start=start, api=api)
+        return await add_source(nc, stream, name, source, partitioning_filters=pfs, start=start,
+                                source_domain=(domains or {}).get(source), source_api=(apis or {}).get(source),
+                                api=api)
 
     print_streams(f"added stream {source} to elastic consumer group {name}", rt.with_connection(body))
 
@@ -185,6 +204,32 @@ def remove_source(ctx: typer.Context, stream: Stream, name: Group,
         return await remove_source(nc, stream, name, source, discard=discard, timeout=seconds, api=api)
 
     print_streams(f"removed stream {source} from elastic consumer group {name}", rt.with_connection(body))
+
+
+@flavour_command(elastic_app, ELASTIC, "skip-stuck", "step past the origin message a source of the group is stuck "
+                                                      "on (prints what it would do; --execute does it)")
+def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
+               source: Annotated[Optional[str], typer.Option("--source", metavar="STREAM", help="the stuck source "
+                                                             "to step past, when several are")] = None,
+               execute: Annotated[bool, typer.Option("--execute", help="step past it (without it nothing "
+                                                     "changes)")] = False,
+               timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for the "
+                                                    "members to handle what was queued before it")] = "30s",
+               json: Json = False) -> None:
+    from .output import print_skip
+
+    rt = runtime(ctx)
+    check_names(stream=stream, group=name)
+    if source is not None:
+        check_names(stream=source)
+    seconds = parse_duration_option("--wait", timeout, positive=True)
+
+    async def body(nc: Client, api: JetStreamApi):
+        from pcgroups.intake import skip_stuck
+
+        return await skip_stuck(nc, stream, name, source=source, execute=execute, timeout=seconds, api=api)
+
+    print_skip(rt.with_connection(body), as_json=json)
 
 
 add_shared(elastic_app, ELASTIC, "delete")
@@ -266,6 +311,10 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
 
         before = await get_elastic_config(nc, stream, name, api=api)
+        if mappings is None and before.members:   # delete-mapping would leave them: not "no members"
+            raise CLIError(f"elastic consumer group {name} on stream {stream} has no member mappings to delete: its "
+                           f"members were given with add ({' '.join(before.members)}); drop them with cg elastic drop "
+                           f"{stream} {name} {' '.join(before.members)}")
         if mappings is None:
             await delete_member_mappings(nc, stream, name, api=api)
         else:
@@ -293,8 +342,9 @@ def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Ma
     _change_mappings(ctx, stream, name, parsed)
 
 
-@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete member mappings for a partitioned consumer group "
-                                                          "(the group is left with no members)")
+@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete the member mappings of a partitioned consumer group "
+                                                          "(it is left with no members; members given with add are "
+                                                          "dropped with drop)")
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
     _change_mappings(ctx, stream, name, None)
@@ -314,8 +364,8 @@ LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how lon
 
 Create = Annotated[Optional[int], typer.Option(
     "--create", metavar="PARTITIONS", help="with --auto: create the group with this many partitions (and the "
-                                           "--filter/--source/--partition-stream/--start given) if it does not "
-                                           "exist, else join it", show_default=False)]
+                                           "--filter/--source/--partition-stream/--start/--source-domain given) if "
+                                           "it does not exist, else join it", show_default=False)]
 
 
 @flavour_command(elastic_app, ELASTIC, "consume", "join a partitioned consumer group")
@@ -323,23 +373,25 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s", create: Create = None,
             filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
             partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
+            source_domain: SourceDomains = [], source_api: SourceApis = [],  # noqa: B006
             max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
             concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
             max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
             dispatch: Dispatch = False, otel: Otel = False) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
-    shaped = filter or wildcards or source or partition_stream or start or max_buffered_msgs or max_buffered_bytes
+    shaped = (filter or wildcards or source or partition_stream or start or source_domain or source_api
+              or max_buffered_msgs or max_buffered_bytes)
     if create is None and shaped:
-        raise CLIError("--filter, --wildcards, --source, --partition-stream, --start and --max-buffered-* describe "
-                       "the group to create: give them with --create PARTITIONS")
+        raise CLIError("--filter, --wildcards, --source, --partition-stream, --start, --source-domain, --source-api "
+                       "and --max-buffered-* describe the group to create: give them with --create PARTITIONS")
     if create is not None and not auto:
         raise CLIError("--create needs --auto: a named member of a new group would wait forever to be added")
     lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
     spec = None
     if create is not None:
         spec = _shape(runtime(ctx), stream, name, create, filter, wildcards, source, partition_stream, start,
-                      max_buffered_msgs, max_buffered_bytes)
+                      source_domain, source_api, max_buffered_msgs, max_buffered_bytes)
     if member is None:
         from pcgroups.membership import auto_member_name
 

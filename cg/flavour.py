@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 import typer
 
 from .common import check_names, parse_concurrency, parse_dispatch, parse_duration_option, parse_sleep
-from .errors import CLIError
+from .errors import CLIError, warn
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
@@ -47,6 +47,7 @@ class Calls:
     step_down: Fn
     status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
     layout: Fn | None = None   # the streams a group consumes (elastic)
+    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.intake)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def _elastic_calls() -> Calls:
                  list_active_members=lib.list_elastic_active_members,
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
                  step_down=lib.elastic_member_step_down,
-                 status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout)
+                 status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout,
+                 stuck=_imported_when_called("pcgroups.intake", "stuck_sources_of"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
@@ -242,14 +244,15 @@ def _info(flavour: Flavour) -> tuple[Fn, str]:
 
         check_names(stream=stream, group=name)
 
-        async def body(nc: Client, api: JetStreamApi) -> tuple[Any, list[str], Any]:
+        async def body(nc: Client, api: JetStreamApi) -> tuple[Any, list[str], Any, list[Any]]:
             calls = flavour.calls()
             cfg = await calls.get_config(nc, stream, name, api=api)
             active = await calls.list_active_members(nc, stream, name, api=api)
-            return cfg, active, (await calls.layout(nc, stream, name, api=api) if calls.layout else None)
+            layout = await calls.layout(nc, stream, name, api=api) if calls.layout else None
+            return cfg, active, layout, (await calls.stuck(nc, stream, name, api=api) if calls.stuck else [])
 
-        cfg, active, layout = runtime(ctx).with_connection(body)
-        print_info(flavour.name, stream, name, cfg, active, as_json=json, layout=layout)
+        cfg, active, layout, stuck = runtime(ctx).with_connection(body)
+        print_info(flavour.name, stream, name, cfg, active, as_json=json, layout=layout, stuck=stuck)
 
     return info, f"get {flavour.name} consumer group info"
 
@@ -260,19 +263,40 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
         rt = runtime(ctx)
 
         async def body(nc: Client, api: JetStreamApi) -> None:
-            from pcgroups.errors import ConfigError
+            from pcgroups.errors import ConfigError, NotFoundError
 
             calls = flavour.calls()
             try:
                 await calls.get_config(nc, stream, name, api=api)  # "not found" before asking
             except ConfigError:
                 pass  # it exists with an invalid config: deleting it is the way out
+            except NotFoundError:
+                if not await _left_work_queue(flavour, api, stream, name):
+                    raise
             await rt.confirm_delete(force)
             await calls.delete(nc, stream, name, api=api)
 
         rt.with_connection(body)
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
+
+
+async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
+    """An elastic group's work queue is left without its config (a delete that stopped half way): say so; the
+    delete removes it."""
+    from pcgroups.elastic import work_queue_name
+    from pcgroups.errors import NotFoundError
+
+    if flavour.name != "elastic":
+        return False
+    wq = work_queue_name(stream, group)
+    try:
+        await api.stream_info(wq)
+    except NotFoundError:
+        return False
+    warn(f"elastic consumer group {group} on stream {stream} has no config, but its work queue {wq} is left: "
+         "deleting it")
+    return True
 
 
 def _member_info(flavour: Flavour) -> tuple[Fn, str]:
@@ -463,7 +487,7 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
         keyed = parse_dispatch(concurrency, key_header, key_tokens, max_ack_pending)
         options["dispatch"] = True
     else:
-        keyed = parse_concurrency(concurrency or 1, key_header, key_tokens, max_ack_pending)
+        keyed = parse_concurrency(1 if concurrency is None else concurrency, key_header, key_tokens, max_ack_pending)
     rt = runtime(ctx)
     raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
                                    **options))

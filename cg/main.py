@@ -2,9 +2,11 @@
 
 ``main()`` order of business:
 
-1. ``cg --fisk-introspect`` (exactly that argv, as ``nats plugins register`` runs it) prints the
-   fisk model and nothing else, before any config, logging or network; ``--version`` (anywhere
-   before ``--``, as the reference takes it) prints the version before anything is imported.
+1. ``--version`` (anywhere before ``--``, as the reference takes it) prints the version before
+   anything is imported. Without the ``cli`` extra (Typer, rich, prompt-toolkit: ``pip install
+   'pcgroups[cli]'``) everything else is one error line saying what to install. ``cg
+   --fisk-introspect`` (exactly that argv, as ``nats plugins register`` runs it) prints the fisk
+   model and nothing else, before any config, logging or network.
 2. Flags go where the reference's parser takes them: root connection options (``--context``,
    ``--server``, ...) are hoisted from anywhere in argv to the front (``nats cg ...`` appends them
    after the command path), ``cg static``/``cg elastic``'s ``--sleep`` from anywhere after the
@@ -12,33 +14,101 @@
 3. Every failure, usage errors included, is ``cg: error: <message>`` on stderr with status 1
    (cg/errors.py). Ctrl-C is not a failure: status 130, as shells expect, and no line of ours (the
    terminal shows ``^C``; a command with something to say on the way out, ``cg demo``, says it).
+4. Run as a nats CLI plugin (the console script's parent process is ``nats``), cg ends when that
+   ``nats`` is gone, as on SIGTERM (``consume`` lets its handler in flight finish and exits 0): a
+   supervisor's SIGTERM reaches only the ``nats`` it started, and a ``consume`` left behind would
+   reconnect to a server that may be gone for good. Only then: a cg started from a shell and left
+   running in the background (``nohup cg ... &``) outlives the shell, as any program does. The
+   parent's end is seen by a poll of ``getppid()`` (every half second, in a daemon thread): it
+   changes only when the parent process is gone, and it works wherever Python does. Linux's
+   ``PR_SET_PDEATHSIG`` would be quicker, but it fires when the parent *thread* that started cg ends,
+   and nats is a Go program whose threads are the Go runtime's to start and end.
 
-This module imports nothing at start-up beyond ``sys``: each path imports what it uses.
+This module imports nothing at start-up beyond ``os`` and ``sys`` (both loaded by the interpreter
+already): each path imports what it uses.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 #: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
 
+#: The packages of the ``cli`` extra that cg imports (pyproject.toml); pcgroups alone needs none of them.
+CLI_PACKAGES = ("typer", "rich", "prompt_toolkit")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``cg`` console script. Returns the exit status (0, 1, or 130 after Ctrl-C)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--fisk-introspect"]:
-        from .app import print_model
-
-        print_model()
-        return 0
     if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
         from . import VERSION
 
         sys.stdout.write(VERSION + "\n")
         return 0
+    missing = missing_packages(CLI_PACKAGES)
+    if missing:
+        from .errors import fail
+
+        return fail(f"the cg command needs the cli extra, which is not installed (no {', '.join(missing)}): "
+                    "pip install 'pcgroups[cli]'")
+    if args == ["--fisk-introspect"]:
+        from .app import print_model
+
+        print_model()
+        return 0
+    if argv is None:   # the console script (a call from Python runs in its caller's process)
+        end_with_nats_parent()
     return run(args)
+
+
+#: The name of the nats CLI's process: a plugin is its child, and nothing else tells a plugin so.
+NATS_CLI = "nats"
+PARENT_POLL = 0.5   # seconds between two looks at the parent process
+
+
+def end_with_nats_parent() -> None:
+    """Run as a nats CLI plugin: SIGTERM ourselves once the ``nats`` process that started us is gone
+    (item 4 of the module docs)."""
+    parent = os.getppid()
+    if process_name(parent) != NATS_CLI:
+        return
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="cg-parent-watch", daemon=True).start()
+
+
+def process_name(pid: int) -> str:
+    """The executable name of process ``pid`` ("" when it cannot be told)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:   # Linux
+            return f.read().strip()
+    except OSError:
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "comm=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return os.path.basename(out.stdout.strip())
+
+
+def missing_packages(names: Sequence[str]) -> list[str]:
+    """The packages of ``names`` that cannot be imported here (found without importing them)."""
+    from importlib.util import find_spec
+
+    return [name for name in names if name not in sys.modules and find_spec(name) is None]
 
 
 def run(args: list[str]) -> int:

@@ -11,6 +11,7 @@ rich is imported only for pretty output: plain lines and JSON need nothing but t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -221,16 +222,18 @@ def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool
 
 
 def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticConfig, active: Sequence[str], *,
-               as_json: bool, layout: Layout | None = None) -> None:
+               as_json: bool, layout: Layout | None = None, stuck: Sequence[Any] = ()) -> None:
     """``info`` of a ``kind`` (static, elastic) group: its config, active members and (elastic) the
     streams its work queue sources. In plain output a one-stream group prints the reference's lines
-    only; a group over several streams adds one ``streams:`` line."""
+    only; a group over several streams adds one ``streams:`` line. A source stuck on an origin message
+    (``stuck``, pcgroups.intake) is a ``cg: warning:`` line (stdout keeps the reference's lines)."""
     if as_json:
         doc = {"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
                "active_members": list(active)}
         if layout is not None:
             doc["layout"] = layout.kind
             doc["streams"] = [_stream_doc(s) for s in layout.streams]
+            doc["stuck_sources"] = [dataclasses.asdict(s) for s in stuck]
         out.json(doc)
     elif out.pretty:
         for renderable in _pretty_info(kind, stream, group, cfg, active, layout):
@@ -238,12 +241,44 @@ def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticCo
     else:
         for text in _plain_info(kind, cfg, active):
             out.line(text)
-        if layout is not None and layout.kind != "stream":
+        if layout is not None and (layout.kind != "stream" or layout.external):
             out.line(f"streams ({layout.kind}): " + ", ".join(s.describe() for s in layout.streams))
+    if not as_json:
+        from .errors import warn
+
+        for s in stuck:
+            warn(stuck_line(s, stream, group))
+
+
+def print_skip(result: Any, *, as_json: bool) -> None:
+    """``elastic skip-stuck``: the message stepped past (a dead letter left in its stream), what would be, or why
+    there is nothing to step past (``pcgroups.intake.SkipResult``)."""
+    if as_json:
+        out.json(dataclasses.asdict(result))
+        return
+    s = result.skipped
+    if s is None:
+        out.line(result.reason)
+        return
+    wq = f"{result.stream}-{result.group}"
+    if not result.executed:
+        out.line(f"would step past message {s.seq} of stream {s.stream}: {s.describe()}")
+        out.line("run it again with --execute to do it (what is queued before it is handled first)")
+        return
+    out.line(f"stepped past message {s.seq} of stream {s.stream}: sourcing into {wq} resumes at message {s.seq + 1}")
+    out.line(f"dead letter: {s.stream} message {s.seq} ({s.subject}, header block {s.header_bytes} bytes) was not "
+             f"copied into {wq}; it stays in {s.stream} (nats stream get {s.stream} {s.seq})")
+
+
+def stuck_line(stuck: Any, stream: str, group: str) -> str:
+    """A source stuck on an origin message (``pcgroups.intake.StuckSource``), and the way past it."""
+    step = f" (step past it: cg elastic skip-stuck {stream} {group})" if stuck.cause != "full" else ""
+    return f"intake stopped: {stuck.describe()}{step}"
 
 
 def _stream_doc(s: SourceStream) -> dict[str, Any]:
-    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start}
+    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start,
+            "domain": s.domain, "api_prefix": s.external_api or None}
 
 
 def print_streams(done: str, layout: Layout) -> None:

@@ -420,7 +420,8 @@ class Repl:
             self.runner.close()
             self.runner = None
             raise
-        self.api = JetStreamApi(self.nc, domain=rc.js_domain, timeout=rc.timeout)
+        self.api = JetStreamApi(self.nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix,
+                                timeout=rc.timeout)
 
     def stop(self) -> None:
         if self.runner is None:

@@ -89,7 +89,7 @@ class Runtime:
 
         rc = self.resolve()
         nc = await connect(rc, reconnect=reconnect)
-        return nc, JetStreamApi(nc, domain=rc.js_domain, timeout=rc.timeout)
+        return nc, JetStreamApi(nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix, timeout=rc.timeout)
 
     async def close(self, nc: Client) -> None:
         """Done with a connection of :meth:`connect`: :func:`close_quietly`."""
@@ -203,8 +203,8 @@ async def read_answer_async(prompt: str) -> str | None:
 
 
 def member_loop_factory() -> Any:
-    """The event loop a member instance (``consume``) runs on: uvloop's when it is installed (the
-    ``uvloop`` extra: about a fifth less CPU per message, BENCHMARKS.md P7) unless
+    """The event loop a member instance (``consume``) runs on: uvloop's when it is installed (in the
+    ``cli`` extra where it has wheels: about a fifth less CPU per message, BENCHMARKS.md P7) unless
     ``CG_EVENT_LOOP=asyncio``; else asyncio's (None)."""
     import os
 

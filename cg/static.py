@@ -1,7 +1,8 @@
 """``cg static ...``: static partitioned consumer groups (membership fixed at creation).
 
 The commands both flavours have come from cg/flavour.py; here are static's own: ``create balanced``,
-``create mapped`` and ``consume`` (a member name is required).
+``create mapped``, ``create-consumers`` (an admin creates the members' consumers, so that members need no
+permission to create them) and ``consume`` (a member name is required).
 """
 
 from __future__ import annotations
@@ -42,6 +43,27 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sle
             dispatch: Dispatch = False, otel: Otel = False) -> None:
     join(ctx, STATIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
          metrics_listen=metrics_listen, otel=otel)
+
+
+@flavour_command(static_app, STATIC, "create-consumers", "create the members' consumers as their instances would "
+                                                         "(members then need no permission to create consumers)")
+def create_consumers(ctx: typer.Context, stream: Stream, name: Group, concurrency: Concurrency = None,
+                     max_ack_pending: MaxAckPending = None) -> None:
+    from .common import parse_concurrency
+    from .consume import consumer_template
+    from .output import out
+
+    check_names(stream=stream, group=name)
+    window = parse_concurrency(1 if concurrency is None else concurrency, None, None, max_ack_pending).max_ack_pending
+
+    async def body(nc: Client, api: JetStreamApi) -> list[str]:
+        from pcgroups.static import create_static_consumers
+
+        return await create_static_consumers(nc, stream, name, config=consumer_template(window), api=api)
+
+    names = runtime(ctx).with_connection(body)
+    out.line(f"member consumers of static consumer group {name} on stream {stream} (max ack pending {window}): "
+             + (", ".join(names) or "none (no member owns a partition)"))
 
 
 add_shared(static_app, STATIC, "worker", "status", "reset", "prompt")

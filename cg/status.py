@@ -28,7 +28,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .output import ranges
+from .output import ranges, stuck_line
 
 if TYPE_CHECKING:
     from pcgroups.status import GroupStatus, MemberStatus
@@ -77,6 +77,11 @@ def _footer(status: "GroupStatus") -> str:
         parts.append(f"source lag {status.source_lag}")
     parts.append(_pending_note(status))
     return "; ".join(parts)
+
+
+def stuck_lines(status: "GroupStatus") -> list[str]:
+    """One line per source stuck on an origin message (pcgroups.intake), with the way past it."""
+    return [stuck_line(s, status.stream, status.group) for s in status.stuck_sources]
 
 
 def _pinned_for(m: "MemberStatus", now: datetime) -> str:
@@ -229,6 +234,7 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
         parts.append(Text(f"pending by partition: {per_partition}"))
     if _unassigned(status):
         parts.append(Text(_unassigned_text(status), style="yellow"))
+    parts += [Text(line, style="bold red") for line in stuck_lines(status)]
     pins = _pins_table(status, instances, now)
     if pins is not None:
         parts.append(pins)
@@ -299,6 +305,7 @@ def plain_lines(status: "GroupStatus", *, instances: Mapping[str, str] | None = 
         prows += [[str(p.partition), p.member or "-", _num(p.pending) if exact or p.member is None else "-"]
                   for p in status.partitions]
         lines += _aligned(prows)
+    lines += stuck_lines(status)
     lines.append(_footer(status))
     if status.leases:
         lines += ["leases (automatic membership):", *_aligned([LEASE_COLUMNS, *_lease_rows(status)])]

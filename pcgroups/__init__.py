@@ -4,14 +4,14 @@ Every public name is importable from here (``from pcgroups import elastic_consum
 from its module on first use (PEP 562), so a program that needs one module (``cg static ls``:
 ``pcgroups.static``) does not pay for the others (``pcgroups.elastic``, ``membership``, ``sources``...).
 
-The public API is :data:`__all__`, the names of ``_EXPORTS`` (tests/test_public_api.py pins the list).
-The package imports nats-py and the library's own modules only: never Typer, rich, prompt-toolkit or ``cg``.
+The public API is :data:`__all__`, the names of ``_EXPORTS`` (tests/test_public_api.py pins the list);
+``dir(pcgroups)`` is that list and ``__version__``, and the module binds no other public name (its own
+imports are private). The package imports nats-py and the library's own modules only: never Typer,
+rich, prompt-toolkit or ``cg``.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
@@ -61,24 +61,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name from its module, or a submodule (``pcgroups.elastic``), imported on first use."""
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        return getattr(importlib.import_module(f".{module}", __name__), name)
-    try:
-        return importlib.import_module(f".{name}", __name__)
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise  # the submodule exists and failed to import
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names (``__all__``) and ``__version__``."""
+    return sorted([*__all__, "__version__"])
 
 
-if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+if not _typing.TYPE_CHECKING:  # hidden from type checkers: a misspelt name is an error there, not Any
+    def __getattr__(name: str) -> object:
+        """A public name from its module, or a submodule (``pcgroups.elastic``), imported on first use."""
+        module = _MODULE_OF.get(name)
+        if module is not None:
+            return getattr(_importlib.import_module(f".{module}", __name__), name)
+        try:
+            return _importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise  # the submodule exists and failed to import
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+else:  # what type checkers and IDEs see: the same names, imported eagerly
     from .config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, parse_elastic_config,
                          parse_mapping, parse_static_config, validate_name)
     from .delivery import Msg

@@ -455,10 +455,11 @@ _MAX_NAME_BYTES = 255  # the server's limit for stream and consumer names
 
 
 def validate_name(kind: str, name: str) -> None:
-    """Raise ConfigError unless `name` is usable as a `kind` name ("stream", "group" or "member").
+    """Raise ConfigError unless ``name`` is usable as a ``kind`` name ("stream", "group" or "member").
 
-    Group and member names end up in KV keys, stream and consumer names, so they are kept to [A-Za-z0-9_-]; stream
-    names may hold anything the server accepts except '.', '*', '>', '/', '\\', whitespace and control characters.
+    Group and member names end up in KV keys, stream and consumer names, so they are kept to ``[A-Za-z0-9_-]``;
+    stream names may hold anything the server accepts except '.', '*', '>', '/', '\\', whitespace and control
+    characters.
     """
     if not isinstance(name, str) or not name:
         shown = _q(name) if isinstance(name, str) else repr(name)

@@ -6,8 +6,13 @@ The context is chosen by ``--context`` > ``NATS_CONTEXT`` > ``<config>/nats/cont
 
 :func:`connect` makes the first connection fail fast with one clear :class:`PCGroupsError`
 (nats-py would otherwise retry an unreachable server for minutes) and then lets the connected
-client reconnect forever, as a long-running consumer wants. :class:`ConnectionWatch` tells any
-number of listeners (running instances) when a client loses and regains its server.
+client reconnect forever, as a long-running consumer wants; it binds the JetStream domain (or API
+prefix) to the client, so that every pcgroups call on it without ``api=`` uses that JetStream.
+:class:`ConnectionWatch` tells any number of listeners (running instances) when a client loses and
+regains its server.
+
+The JetStream domain or API prefix is taken as a whole from the options (not both), else from the
+context (its domain before its API prefix).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "ConnectionWatch",
     "NatsContext",
     "ResolvedConnection",
+    "ServerUnreachableError",
     "config_dir",
     "connect",
     "enable_reconnect",
@@ -44,6 +50,7 @@ __all__ = [
     "parse_duration",
     "redact",
     "resolve",
+    "tolerate_undecodable",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,14 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_TIMEOUT = 5.0  # seconds, as the nats CLI's --timeout
 RECONNECT_TIME_WAIT = 2.0  # seconds between reconnect rounds once connected
+# connection failures that mean nothing answers (yet) at the address: not a wrong setting of the client's
+_UNREACHABLE = ("connection refused", "timed out", "connection reset by server", "network is unreachable",
+                "no route to host")
+
+
+class ServerUnreachableError(PCGroupsError):
+    """:func:`connect` found no server answering (refused, timed out, unreachable): one may answer later. Wrong
+    credentials, TLS settings or host names raise the plain :class:`PCGroupsError`."""
 
 
 @dataclass
@@ -69,6 +84,7 @@ class ConnectionOptions:
     tlsfirst: bool | None = None
     timeout: float | None = None
     js_domain: str | None = None
+    js_api_prefix: str | None = None
     inbox_prefix: str | None = None
     context: str | None = None
     no_context: bool | None = None
@@ -367,13 +383,16 @@ class ResolvedConnection:
                 raise self.error(f"can't load TLS certificate {self.tls_cert}: {_ssl_reason(e)}") from None
         return ctx
 
+    @property
+    def api_prefix(self) -> str:
+        """The JetStream API prefix: the domain's (``$JS.<domain>.API``), else the API prefix, else ``$JS.API``."""
+        from .jsapi import prefix_of
+
+        return prefix_of(self.js_domain, self.js_api_prefix)
+
     def jetstream_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``nc.jetstream()``: the domain, else the API prefix, if any."""
-        if self.js_domain:
-            return {"domain": self.js_domain}
-        if self.js_api_prefix:
-            return {"prefix": self.js_api_prefix}
-        return {}
+        """Keyword arguments for ``nc.jetstream()``: the API prefix."""
+        return {"prefix": self.api_prefix}
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nats.connect``, set for a fail-fast first connection.
@@ -530,11 +549,24 @@ def resolve(options: ConnectionOptions | None = None,
     if rc.timeout <= 0:
         raise PCGroupsError(f"invalid timeout {rc.timeout:g}s: must be positive")
 
-    rc.js_domain = _pick(o.js_domain, c.jetstream_domain)
-    rc.js_api_prefix = c.jetstream_api_prefix
+    _resolve_jetstream(rc, o, c)
     rc.inbox_prefix = _pick(o.inbox_prefix, c.inbox_prefix)
     rc.name = o.connection_name
     return rc
+
+
+def _resolve_jetstream(rc: ResolvedConnection, o: ConnectionOptions, c: NatsContext) -> None:
+    """The JetStream domain or API prefix: the options' (not both), else the context's (its domain first)."""
+    if o.js_domain and o.js_api_prefix:
+        raise PCGroupsError("--js-domain and --js-api-prefix exclude each other: give one of them")
+    if o.js_domain or o.js_api_prefix:
+        rc.js_domain, rc.js_api_prefix = o.js_domain or None, o.js_api_prefix or None
+    else:
+        rc.js_domain = c.jetstream_domain
+        rc.js_api_prefix = None if c.jetstream_domain else c.jetstream_api_prefix
+    from .jsapi import prefix_of
+
+    prefix_of(rc.js_domain, rc.js_api_prefix)   # one the server would not take is an error now, not at a request
 
 
 # ---------------------------------------------------------------- connecting
@@ -635,6 +667,7 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
 
     kwargs["error_cb"] = error_cb
     nc = Client()
+    tolerate_undecodable(nc)
     # one bound for the whole attempt, in case nats-py keeps trying
     budget = rc.timeout * (2 * len(rc.servers) + 2) + 1.0
     try:
@@ -649,8 +682,12 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
             detail = "; ".join(dict.fromkeys(failures))
         if detail == "timed out":
             detail = f"timed out after {rc.timeout:g}s"
+        unreachable = all(part.startswith(_UNREACHABLE) for part in detail.split("; "))
         if rc.uses_tls and not rc.tls_cert and any(w in detail for w in ("reset", "empty response", "broken pipe")):
             detail += " (does the server want a client certificate? see --tlscert/--tlskey)"
+            unreachable = False
+        if unreachable:
+            raise ServerUnreachableError(str(rc.error(detail))) from None
         raise rc.error(detail) from None
     connecting = False
     if rc.uses_tls and not (rc.tls_first or _server_info(nc).get("tls_required")):
@@ -659,6 +696,10 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
                        "(nats-py only upgrades when the server requires it)")
     if reconnect:
         enable_reconnect(nc)
+    if rc.js_domain or rc.js_api_prefix:
+        from .jsapi import JetStreamApi
+
+        JetStreamApi.bind(nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix)
     return nc
 
 
@@ -753,6 +794,50 @@ class ConnectionWatch:
 
 
 _connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
+
+
+def tolerate_undecodable(nc: Any) -> None:
+    """Let the client take messages whose subject (or reply subject) is not valid UTF-8 (idempotent).
+
+    The server accepts any byte in a subject but ``\\r``, ``\\n``, space and tab; nats-py decodes subjects
+    as strict UTF-8 in ``Client._build_message``, called by its reader task, and the ``UnicodeDecodeError``
+    ends that task for good: the connection stays up and reads nothing more, so a member instance stops,
+    and after its reconnect the same message comes again. This wraps that one method of this client (not
+    nats-py's class): a message that decodes is built as before; one that does not is built with U+FFFD in
+    place of the invalid bytes (as nats-py decodes header values) and logged once, with its stream and
+    sequence when it is a JetStream message. The handler gets it like any other.
+    """
+    if getattr(nc, "_pcg_tolerant", False):
+        return
+    build = nc._build_message
+
+    def build_tolerantly(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> Any:
+        try:
+            return build(sid, subject, reply, data, headers)
+        except UnicodeDecodeError:
+            pass
+        fixed, fixed_reply = (b.decode("utf-8", "replace").encode() for b in (subject, reply))
+        log.warning("%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
+                    _undecodable_what(subject, reply), subject.decode("utf-8", "backslashreplace"))
+        return build(sid, fixed, fixed_reply, data, headers)
+
+    nc._build_message = build_tolerantly
+    nc._pcg_tolerant = True
+
+
+def _undecodable_what(subject: bytes, reply: bytes) -> str:
+    """Names a message that does not decode: for a JetStream delivery, its stream, sequence and consumer (from
+    the ack subject ``$JS.ACK.[<domain>.<account>.]<stream>.<consumer>.<delivered>.<seq>...``)."""
+    try:
+        subject.decode()
+        part = "the reply subject"
+    except UnicodeDecodeError:
+        part = "the subject"
+    t = [token.decode("utf-8", "replace") for token in reply.split(b".")]
+    if reply.startswith(b"$JS.ACK.") and len(t) >= 9:
+        stream, consumer, seq = (t[2], t[3], t[5]) if len(t) == 9 else (t[4], t[5], t[7])
+        return f"{part} of message {seq} of stream {stream} (consumer {consumer})"
+    return f"{part} of a message"
 
 
 def _plain_url(url: Any) -> str:

@@ -88,6 +88,15 @@ Publish = Callable[[str, bytes], Awaitable[Any]]
 Request = Callable[[str, bytes, float], Awaitable[Any]]
 
 
+def message_size(data: bytes, headers: dict[str, str] | None) -> int:
+    """What a message with ``headers`` weighs against the server's max payload (nats-py checks the data only:
+    a message over it with its headers makes the server close the connection)."""
+    if not headers:
+        return len(data)
+    block = 12 + sum(len(k.encode()) + len(str(v).encode()) + 4 for k, v in headers.items())   # NATS/1.0 ... CRLFs
+    return len(data) + block
+
+
 def ack_numbers(reply: str) -> tuple[int, int, int]:
     """(deliveries, stream sequence, consumer sequence) of a JetStream ack subject (v1 and v2 forms),
     zeros when it is not one."""
@@ -232,7 +241,16 @@ class Msg:
 
     # --- what the handler reads ---------------------------------------------------------
     @property
+    def nats_msg(self) -> NatsMsg:
+        """The nats-py message as the server delivered it (``nats.aio.msg.Msg``): its ``subject`` still
+        carries the partition token. For what this class does not carry over; acknowledge through this
+        class (``ack()``, ``nak()``...), not through it: acks sent on the nats-py message bypass the
+        instance's bookkeeping (the ordered release of partitions, resets, key-level retries)."""
+        return self._msg
+
+    @property
     def partitioned_subject(self) -> str:
+        """The subject as stored in the stream the member consumes, partition token first."""
         return self._msg.subject
 
     @property

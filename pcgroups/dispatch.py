@@ -26,6 +26,11 @@ Invariants, besides those of :mod:`pcgroups.pool`:
    with ``+WPI``.
 3. Nothing of this runs a handler in the dispatching process, and a message is offered only while the
    instance may start handlers (the session's take-over and pin rules hold as for local handlers).
+4. A worker is declared gone only for a silence heard while this instance was connected: while it is
+   disconnected nobody is, and after a reconnect every worker's silence counts from then (a server restart
+   takes no message back from a worker that goes on with it).
+5. A message that can not be offered (it would exceed the server's max payload with the offer's headers)
+   counts as a failed attempt: retried, then dead-lettered (or terminated) like a failing call.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
 from . import pool
-from .delivery import PIN_HEADER, Delivery, Msg
+from .connect import ConnectionWatch
+from .delivery import PIN_HEADER, Delivery, Msg, message_size
 from .scheduler import ConsumerControl, KeyedDispatcher, KeyFunc, RetryLater, RetryPolicy
 
 log = logging.getLogger("pcgroups")
@@ -112,6 +118,7 @@ class Roster:
         self._free = asyncio.Event()       # a slot may have freed: waiting runs look again
         self._reaper: asyncio.Task[None] | None = None
         self._announced: str | None = None  # the pin HELLO was said for
+        self._unlisten: Callable[[], None] = lambda: None
         self.on_resize: Callable[[int], None] = lambda slots: None
         self.status_of: Callable[[], dict[str, Any]] = self.status
         self.handled = 0
@@ -126,8 +133,18 @@ class Roster:
                       await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status),
                       await self.nc.subscribe(f"{p}.STATUS", cb=self._on_status)]
         self._reaper = asyncio.create_task(self._reap(), name=f"pcg-roster-{self.spec.member}")
+        self._unlisten = ConnectionWatch.of(self.nc).listen(self._connection)
+
+    def _connection(self, kind: str, url: str) -> None:
+        """Back from a disconnection: the workers were silent because this instance was away (invariant 4), so
+        their silence counts from now."""
+        if kind == "reconnected":
+            now = time.monotonic()
+            for w in self._workers.values():
+                w.seen = now
 
     async def stop(self) -> None:
+        self._unlisten()
         if self._reaper is not None:
             self._reaper.cancel()
         for sub in self._subs:
@@ -212,12 +229,16 @@ class Roster:
         headers = {k: v for k, v in (m.headers or {}).items() if k != PIN_HEADER}
         headers.update({pool.ACK: m.reply, pool.SUBJECT: m.partitioned_subject, pool.PIN: m.pin_id or "",
                         pool.DISPATCHER: self.id})
+        if message_size(m.data, headers) > self.nc.max_payload:   # invariant 5
+            return pool.Outcome("retry", reason=f"too large to hand to a worker: {message_size(m.data, headers)} "
+                                                f"bytes with the offer's headers, over the max payload "
+                                                f"({self.nc.max_payload})")
         worker.offers[token] = self._offers[token] = offer
         try:
             await self.nc.publish(worker.work_subject, m.data, reply=f"{self.prefix}.D.{self.id}.R.{token}",
                                   headers=headers)
             return await offer.outcome
-        except Exception as e:   # not sent (disconnected, too large): offered again, or retried
+        except Exception as e:   # not sent (disconnected): offered again
             log.warning("%s: offer of message %d to worker %s failed: %s", self.spec.member, m.sequence,
                         worker.name, e)
             await asyncio.sleep(REAP_EVERY)
@@ -292,7 +313,7 @@ class Roster:
             await asyncio.sleep(REAP_EVERY)
             now = time.monotonic()
             for w in list(self._workers.values()):
-                if now - w.seen > pool.REVOKE_AFTER:
+                if now - w.seen > pool.REVOKE_AFTER and self.nc.is_connected:
                     self._gone(w, f"no heartbeat for {now - w.seen:.1f}s")
             pin = self._delivery.pin_id
             if pin is not None and pin != self._announced:

@@ -28,8 +28,8 @@ from .flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_qu
 from .sticky import sticky_change
 from .jsapi import (ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig)
 from .partitions import unmatched_filters
-from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, layout_of, resolve_start,
-                      source_config, starts_by_stream)
+from .sources import (Layout, SourceStream, Start, assign_filters, explicit_start, external_prefixes,
+                      externals_by_stream, layout_of, resolve_start, source_config, starts_by_stream)
 from .store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
                     open_or_create_bucket, read, update)
 
@@ -89,13 +89,23 @@ def _exists_error(differences: list[str]) -> GroupExistsError:
                             "create a new one")
 
 
-async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, str]) -> dict[str, dict[str, Any]]:
+async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, str],
+                        externals: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each stream's info, asked of its own JetStream (``externals``: the API prefix of a stream elsewhere)."""
     infos = {}
     for name in names:
+        where = api.at(externals.get(name))
+        elsewhere = "" if where is api else f" (in domain {where.domain})" if where.domain else f" (via {where.prefix})"
+        what = f"the elastic consumer group's {roles[name]}"
         try:
-            infos[name] = await api.stream_info(name)
+            infos[name] = await where.stream_info(name)
         except NotFoundError:
-            raise NotFoundError(f"the elastic consumer group's {roles[name]} does not exist: {name}") from None
+            raise NotFoundError(f"{what} does not exist: {name}{elsewhere}") from None
+        except JetStreamAPIError as e:
+            if where is api or e.code != 503:
+                raise
+            raise PCGroupsError(f"no JetStream answers for {what} {name}{elsewhere}: is the domain right, and its leaf "
+                                "node connected?") from None
     return infos
 
 
@@ -137,12 +147,14 @@ class ElasticSpec:
     sources: list[str] | None = None
     partition_streams: list[str] | None = None
     start: "str | Start | dict[str, str | Start] | None" = None
+    source_domain: "str | dict[str, str] | None" = None
+    source_api: "str | dict[str, str] | None" = None
 
     async def create(self, nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
         return await create_elastic(nc, stream, group, self.max_members, partitioning_filters=self.partitioning_filters,
                                     max_buffered_msgs=self.max_buffered_msgs, max_buffered_bytes=self.max_buffered_bytes,
                                     sources=self.sources, partition_streams=self.partition_streams, start=self.start,
-                                    api=api)
+                                    source_domain=self.source_domain, source_api=self.source_api, api=api)
 
 
 async def create_elastic(nc: Client, stream: str, group: str, max_members: int, *,
@@ -150,6 +162,8 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
                          max_buffered_msgs: int = 0, max_buffered_bytes: int = 0,
                          sources: list[str] | None = None, partition_streams: list[str] | None = None,
                          start: "str | Start | dict[str, str | Start] | None" = None,
+                         source_domain: "str | dict[str, str] | None" = None,
+                         source_api: "str | dict[str, str] | None" = None,
                          api: JetStreamApi | None = None) -> ElasticConfig:
     """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing).
 
@@ -157,7 +171,11 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     partitioning filter must match subjects of exactly one of the streams. ``partition_streams``:
     stream *i* is partition *i* (their count is ``max_members``; ``stream`` is then only the group's
     name and need not exist). ``start``: where sourcing begins, ``all`` (default), ``new``, ``seq:N``
-    or ``time:RFC3339``, for every stream or as a dict by stream name. See :mod:`pcgroups.sources`.
+    or ``time:RFC3339``, for every stream or as a dict by stream name. ``source_domain``: the JetStream
+    domain the streams are in when it is not the group's (the work queue sources them across a leaf
+    node connection), or ``source_api``: the API prefix of their JetStream (another account's API
+    imported under a prefix); each for every stream or as a dict by stream name. The group's config
+    and work queue live in ``api``'s JetStream. See :mod:`pcgroups.sources`.
     """
     api = api_of(nc, api)
     check_names(stream, group)
@@ -168,10 +186,12 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         cfg.validate()
         names, roles = _plan_streams(stream, cfg, list(sources or []), list(partition_streams or []))
         starts = starts_by_stream(start, names)
+        given = externals_by_stream(source_domain, source_api, names)
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
-    infos = await _stream_infos(api, names, roles)
-    layout = _layout(stream, cfg, names, infos, starts, partition_streams=bool(partition_streams))
+    externals = await external_prefixes(given, api)
+    infos = await _stream_infos(api, names, roles, externals)
+    layout = _layout(stream, cfg, names, infos, starts, externals, partition_streams=bool(partition_streams))
     first = infos[names[0]]["config"]
     replicas = max(i["config"].get("num_replicas", 1) for i in infos.values())
     kv = await open_or_create_bucket(api, ELASTIC_BUCKET, group_key(stream, group), replicas=replicas)
@@ -202,7 +222,8 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
             # Created concurrently (instances joining by name at once): compare with theirs.
             return await create_elastic(nc, stream, group, max_members, partitioning_filters=partitioning_filters,
                                         max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
-                                        sources=sources, partition_streams=partition_streams, start=start, api=api)
+                                        sources=sources, partition_streams=partition_streams, start=start,
+                                        source_domain=source_domain, source_api=source_api, api=api)
         except BaseException:
             if created_stream:
                 await api.delete_stream(wq.name)
@@ -211,7 +232,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
 
 
 def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, dict[str, Any]],
-            starts: dict[str, Start], *, partition_streams: bool) -> Layout:
+            starts: dict[str, Start], externals: dict[str, str], *, partition_streams: bool) -> Layout:
     """The layout a create asks for: each stream with its filters (or partition) and resolved start.
 
     With several streams every start is explicit (``all`` is the stream's first sequence): nats-server
@@ -220,7 +241,8 @@ def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, 
     """
     resolve = explicit_start if len(names) > 1 else resolve_start
     if partition_streams:
-        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n])) for i, n in enumerate(names)))
+        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n]), externals.get(n, ""))
+                            for i, n in enumerate(names)))
     filters = list(cfg.partitioning_filters or [])
     if len(names) == 1:
         unmatched = unmatched_filters([pf.filter for pf in filters], infos[stream]["config"])
@@ -232,7 +254,8 @@ def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, 
         assigned = assign_filters(filters, {n: infos[n]["config"] for n in names})
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
-    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n])) for n in names))
+    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n]),
+                                     externals.get(n, "")) for n in names))
 
 
 async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticConfig, layout: Layout) -> bool:
@@ -300,9 +323,11 @@ async def _work_queue_info(api: JetStreamApi, stream: str, group: str) -> dict[s
 
 
 async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
-    """Delete the config (instances end normally), then the work-queue stream."""
+    """Delete the config (instances end normally), then the work-queue stream; a user who may delete the
+    config but not the stream (an automatic member) is refused before anything is deleted."""
     api = api_of(nc, api)
     check_names(stream, group)
+    await api.check_delete(f"STREAM.DELETE.{work_queue_name(stream, group)}")
     try:
         kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
     except NotFoundError:
@@ -351,8 +376,10 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
 # --- the group's streams ------------------------------------------------------------------------
 async def add_source(nc: Client, stream: str, group: str, source: str, *,
                      partitioning_filters: list[PartitioningFilter] | None = None,
-                     start: "str | Start" = "all", api: JetStreamApi | None = None) -> Layout:
+                     start: "str | Start" = "all", source_domain: str | None = None, source_api: str | None = None,
+                     api: JetStreamApi | None = None) -> Layout:
     """Add ``source`` to an elastic group's streams (an aggregate group); returns the new layout.
+    ``source_domain`` / ``source_api``: the JetStream it is in, as for :func:`create_elastic`.
 
     Running members follow without a restart: the filters of the new stream's subjects are added to
     the config first (each member updates its consumer and restarts delivery at the work queue's first
@@ -364,8 +391,14 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "added to")
     if source in layout.names:
         raise ConfigError(f"stream {source} is already a stream of elastic consumer group {group}")
+    try:
+        given = externals_by_stream(source_domain, source_api, [source])
+    except ConfigError as e:
+        raise ConfigError(f"invalid elastic consumer group config: {e}") from None
+    external = (await external_prefixes(given, api)).get(source, "")
     infos = await _stream_infos(api, [*layout.names, source], {**{n: "stream" for n in layout.names},
-                                                               source: "stream to add"})
+                                                               source: "stream to add"},
+                                {**{s.name: s.external_api for s in layout.streams}, source: external})
     new = [pf for pf in partitioning_filters or [] if pf not in (cfg.partitioning_filters or [])]
     _check_added_filters(cfg, group, source, new, partitioning_filters or [], infos)
     seq, when = explicit_start(Start.parse(start), infos[source])
@@ -375,7 +408,7 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     if new:
         await _modify(nc, stream, group, api, lambda c: replace(c, partitioning_filters=[
             *(c.partitioning_filters or []), *(pf for pf in new if pf not in (c.partitioning_filters or []))]))
-    added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when)
+    added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when, external)
     body = dict(wq["config"], sources=[*wq["config"].get("sources", []), source_config(added, cfg.max_members)])
     await _update_stream(api, body)
     await settle_starts(api, body["name"], [source])
@@ -439,7 +472,8 @@ async def remove_source(nc: Client, stream: str, group: str, source: str, *, dis
     if source in layout.names:
         body = dict(wq["config"], sources=[s for s in wq["config"].get("sources", []) if s.get("name") != source])
         await _update_stream(api, body)
-    subjects = [f"*.{pf.filter}" for pf in leaving.filters] or await _whole_subjects(api, source)
+    subjects = ([f"*.{pf.filter}" for pf in leaving.filters]
+                or await _whole_subjects(api.at(leaving.external_api), source))
     wq_name = work_queue_name(stream, group)
     if discard:
         for subject in subjects:

@@ -26,6 +26,7 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStre
                      PermissionDeniedError)
 from .events import EventCallback, PartitionsHook
 from .flavour import ELASTIC, api_of, check_names, work_queue_name
+from .intake import STUCK_AFTER, SourceWatch, stuck_sources
 from .instance import (ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                        member_template, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE,
@@ -35,7 +36,7 @@ from .membership import AutoInstance, auto_member_name, check_joinable, check_le
 from .partitions import elastic_member_filters, member_partitions
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
-from .store import ELASTIC_BUCKET, group_entry, group_key, kv_call, open_bucket, read
+from .store import ELASTIC_BUCKET, Watch, group_entry, group_key, open_bucket, read
 from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
@@ -142,7 +143,10 @@ class ElasticInstance(ConsumerInstance):
         self._next_stepdown = 0.0
         self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
         self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
-        watcher = await kv_call(kv, kv.watch(self._key), self._key)
+        self._sources = SourceWatch()   # how long each source has copied nothing (a source stuck on a message)
+        self._intake_due = 0.0
+        self._stuck_said: set[tuple[str, int]] = set()
+        watcher = await Watch.start(kv, self._key)
         self._start(watcher)
         self._post(Reconcile())
 
@@ -443,28 +447,52 @@ class ElasticInstance(ConsumerInstance):
 
     async def _check_alive(self) -> None:
         """Periodic: the sourcing must work; our consumer must still exist (a deleted one is re-created)."""
-        await self._check_sourcing()
+        info = await self._quick_info(self.work_queue)
+        if info is not None:
+            await self._check_sourcing(info)
+            await self._check_intake(info)
         if await self._consumer_info() is None:
             self._post(ConsumerGone("consumer not found"))
 
-    async def _quick_info(self, stream: str) -> dict[str, Any] | None:
-        """Stream info with a short timeout; None when JetStream does not answer (an election) or the user may
-        not ask (the watchdog's permissions are optional: docs/SECURITY.md)."""
+    async def _check_intake(self, info: dict[str, Any]) -> None:
+        """Say once per message when a source is stuck on it (pcgroups.intake), and when it moves again."""
+        self._sources.update(info)
+        now = time.monotonic()
+        if now < self._intake_due:
+            return
+        self._intake_due = now + STUCK_AFTER
         try:
-            return await self.api.request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
+            stuck = {(s.stream, s.seq): s for s in await stuck_sources(self.api, info, self._sources.still)}
+        except PermissionDeniedError as e:   # optional (docs/SECURITY.md): asked no more, so no server log per check
+            log.info("%s: the intake of %s is not watched by this instance: %s", self.member_name, self.work_queue, e)
+            self._intake_due = float("inf")
+            return
+        except JetStreamAPIError as e:
+            log.debug("%s: intake check of %s: %s", self.member_name, self.work_queue, e)
+            return
+        for key in stuck.keys() - self._stuck_said:
+            log.warning("%s: the intake of elastic consumer group %s on stream %s stopped: %s", self.member_name,
+                        self.group_name, self.stream_name, stuck[key].describe())
+        for stream, seq in self._stuck_said - stuck.keys():
+            log.warning("%s: sourcing from %s moves again (past its message %d)", self.member_name, stream, seq)
+        self._stuck_said = set(stuck)
+
+    async def _quick_info(self, stream: str, external_api: str = "") -> dict[str, Any] | None:
+        """Stream info (of a stream in another JetStream: ``external_api``) with a short timeout; None when
+        JetStream does not answer (an election) or the user may not ask (the watchdog's permissions are
+        optional: docs/SECURITY.md)."""
+        try:
+            return await self.api.at(external_api).request(f"STREAM.INFO.{stream}", timeout=SOURCE_CHECK_TIMEOUT)
         except (JetStreamAPIError, PermissionDeniedError) as e:
             log.debug("%s: stream info of %s: %s", self.member_name, stream, e)
             return None
 
-    async def _check_sourcing(self) -> None:
+    async def _check_sourcing(self, info: dict[str, Any]) -> None:
         """Step the work queue's leader down when its source from the origin stays inactive (see SOURCE_STALL).
 
         Only for a replicated work queue, and only once the origin answers (while the origin has no leader a
         new source could not start either). A healthy source reports activity well under a second old.
         """
-        info = await self._quick_info(self.work_queue)
-        if info is None:
-            return
         sources = info.get("sources") or []
         if not (info.get("cluster") or {}).get("replicas") or not sources:
             self._source_stalled_since = None
@@ -479,8 +507,8 @@ class ElasticInstance(ConsumerInstance):
         stalled = now - self._source_stalled_since
         if stalled < self._stall_limit or now < self._next_stepdown:
             return
-        for origin in {src.get("name", "") for src in sources}:
-            if await self._quick_info(origin) is None:
+        for origin, external in {(src.get("name", ""), (src.get("external") or {}).get("api", "")) for src in sources}:
+            if await self._quick_info(origin, external) is None:
                 return   # an origin does not answer yet: a new source could not start either
         self._next_stepdown = now + STEPDOWN_COOLDOWN
         # Other instances of the group may act at the same moment: wait a little, and step down only if the

@@ -15,7 +15,7 @@ An exception raised by a hook is logged and ends the instance with that error (`
 Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 
 ``pinned``        this instance holds the member's pin and handles ``partitions``;
-``standby``       another instance of the member holds the pin;
+``standby``       another instance of the member holds the pin; ``partitions`` are the member's;
 ``lost-pin``      this instance held the pin and another instance of the member holds it now;
 ``not-a-member``  elastic: the member is not in the group (yet); the instance waits to be added;
 ``added``         elastic: the member was added; ``partitions`` are its partitions;
@@ -23,9 +23,11 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``dropped``       elastic: the member was dropped; the instance idles until it is added again (not
                   said of an automatic-membership instance's own leave when it stops);
 ``disconnected``  the connection to ``detail`` (a server URL, credentials removed) was lost;
-``reconnected``   the connection is back, to ``detail``.
+``reconnected``   the connection is back, to ``detail``;
+``unavailable``   at start: the server or JetStream does not answer (``detail`` says how); the start is
+                  tried again until it does (``*_consume`` returns then) or is cancelled.
 
-A dispatching instance (``dispatch=True``, :mod:`pcgroups.dispatch`) also says, while it holds the pin:
+A dispatching instance (``dispatch=True``, :mod:`pcgroups.dispatch`) also says:
 
 ``worker-joined`` a worker enrolled with the group's pool: ``detail`` is its name and capacity;
 ``worker-left``   a worker left (stopped) or went silent: ``detail`` is its name and why.
@@ -41,7 +43,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
-         "disconnected", "reconnected", "worker-joined", "worker-left", "enrolled", "no-dispatcher")
+         "disconnected", "reconnected", "unavailable", "worker-joined", "worker-left", "enrolled",
+         "no-dispatcher")
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,16 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
   ephemeral consumer created, drained with ``no_wait`` pulls, deleted (3 requests while a bucket
   holds fewer than 256 groups), and the configs come with it;
 - a static group: one consumer list of its stream (one request per 256 consumers) and one stream info;
-- an elastic group: one consumer list of its work queue and one stream info of the work queue with
+- an elastic group: one consumer list of its work queue, one stream info of the work queue with
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
-  the instances are counted from the consumers).
+  the instances are counted from the consumers), and one stream info of each origin stream, to tell
+  a source stuck on one message (:mod:`pcgroups.intake`; plus a message read while a source is behind).
 
 A last request (core NATS, not JetStream: ``$PCG.POOL.STATUS``) gathers every dispatching instance's
-pool (:mod:`pcgroups.dispatch`), answered at once when there is none. So a refresh takes ``7 + 2 S +
-2 E`` requests for ``S`` static and ``E`` elastic groups (each consumer list and subject count in one
-page; with streams given, 6 per stream instead of 6, plus the one), whatever the partitions and members. The exporter
+pool (:mod:`pcgroups.dispatch`), answered at once when there is none. So a refresh takes ``7 + 2 S + 3 E``
+requests for ``S`` static and ``E`` elastic groups over one stream each (each consumer list and subject
+count in one page; with streams given, 6 per stream instead of 6, plus the one), whatever the partitions
+and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
 """
@@ -62,6 +64,11 @@ GROUP_METRICS: dict[str, str] = {
     "pcgroups_group_partitions": "Partitions of the group",
     "pcgroups_elastic_source_lag_messages":
         "Messages of a source stream not yet sourced into an elastic group's work queue",
+    "pcgroups_elastic_source_stuck_seconds":
+        "How long the source's next origin message has waited while the source copied nothing (0: not stuck; "
+        "stuck from 5 s on): nothing after it reaches the group (cg elastic skip-stuck)",
+    "pcgroups_elastic_source_stuck_sequence":
+        "The origin stream sequence the source is stuck on (0: not stuck)",
 }
 
 #: name -> help of the metrics about the exporter itself (counters without their ``_total``).
@@ -71,8 +78,9 @@ EXPORTER_METRICS: dict[str, str] = {
     "pcgroups_exporter_refresh_seconds": "How long the last refresh took",
     "pcgroups_exporter_api_requests": "JetStream API requests (and KV snapshot pulls) sent by the exporter",
     "pcgroups_exporter_last_refresh_api_requests": "JetStream API requests the last refresh sent",
-    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), and groups or a stream's groups that could not "
-                                "be read (kind=group)",
+    "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), groups or a stream's groups that could not be "
+                                "read (kind=group), and reads the user's permissions refuse (kind=refused: each "
+                                "counted once)",
     "pcgroups_exporter_groups": "Groups in the last snapshot",
     "pcgroups_exporter_last_refresh_timestamp_seconds": "When the last refresh ended (Unix time)",
 }
@@ -101,7 +109,8 @@ class GroupsExporter:
         self.last_requests = 0
         self.last_seconds = 0.0
         self.last_time = 0.0
-        self.errors = {"refresh": 0, "group": 0}
+        self.errors = {"refresh": 0, "group": 0, "refused": 0}
+        self.refused: set[str] = set()         # the refused reads seen (each counted once)
         self.last_error: str | None = None     # the last refresh's error (None: it worked)
         self._due = 0.0                        # when the next refresh is due (monotonic)
 
@@ -116,7 +125,7 @@ class GroupsExporter:
         started, sent = time.monotonic(), self._sent()
         self._due = started + self.interval
         try:
-            statuses, failures = await self._read_all()
+            statuses, failures, refused = await self._read_all()
         except (PCGroupsError, JetStreamAPIError, OSError, asyncio.TimeoutError) as e:
             self.up, self.families, self.statuses = 0, [], []
             self.errors["refresh"] += 1
@@ -129,7 +138,9 @@ class GroupsExporter:
             self.up, self.statuses = 1, statuses
             self.families = list(group_families(statuses, datetime.now(timezone.utc)))
             self.errors["group"] += len(failures)
-            self.last_error = "; ".join(failures) or None
+            self.errors["refused"] += len(set(refused) - self.refused)   # a role's scope, not an incident: once each
+            self.refused |= set(refused)
+            self.last_error = "; ".join(failures + refused) or None
         finally:
             self.refreshes += 1
             self.last_requests = self._sent() - sent
@@ -153,9 +164,9 @@ class GroupsExporter:
             except asyncio.TimeoutError:
                 pass
 
-    async def _groups(self, bucket: str, failures: list[str]) -> list[tuple[str, str, bytes]]:
+    async def _groups(self, bucket: str, refused: list[str]) -> list[tuple[str, str, bytes]]:
         """(stream, group, stored config) of the bucket's groups, of the chosen streams. A read the
-        user's permissions refuse (a role scoped to some streams) is added to ``failures``, the other
+        user's permissions refuse (a role scoped to some streams) is added to ``refused``, the other
         streams' groups are still read."""
         patterns = [f"{s}.*" for s in self.streams] or [">"]
         out = []
@@ -165,21 +176,23 @@ class GroupsExporter:
             except NotFoundError:
                 return []  # no bucket: no group of this flavour yet
             except PermissionDeniedError as e:
-                failures.append(f"{bucket} {pattern}: {e}")
+                refused.append(f"{bucket} {pattern}: {e}")
                 continue
             for entry in entries:
                 stream, _, group = entry.key.partition(".")
                 out.append((stream, group, entry.value or b""))
         return out
 
-    async def _read_all(self) -> tuple[list[GroupStatus], list[str]]:
+    async def _read_all(self) -> tuple[list[GroupStatus], list[str], list[str]]:
+        """The statuses, the groups that could not be read, and the reads refused by permissions."""
         from .elastic import stored_config as elastic_config
         from .static import stored_config as static_config
 
         statuses: list[GroupStatus] = []
         failures: list[str] = []
+        refused: list[str] = []
         for flavour, bucket in FLAVOURS:
-            for stream, group, value in await self._groups(bucket, failures):
+            for stream, group, value in await self._groups(bucket, refused):
                 try:
                     if flavour == "static":
                         status = await static_status(self.nc, stream, group, api=self.api, pools=False,
@@ -187,12 +200,15 @@ class GroupsExporter:
                     else:
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
                                                       pools=False, config=elastic_config(stream, group, value))
+                except PermissionDeniedError as e:
+                    refused.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
+                    continue
                 except (PCGroupsError, JetStreamAPIError) as e:
                     failures.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
                     continue
                 statuses.append(status)
         await self._pools(statuses)
-        return statuses, failures
+        return statuses, failures, refused
 
     async def _pools(self, statuses: list[GroupStatus]) -> None:
         """Every dispatching instance's pool, in one request (:func:`pcgroups.dispatch.pool_status`), given to
@@ -270,6 +286,8 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
     members = family("pcgroups_group_members", group_labels)
     partitions = family("pcgroups_group_partitions", group_labels)
     source_lag = family("pcgroups_elastic_source_lag_messages", ["stream", "group", "source"])
+    stuck_for = family("pcgroups_elastic_source_stuck_seconds", ["stream", "group", "source"])
+    stuck_at = family("pcgroups_elastic_source_stuck_sequence", ["stream", "group", "source"])
     for s in statuses:
         group = [s.flavour, s.stream, s.group]
         members.add_metric(group, len(s.members))
@@ -287,8 +305,12 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
         if s.flavour == "elastic":
             for p in s.partitions:
                 pending.add_metric([*group, str(p.partition), p.member or ""], p.pending or 0)
+            stuck = {x.stream: x for x in s.stuck_sources}
             for source, lag in sorted(s.source_lags.items()):
                 source_lag.add_metric([s.stream, s.group, source], lag)
-    yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag)
+                stuck_for.add_metric([s.stream, s.group, source], stuck[source].waiting if source in stuck else 0)
+                stuck_at.add_metric([s.stream, s.group, source], stuck[source].seq if source in stuck else 0)
+    yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag, stuck_for,
+                stuck_at)
     from .metrics import pool_families
     yield from pool_families([a for s in statuses for a in s.pools])

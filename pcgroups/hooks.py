@@ -35,8 +35,8 @@ log = logging.getLogger("pcgroups")
 _STATE_OF = {"pinned": "pin", "standby": "pin", "lost-pin": "pin",
              "not-a-member": "membership", "added": "membership", "partitions": "membership",
              "dropped": "membership", "disconnected": "connection", "reconnected": "connection",
-             "worker-joined": "workers", "worker-left": "workers", "enrolled": "dispatchers",
-             "no-dispatcher": "dispatchers"}
+             "unavailable": "connection", "worker-joined": "workers", "worker-left": "workers",
+             "enrolled": "dispatchers", "no-dispatcher": "dispatchers"}
 
 
 class HookError(Exception):

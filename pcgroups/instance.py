@@ -18,13 +18,16 @@ pin of its own after it says nothing more (unless the partitions changed).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import time
-import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
+import nats.errors
+import nats.js.errors
 from nats.js.kv import KeyValue
 
 from nats.aio.client import Client
@@ -32,19 +35,22 @@ from nats.aio.client import Client
 from .connect import ConnectionWatch
 from .delivery import Msg
 from .dispatch import PoolDispatcher, PoolSpec
-from .errors import ConfigError, PCGroupsError
-from .events import EventCallback, PartitionsHook
+from .errors import ConfigError, JetStreamAPIError, PCGroupsError
+from .events import EventCallback, InstanceEvent, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
-from .jsapi import PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, pinned_client_id
+from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
+                    pinned_client_id)
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
+from .store import Watch
 from .tracing import NO_TRACING, InstanceTracing, Tracing
 
 log = logging.getLogger("pcgroups")
 
 DEFAULT_ACK_WAIT = 5.0
+START_RETRY = (0.25, 2.0)   # a start that found the server not answering: first and longest wait before trying again
 
 
 def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
@@ -152,10 +158,11 @@ class Starting(Generic[S]):
 
 
 def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Starting[T]]:
-    """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`)."""
+    """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`); the
+    start is tried again while the server does not answer (:func:`start_patiently`)."""
     @functools.wraps(start)
     def entry(*args: P.args, **kwargs: P.kwargs) -> Starting[T]:
-        return Starting(start(*args, **kwargs))
+        return Starting(start_patiently(start, inspect.signature(start).bind(*args, **kwargs)))
     return entry
 
 
@@ -171,6 +178,39 @@ def traced_retry(retry: RetryPolicy | None, trace: InstanceTracing) -> RetryPoli
         if told is not None:
             told(msg, reason)
     return replace(retry, on_dead_letter=on_dead_letter)
+
+
+async def start_patiently(start: Callable[..., Coroutine[Any, Any, T]], call: inspect.BoundArguments) -> T:
+    """``start(*call.args, **call.kwargs)``, again and again while it fails because the server or JetStream does
+    not answer (:func:`unavailable`): started while the server restarts, an instance waits for it as a running
+    one does. The first such failure is said once, as an ``unavailable`` event (a warning without ``on_event``);
+    any other error is raised. Cancel the start (or close the connection) to give up."""
+    member, on_event = call.arguments.get("member") or "", call.arguments.get("on_event")
+    delay, told = START_RETRY[0], False
+    while True:
+        try:
+            return await start(*call.args, **call.kwargs)
+        except Exception as e:
+            if not unavailable(e) or call.arguments["nc"].is_closed:
+                raise
+            if not told:
+                told = True
+                if on_event is not None:
+                    on_event(InstanceEvent("unavailable", member, detail=str(e) or type(e).__name__))
+                else:
+                    log.warning("%s: not started: %s; trying again until the server answers", member, e)
+            log.debug("%s: not started (%r); trying again in %.2fs", member, e, delay)
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, START_RETRY[1])
+
+
+def unavailable(error: BaseException) -> bool:
+    """The server or JetStream did not answer (a timeout, no responders, "temporarily unavailable", the client
+    reconnecting): asking again later may work."""
+    if isinstance(error, JetStreamAPIError):
+        return error.code in (408, 503) or error.err_code == ERR_JETSTREAM_UNAVAILABLE
+    return isinstance(error, (TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionReconnectingError,
+                              nats.js.errors.ServiceUnavailableError))
 
 
 class ConsumerInstance(ControlLoop[ControlEvent]):
@@ -213,6 +253,11 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                                                                                          group, member)
         self.retry = traced_retry(retry, self.trace)
         self.session: PullSession | None = None
+        #: Faults the instance absorbed without ending: how many times its member's consumer went away
+        #: under it (deleted by hand, or by the server after its inactive threshold, as after a long
+        #: pause of the process) while the group and its work queue remained, and it created the consumer
+        #: again and went on (elastic instances; a static instance ends with ``ConsumerGoneError``
+        #: instead, so its count stays 0). Each one is also logged at info level.
         self.recovered_errors = 0
         self._handoff: Handoff | None = None
         self._pool: PoolSpec | None = None
@@ -231,7 +276,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
-        self._watcher: Any = None   # nats-py KeyWatcher of the group's config key, set by _start
+        self._watcher: Watch | None = None   # the group's config key, set by _start
         self._watch_task: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
@@ -285,7 +330,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     async def _attached(self) -> None:
         await self._consuming.wait()
 
-    def _start(self, watcher: Any) -> None:
+    def _start(self, watcher: Watch) -> None:
         self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
         self._unwatch = ConnectionWatch.of(self.nc).listen(
             lambda kind, url: self._reporter.emit(kind, detail=url))
@@ -301,9 +346,10 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._post(Fatal(violation.error(names)))
 
     async def _pump_watch(self) -> None:
+        assert self._watcher is not None
         try:
             async for entry in self._watcher:
-                if entry is not None:   # None: the end of the initial values
+                if isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigUpdate(entry))
         except asyncio.CancelledError:
             raise
@@ -431,7 +477,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             if self._pin_state == "unpinned":
                 self._reporter.emit("lost-pin")
             self._pin_state = "standby"
-            self._reporter.emit("standby")
+            self._reporter.emit("standby", self.partitions)
             return
         # Not yet, or nobody holds the pin (the server gives it with a message): look again later.
         if self._pin_check is not None:

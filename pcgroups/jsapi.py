@@ -3,6 +3,12 @@
 nats-py has no priority groups (no ``priority_*`` consumer fields, no ``group``/``id`` in pulls, no
 unpin) and serialises configs in its own field order; pcgroups speaks those requests itself so Go and
 Python instances of one member create byte-identical consumers.
+
+Which JetStream a :class:`JetStreamApi` talks to is its API prefix: ``$JS.API`` (the connection's own
+account and domain), ``$JS.<domain>.API`` for a JetStream domain (across a leaf node connection), or an
+API prefix an account imports. Every pcgroups call takes ``api=``; one without it uses the prefix
+bound to its connection (:meth:`JetStreamApi.bind`, which :func:`pcgroups.connect.connect` does with
+the options' or the context's domain), else ``$JS.API``.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +25,13 @@ import nats.errors
 from nats.aio.client import Client
 
 from .config import go_json
-from .errors import JetStreamAPIError, NotFoundError
+from .connect import tolerate_undecodable
+from .errors import ConfigError, JetStreamAPIError, NotFoundError, PermissionDeniedError
 from .permissions import PermissionWatch
 
 log = logging.getLogger("pcgroups")
 
+DEFAULT_API_PREFIX = "$JS.API"
 PRIORITY_GROUP = "PCG"
 PINNED_CLIENT = "pinned_client"
 
@@ -39,6 +48,7 @@ ERR_CONSUMER_EXISTS = 10148
 ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
 ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
+ERR_NOT_EMPTY_REQUEST = 10038       # "expected an empty request payload" (a delete request with a body)
 
 # Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
 # responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
@@ -179,6 +189,33 @@ def kv_bucket_config(bucket: str, *, replicas: int) -> StreamConfig:
         duplicate_window=120_000_000_000, deny_delete=True, allow_rollup_hdrs=True, allow_direct=True)
 
 
+def prefix_of(domain: str | None = None, prefix: str | None = None) -> str:
+    """The JetStream API prefix of ``domain`` (``$JS.<domain>.API``), or ``prefix`` itself (a trailing ``.``
+    dropped), or ``$JS.API``; a ConfigError for a name the server would not take, or for both."""
+    if domain and prefix:
+        raise ConfigError(f"give a JetStream domain or an API prefix, not both (domain {domain!r}, "
+                          f"API prefix {prefix!r})")
+    if domain:
+        if any(c in ".*>" or c.isspace() for c in domain):
+            raise ConfigError(f"invalid JetStream domain {domain!r}: a domain may not contain '.', '*', '>' or "
+                              "whitespace")
+        return f"$JS.{domain}.API"
+    if prefix:
+        subject = prefix.removesuffix(".")
+        tokens = subject.split(".")
+        if any(not t or t in ("*", ">") or any(c.isspace() for c in t) for t in tokens):
+            raise ConfigError(f"invalid JetStream API prefix {prefix!r}: it must be a subject without wildcards "
+                              "(e.g. $JS.hub.API or JS.acme.API)")
+        return subject
+    return DEFAULT_API_PREFIX
+
+
+def domain_of(prefix: str) -> str | None:
+    """The domain of an API prefix ``$JS.<domain>.API``; None for any other prefix."""
+    parts = prefix.split(".")
+    return parts[1] if len(parts) == 3 and parts[0] == "$JS" and parts[2] == "API" else None
+
+
 def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | None,
                  group: str = PRIORITY_GROUP) -> bytes:
     """A priority-group pull request body, fields in nats.go's order."""
@@ -189,16 +226,50 @@ def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | 
     return go_json(body)
 
 
-class JetStreamApi:
-    """Raw JetStream API requests on one connection (honours a JetStream domain)."""
+_bound: "weakref.WeakKeyDictionary[Client, str]" = weakref.WeakKeyDictionary()
 
-    def __init__(self, nc: Client, *, domain: str | None = None, timeout: float = 5.0):
+
+class JetStreamApi:
+    """Raw JetStream API requests on one connection, to the JetStream of ``domain`` or ``api_prefix``
+    (neither: the prefix bound to the connection, else ``$JS.API``; see the module docs)."""
+
+    def __init__(self, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
+                 timeout: float = 5.0):
         self.nc = nc
-        self.prefix = f"$JS.{domain}.API" if domain else "$JS.API"
+        self.prefix = prefix_of(domain, api_prefix) if domain or api_prefix else _bound.get(nc, DEFAULT_API_PREFIX)
         self.timeout = timeout
         self.permissions = PermissionWatch.of(nc)
+        tolerate_undecodable(nc)   # a subject that is not UTF-8 must not stop the connection's reader
         self._answered = time.monotonic()    # JetStream's last answer to a request
         self._reconnected = 0.0              # the last reconnect away from a silent server
+
+    @classmethod
+    def bind(cls, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
+             timeout: float = 5.0) -> "JetStreamApi":
+        """Make ``domain`` (or ``api_prefix``; neither: ``$JS.API``) the JetStream of every pcgroups call on
+        ``nc`` made without ``api=``, and return an API for it."""
+        _bound[nc] = prefix_of(domain, api_prefix)
+        return cls(nc, timeout=timeout)
+
+    @property
+    def domain(self) -> str | None:
+        """The JetStream domain this API talks to (None: the connection's own, or an API prefix)."""
+        return domain_of(self.prefix)
+
+    async def own_prefixes(self) -> set[str]:
+        """The API prefixes of this API's JetStream: its own, and its domain's (asked of the account info; left
+        out when the server does not say, or the user may not ask)."""
+        try:
+            domain = (await self.request("INFO")).get("domain")
+        except (JetStreamAPIError, PermissionDeniedError):
+            domain = None
+        return {self.prefix, prefix_of(domain)} if domain else {self.prefix}
+
+    def at(self, prefix: str | None) -> "JetStreamApi":
+        """The API of another JetStream on the same connection (``prefix``; None or "": this one)."""
+        if not prefix or prefix == self.prefix:
+            return self
+        return JetStreamApi(self.nc, api_prefix=prefix, timeout=self.timeout)
 
     def reconnect_if_silent(self, answered: float, limit: float = SILENT_SERVER) -> bool:
         """JetStream last answered at ``answered`` (monotonic). When that is more than ``limit`` seconds ago, and
@@ -209,7 +280,8 @@ class JetStreamApi:
             return False
         self._reconnected = now
         url = self.nc.connected_url
-        log.warning("JetStream has not answered through %s for %.1fs; reconnecting",
+        log.warning("JetStream%s has not answered through %s for %.1fs; reconnecting",
+                    f" (domain {self.domain})" if self.domain else "",
                     f"{url.hostname}:{url.port}" if url else "the server", now - answered)
         asyncio.ensure_future(self.nc.force_reconnect())
         return True
@@ -261,6 +333,18 @@ class JetStreamApi:
                 subjects.update(more)
             info.setdefault("state", {})["subjects"] = subjects
         return info
+
+    async def check_delete(self, subject: str) -> None:
+        """Raise :class:`PermissionDeniedError` now if the user may not send the delete request ``subject``
+        (``STREAM.DELETE.<stream>``, ``CONSUMER.DELETE.<stream>.<consumer>``), deleting nothing: JetStream answers
+        a delete request that has a body with "expected an empty request payload" before it looks at what the
+        request names. A change made of several deletes checks them all first, so that a refused one leaves
+        nothing half done."""
+        try:
+            await self.request(subject, b"?")
+        except JetStreamAPIError as e:
+            if e.err_code != ERR_NOT_EMPTY_REQUEST:
+                raise
 
     async def create_stream(self, config: StreamConfig) -> dict[str, Any]:
         return await self.request(f"STREAM.CREATE.{config.name}", config.to_wire())

@@ -18,6 +18,8 @@ The loop's contract:
   ``error`` and what ``done()`` gives.
 - ``stop()`` is idempotent and safe from a handler: the first call runs ``_halt`` and posts
   :class:`Stop`; every call returns the end to await.
+- ``done()`` returns the result; ``wait()`` returns on None and raises the error, so an instance's
+  failure is not lost by a caller who forgets to look at the result.
 """
 
 from __future__ import annotations
@@ -61,12 +63,23 @@ class ConsumeContext(Protocol):
         """The partitions the member owns under the current config."""
         ...
 
+    @property
+    def recovered_errors(self) -> int:
+        """How many faults the instance absorbed without ending: its member's consumer went away under
+        it and it created the consumer again (elastic groups; static instances end instead)."""
+        ...
+
     def stop(self) -> asyncio.Future[BaseException | None]:
         """Ask the instance to end (idempotent, safe from a handler); await the result for the end."""
         ...
 
     async def done(self) -> BaseException | None:
         """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
+        ...
+
+    async def wait(self) -> None:
+        """Wait for the end: return on a normal end (stop, group deleted), raise the error that ended
+        the instance otherwise (``done()`` returns it instead)."""
         ...
 
     async def wait_for_consuming(self, timeout: float | None = None) -> None:
@@ -102,7 +115,7 @@ E = TypeVar("E")
 
 
 class ControlLoop(Generic[E]):
-    """The event queue, the task that runs the loop, the end; ``stop()``, ``done()``,
+    """The event queue, the task that runs the loop, the end; ``stop()``, ``done()``, ``wait()``,
     ``wait_for_consuming()`` and ``async with`` on them (see the module docs)."""
 
     member_name: str
@@ -126,6 +139,12 @@ class ControlLoop(Generic[E]):
     async def done(self) -> BaseException | None:
         """Wait for the end: None for a normal end (stop, group deleted), the error otherwise."""
         return await asyncio.shield(self._done)
+
+    async def wait(self) -> None:
+        """Wait for the end: return on a normal end, raise the error that ended the instance otherwise."""
+        error = await self.done()
+        if error is not None:
+            raise error
 
     async def wait_for_consuming(self, timeout: float | None = None) -> None:
         """Wait until the instance is attached to its consumer; raises if it ended first."""

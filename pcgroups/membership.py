@@ -49,7 +49,9 @@ from .instance import ConsumerInstance
 from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
+from .store import (ELASTIC_BUCKET, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream, open_bucket,
+                    snapshot,
+                    update)
 
 log = logging.getLogger("pcgroups")
 
@@ -68,9 +70,10 @@ WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the ins
 
 @dataclass(frozen=True)
 class LeaseEntry:
-    """The lease watch saw a change (None: the end of its initial values)."""
+    """The lease watch saw a change (None: the end of its current values; RESTARTED: it started again after a
+    reconnect, its current values follow)."""
 
-    entry: KeyValue.Entry | None
+    entry: KeyValue.Entry | None | Restarted
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ def _parse_entry(prefix: str, entry: Any) -> _Held | None:
 # --- the lease bucket ---------------------------------------------------------------------------
 async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas: int = 1) -> KeyValue:
     """The lease bucket, created if missing (history 1, per-message TTL, 1 s limit markers)."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
     except nats.js.errors.BucketNotFoundError:
@@ -297,7 +300,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         self.rebalances = 0                  # membership changes this instance wrote
         self._leases_kv = leases
         self._configs_kv = configs
-        self._js = self.nc.jetstream(domain=_domain(self.api))
+        self._js = kv_jetstream(self.api)   # the lease writes: routed through a domain as the KV's
         self._prefix = f"{stream}.{group}."
         self._key = lease_key(stream, group, member, self.instance_id)
         self._subject = f"{leases._pre}{self._key}"
@@ -332,6 +335,16 @@ class AutoInstance(ControlLoop[AutoEvent]):
     def partitions(self) -> list[int]:
         """The partitions this instance's member owns under the current config."""
         return self.consumer.partitions
+
+    def pool_status(self) -> dict[str, Any] | None:
+        """A dispatching instance's pool (``ConsumerInstance.pool_status``)."""
+        return self.consumer.pool_status()
+
+    @property
+    def recovered_errors(self) -> int:
+        """How many times its member's consumer went away under it and it joined again
+        (:attr:`ConsumerInstance.recovered_errors <pcgroups.instance.ConsumerInstance.recovered_errors>`)."""
+        return self.consumer.recovered_errors
 
     @property
     def live_members(self) -> list[str]:
@@ -407,7 +420,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             async for entry in watcher:
                 if which == "lease":
                     self._post(LeaseEntry(entry))
-                elif entry is not None:   # None: the end of the initial values
+                elif isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigEntry(entry))
         except asyncio.CancelledError:
             raise
@@ -471,6 +484,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if entry is None:
             self._leases_ready = True
             return True
+        if isinstance(entry, Restarted):   # after a reconnect: the view is rebuilt from the current leases
+            self._leases.clear()
+            self._leases_ready = False
+            return False
         before = self.live_members
         held = _parse_entry(self._prefix, entry)
         if held is None:
@@ -590,11 +607,11 @@ class AutoInstance(ControlLoop[AutoEvent]):
             log.warning("%s/%s: could not delete the consumer of dead member %s: %s", self.member_name,
                         self.instance_id, member, e)
 
-    def _watch(self, which: str) -> Awaitable[Any]:
+    def _watch(self, which: str) -> Awaitable[Watch]:
         """A watch of the group's leases or of its config (refused permissions raise at once)."""
         if which == "lease":
-            return kv_call(self._leases_kv, self._leases_kv.watch(self._prefix + ">"), self._prefix + ">")
-        return kv_call(self._configs_kv, self._configs_kv.watch(self._config_key), self._config_key)
+            return Watch.start(self._leases_kv, self._prefix + ">")
+        return Watch.start(self._configs_kv, self._config_key)
 
     # --- the lease ------------------------------------------------------------------------
     def _lease_value(self) -> bytes:
@@ -710,7 +727,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             except asyncio.TimeoutError:
                 continue
             match event:
-                case LeaseEntry(entry=entry) if entry is not None and entry.key == self._key:
+                case LeaseEntry(entry=KeyValue.Entry(key=key)) if key == self._key:
                     self._leases.pop(self._key, None)
                     quiet_from = time.monotonic()
                 case LeaseEntry(entry=entry):

@@ -165,6 +165,8 @@ class InstanceMetrics:
         elif kind in ("lost-pin", "standby"):
             if kind == "lost-pin":
                 self._lost.inc()
+            else:   # a standby's member owns its partitions as much as the pinned instance's does
+                self._partitions.set(len(event.partitions))
             self._pinned.set(0)
         elif kind in REBALANCES:
             self._rebalances[kind].inc()

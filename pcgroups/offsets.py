@@ -307,11 +307,12 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
                           f"{', '.join(layout.names)}: use --to-time or --to-earliest")
     plan.queued = sum(queued.values())
     for src in layout.streams:
-        info = await _stream_info(api, src.name)
-        start = await _seq_at(api, src.name, info, target)
+        origin = api.at(src.external_api)   # a stream of another domain is asked there
+        info = await _stream_info(origin, src.name)
+        start = await _seq_at(origin, src.name, info, target)
         subjects = [f.filter for f in src.filters] or [">"]
-        plan.sources.append(SourceMove(src.name, start, await _msg_time(api, src.name, start),
-                                       await api.count_messages(src.name, subjects, start)))
+        plan.sources.append(SourceMove(src.name, start, await _msg_time(origin, src.name, start),
+                                       await origin.count_messages(src.name, subjects, start)))
     return plan
 
 

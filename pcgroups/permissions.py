@@ -17,7 +17,7 @@ connection takes those reports:
 
 nats-py lower-cases the error text, subject included; the error names the subject as the caller
 wrote it when it matches one of the subjects (or patterns) guarded, otherwise with its well-known
-prefix (``$JS.API.``, ``$KV.``, ``_INBOX.``) in capitals.
+prefix (``$JS.API.``, ``$JS.<domain>.API.``, ``$KV.``, ``_INBOX.``) in capitals.
 
 The watch attaches itself to a client by wrapping the client's error callback (``_error_cb``: nats-py
 keeps no list of listeners); the callback it wraps still gets every error.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ _VIOLATION = re.compile(r'permissions violation for (publish|subscription) (?:to
                         re.IGNORECASE)
 # Prefixes written in capitals when a violation's subject is not one the caller guarded.
 _PREFIXES = ("$JS.API.", "$JS.ACK.", "$JS.FC.", "$JS.EVENT.", "$KV.", "_INBOX.")
+_DOMAIN_API = re.compile(r"\$js\.([^.]+)\.api\.")
 # A running instance ends on violations of these subjects (and of its inbox), not on its user's own subjects.
 _RELEVANT = ("$js.", "$kv.")
 
@@ -81,21 +82,26 @@ def _capitalised(subject: str) -> str:
     for prefix in _PREFIXES:
         if subject.startswith(prefix.lower()):
             return prefix + subject[len(prefix):]
+    m = _DOMAIN_API.match(subject)
+    if m:   # $js.<domain>.api.: the domain as reported (its case is lost)
+        return f"$JS.{m.group(1)}.API." + _capitalised(subject[m.end():])
     return subject
 
 
-def kv_subjects(bucket: str, key: str = ">") -> list[str]:
-    """The subjects nats-py's KV calls on ``bucket`` (and ``key``) send to: the bucket's stream API, direct
-    gets, its consumers (watches), flow control and the key itself."""
-    stream = f"KV_{bucket}"
-    return [f"$KV.{bucket}.{key}", f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{key}", f"$JS.API.STREAM.INFO.{stream}",
-            f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.*.*.{stream}",
-            f"$JS.API.*.*.{stream}.>", f"$JS.FC.{stream}.>", "$JS.API.INFO"]
+def kv_subjects(bucket: str, key: str = ">", prefix: str = "$JS.API") -> list[str]:
+    """The subjects nats-py's KV calls on ``bucket`` (and ``key``) send to through the JetStream API ``prefix``:
+    the key itself (its writes, under a domain's or account's prefix: ``<prefix>.$KV.<bucket>.<key>``), the
+    bucket's stream API, direct gets, its consumers (watches) and flow control."""
+    stream, key_subject = f"KV_{bucket}", f"$KV.{bucket}.{key}"
+    writes = [key_subject] if prefix == "$JS.API" else [f"{prefix}.{key_subject}", key_subject]
+    return [*writes, f"{prefix}.DIRECT.GET.{stream}.{key_subject}", f"{prefix}.STREAM.INFO.{stream}",
+            f"{prefix}.CONSUMER.CREATE.{stream}", f"{prefix}.STREAM.MSG.GET.{stream}", f"{prefix}.*.*.{stream}",
+            f"{prefix}.*.*.{stream}.>", f"$JS.FC.{stream}.>", f"{prefix}.INFO"]
 
 
 @dataclass(eq=False)
 class _Guard:
-    subjects: tuple[str, ...]
+    subjects: Sequence[str]
     replies: bool
     failed: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -159,8 +165,10 @@ class PermissionWatch:
 
     async def call(self, aw: Awaitable[T], subjects: Iterable[str], *, replies: bool = True) -> T:
         """Await ``aw``; a violation for one of ``subjects`` (patterns allowed), or of the reply inbox when
-        ``replies``, raises :class:`PermissionDeniedError` at once instead."""
-        guard = _Guard(tuple(subjects), replies)
+        ``replies``, raises :class:`PermissionDeniedError` at once instead. A mutable sequence of subjects (a
+        list, a deque) is kept as given: the caller may change it while ``aw`` runs (a sink keeping the
+        subjects it published last)."""
+        guard = _Guard(subjects if isinstance(subjects, MutableSequence) else tuple(subjects), replies)
         if replies and self.inbox_denied is not None:
             if asyncio.iscoroutine(aw):
                 aw.close()

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .delivery import PIN_HEADER, Delivery, Msg
+from .delivery import PIN_HEADER, Delivery, Msg, message_size
 from .errors import SupersededError
 from .partitions import tokens_match
 
@@ -232,6 +232,10 @@ class ConsumerControl(Protocol):
     consumer: str
     label: str
 
+    @property
+    def max_payload(self) -> int:
+        """The server's max payload (a dead letter over it is not published)."""
+
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
 
 
@@ -410,7 +414,14 @@ class KeyedDispatcher:
                             "Pcg-Stream": c.stream, "Pcg-Consumer": c.consumer,
                             "Pcg-Stream-Seq": str(m.sequence), "Pcg-Deliveries": str(deliveries)})
             headers.pop(PIN_HEADER, None)
-            await c.dead_letter(self.retry.dead_letter_subject, m.data, headers)
+            try:
+                if message_size(m.data, headers) > c.max_payload:   # the server would close the connection
+                    raise ValueError(f"{message_size(m.data, headers)} bytes with the dead letter's headers, over "
+                                     f"the max payload ({c.max_payload})")
+                await c.dead_letter(self.retry.dead_letter_subject, m.data, headers)
+            except Exception as e:  # too large, refused: terminated all the same
+                log.error("%s: message %d could not be dead-lettered to %s: %s", c.label, m.sequence,
+                          self.retry.dead_letter_subject, e)
         log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
                     m.subject, deliveries, reason)
         await m.respond(b"+TERM " + reason[:200].encode(), settle=True)

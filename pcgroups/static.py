@@ -2,7 +2,10 @@
 membership is fixed at creation (any config change ends every instance).
 
 A member's consumer (``<group>-<member>``) is created by its first instance with that instance's
-settings (max_ack_pending, ack_wait, ...). An instance that asks other settings updates the consumer
+settings (max_ack_pending, ack_wait, ...), or beforehand by an admin (:func:`create_static_consumers`):
+an instance that finds its consumer as it would create it attaches to it without a create request, so a
+member may then be denied the permission to create or delete consumers, and so to give its consumer
+other partitions' filters (docs/SECURITY.md). An instance that asks other settings updates the consumer
 in place (name, filters, priority group and PinnedTTL rule unchanged, so Go instances see the same
 consumer) when no other instance of the member is running (no waiting pull, no pin: an instance that
 just ended shows neither within a PinnedTTL, which is waited for), and logs what changed; while one is
@@ -32,7 +35,7 @@ from .loop import CONTINUE, Outcome
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import group_entry, group_key, kv_call, open_or_create_bucket, read
+from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read
 from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
@@ -93,6 +96,41 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     return current
 
 
+async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerConfig | None = None,
+                                  api: JetStreamApi | None = None) -> list[str]:
+    """Create every member's consumer as its first instance would with the consumer template ``config`` (give
+    the one the instances will use: AckWait, max_ack_pending); returns their names. Idempotent; a consumer
+    that exists with other settings is a :class:`ConfigError` naming them. Instances then attach without
+    creating anything: their users need no permission to create or delete consumers."""
+    api = api_of(nc, api)
+    cfg = await get_static_config(nc, stream, group, api=api)
+    names = []
+    for member in cfg.membership():
+        filters = static_member_filters(cfg, member)
+        if not filters:
+            continue
+        wanted = _member_consumer(group, member, member_template(config), filters)
+        try:
+            await api.create_consumer(stream, wanted)
+        except JetStreamAPIError as e:
+            if e.err_code != ERR_CONSUMER_EXISTS:
+                raise
+            have = (await api.consumer_info(stream, wanted.durable_name)).get("config", {})
+            differences = _setting_differences(have, wanted.to_wire(), only=set(wanted.to_wire()) - _KEPT)
+            raise ConfigError(f"member {member}'s consumer {wanted.durable_name} exists with other settings "
+                              f"({_there_asked(differences)}): give the settings it has, or delete it first "
+                              "(its position is lost)") from None
+        names.append(wanted.durable_name)
+    return names
+
+
+def _member_consumer(group: str, member: str, template: ConsumerConfig, filters: list[str]) -> ConsumerConfig:
+    """A static member's consumer: the template, its filters, the ``PCG`` priority group, durable ``<group>-<member>``."""
+    cfg = with_priority_group(template, filters)
+    cfg.durable_name = static_consumer_name(group, member)
+    return cfg
+
+
 def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
     """What differs between two static configs, as ``what: <now> now, <asked> asked``."""
     def words(items: list[str]) -> str:
@@ -107,7 +145,8 @@ def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
 
 
 async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
-    """Delete the group's config, then exactly its members' consumers (running instances end)."""
+    """Delete the group's config, then exactly its members' consumers (running instances end); a user who may
+    delete the config but not every member's consumer is refused before anything is deleted."""
     api = api_of(nc, api)
     check_names(stream, group)
     await consumer_stream_info(STATIC, api, stream, group)
@@ -119,6 +158,8 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         names = []  # nothing says which consumers are its members': running instances delete their own
         log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
                     "members' consumers", group, stream, e)
+    for member in names:
+        await api.check_delete(f"CONSUMER.DELETE.{stream}.{static_consumer_name(group, member)}")
     await kv_call(kv, kv.delete(key), key)
     for member in names:
         await api.delete_consumer(stream, static_consumer_name(group, member))
@@ -182,7 +223,7 @@ class StaticInstance(ConsumerInstance):
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
-        watcher = await kv_call(kv, kv.watch(self._key), self._key)
+        watcher = await Watch.start(kv, self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
                 raise NotAMemberError(f"{self.member_name} is not a member of static consumer group {self.group_name} "
@@ -208,16 +249,27 @@ class StaticInstance(ConsumerInstance):
                                  member=self.member_name)
 
     async def _join(self, filters: list[str]) -> None:
-        cfg = with_priority_group(self.template, filters)
-        cfg.durable_name = self.consumer_name
-        try:
-            await self.api.create_consumer(self.stream_name, cfg)
-        except JetStreamAPIError as e:
-            if e.err_code != ERR_CONSUMER_EXISTS:
-                raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
-                                        err_code=e.err_code, subject=e.subject) from None
-            await self._adopt(cfg)
+        cfg = _member_consumer(self.group_name, self.member_name, self.template, filters)
+        if not await self._as_created(cfg):
+            try:
+                await self.api.create_consumer(self.stream_name, cfg)
+            except JetStreamAPIError as e:
+                if e.err_code != ERR_CONSUMER_EXISTS:
+                    raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
+                                            err_code=e.err_code, subject=e.subject) from None
+                await self._adopt(cfg)
         await self._start_session(self.consumer_name)
+
+    async def _as_created(self, cfg: ConsumerConfig) -> bool:
+        """Our consumer exists as this instance would create it (by another instance, or by an admin:
+        :func:`create_static_consumers`): attach without a create request."""
+        try:
+            have = (await self.api.consumer_info(self.stream_name, self.consumer_name)).get("config", {})
+        except NotFoundError:
+            return False
+        want = cfg.to_wire()
+        return have.get("filter_subjects") == want["filter_subjects"] and not _setting_differences(
+            have, want, only=set(want) - _KEPT)
 
     async def _adopt(self, cfg: ConsumerConfig) -> None:
         """Our consumer exists with other settings: update it to ours when no other instance runs."""
@@ -234,8 +286,7 @@ class StaticInstance(ConsumerInstance):
                                     f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
         differences = _setting_differences(have, want, only=set(want) - _KEPT)
         if info.get("num_waiting") or pinned_client_id(info):
-            said = ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences) or \
-                "settings the server shows differently"
+            said = _there_asked(differences) or "settings the server shows differently"
             raise ConfigError(f"another instance of member {member} is running with other consumer settings "
                               f"({said}): stop the other instances of {member}, or start this one with the "
                               "same settings (cg: the same --concurrency and --max-ack-pending)")
@@ -322,6 +373,10 @@ def _setting_differences(have: dict[str, Any], want: dict[str, Any], *,
 
     keys = sorted(only if only is not None else (set(have) | set(want)) - {"created"})
     return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
+
+
+def _there_asked(differences: list[tuple[str, str, str]]) -> str:
+    return ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences)
 
 
 def _changes(differences: list[tuple[str, str, str]]) -> str:

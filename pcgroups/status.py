@@ -14,10 +14,14 @@ What is counted per partition and what per member:
   partition, created and deleted at once: two requests per partition, and it needs permission to
   create consumers on the stream). A member with no consumer yet has everything pending.
 - **elastic**: the work-queue stream keeps exactly the messages not yet acked, so one stream-info
-  request counts them per partition (``pending``: not yet acked, the one in flight included).
+  request counts them per partition (``pending``: not yet acked, the one in flight included). Each
+  source's origin is asked for its info too, and a source stuck on one origin message is named
+  (``stuck_sources``, :mod:`pcgroups.intake`): nothing after it reaches the group, pending or not.
 
 The request count is small and fixed: the config (two requests), one consumer list of the stream
-that holds the member consumers, and for elastic one stream info of the work queue.
+that holds the member consumers, and for elastic one stream info of the work queue and one of each
+origin stream (and one message read per filter of a source whose origin holds messages it has not
+copied yet).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig
-from .errors import NotFoundError
+from .errors import NotFoundError, PermissionDeniedError
 from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, work_queue_name
 from .jsapi import PRIORITY_GROUP, JetStreamApi
 from .membership import list_leases
@@ -98,6 +102,7 @@ class GroupStatus:
     source_lags: dict[str, int] = field(default_factory=dict)   # elastic: the same, by stream
     leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
     pools: list[dict[str, Any]] = field(default_factory=list)   # each dispatching instance's workers (dispatch.py)
+    stuck_sources: list[Any] = field(default_factory=list)  # elastic: pcgroups.intake.StuckSource, by source
     taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     requests: int = 0                  # JetStream API requests it took
 
@@ -270,6 +275,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         row.pending = per_partition.get(row.partition, 0)
         row.pending_exact = True
     source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
+    from .intake import stuck_sources   # intake reads times with this module's parse_timestamp
+
+    try:
+        stuck = await stuck_sources(counting, wq_info)
+    except PermissionDeniedError:
+        stuck = []   # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
     held = await list_leases(nc, stream, group, api=api) if leases else []
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
                        max_members=cfg.max_members, mode=cfg.mode,
@@ -277,7 +288,7 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=held, requests=counting.n + config_requests,
+                       leases=held, stuck_sources=stuck, requests=counting.n + config_requests,
                        pools=await _pools(nc, "elastic", stream, group) if pools else [])
 
 

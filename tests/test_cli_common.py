@@ -308,7 +308,8 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {
-        "filter", "wildcards", "source", "partition-stream", "start", "max-buffered-msgs", "max-buffered-bytes"}
+        "filter", "wildcards", "source", "partition-stream", "start", "source-domain", "source-api",
+        "max-buffered-msgs", "max-buffered-bytes"}
     assert find("elastic", "add-source")["args"][0]["place_holder"] == "STREAM GROUP SOURCE"
 
 

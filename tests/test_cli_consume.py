@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.test_cli_common import (acg, assert_cli_error, make_stream, partition_transform, procs,
+from tests.test_cli_common import (acg, assert_cli_error, cg_env, make_stream, partition_transform, procs,
                                    run_cg)
 
 LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=(?P<pin>\S*)\. "
@@ -223,3 +223,18 @@ async def test_bad_combinations_are_one_line_and_create_nothing(nats_server, js,
     assert names == [], names   # nothing was created
 
 
+async def test_consume_at_a_closed_port_says_so_and_waits_until_ctrl_c():
+    """No server answers at the address: one warning line (a connection refused is worth waiting for), then the
+    instance waits; Ctrl-C ends it with status 0."""
+    import asyncio
+
+    from tests.test_cli_common import closed_port_url
+
+    async with procs() as start:
+        p = await start("static", "consume", "s", "g", "m1", "--max-ack-pending", "4", "--timeout", "1s",
+                        env=cg_env(closed_port_url()))
+        first = (await asyncio.wait_for(p.proc.stderr.readline(), 20)).decode()
+        p.signal(signal.SIGINT)
+        r = await p.wait(10)
+    assert first.startswith("cg: warning: can't connect to ") and "trying again" in first, first
+    assert r.code == 0 and r.err == "", r.err

@@ -258,3 +258,34 @@ async def test_a_call_frozen_past_its_pin_says_superseded_not_acked(nats_server,
     [frozen] = message_lines(a.out)
     assert frozen["end"] == "superseded: another instance took over (not acked)", a.out
     assert [m["seq"] for m in message_lines(b.out)] == [frozen["seq"]]
+
+
+async def test_consume_started_while_the_server_is_down_says_so_once_and_waits(fresh_server, uniq):
+    """No server answers at the address: one warning line, and the instance consumes once it is back."""
+    import nats
+
+    url = fresh_server.url
+    nc = await nats.connect(url)
+    try:
+        await make_stream(nc.jetstream(), uniq, transform=partition_transform(uniq, 2))
+        await nc.jetstream().publish(f"{uniq}.a", b"before")
+    finally:
+        await nc.close()
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    await asyncio.to_thread(fresh_server.stop)
+    async with procs() as start:
+        p = await start("static", "consume", uniq, "g", "m1", url=url)
+        await asyncio.sleep(0)
+        err = b""
+        while b"trying again" not in err:
+            err += await asyncio.wait_for(p.proc.stderr.readline(), 10)
+        assert p.proc.returncode is None
+        await asyncio.to_thread(fresh_server.start)
+        await p.wait_output(lambda o: " acked\n" in o, 20, "the message acked")
+        p.signal(signal.SIGINT)
+        r = await p.wait(10)
+    assert r.code == 0
+    said = (err.decode() + r.err).splitlines()
+    assert said[0] == (f"cg: warning: can't connect to {url}: connection refused; trying again every 2s until "
+                       "it answers (Ctrl-C to stop)"), said
+    assert not [line for line in said[1:] if "can't connect" in line or "error" in line], said

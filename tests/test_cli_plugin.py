@@ -391,14 +391,14 @@ def cg_model():
 @pytest.mark.parametrize("flavour", ["static", "elastic"])
 def test_cg_consume_declares_the_concurrency_flags(cg_model, flavour):
     flags = {f["name"]: f for f in find(cg_model, flavour, "consume")["flags"]}
-    assert flags["concurrency"]["default"] == ["1"] and flags["concurrency"]["place_holder"] == "K"
+    assert flags["concurrency"]["place_holder"] == "K" and flags["dispatch"]["boolean"]
     assert flags["key-header"]["place_holder"] == "HEADER" and flags["key-tokens"]["place_holder"] == "POSITIONS"
     assert flags["max-ack-pending"]["place_holder"] == "N"
     for name in ("concurrency", "key-header", "key-tokens", "max-ack-pending"):
         f = flags[name]
         assert f["help"] and not f["boolean"] and not f["cumulative"] and "short" not in f, f
-    for name in ("key-header", "key-tokens", "max-ack-pending"):
-        assert "default" not in flags[name]   # unset unless given: the defaults depend on --concurrency
+    for name in ("concurrency", "key-header", "key-tokens", "max-ack-pending"):
+        assert "default" not in flags[name]   # unset unless given: the defaults depend on --concurrency, --dispatch
     assert "counted from 1" in flags["key-tokens"]["help"]
     assert "at least K" in flags["max-ack-pending"]["help"]
 

@@ -219,7 +219,11 @@ async def test_a_membership_change_in_a_terminal_shows_before_after_and_what_mov
     assert ("e1", "e2", "2") in rows and ("e2", "e3", "4-5") in rows
     r = (await acg("elastic", "drop", uniq, "g", "e1", env=cg_env(url, CG_PRETTY="1"))).ok()
     assert "keep running, waiting to be added again" in r.out
-    r = (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))).ok()
+    r = await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))
+    assert_cli_error(r, f"has no member mappings to delete: its members were given with add (e2 e3); drop them with "
+                        f"cg elastic drop {uniq} g e2 e3")                      # and nothing changed:
+    assert "e2 e3" in (await acg("elastic", "info", uniq, "g", env=cg_env(url))).ok().out
+    (await acg("elastic", "drop", uniq, "g", "e2", "e3", env=cg_env(url))).ok()
     r = (await acg("elastic", "create-mapping", uniq, "g", "a:0,1,2", "b:3,4,5", env=cg_env(url))).ok()
     assert r.out == "member mapping: [{Member:a Partitions:[0 1 2]} {Member:b Partitions:[3 4 5]}]\n"
     r = (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))).ok()

@@ -396,7 +396,7 @@ async def test_a_sync_handler_runs_in_a_worker_thread():
 class Consumer:
     """The keyed dispatcher's view of its consumer: recorded dead letters."""
 
-    stream, consumer, label = "S", "C", "S/C"
+    stream, consumer, label, max_payload = "S", "C", "S/C", 1024 * 1024
 
     def __init__(self) -> None:
         self.dead: list[tuple[str, bytes, dict[str, str]]] = []

@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
+from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
                       static_consume, static_member_step_down)
 from pcgroups.events import InstanceEvent
 
@@ -99,7 +99,7 @@ async def test_static_failover_hooks_order_and_events(nc, js, uniq):
     assert a.pinned
     b = await static_consume(nc, uniq, "g", "m1", j.handler("b"), config=FAST, **j.hooks("b"))
     try:
-        await wait_for(lambda: ("standby", ()) in j.events("b"), 10, what="b standby")
+        await wait_for(lambda: ("standby", (0, 1)) in j.events("b"), 10, what="b standby")
         await js.publish(f"{uniq}.y", b"in flight")
         await wait_for(lambda: len(j.of("a", "start")) == 2, 10, what="a's second handler started")
         await a.stop()
@@ -113,7 +113,7 @@ async def test_static_failover_hooks_order_and_events(nc, js, uniq):
     assert [w for _, w, _ in j.of("a") if w in ("assigned", "revoked")] == ["assigned", "revoked"]
     assert j.first("a", "revoked") >= j.of("a", "end")[-1][0]            # after the in-flight handler
     assert j.of("a", "end")[-1][0] - j.of("a", "start")[-1][0] >= 0.55   # which ran to its end
-    assert j.events("b") == [("standby", ()), ("pinned", (0, 1))]
+    assert j.events("b") == [("standby", (0, 1)), ("pinned", (0, 1))]
     assert j.first("b", "assigned") <= j.first("b", "start")
     j.check_promises("a")
     j.check_promises("b")
@@ -380,3 +380,78 @@ async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alo
             await inst.stop()
         assert j.events("m1")[0] == ("pinned", (0, 1))
         assert j.first("m1", "event", lambda ev: ev.kind == "pinned") <= j.first("m1", "start")
+
+
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+async def test_a_config_change_after_a_server_restart_reaches_the_instance_within_2s(fresh_server, uniq, flavour):
+    """The server loses the config watch's consumer (in memory) when it restarts; nats-py would notice only
+    after two missed heartbeats (10-20 s). The watch starts again at the reconnect: a config written after
+    it reaches the instance within 2 s (static: the change ends it; elastic: it follows)."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    admin = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    j = Journal()
+    inst = None
+    try:
+        if flavour == "static":
+            await static_group(js, nc, uniq)
+            inst = await static_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST, **j.hooks("m1"))
+        else:
+            await elastic_group(js, nc, uniq)
+            await add_members(nc, uniq, "g", ["m1"])
+            inst = await elastic_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST, **j.hooks("m1"))
+        await inst.wait_for_consuming(10)
+        await asyncio.to_thread(fresh_server.restart)
+        await wait_for(lambda: ("reconnected", ()) in j.events("m1"), 15, what="reconnected")
+
+        async def changed() -> bool:
+            try:
+                if flavour == "static":
+                    kv = await admin.jetstream().key_value("static-consumer-groups")
+                    await kv.put(f"{uniq}.g", b'{"max_members":2,"members":["m1","m2"]}')
+                else:
+                    await add_members(admin, uniq, "g", ["m2"])
+                return True
+            except Exception:   # JetStream not ready yet after the restart
+                return False
+        await wait_for(changed, 15, interval=0.1, what="the config written after the restart")
+        written = time.monotonic()
+        if flavour == "static":
+            assert isinstance(await asyncio.wait_for(inst.done(), 2), Exception)
+            seen = time.monotonic()
+        else:
+            await wait_for(lambda: any(k == "partitions" for k, _ in j.events("m1")), 2, interval=0.01,
+                           what="the new partitions")
+            seen = j.first("m1", "event", lambda ev: ev.kind == "partitions")
+        assert seen - written < 2.0
+    finally:
+        if inst is not None:
+            await inst.stop()
+        await nc.close()
+        await admin.close()
+
+
+async def test_a_consume_started_while_the_server_is_down_waits_for_it(fresh_server, uniq):
+    """static_consume with the server gone (the client reconnecting): it says ``unavailable`` once, keeps
+    trying, and returns a running instance once the server is back."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    j = Journal()
+    inst = None
+    try:
+        await static_group(js, nc, uniq)
+        await publish(js, uniq, "a", 2)
+        await asyncio.to_thread(fresh_server.stop)
+        start = asyncio.ensure_future(static_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST,
+                                                     api=JetStreamApi(nc, timeout=0.5), **j.hooks("m1")))
+        await wait_for(lambda: any(k == "unavailable" for k, _ in j.events("m1")), 10, what="unavailable")
+        assert not start.done()
+        await asyncio.to_thread(fresh_server.start)
+        inst = await asyncio.wait_for(start, 20)
+        await wait_for(lambda: len(j.of("m1", "end")) == 2, 15, what="both messages handled")
+    finally:
+        if inst is not None:
+            await inst.stop()
+        await nc.close()
+    said = [d for _, w, d in j.of("m1", "event") if d.kind == "unavailable"]
+    assert len(said) == 1 and "timed out" in said[0].detail, said

@@ -1,9 +1,9 @@
 """The control loop's contract (pcgroups/loop.py), on a toy loop: no server needed.
 
 Events are handled one at a time in arrival order; the first result ends the loop; stop() halts once
-and is idempotent; an exception ends the loop with the error (never a zombie); wait_for_consuming
-raises the end or times out. The consume contexts built on it are covered with a real server in
-test_instance.py, test_static.py, test_elastic.py and test_membership.py.
+and is idempotent; an exception ends the loop with the error (never a zombie); wait() raises that
+error; wait_for_consuming raises the end or times out. The consume contexts built on it are covered
+with a real server in test_instance.py, test_static.py, test_elastic.py and test_membership.py.
 """
 
 from __future__ import annotations
@@ -93,6 +93,19 @@ async def test_an_exception_ends_the_loop_with_the_error(caplog):
     err = await asyncio.wait_for(toy.done(), 2)
     assert isinstance(err, RuntimeError) and str(err) == "boom"
     assert "toy: control loop failed" in caplog.text
+
+
+async def test_wait_returns_on_a_normal_end_and_raises_the_error():
+    ended = Toy()
+    ended.stop()
+    assert await asyncio.wait_for(ended.wait(), 2) is None
+    failed = Toy()
+    err = PCGroupsError("over")
+    failed._post(End(err))
+    with pytest.raises(PCGroupsError) as raised:
+        await asyncio.wait_for(failed.wait(), 2)
+    assert raised.value is err
+    assert await failed.done() is err   # done() still returns it
 
 
 async def test_wait_for_consuming_returns_raises_the_end_or_times_out():

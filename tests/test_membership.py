@@ -21,8 +21,9 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, PartitioningFilter, create_elastic,
-                      delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config, list_elastic_active_members, partition_of_subject)
+from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter,
+                      create_elastic, delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config,
+                      list_elastic_active_members, partition_of_subject)
 from pcgroups.checker import Recorder
 from pcgroups.membership import LEASE_STREAM, list_leases
 from pcgroups.sticky import moved_partitions
@@ -492,6 +493,24 @@ async def _two_settled(auto: "Auto", nc, js, stream: str, group: str) -> list:
     return insts
 
 
+async def test_a_consumer_deleted_under_an_auto_instance_is_recreated_and_counted(nc, js, uniq):
+    """``recovered_errors``, a ConsumeContext property: the auto instance whose consumer was deleted
+    creates it again and keeps running, and counts the fault; the other instance counts none."""
+    stream, group = uniq, "g"
+    async with Auto(nc) as auto:
+        a, b = await _two_settled(auto, nc, js, stream, group)
+        assert isinstance(a, ConsumeContext) and (a.recovered_errors, b.recovered_errors) == (0, 0)
+        api = JetStreamApi(nc)
+        assert await api.delete_consumer(f"{stream}-{group}", a.member_name)
+        await wait_for(lambda: a.recovered_errors == 1, 5, what="the instance recovering")
+        await wait_for(lambda: _has_consumer(api, f"{stream}-{group}", a.member_name), 5, what="its consumer back")
+        assert a.consuming and b.recovered_errors == 0
+
+
+async def _has_consumer(api, stream: str, name: str) -> bool:
+    return name in [c["name"] for c in await api.list_consumers(stream)]
+
+
 async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
     stream, group = uniq, "g"
     async with Auto(nc) as auto:
@@ -516,6 +535,9 @@ async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, 
         for i in insts:
             err = await asyncio.wait_for(i.done(), 10)
             assert isinstance(err, ConfigError), repr(err)
+            with pytest.raises(ConfigError) as raised:   # wait() raises what done() returns
+                await i.wait()
+            assert raised.value is err
             assert f"elastic consumer group {group} on stream {stream} is no longer valid" in str(err), str(err)
             assert want in str(err), str(err)
         await wait_for(lambda: _no_leases(nc, stream, group), 10, what="the leases released")
@@ -602,3 +624,34 @@ async def test_auto_is_reached_through_elastic_consume_only(nc, js, uniq):
         assert await assignment(nc, stream, group) == {inst.member_name: [0, 1]}
     finally:
         await asyncio.wait_for(inst.stop(), 10)
+
+
+async def test_auto_instances_follow_a_join_right_after_a_server_restart(fresh_server, uniq):
+    """Across a server restart the lease and config watches start again at the reconnect: a third instance
+    joining right after it is in every instance's partitions within seconds (it took 17 s when the
+    watches waited for missed heartbeats, and the two older instances wrote it out again meanwhile)."""
+    nc = await nats.connect(fresh_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    js = nc.jetstream()
+    try:
+        await keyed_group(nc, js, uniq, "g", 6)
+
+        async def handler(msg):
+            await msg.ack()
+        async with Auto(nc) as auto:
+            a = await auto.start(uniq, "g", handler, member="a", lease_ttl=5.0)
+            b = await auto.start(uniq, "g", handler, member="b", lease_ttl=5.0)
+            await a.wait_settled(10)
+            await b.wait_settled(10)
+            await asyncio.to_thread(fresh_server.restart)
+
+            async def joined():
+                try:
+                    return await auto.start(uniq, "g", handler, member="c", lease_ttl=5.0)
+                except Exception:   # JetStream not ready yet after the restart
+                    return None
+            c = await wait_for(joined, 15, interval=0.1, what="c joined after the restart")
+            await wait_for(lambda: all(i.partitions for i in (a, b, c)) and
+                           sorted(a.partitions + b.partitions + c.partitions) == list(range(6)), 4,
+                           interval=0.01, what="the three members' partitions in every instance")
+    finally:
+        await nc.close()

@@ -208,3 +208,34 @@ async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
         await serve_worker(nc, "static", uniq, "g", h, capacity=0)
     with pytest.raises(ConfigError, match="static or elastic"):
         await serve_worker(nc, "both", uniq, "g", h)
+
+
+async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq,
+                                                                                              connections):
+    """The offer adds its Pcg-* headers: a message that fitted the stream can exceed the server's max payload.
+    It counts as a failed call (pcgroups.dispatch invariant 5): retried, then dead-lettered, here terminated as the
+    dead letter does not fit either; the next message of its key is handled."""
+    await one_partition_group(js, nc, uniq)
+    handled: list[int] = []
+
+    async def handler(msg):
+        handled.append(len(msg.data))
+        await msg.ack()
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
+                             retry=RetryPolicy(max_deliver=2, backoff=0.01, dead_letter_subject="dlq-" + uniq))
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w")
+    try:
+        await w.wait_for_consuming(10)
+        big = nc.max_payload - 64   # fits the stream (with the publish's own headers), not an offer
+        await js.publish(f"{uniq}.k", b"x" * big)
+        await js.publish(f"{uniq}.k", b"small")
+        await wait_for(lambda: handled == [5], 15, what="the next message of the key handled")
+
+        async def settled():
+            info = await js.consumer_info(uniq, "g-m")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+        await wait_for(settled, 10, what="both settled on the server")
+    finally:
+        await w.stop()
+        await d.stop()

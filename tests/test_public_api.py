@@ -1,8 +1,10 @@
 """The public package: its exact names, a lean import, and no import cycles (no server needed).
 
 - ``pcgroups.__all__`` is the public API: this test pins it, so adding or removing a name is a
-  decision made here, and every name in it resolves.
-- Importing pcgroups imports none of the CLI's packages (Typer, rich, prompt-toolkit) nor ``cg``.
+  decision made here, and every name in it resolves; ``dir(pcgroups)`` shows those names only, and the
+  README's "The API by task" lists each of them.
+- (Importing pcgroups imports none of the CLI's packages: tests/test_cli_structure.py, and
+  tests/test_packaging.py in an environment without them.)
 - Among the modules of pcgroups, and among those of cg, module-level imports form no cycle
   (an import inside a function runs later and is allowed: the CLI defers its imports that way).
 """
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,24 +46,37 @@ def test_all_is_the_pinned_list_sorted() -> None:
     assert PUBLIC == sorted(PUBLIC)
 
 
+def test_the_namespace_is_the_public_names() -> None:
+    """``dir(pcgroups)`` lists the public API (and ``__version__``); the module's own imports and the
+    names a type checker sees are not attributes of it."""
+    code = "import pcgroups; print(' '.join(dir(pcgroups)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted([*PUBLIC, "__version__"])
+    assert dir(pcgroups) == sorted([*PUBLIC, "__version__"])   # also after its submodules were imported
+    for name in ("annotations", "importlib", "Any", "TYPE_CHECKING", "typing", "drop_members"):
+        assert not hasattr(pcgroups, name), name
+
+
+def test_the_readme_lists_every_public_name_by_task() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### The API by task", 1)[1].split("\n#", 1)[0]
+    named = set(re.findall(r"`(\w+)", section))
+    assert [name for name in PUBLIC if name not in named] == []
+
+
+def test_the_graph_skips_what_only_type_checkers_see() -> None:
+    tree = ast.parse("import typing as t\nif not t.TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+                     "if TYPE_CHECKING:\n    import c\nelse:\n    import d\n")
+    assert [n for node in _top_level(tree.body) for n in _imported(node, "")] == ["typing", "a", "d"]
+
+
 def test_every_public_name_resolves() -> None:
     missing = [name for name in pcgroups.__all__ if getattr(pcgroups, name, None) is None]
     assert missing == []
     namespace: dict[str, object] = {}
     exec("from pcgroups import *", namespace)  # noqa: S102 - the star import is what the test checks
     assert sorted(n for n in namespace if n != "__builtins__") == PUBLIC
-
-
-def test_the_library_imports_no_cli_package() -> None:
-    code = ("import sys, pkgutil, importlib, pcgroups\n"
-            "for m in pkgutil.iter_modules(pcgroups.__path__):\n"
-            "    if m.name != 'spark':\n"
-            "        importlib.import_module('pcgroups.' + m.name)\n"
-            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('typer', 'rich', 'prompt_toolkit', 'cg'))\n"
-            "print(' '.join(bad))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ""
 
 
 def _module_imports(package: str) -> dict[str, set[str]]:
@@ -89,13 +105,25 @@ def _dotted(package: str, path: Path, base: Path) -> str:
     return ".".join([package, *parts])
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (under any module alias)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
     """The statements that run on import: the module body, into if/try blocks, but not into functions,
-    classes' methods or ``if TYPE_CHECKING:``."""
+    classes' methods or what only type checkers see (``if TYPE_CHECKING:``, the ``else`` of ``if not
+    TYPE_CHECKING:``)."""
     out: list[ast.stmt] = []
     for node in body:
         if isinstance(node, ast.If):
-            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            test = node.test
+            if _is_type_checking(test):
+                out += _top_level(node.orelse)
+            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_type_checking(test.operand):
+                out += _top_level(node.body)
+            else:
                 out += _top_level(node.body) + _top_level(node.orelse)
         elif isinstance(node, ast.Try):
             out += _top_level(node.body) + _top_level(node.orelse) + _top_level(node.finalbody)

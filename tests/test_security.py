@@ -36,7 +36,8 @@ from .test_cli_common import assert_cli_error, cg, cg_env, run_cg
 SECURITY = Path(__file__).resolve().parent.parent / "docs" / "SECURITY.md"
 TIMEOUT = 20.0        # request timeout: a refusal must come long before it
 FAST = 5.0            # how long a refusal may take (it takes milliseconds; the machine may be loaded)
-ROLES = ("admin", "shipping-m1", "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
+ROLES = ("admin", "shipping-m1", "shipping-m2", "billing-member", "audit-member", "observer", "spark-reader",
+         "spark-writer")
 # the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does
 EXTRA_USERS = """
     { user: root, password: $ROOT_PASSWORD }
@@ -121,6 +122,8 @@ async def _set_up(s: Secured) -> None:
         await add_members(nc, "EVENTS", "billing", ["m1", "m2"])
     finally:
         await nc.close()
+    # the members' consumers, as cg static consume makes them (shipping-m2 may not create its own)
+    (await run_cg(*s.cli("admin"), "static", "create-consumers", "ORDERS", "shipping")).ok()
 
 
 async def publish(s: Secured, subjects: list[str]) -> None:
@@ -192,13 +195,35 @@ async def test_static_member_consumes_its_partitions_only(secured):
     try:
         inst, handler = await consuming(secured, nc, "static", "ORDERS", "shipping", "m1")
         api = JetStreamApi(nc, timeout=TIMEOUT)
-        await refused(delete_static(nc, "ORDERS", "shipping"), "$KV.static-consumer-groups.ORDERS.shipping")
+        # checked before anything is deleted: m2's consumer first (its own it may delete), then the config
+        await refused(delete_static(nc, "ORDERS", "shipping"), "$JS.API.CONSUMER.DELETE.ORDERS.shipping-m2")
         await refused(static_consume(nc, "ORDERS", "shipping", "m2", handler, config=CONFIG),
-                      "$JS.API.CONSUMER.CREATE.ORDERS.shipping-m2")
+                      "$JS.API.CONSUMER.INFO.ORDERS.shipping-m2")
         await refused(api.consumer_info("ORDERS", "shipping-m2"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m2")
         await refused(api.list_consumers("EVENTS-billing"), "$JS.API.CONSUMER.LIST.EVENTS-billing")
         await refused(api.consumer_info("EVENTS-billing", "m1"), "$JS.API.CONSUMER.INFO.EVENTS-billing.m1")
         assert inst.consuming   # the refusals of other requests did not end the instance
+        assert await asyncio.wait_for(inst.stop(), 10) is None
+    finally:
+        await nc.close()
+
+
+async def test_a_member_whose_consumer_the_admin_made_cannot_read_other_partitions(secured):
+    """shipping-m2 attaches to the consumer the admin made; it may not delete it nor give it other filters (the
+    way a member that creates its own consumer can read every partition: docs/SECURITY.md, Wider than needed)."""
+    nc = await secured.connect("shipping-m2")
+    try:
+        inst, _ = await consuming(secured, nc, "static", "ORDERS", "shipping", "m2")
+        api = JetStreamApi(nc, timeout=TIMEOUT)
+        info = await api.consumer_info("ORDERS", "shipping-m2")
+        wider = ConsumerConfig(**{**CONFIG.__dict__, "durable_name": "shipping-m2",
+                                  "filter_subjects": [f"{p}.>" for p in range(PARTITIONS)]})
+        await refused(api.create_consumer("ORDERS", wider, action="update"), "$JS.API.CONSUMER.CREATE.ORDERS.shipping-m2")
+        await refused(api.delete_consumer("ORDERS", "shipping-m2"), "$JS.API.CONSUMER.DELETE.ORDERS.shipping-m2")
+        await refused(api.consumer_info("ORDERS", "shipping-m1"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m1")
+        assert (await api.consumer_info("ORDERS", "shipping-m2"))["config"]["filter_subjects"] == \
+            info["config"]["filter_subjects"] == ["2.>", "3.>"]
+        assert inst.consuming
         assert await asyncio.wait_for(inst.stop(), 10) is None
     finally:
         await nc.close()
@@ -210,7 +235,7 @@ async def test_elastic_member_cannot_change_or_delete_its_group(secured):
         inst, _ = await consuming(secured, nc, "elastic", "EVENTS", "billing", "m1")
         api = JetStreamApi(nc, timeout=TIMEOUT)
         await refused(add_members(nc, "EVENTS", "billing", ["m9"]), "$KV.elastic-consumer-groups.EVENTS.billing")
-        await refused(delete_elastic(nc, "EVENTS", "billing"), "$KV.elastic-consumer-groups.EVENTS.billing")
+        await refused(delete_elastic(nc, "EVENTS", "billing"), "$JS.API.STREAM.DELETE.EVENTS-billing")
         await refused(api.delete_stream("EVENTS-billing"), "$JS.API.STREAM.DELETE.EVENTS-billing")
         await refused(api.list_consumers("EVENTS-audit"), "$JS.API.CONSUMER.LIST.EVENTS-audit")
         await refused(api.consumer_info("ORDERS", "shipping-m1"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m1")
@@ -234,9 +259,22 @@ async def test_auto_member_joins_by_lease_and_stays_in_its_group(secured):
         await refused(add_members(nc, "EVENTS", "billing", ["m9"]),   # it may not even read billing's config
                       "$JS.API.DIRECT.GET.KV_elastic-consumer-groups.$KV.elastic-consumer-groups.EVENTS.billing")
         await refused(api.list_consumers("EVENTS-billing"), "$JS.API.CONSUMER.LIST.EVENTS-billing")
+        # it may delete its group's config but not the work queue: the delete is refused before it changes anything
+        r = await run_cg(*secured.cli("audit-member"), "elastic", "delete", "-f", "EVENTS", "audit")
+        assert_cli_error(r, "permission denied: publish to $JS.API.STREAM.DELETE.EVENTS-audit is not allowed")
+        assert (await JetStreamApi(nc).stream_info("EVENTS-audit"))["config"]["name"] == "EVENTS-audit"
+        (await run_cg(*secured.cli("admin"), "elastic", "info", "EVENTS", "audit")).ok()   # the config is there
+        assert inst.consuming
         assert await asyncio.wait_for(inst.stop(), 15) is None
     finally:
         await nc.close()
+
+
+async def test_admin_can_do_what_the_observer_can(secured):
+    for args in (("elastic", "status", "EVENTS", "audit"), ("elastic", "status", "EVENTS", "billing", "--json"),
+                 ("static", "status", "ORDERS", "shipping"), ("static", "member-info", "ORDERS", "shipping", "m1")):
+        r = (await run_cg(*secured.cli("admin"), *args)).ok()
+        assert r.out.strip(), args
 
 
 # --- observer -------------------------------------------------------------------------------------------------
@@ -302,6 +340,10 @@ async def test_spark_writer_publishes_and_reads_nothing(secured):
                                                   window=8, timeout=TIMEOUT, expected_stream=None)
         assert (sent, dups) == (20, 0)
         await refused(spark_nats.stream_info(nc, opts.conn, "ORDERS"), "$JS.API.STREAM.INFO.ORDERS")
+        for window in (1, 8):   # a refused publish is never acked: it fails at once, not after the timeout
+            rows = [("orders.w", b"w", {}), ("Events.Refused", b"w", {}), ("orders.w", b"w", {})]
+            await refused(spark_nats.publish_all(nc.jetstream(), rows, window=window, timeout=TIMEOUT,
+                                                 expected_stream=None), "Events.Refused")
     finally:
         await nc.close()
 
@@ -312,8 +354,8 @@ async def test_a_refusal_is_one_cli_line_naming_subject_and_permission(secured):
     r = await asyncio.to_thread(cg, *secured.cli("observer"), "static", "delete", "-f", "ORDERS", "shipping",
                                 env=cg_env())
     assert time.monotonic() - t0 < FAST + 5   # a subprocess start, not the 20 s request timeout
-    assert_cli_error(r, "permission denied: publish to $KV.static-consumer-groups.ORDERS.shipping is not allowed "
-                        "for this user (missing publish permission)")
+    assert_cli_error(r, "permission denied: publish to $JS.API.CONSUMER.DELETE.ORDERS.shipping-m1 is not allowed "
+                        "for this user (missing publish permission)")   # checked before the config is deleted
     assert len(r.err.splitlines()) == 1, r.err
     r = await run_cg(*secured.cli("observer"), "static", "consume", "ORDERS", "shipping", "m1")
     assert_cli_error(r, "permission denied: publish to $JS.API.CONSUMER.CREATE.KV_static-consumer-groups is not allowed")
@@ -349,6 +391,10 @@ async def test_admin_deletes_the_groups(secured):
 
 
 # --- server-free -----------------------------------------------------------------------------------------------
+def test_the_admin_role_holds_the_observers():
+    assert set(documented_allow("observer")) <= set(documented_allow("admin"))
+
+
 def test_the_nsc_lists_are_the_configuration():
     block = re.search(r"```sh\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S).group(1)
     commands = {m.group(1): m.group(0) for m in re.finditer(r"--name (\S+) .*?(?=\n\n|\Z)", block, re.S)}

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import replace
 
+import nats.aio.msg
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
@@ -107,6 +108,28 @@ async def test_wire_bytes_match_the_reference(nc, js, uniq):
     assert [d for s, d in captured if s == f"$JS.API.CONSUMER.UNPIN.{stream}.sg-m1"] == [b'{"group":"PCG"}']
 
 
+async def test_a_handler_reaches_the_nats_py_message(nc, js, uniq):
+    """``msg.nats_msg`` is the nats-py message as delivered: partition token in its subject, the same
+    data, headers and metadata as the pcgroups message."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
+        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await create_static(nc, uniq, "g", 2, members=["m1"])
+    got: list = []
+
+    async def handler(msg):
+        got.append((msg, msg.nats_msg))
+        await msg.ack()
+
+    async with static_consume(nc, uniq, "g", "m1", handler, config=FAST):
+        await js.publish(f"{uniq}.k7", b"payload", headers={"Order-Id": "7"})
+        await wait_for(lambda: got, 5, what="the message")
+    msg, raw = got[0]
+    assert isinstance(raw, nats.aio.msg.Msg)
+    assert raw.subject == msg.partitioned_subject == f"{msg.partition}.{uniq}.k7" and msg.subject == f"{uniq}.k7"
+    assert raw.data == msg.data == b"payload" and raw.headers is msg.headers and msg.headers["Order-Id"] == "7"
+    assert raw.metadata.sequence.stream == msg.sequence == 1
+
+
 async def test_create_is_idempotent_and_a_different_config_is_an_error(nc, js, uniq):
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
     first = await create_static(nc, uniq, "g", 4, members=["a", "b"])
@@ -165,10 +188,14 @@ async def test_config_change_ends_every_instance(nc, js, uniq, change):
     results = [await asyncio.wait_for(i.done(), 5) for i in insts]
     if change in ("delete", "purge"):
         assert results == [None, None, None]
-    elif change == "update":
-        assert all(isinstance(r, ConfigChangedError) for r in results)
+        assert [await i.wait() for i in insts] == [None, None, None]
     else:
-        assert all(isinstance(r, ConfigError) for r in results)
+        wanted = ConfigChangedError if change == "update" else ConfigError
+        assert all(isinstance(r, wanted) for r in results)
+        for inst, result in zip(insts, results):
+            with pytest.raises(wanted) as raised:   # wait() raises what done() returns
+                await inst.wait()
+            assert raised.value is result
     if change != "delete":  # consumers of a changed config are deleted by its instances
         assert await JetStreamApi(nc).list_consumers(uniq) == []
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 
-from ..connect import ResolvedConnection
+from ..connect import ResolvedConnection, tolerate_undecodable
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, work_queue_name
 from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
@@ -78,6 +78,7 @@ async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reco
                   error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
     try:
         nc = Client()
+        tolerate_undecodable(nc)
         await nc.connect(**kwargs)
         return nc
     except Exception as e:  # nats-py raises several unrelated types here
@@ -509,7 +510,20 @@ async def publish_all(js, rows, *, window: int, timeout: float, expected_stream:
     """Publish ``(subject, data, headers)`` rows with acks, at most ``window`` un-acked at a time.
 
     Returns ``(published, duplicates)``: duplicates are messages the stream dropped because their
-    ``Nats-Msg-Id`` was already stored within its duplicate window."""
+    ``Nats-Msg-Id`` was already stored within its duplicate window. A publish the user's permissions refuse
+    (never acked) raises :class:`~pcgroups.errors.PermissionDeniedError` at once, naming its subject."""
+    # the subjects published last (a refusal comes within a window of publishes after its own): it names one
+    subjects: deque[str] = deque(maxlen=4 * max(window, 1) + 64)
+
+    def seen(rows):
+        for row in rows:
+            subjects.append(row[0])
+            yield row
+    return await PermissionWatch.of(js._nc).call(
+        _publish_all(js, seen(rows), window=window, timeout=timeout, expected_stream=expected_stream), subjects)
+
+
+async def _publish_all(js, rows, *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
     sent = dups = 0
     if window <= 1:
         for subject, data, headers in rows:

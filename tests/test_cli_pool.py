@@ -1,0 +1,167 @@
+"""The worker pool through the real ``cg``, black-box: ``consume --dispatch`` and ``worker`` processes.
+
+What a user sees: the dispatching instance prints no message line, one line per worker joining or leaving;
+each worker prints ``consuming...`` once enrolled, then the message lines ``consume`` prints; a worker stopped
+with SIGTERM finishes what it holds and exits 0; a killed worker's message is handled by another one; ``status``
+lists the workers; bad input is one error line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+
+from tests.test_cli_common import (assert_cli_error, cg_env, make_stream, message_lines, partition_transform,
+                                   procs, run_cg)
+
+from .support import wait_for
+
+ACKED = re.compile(r"^\[(?P<worker>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=\S*\. "
+                   r"(Processing for \S+ \.\.\. )?acked$", re.M)
+
+
+def acked(out: str) -> list[tuple[str, str, int]]:
+    """(worker, subject, seq) of every acked line."""
+    return [(m["worker"], m["subject"], int(m["seq"])) for m in ACKED.finditer(out)]
+
+
+class Timeline:
+    """The acked lines of several processes in the order they were printed (polled every 5 ms: messages of one
+    key are at least a handler's --sleep apart)."""
+
+    def __init__(self, procs: dict) -> None:
+        self.procs = procs
+        self.seen: dict[str, int] = {}
+        self.lines: list[tuple[str, str, int]] = []
+        self.task = asyncio.ensure_future(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            for name, p in list(self.procs.items()):
+                done = acked(p.out)
+                self.lines += done[self.seen.get(name, 0):]
+                self.seen[name] = len(done)
+            await asyncio.sleep(0.005)
+
+
+async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server, js, uniq):
+    """The README's walk-through: a dispatcher, three workers, a burst on one key and traffic on others; a worker
+    killed, two added, one stopped. Every message acked once (the killed worker's call aside), each key in
+    order, never two messages of a key at once."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+    env = cg_env(url, COLUMNS="80")
+    async with procs() as start:   # CG_PRETTY: the dispatcher's status lines on stdout, as in a terminal
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", env=cg_env(url, CG_PRETTY="1"))
+        await d.wait_text("consuming...\n")
+        workers = {}
+        for name in ("w1", "w2", "w3"):
+            workers[name] = await start("static", "--sleep", "100ms", "worker", uniq, "g", "--name", name, env=env)
+        for w in workers.values():
+            await w.wait_text("consuming...\n")
+        timeline = Timeline(workers)
+        seqs: dict[str, list[int]] = {}
+        for i in range(60):
+            subject = f"{uniq}.A" if i < 30 else f"{uniq}.k{i % 6}"
+            seqs.setdefault(subject, []).append((await js.publish(subject, b"x")).seq)
+
+        def out() -> str:
+            return "".join(w.out for w in workers.values())
+        await wait_for(lambda: len(acked(out())) >= 10, 20, what="the workers at work")
+        victim = next(name for name, w in workers.items() if "Processing" in w.out.splitlines()[-1])
+        workers[victim].kill()
+        killed_out = workers[victim].out
+        for name in ("w4", "w5"):
+            workers[name] = await start("static", "--sleep", "100ms", "worker", uniq, "g", "--name", name, env=env)
+        await d.wait_output(lambda o: f"worker {victim} left" in o, timeout=10, what="the kill noticed")
+        await wait_for(lambda: len({(s, q) for _, s, q in acked(out())}) == 60, 30, what="every message acked")
+        calm = next(n for n in ("w4", "w5") if n != victim)
+        workers[calm].signal(signal.SIGTERM)
+        result = await workers[calm].wait(timeout=15)
+        status = await run_cg("static", "status", uniq, "g", url=url)
+        await asyncio.sleep(0.05)
+        timeline.task.cancel()
+        for w in workers.values():
+            w.signal(signal.SIGINT)
+        d.signal(signal.SIGINT)
+        assert (await d.wait(timeout=15)).code == 0
+    assert result.code == 0
+    done = timeline.lines
+    per_seq: dict[int, list[str]] = {}
+    for worker, _, seq in done:
+        per_seq.setdefault(seq, []).append(worker)
+    twice = {seq: ws for seq, ws in per_seq.items() if len(ws) > 1}
+    assert len(twice) <= 1 and all(victim in ws for ws in twice.values()), twice   # only the killed call again
+    started_by_victim = [int(m["seq"]) for m in message_lines(killed_out)]
+    for subject, want in seqs.items():   # each key in stream order
+        got = [seq for _, s, seq in done if s == subject and seq not in twice]
+        assert got == [q for q in want if q not in twice], subject
+    assert not message_lines(d.out), "the dispatcher prints no message line"
+    lines = d.out.splitlines()
+    assert lines[0] == "consuming..." and "[m1] worker w1 joined: capacity 1" in lines
+    assert f"[m1] worker {calm} left: stopped" in lines
+    assert re.search(rf"\[m1\] worker {victim} left: no heartbeat for \d\.\ds", d.out)
+    live = sorted(set(workers) - {victim, calm})
+    assert status.code == 0 and f"member m1 dispatches to {len(live)} worker(s)" in status.out, status.out
+    assert [line.split()[1] for line in status.out.splitlines() if line.startswith("m1      w")] == live
+    assert started_by_victim   # it had started a call when it was killed
+
+
+async def test_a_worker_says_it_waits_for_a_dispatcher_and_enrols_when_one_starts(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    async with procs() as start:
+        w = await start("static", "worker", uniq, "g", "--name", "early", "--capacity", "2",
+                        env=cg_env(url, CG_PRETTY="1", COLUMNS="80"))
+        await w.wait_text("[early] no dispatching member yet: waiting for one", timeout=15)
+        assert "consuming..." not in w.out
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=url)
+        await w.wait_text("consuming...\n", timeout=15)
+        await w.wait_text("[early] enrolled: member m1 hands it messages")
+        await js.publish(f"{uniq}.x", b"x")
+        await w.wait_output(lambda o: len(acked(o)) == 1, what="the message handled")
+        w.signal(signal.SIGTERM)
+        d.signal(signal.SIGTERM)
+        assert (await w.wait()).code == 0 and (await d.wait()).code == 0
+
+
+async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    from pcgroups.server import free_port
+    from tests.test_metrics import scrape   # the exporter tests' helper
+
+    port = free_port()
+    async with procs() as start:
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", "--metrics-listen",
+                        f"127.0.0.1:{port}", url=url)
+        await d.wait_text("consuming...\n")
+        w = await start("static", "--sleep", "0s", "worker", uniq, "g", "--name", "mw", "--capacity", "3", url=url)
+        await w.wait_text("consuming...\n")
+        for i in range(5):
+            await js.publish(f"{uniq}.k{i}", b"x")
+        await w.wait_output(lambda o: len(acked(o)) == 5, what="5 messages handled")
+        m = await asyncio.to_thread(scrape, port)
+        for p in (w, d):
+            p.signal(signal.SIGINT)
+            await p.wait()
+    [handled] = m["pcgroups_pool_worker_handled_messages"]
+    assert handled.labels["worker"] == "mw" and handled.value == 5
+    assert [s.value for s in m["pcgroups_pool_slots"]] == [3]
+    assert {s.labels["state"]: s.value for s in m["pcgroups_pool_workers"]} == {"busy": 0, "idle": 1}
+
+
+async def test_bad_pool_input_is_one_error_line(nats_server, uniq):
+    url = nats_server.url
+    for args, fragment in [
+        (("static", "worker", uniq, "g", "--name", "a.b"), "invalid worker name"),
+        (("elastic", "worker", uniq, "g", "--capacity", "0"), "invalid --capacity 0"),
+        (("static", "consume", uniq, "g", "m1", "--dispatch", "--concurrency", "0"), "invalid --concurrency 0"),
+        (("static", "consume", uniq, "g", "m1", "--dispatch", "--key-tokens", "x"), "--key-tokens"),
+    ]:
+        assert_cli_error(await run_cg(*args, url=url), fragment)
+
