@@ -16,6 +16,11 @@ What is counted per partition and what per member:
 - **elastic**: the work-queue stream keeps exactly the messages not yet acked, so one stream-info
   request counts them per partition (``pending``: not yet acked, the one in flight included).
 
+A member's running instances are counted from its consumer: a pcgroups instance keeps exactly one
+pull request waiting on it (pcgroups/session.py), so ``instances`` is the consumer's waiting pulls, and
+at least 1 while an instance holds the pin (between two of its pulls none waits for a moment). A Go
+reference instance may keep two pulls waiting when busy, and counts twice then.
+
 The request count is small and fixed: the config (two requests), one consumer list of the stream
 that holds the member consumers, and for elastic one stream info of the work queue.
 """
@@ -49,7 +54,8 @@ class MemberStatus:
     partitions: list[int] = field(default_factory=list)
     exists: bool = False               # its consumer exists
     active: bool = False               # an instance is pulling (waiting pulls > 0)
-    waiting: int = 0
+    waiting: int = 0                   # pull requests waiting on its consumer
+    instances: int = 0                 # running instances, pinned or standby (see the module doc)
     pinned_id: str | None = None       # the pinned instance's pin id
     pinned_since: datetime | None = None
     pending: int | None = None         # messages of its partitions not yet delivered
@@ -182,6 +188,7 @@ def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str
         if state.get("group") == PRIORITY_GROUP:
             ms.pinned_id = state.get("pinned_client_id") or None
             ms.pinned_since = parse_timestamp(state.get("pinned_ts")) if ms.pinned_id else None
+    ms.instances = max(ms.waiting, 1 if ms.pinned_id else 0)
     return ms
 
 
