@@ -348,9 +348,10 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
-    """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the group's subjects, as far
-    as its filters tell; a group not readable yet (created by ``--create``, a broken config) is the
-    instance's to report."""
+    """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the subjects the handler sees: the
+    group's filters, or without filters its streams' subjects (static: as the stream's transform writes them,
+    the partition token stripped); a group not readable yet (created by ``--create``, a broken config) is
+    the instance's to report."""
     if not positions:
         return
     from pcgroups.errors import PCGroupsError
@@ -359,20 +360,38 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
     from .errors import warn
 
     try:
-        if kind == "static":
-            from pcgroups.static import get_static_config
-
-            filters = list((await get_static_config(nc, stream, group, api=api)).filters or [])
-        else:
-            from pcgroups.elastic import get_elastic_config
-
-            cfg = await get_elastic_config(nc, stream, group, api=api)
-            filters = [pf.filter for pf in cfg.partitioning_filters or []]
+        subjects = await _handler_subjects(nc, api, kind, stream, group)
     except PCGroupsError:
         return
-    message = key_tokens_beyond(positions, filters)
+    message = key_tokens_beyond(positions, subjects)
     if message:
         warn(message)
+
+
+async def _handler_subjects(nc: Any, api: Any, kind: str, stream: str, group: str) -> list[str]:
+    """Patterns of the subjects a member's handler gets (the partition token stripped)."""
+    if kind == "static":
+        from pcgroups.static import get_static_config
+
+        filters = list((await get_static_config(nc, stream, group, api=api)).filters or [])
+        if filters:
+            return filters
+        config = (await api.stream_info(stream))["config"]
+        dests = [t["dest"] for t in [config.get("subject_transform") or {}] +
+                 [t for src in config.get("sources") or [] for t in src.get("subject_transforms") or []]
+                 if t.get("dest")]
+        stored = dests or list(config.get("subjects") or [])   # the subjects as stored, partition first
+        return [".".join("*" if t.startswith("{{") else t for t in subject.split(".")[1:])
+                for subject in stored if "." in subject]
+    from pcgroups.elastic import get_elastic_config, get_elastic_layout
+
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    if cfg.partitioning_filters:
+        return [pf.filter for pf in cfg.partitioning_filters]
+    subjects: list[str] = []
+    for source in (await get_elastic_layout(nc, stream, group, api=api)).streams:
+        subjects += (await api.stream_info(source.name))["config"].get("subjects") or [">"]
+    return subjects
 
 
 async def _unless_stopped(coro, stop: asyncio.Event):

@@ -1052,27 +1052,10 @@ async def run_demo(*, duration: float = DEFAULT_DURATION, console: Console | Non
     return result.exit_code
 
 
-def _seconds(text: str) -> float:
-    """``36``, ``36s``, ``1m`` (a plain number is seconds)."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    from pcgroups.connect import parse_duration
-    from pcgroups.errors import PCGroupsError
-
-    from .errors import CLIError
-
-    try:
-        return parse_duration(text)
-    except PCGroupsError as e:
-        raise CLIError(f"invalid --duration: {e}") from None
-
-
 def demo_command(
     duration: Annotated[str | None, typer.Option("--duration", metavar="DURATION",
                                                  help="the longest the demo runs: it ends once the groups caught up "
-                                                      "after the traffic (seconds or a Go duration like 40s; "
+                                                      "after the traffic (a Go duration like 40s; "
                                                       "every phase scales with it; at least 8s; default "
                                                       f"{DEFAULT_DURATION:g}s, {CLUSTER_DURATION:g}s with "
                                                       "--cluster)")] = None,
@@ -1086,13 +1069,12 @@ def demo_command(
     membership changes, and a summary that checks order, exclusivity and no loss."""
     from rich.console import Console
 
+    from .common import parse_duration_option
     from .errors import CLIError
 
     if duration is None:
         duration = f"{CLUSTER_DURATION if cluster else DEFAULT_DURATION:g}s"
-    seconds = _seconds(duration)
-    if seconds < MIN_DURATION:
-        raise CLIError(f"invalid --duration {duration}: must be at least {MIN_DURATION:g}s")
+    seconds = parse_duration_option("--duration", duration, minimum=MIN_DURATION)
     if not MIN_RATE <= rate <= MAX_RATE:
         raise CLIError(f"invalid --rate {rate:g}: must be between {MIN_RATE:g} and {MAX_RATE:g} messages per second")
     console = Console(highlight=False)

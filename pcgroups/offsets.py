@@ -110,8 +110,8 @@ def parse_duration(text: str) -> float:
 
     try:
         seconds = go_duration(text)
-    except PCGroupsError:
-        seconds = 0.0
+    except PCGroupsError as e:
+        raise ConfigError(f"invalid --by-duration: {e}") from None
     if seconds <= 0:
         raise ConfigError(f"invalid --by-duration {text!r}: use a positive Go duration, e.g. 90s, 30m or 1h30m")
     return seconds

@@ -25,7 +25,7 @@ from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupEx
                      NotAMemberError, NotFoundError)
 from .events import EventCallback, PartitionsHook
 from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
-from .instance import (ConsumerInstance, member_template, startable,
+from .instance import (KEPT_SETTINGS, ConsumerInstance, member_template, setting_differences, startable,
                        with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
@@ -225,7 +225,7 @@ class StaticInstance(ConsumerInstance):
             theirs, ours = " ".join(have.get("filter_subjects") or []), " ".join(want["filter_subjects"])
             raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
                                     f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
-        differences = _setting_differences(have, want, only=set(want) - _KEPT)
+        differences = setting_differences(have, want, only=set(want) - KEPT_SETTINGS)
         if info.get("num_waiting") or pinned_client_id(info):
             said = ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences) or \
                 "settings the server shows differently"
@@ -239,7 +239,7 @@ class StaticInstance(ConsumerInstance):
                                     f"({_changes(differences)}): {e.description}; start this one with the same "
                                     "settings, or delete the consumer first (its position is lost)", code=e.code,
                                     err_code=e.err_code, subject=e.subject) from None
-        changed = _setting_differences(have, updated.get("config", {})) or differences
+        changed = setting_differences(have, updated.get("config", {})) or differences
         log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))
 
     async def _unused_consumer(self) -> dict[str, Any]:
@@ -298,24 +298,5 @@ class StaticInstance(ConsumerInstance):
 
 
 #: consumer config keys an update keeps as the reference sets them (identity, filters, priority group)
-_KEPT = {"name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout"}
-_DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
-
-
-def _setting_differences(have: dict[str, Any], want: dict[str, Any], *,
-                        only: set[str] | None = None) -> list[tuple[str, str, str]]:
-    """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
-    (durations in seconds); ``only``: those keys."""
-    def shown(key: str, value: Any) -> str:
-        if key in _DURATIONS and isinstance(value, int):
-            return f"{value / 1e9:g}s"
-        if key == "backoff" and isinstance(value, list):
-            return ",".join(f"{v / 1e9:g}s" for v in value) or "none"
-        return "unset" if value is None else str(value)
-
-    keys = sorted(only if only is not None else (set(have) | set(want)) - {"created"})
-    return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
-
-
 def _changes(differences: list[tuple[str, str, str]]) -> str:
     return ", ".join(f"{k} {now} -> {asked}" for k, now, asked in differences)

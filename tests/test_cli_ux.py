@@ -16,6 +16,8 @@ The rendering at 80 columns (every digit of every number kept) is tests/test_cli
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import re
 import signal
 import subprocess
@@ -23,6 +25,7 @@ import subprocess
 import pytest
 
 from tests.support import wait_for
+from tests.test_cli_prompt import clean_env  # noqa: F401 - a fixture: no NATS contexts or settings of the machine
 from tests.test_cli_common import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
                                    partition_transform, procs, run_cg)
 
@@ -97,6 +100,42 @@ def _cg() -> list[str]:
     return cg_argv()
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["--sleep", "200ms", "static", "consume", "s", "g", "m1"],
+     "--sleep goes after cg static: cg static --sleep 200ms consume s g m1"),
+    (["--sleep=1s", "elastic", "consume", "s", "g", "m1"],
+     "--sleep goes after cg elastic: cg elastic --sleep=1s consume s g m1"),
+    (["static", "--concurrency", "8", "consume", "s", "g", "m1"],
+     "--concurrency goes after cg static consume: cg static consume s g m1 --concurrency 8"),
+    (["--json", "elastic", "ls", "s"], "--json goes after cg elastic ls: cg elastic ls s --json"),
+    (["statik", "ls", "s"], "no such command 'statik' (did you mean static?); try 'cg -h' for help"),
+    (["static", "staus", "s", "g"], "no such command 'staus' (did you mean status?); try 'cg static -h' for help"),
+    (["static", "ls", "--concurrency", "3", "s"], "no such option: --concurrency; try 'cg static ls -h' for help"),
+])
+def test_a_misplaced_flag_or_a_typo_says_what_was_meant(argv, said):
+    """No server needed: parsing fails before anything connects."""
+    from tests.test_cli_common import cg_inproc
+
+    r = cg_inproc(*argv)
+    assert r.code == 1 and r.out == "" and r.err == f"cg: error: {said}\n", r.err
+
+
+def test_the_shell_suggests_what_a_typo_meant(nats_server, clean_env):  # noqa: F811 - the fixture imported above
+    from cg.app import build
+    from cg.prompt import Repl
+    from pcgroups.connect import ConnectionOptions
+
+    repl = Repl("static", ConnectionOptions(server=nats_server.url), build(), input=None,
+                history_file=clean_env / "h")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err, repl.bound():
+        for line in ("staus", "elastik", "bogus"):
+            repl.execute(line)
+    assert err.getvalue().splitlines() == [
+        "cg: error: unknown command: staus (did you mean status? type help for the list)",
+        "cg: error: unknown command: elastik (did you mean elastic? type help for the list)",
+        "cg: error: unknown command: bogus (type help for the list)"]
+
+
 # ---------------------------------------------------------------- errors in the user's words
 
 
@@ -119,6 +158,99 @@ async def test_errors_name_what_the_user_typed(nats_server, js, static_stream, u
                      "the max number of members must be at least 1, got 0")
     assert_cli_error(await run_cg("demo", "--rate", "5"), "invalid --rate 5: must be between 10 and 2000")
     assert_cli_error(await run_cg("static", "info", s, url=url), "missing argument 'GROUP'")
+
+
+#: Every duration option of cg, given a number without a unit: (argv, the option, the number).
+BARE_DURATIONS = [
+    (["static", "consume", "s", "g", "m1", "--sleep", "200"], "--sleep", "200"),
+    (["elastic", "--sleep", "2.5", "consume", "s", "g", "m1"], "--sleep", "2.5"),
+    (["elastic", "consume", "s", "g", "--auto", "--lease-ttl", "5"], "--lease-ttl", "5"),
+    (["static", "status", "s", "g", "--watch", "--interval", "2"], "--interval", "2"),
+    (["elastic", "reset", "s", "g", "--by-duration", "5"], "--by-duration", "5"),
+    (["--timeout", "5", "static", "ls", "s"], "--timeout", "5"),
+    (["elastic", "remove-source", "s", "g", "x", "--wait", "30"], "--wait", "30"),
+    (["metrics", "--interval", "5"], "--interval", "5"),
+    (["tools", "traffic", "--sleep", "10"], "--sleep", "10"),
+    (["demo", "--duration", "20"], "--duration", "20"),
+]
+
+
+@pytest.mark.parametrize("argv,option,number", BARE_DURATIONS, ids=[" ".join(a[0]) for a in BARE_DURATIONS])
+def test_a_duration_without_a_unit_is_refused_as_go_refuses_it(argv, option, number):
+    """``--sleep 200`` once meant 200 s. Every duration option reads Go's durations: a number needs a unit
+    (``0`` excepted), before anything connects."""
+    from tests.test_cli_common import cg_inproc
+
+    r = cg_inproc(*argv)
+    assert_cli_error(r)
+    assert r.err == f'cg: error: invalid {option}: missing unit in duration "{number}" (e.g. {number}ms or {number}s)\n'
+
+
+def test_the_shell_wants_a_unit_too(nats_server, clean_env):  # noqa: F811 - the fixture imported above
+    from cg.app import build
+    from cg.prompt import Repl
+    from pcgroups.connect import ConnectionOptions
+
+    repl = Repl("static", ConnectionOptions(server=nats_server.url), build(), input=None,
+                history_file=clean_env / "h")
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err, \
+            repl.bound():
+        repl.execute("processing-time 200")
+        repl.execute("processing-time 0")
+        repl.execute("processing-time")
+    assert err.getvalue() == 'cg: error: invalid --sleep: missing unit in duration "200" (e.g. 200ms or 200s)\n'
+    assert out.getvalue().splitlines()[-1] == "processing time: 0"
+
+
+async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
+    """Ctrl-C at ``delete``'s (y/n): exit 130, nothing deleted, and the question's line ended, so the shell's
+    next prompt does not land behind it."""
+    from tests.test_cli_common import cg_argv
+
+    s = static_stream
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
+    p = await asyncio.create_subprocess_exec(*cg_argv("static", "delete", s, "g"), stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             env=cg_env(nats_server.url))
+    try:
+        out = b""
+        while not out.endswith(b"(y/n): "):
+            out += await asyncio.wait_for(p.stdout.read(1), 15)
+        p.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(p.communicate(), 15)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    assert p.returncode == 130 and err == b"", err
+    assert rest == b"\n"
+    assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
+
+
+async def test_create_and_delete_say_one_line_in_a_terminal_and_nothing_in_a_pipe(nats_server, js, static_stream,
+                                                                                    uniq):
+    s, e, url = static_stream, f"{uniq}e", nats_server.url
+    await make_stream(js, e)
+    tty = cg_env(url, CG_PRETTY="1")
+    runs = [
+        (["static", "create", "balanced", s, "g", "4", "m1", "m2"],
+         f"static consumer group g on stream {s} created: 4 partitions, members m1 m2"),
+        (["static", "create", "balanced", s, "g", "4", "m1", "m2"],
+         f"static consumer group g on stream {s} already exists as asked: 4 partitions, members m1 m2"),
+        (["static", "create", "mapped", s, "h", "4", "m1:0-1", "m2:2,3"],
+         f"static consumer group h on stream {s} created: 4 partitions, mapped m1 0-1, m2 2-3"),
+        (["elastic", "create", e, "g", "4", "--filter", f"{e}.*"],
+         f"elastic consumer group g on stream {e} created: 4 partitions by {e}.*, no members yet (work queue {e}-g)"),
+        (["static", "delete", s, "g", "-f"], f"deleted static consumer group g on stream {s}: its instances end"),
+        (["elastic", "delete", e, "g", "-f"],
+         f"deleted elastic consumer group g on stream {e} and its work queue {e}-g: its instances end"),
+    ]
+    for argv, said in runs:
+        r = (await acg(*argv, env=tty)).ok()
+        assert r.out == said + "\n" and r.err == "", (argv, r.out, r.err)
+    for argv, _ in runs[:1] + runs[3:5]:   # a pipe: the reference's silence
+        r = (await run_cg(*argv, url=url)).ok()
+        assert r.out == "" and r.err == "", (argv, r.out, r.err)
 
 
 # ---------------------------------------------------------------- warnings where a mistake was silent
@@ -225,6 +357,37 @@ async def test_a_membership_change_in_a_terminal_shows_before_after_and_what_mov
     r = (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url, CG_PRETTY="1"))).ok()
     assert "the group has no members now" in r.out and "a b -> none" in r.out
     assert (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url))).ok().out == ""   # the reference's
+
+
+async def test_leaving_a_group_with_no_member_warns_that_messages_queue_up(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+    (await run_cg("elastic", "add", uniq, "g", "m1", "m2", url=url)).ok()
+    warning = (f"cg: warning: elastic consumer group g has no members now: its messages queue up in work queue "
+               f"{uniq}-g (up to its limits) until cg elastic add or create-mapping\n")
+    r = (await run_cg("elastic", "drop", uniq, "g", "m1", url=url)).ok()
+    assert r.err == "" and r.out == "dropped members: [m2]\n"          # m2 still consumes
+    r = (await run_cg("elastic", "drop", uniq, "g", "m2", url=url)).ok()
+    assert r.err == warning and r.out == "dropped members: []\n"
+    (await run_cg("elastic", "create-mapping", uniq, "g", "m1:0-3", url=url)).ok()
+    r = (await run_cg("elastic", "delete-mapping", uniq, "g", url=url)).ok()
+    assert r.err == warning
+    r = (await acg("elastic", "add", uniq, "g", "m1", env=cg_env(url, CG_PRETTY="1"))).ok()
+    r = (await acg("elastic", "drop", uniq, "g", "m1", env=cg_env(url, CG_PRETTY="1"))).ok()
+    assert r.err == warning and "members  m1 -> none" in r.out   # a terminal: the summary too
+
+
+async def test_a_reset_to_a_time_in_the_future_warns(nats_server, js, static_stream):
+    s, url = static_stream, nats_server.url
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=url)).ok()
+    for i in range(3):
+        await js.publish(f"{s}.{i}", b"x")
+    r = (await run_cg("static", "reset", s, "g", "--to-time", "2999-01-01T00:00:00Z", url=url)).ok()
+    assert r.err.splitlines()[0] == ("cg: warning: --to-time 2999-01-01T00:00:00Z is in the future: no message is at "
+                                     "or after it, so this skips everything pending, as --to-latest does"), r.err
+    r = (await run_cg("static", "reset", s, "g", "--to-time", "2001-01-01T00:00:00Z", url=url)).ok()
+    assert "warning" not in r.err, r.err
 
 
 # ---------------------------------------------------------------- a dropped member's instance
