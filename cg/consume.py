@@ -31,7 +31,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import ConsumeConcurrency
@@ -202,9 +202,12 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False) -> Any:
+def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False,
+                 group_gone: Callable[[], Awaitable[bool]] | None = None) -> Any:
     """``whole_lines`` (handlers running at once): the line is written whole before the processing and
-    again, ending with ``acked``, after it, so lines of messages handled at once do not mix."""
+    again, ending with ``acked``, after it, so lines of messages handled at once do not mix. ``group_gone``:
+    whether the group was deleted, asked when an ack finds no consumer (then nothing is redelivered, and the
+    reference's warning that it will be would be wrong)."""
     from nats.errors import NoRespondersError
 
     from pcgroups.errors import SupersededError
@@ -225,8 +228,11 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
         except SupersededError:  # a reset moved the consumer while it was handled: not an error
             text = "superseded by a reset (not acked)"
         except NoRespondersError as e:
-            text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
-                    f"pinned id change) it will be or may already have been re-delivered: {e}")
+            if group_gone is not None and await group_gone():
+                text = "not acked: the group was deleted"
+            else:
+                text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
+                        f"pinned id change) it will be or may already have been re-delivered: {e}")
         except Exception as e:  # noqa: BLE001 - reported as the reference does, then carry on
             text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
         else:
@@ -291,10 +297,23 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if inst is not None:
             inst.stop()
 
+    async def group_gone() -> bool:
+        from pcgroups.elastic import get_elastic_config
+        from pcgroups.errors import NotFoundError
+        from pcgroups.static import get_static_config
+
+        try:
+            await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
+        except NotFoundError:
+            return True
+        except Exception:  # noqa: BLE001 - can't tell: say what the reference says
+            return False
+        return False
+
     keyed = concurrency or ConsumeConcurrency()
-    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1)
+    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1, group_gone=group_gone)
     metrics_server, metrics_kwargs = None, dict[str, Any]()
-    nc = None
+    nc: Any = None
     try:
         if metrics_listen:
             from .metrics import instance_metrics

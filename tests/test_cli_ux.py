@@ -390,6 +390,34 @@ async def test_a_reset_to_a_time_in_the_future_warns(nats_server, js, static_str
     assert "warning" not in r.err, r.err
 
 
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_deleting_the_group_under_a_handler_does_not_promise_a_redelivery(nats_server, nc, js, uniq, kind):
+    """The handler's ack finds no consumer because the group is gone: its line says so, not the reference's
+    "it will be or may already have been re-delivered" (the handler ends within the stop's drain, AckWait)."""
+    from pcgroups import delete_elastic, delete_static
+
+    url = nats_server.url
+    if kind == "static":
+        await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+        (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+    else:
+        await make_stream(js, uniq)
+        (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+    async with procs() as start:
+        p = await start(kind, "consume", uniq, "g", "m1", "--sleep", "1500ms", url=url)
+        await p.wait_text("consuming...")
+        await js.publish(f"{uniq}.1", b"x")
+        await p.wait_text("Processing for 1.5s ... ")
+        await (delete_static if kind == "static" else delete_elastic)(nc, uniq, "g")
+        r = await p.wait(15)
+    assert r.code == 0, r.err
+    [line] = message_lines(r.out)
+    assert line["end"] == "not acked: the group was deleted", r.out
+    assert "re-delivered" not in r.out + r.err
+    assert r.err.splitlines()[-1] == f"{kind} consumer group g on stream {uniq} was deleted"
+
+
 # ---------------------------------------------------------------- a dropped member's instance
 
 
