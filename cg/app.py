@@ -37,7 +37,7 @@ ALIASES: dict[tuple[str, ...], list[str]] = {
 
 
 def _demo() -> typer.Typer:
-    from .demo import register
+    from .demo.command import register
 
     app = typer.Typer(add_completion=False)
     register(app)

@@ -123,7 +123,7 @@ def change_summary(kind: str, stream: str, group: str, done: str, before: Config
     from rich.table import Table
     from rich.text import Text
 
-    from .output import ranges
+    from .output import ranges, table as new_table
 
     parts: list[Any] = [Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold")]
     grid = Table.grid(padding=(0, 2))
@@ -135,7 +135,7 @@ def change_summary(kind: str, stream: str, group: str, done: str, before: Config
     grid.add_row("moved", f"{moved} of {after.max_members} partitions" if moved else "no partition")
     parts.append(grid)
     if found:
-        table = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
+        table = new_table()
         table.add_column("from", no_wrap=True)
         table.add_column("to", no_wrap=True)
         table.add_column("partitions", overflow="fold")

@@ -103,6 +103,14 @@ class Printer:
         self._release()
         return written
 
+    def close(self) -> None:
+        """The instance ended: a message line its handler left open ends (an error then has a line of
+        its own), and the lines that waited are written."""
+        if self._open:
+            self._stdout("\n")
+            self._open = False
+        self._release()
+
     def _before_message(self) -> None:
         """A message line comes: the header first, then the status lines said before it (``pinned``:
         the instance says it before its first handler starts), even before the ready check ended."""
@@ -348,6 +356,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             printer.announce()
         printer.ready()
         result = await done
+        await inst.stop()   # the handler in flight ends its line first (bounded by AckWait)
+        printer.close()     # a line it could not end ends here: what follows has a line of its own
         if result is not None:
             raise CLIError(str(result) or type(result).__name__) from None
         if not stop_requested.is_set():

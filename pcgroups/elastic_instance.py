@@ -25,7 +25,7 @@ from .elastic import ElasticSpec, stored_config
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStreamAPIError, NotFoundError,
                      PermissionDeniedError)
 from .events import EventCallback, PartitionsHook
-from .flavour import ELASTIC, api_of, check_names, work_queue_name
+from .flavour import ELASTIC, api_of, check_names, stream_gone, work_queue_name
 from .instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                        member_template, setting_differences, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE,
@@ -114,7 +114,7 @@ class ElasticInstance(ConsumerInstance):
         except NotFoundError:
             # no such group (named as the user gave it), else the group's work queue is missing
             await group_entry(self.api, ELASTIC_BUCKET, "elastic", self.stream_name, self.group_name)
-            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}") from None
+            raise stream_gone(ELASTIC, self.stream_name, self.group_name) from None
         kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
@@ -218,7 +218,7 @@ class ElasticInstance(ConsumerInstance):
                 return None
             await self.api.stream_info(self.work_queue)
         except NotFoundError:
-            return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
+            return stream_gone(ELASTIC, self.stream_name, self.group_name, ConsumerGoneError)
         except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
             log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
                         "joining again later", self.member_name, reason, e)

@@ -24,7 +24,7 @@ from .config import MemberMapping, StaticConfig, parse_static_config, validate_n
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                      NotAMemberError, NotFoundError)
 from .events import EventCallback, PartitionsHook
-from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
+from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name, stream_gone
 from .instance import (KEPT_SETTINGS, ConsumerInstance, member_template, setting_differences, startable,
                        with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
@@ -106,11 +106,21 @@ def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
 
 
 async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
-    """Delete the group's config, then exactly its members' consumers (running instances end)."""
+    """Delete the group's config, then exactly its members' consumers (running instances end). A group whose
+    stream was deleted is deleted too (its consumers went with the stream)."""
     api = api_of(nc, api)
     check_names(stream, group)
-    await consumer_stream_info(STATIC, api, stream, group)
-    kv, entry = await group_entry(api, STATIC.bucket, STATIC.name, stream, group)
+    try:
+        await consumer_stream_info(STATIC, api, stream, group)
+        no_stream = None
+    except NotFoundError as e:
+        no_stream = e
+    try:
+        kv, entry = await group_entry(api, STATIC.bucket, STATIC.name, stream, group)
+    except NotFoundError:
+        if no_stream is not None:
+            raise no_stream from None
+        raise
     key = group_key(stream, group)
     try:
         names = StaticConfig.from_json(entry.value).membership()
@@ -119,7 +129,7 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
                     "members' consumers", group, stream, e)
     await kv_call(kv, kv.delete(key), key)
-    for member in names:
+    for member in names if no_stream is None else []:
         await api.delete_consumer(stream, static_consumer_name(group, member))
 
 
@@ -170,7 +180,14 @@ class StaticInstance(ConsumerInstance):
     flavour = "static"
 
     async def _setup(self) -> None:
-        await consumer_stream_info(STATIC, self.api, self.stream_name, self.group_name)
+        try:
+            await consumer_stream_info(STATIC, self.api, self.stream_name, self.group_name)
+        except NotFoundError as e:
+            try:
+                await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
+            except NotFoundError:
+                raise e from None   # no stream, no group: the stream is what is missing first
+            raise stream_gone(STATIC, self.stream_name, self.group_name) from None
         kv, entry = await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
@@ -273,8 +290,14 @@ class StaticInstance(ConsumerInstance):
             return None  # the group was deleted: its consumers go with it
         # Another instance of ours may have seen a config change first and deleted the consumer: report
         # the cause, as the watch event (maybe still queued) would.
-        return self._changed(entry.value) or ConsumerGoneError(
-            f"the member's consumer {self.consumer_name} went away: {reason}")
+        changed = self._changed(entry.value)
+        if changed is not None:
+            return changed
+        try:
+            await self.api.stream_info(self.stream_name)
+        except NotFoundError:
+            return stream_gone(STATIC, self.stream_name, self.group_name, ConsumerGoneError)
+        return ConsumerGoneError(f"the member's consumer {self.consumer_name} went away: {reason}")
 
     def _changed(self, value: bytes) -> BaseException | None:
         """The error a stored config ends the instance with (not valid, or not ours); None when unchanged."""

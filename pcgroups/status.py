@@ -36,7 +36,7 @@ from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig
 from .errors import NotFoundError
-from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, work_queue_name
+from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, stream_gone, work_queue_name
 from .jsapi import PRIORITY_GROUP, JetStreamApi
 from .membership import list_leases
 from .partitions import member_partitions, static_member_filters
@@ -223,7 +223,10 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
     config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
-    infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    try:
+        infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    except NotFoundError:
+        raise stream_gone(STATIC, stream, group) from None
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
@@ -240,7 +243,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     try:
         state = (await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
-        raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
+        raise stream_gone(STATIC, stream, group) from None
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
                        max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
@@ -260,7 +263,7 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         infos = {c["name"]: c for c in await counting.list_consumers(wq)}
         wq_info = await counting.stream_info(wq, subjects_filter=">")
     except NotFoundError:
-        raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
+        raise stream_gone(ELASTIC, stream, group) from None
     members = [_member_status(cfg, m, m, infos.get(m)) for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
     per_partition: dict[int, int] = {}

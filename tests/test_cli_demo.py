@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cg.demo import demo
+from cg.demo.command import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_every_process_it_started():
-    code = "import typer; from cg.demo import demo_command; typer.run(demo_command)"
+    code = "import typer; from cg.demo.command import demo_command; typer.run(demo_command)"
     proc = subprocess.Popen([sys.executable, "-c", code, "--duration", "30s"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import re
 import signal
 import subprocess
@@ -418,6 +419,39 @@ async def test_deleting_the_group_under_a_handler_does_not_promise_a_redelivery(
     assert r.err.splitlines()[-1] == f"{kind} consumer group g on stream {uniq} was deleted"
 
 
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_the_stream_deleted_under_a_group_is_named_with_the_way_out(nats_server, js, uniq, kind):
+    """``nats str rm`` of a static group's stream (or an elastic group's work queue) under a running member:
+    the error has a line of its own, names the stream and says how to recover; so do status, info, consume
+    and reset afterwards; and delete, the way out, works."""
+    url = nats_server.url
+    if kind == "static":
+        await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+        (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+        gone, said = uniq, (f"the stream {uniq} of static consumer group g was deleted: delete the group "
+                            f"(cg static delete {uniq} g), then create the stream and the group again")
+    else:
+        await make_stream(js, uniq)
+        (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+        gone, said = f"{uniq}-g", (f"the work queue {uniq}-g of elastic consumer group g was deleted: delete the "
+                                   f"group (cg elastic delete {uniq} g), then create it again")
+    async with procs() as start:
+        p = await start(kind, "consume", uniq, "g", "m1", "--sleep", "2s", url=url)
+        await p.wait_text("consuming...")
+        await js.publish(f"{uniq}.1", b"x")
+        await p.wait_text("Processing for 2s ... ")
+        await js.delete_stream(gone)
+        r = await p.wait(15)
+    assert r.code == 1 and r.out.endswith("Processing for 2s ... \n"), r.out   # the open line ended
+    assert r.err.splitlines()[-1] == f"cg: error: {said}", r.err
+    for argv in (["status", uniq, "g"], ["info", uniq, "g"], ["consume", uniq, "g", "m1"],
+                 ["reset", uniq, "g", "--to-latest"]):
+        assert_cli_error(await run_cg(kind, *argv, url=url), said)
+    (await run_cg(kind, "delete", uniq, "g", "-f", url=url)).ok()
+    assert_cli_error(await run_cg(kind, "info", uniq, "g", url=url), "not found")
+
+
 # ---------------------------------------------------------------- a dropped member's instance
 
 
@@ -512,72 +546,144 @@ async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
 # ---------------------------------------------------------------- the README's walk-through
 
 
-#: The README sections that run in order on one server, after "The CLI, step by step" (streams foo, bar).
-WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Replay and skip",
-               "### Clean up")
+#: The README sections that run in order on one server, every code block of each (streams foo, bar, SHOP,
+#: ORDERS, PAYMENTS, REFUNDS, LOGS_*; the clean-up removes them all), then the library's example.
+WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Groups over several streams",
+               "### Replay and skip", "### Clean up", "### As a `nats` CLI plugin")
 
 
-def _walkthrough() -> list[str]:
-    """The commands of the first code block of each of README.md's :data:`WALKTHROUGH` sections, comments
-    and continuation lines dropped, and those on a stream of the reader's own (SHOP) too."""
+def _blocks(text: str, heading: str) -> list[str]:
+    """The shell code blocks of a README section (up to the next heading)."""
+    section = text.split(heading + "\n", 1)[1]
+    section = re.split(r"\n#{2,3} ", section, maxsplit=1)[0]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2] if not block.startswith("python")]
+
+
+def _walkthrough() -> list[tuple[str, str]]:
+    """(section, command) for every command of :data:`WALKTHROUGH`'s blocks, comments dropped; not the server
+    (the fixture's), the connection example, or the nats CLI's (not installed here)."""
     from tests.test_cli_common import ROOT
 
     text = (ROOT / "README.md").read_text()
     commands = []
     for heading in WALKTHROUGH:
-        block = text.split(heading + "\n", 1)[1].split("```", 2)[1]
-        for line in block.splitlines():
-            line = line.split(" # ", 1)[0].strip()
-            if line.startswith(("cg ", "scripts/")) and "--server" not in line and "SHOP" not in line:
-                commands.append(line)
+        for block in _blocks(text, heading):
+            for line in block.splitlines():
+                line = line.split(" # ", 1)[0].strip()
+                if line.startswith(("cg ", "scripts/", "for ", "kill ")) and "--server" not in line:
+                    commands.append((heading, line))
     return commands
 
 
+def _long_running(command: str) -> bool:
+    """What a reader starts in a terminal of its own (or with ``&``): instances and open-ended traffic."""
+    argv = command.rstrip("&").split()
+    return (command.endswith("&") or "consume" in argv[:3] or "generate_traffic" in argv[0]
+            or (argv[:3] == ["cg", "tools", "traffic"] and "--count" not in argv))
+
+
 @pytest.mark.slow
-async def test_the_readme_walkthrough_runs_top_to_bottom_on_one_server(fresh_server):
-    """Every command of the walk-through, in order, on one fresh server: the long-running ones (consume,
-    the traffic) started in the background as a reader would in other terminals, the others must exit 0."""
+@pytest.mark.timeout(300)
+async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
+    """Every command of the walk-throughs, in order, on one fresh server: the long-running ones (consume, the
+    traffic) started in the background as a reader would in other terminals, the others through a shell
+    (loops, ``$(...)``) and must exit 0 without an error line; the clean-up leaves no stream behind; then the
+    library's example runs on what is left, handles messages and ends cleanly on Ctrl-C."""
     import shlex
 
     from tests.test_cli_common import CG_BIN, ROOT, Proc
 
     commands = _walkthrough()
-    assert any(c.startswith("cg static") for c in commands) and any(c.startswith("cg elastic") for c in commands)
-    assert "--concurrency 8" in commands[-14] and "--to-earliest" in commands[-5], commands  # every section
-    assert commands[-4:] == ["cg static delete foo cg", "cg static delete foo kc", "cg elastic delete bar cg",
-                            "cg elastic delete bar auto"]
-    env = cg_env(fresh_server.url, CG=str(CG_BIN))
-    background: list[Proc | asyncio.subprocess.Process] = []
+    sections = [heading for heading, _ in commands]
+    assert all(heading in sections for heading in WALKTHROUGH[:-1]), sections      # the plugin's: nats only
+    assert any("SHOP" in c for _, c in commands) and any("REFUNDS" in c for _, c in commands)
+    assert commands[-1][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-1]
+    env = cg_env(fresh_server.url, CG=str(CG_BIN), PATH=f"{CG_BIN.parent}{os.pathsep}{os.environ['PATH']}")
+    instances: list[Proc] = []
+    traffic: list[asyncio.subprocess.Process] = []   # in the order started: `kill %1` stops the last one with &
+
+    async def stop(p: asyncio.subprocess.Process) -> None:
+        if p.returncode is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(p.wait(), 10)
+            except asyncio.TimeoutError:
+                p.kill()
+                await p.wait()
+
     try:
-        for command in commands:
-            argv = shlex.split(command)
-            if argv[0].startswith("scripts/"):
-                script = [str(ROOT / argv[0]), *argv[1:]]
-                if "generate_traffic" in argv[0]:
-                    background.append(await asyncio.create_subprocess_exec(
-                        *script, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env))
+        for heading, command in commands:
+            if heading == "### Clean up" and traffic:      # as the README says: the traffic stopped first
+                for p in traffic:
+                    await stop(p)
+                traffic.clear()
+            if command.startswith("kill %"):
+                await stop(traffic.pop())
+                continue
+            if _long_running(command):
+                argv = shlex.split(command.rstrip("&"))
+                if "consume" in argv[:3]:
+                    proc = await Proc(*argv[1:], env=env).start()
+                    instances.append(proc)
+                    await proc.wait_text("consuming...\n", timeout=20)
                     continue
-                p = await asyncio.create_subprocess_exec(*script, stdout=asyncio.subprocess.PIPE,
-                                                         stderr=asyncio.subprocess.PIPE, env=env)
-                out, err = await asyncio.wait_for(p.communicate(), 30)
-                assert p.returncode == 0, (command, err.decode())
+                if argv[0].startswith("scripts/"):
+                    argv[0] = str(ROOT / argv[0])
+                traffic.append(await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT))
                 continue
-            if argv[2] == "consume":
-                proc = await Proc(*argv[1:], env=env).start()
-                background.append(proc)
-                await proc.wait_text("consuming...\n", timeout=20)
-                continue
-            r = await acg(*argv[1:], env=env, input="y\n")
-            assert r.code == 0, (command, r.out, r.err)
-            assert "cg: error" not in r.err, (command, r.err)
+            p = await asyncio.create_subprocess_exec("bash", "-c", command, stdin=asyncio.subprocess.PIPE,
+                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                     env=env, cwd=ROOT)
+            out, err = await asyncio.wait_for(p.communicate(b"y\n"), 60)
+            assert p.returncode == 0, (command, out.decode(), err.decode())
+            assert b"cg: error" not in err, (command, err.decode())
+        r = (await acg("tools", "stream-rm", "foo", env=env))
+        assert r.code == 1 and r.err == "cg: error: no stream foo\n", r.err          # the clean-up removed them
+        await _the_library_example(fresh_server.url, env)
     finally:
-        for p in background:
-            if isinstance(p, Proc):
-                await p.close()
-            elif p.returncode is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    await asyncio.wait_for(p.wait(), 10)
-                except asyncio.TimeoutError:
-                    p.kill()
-                    await p.wait()
+        for p in traffic:
+            await stop(p)
+        for proc in instances:
+            await proc.close()
+
+
+async def _the_library_example(url: str, env: dict) -> None:
+    """README's library example, as written (its URL the test server's): it consumes, prints each message and
+    ends on Ctrl-C without a traceback."""
+    import sys
+    import tempfile
+
+    from tests.test_cli_common import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    code = text.split("## The library\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "nats://127.0.0.1:4222" in code
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(code.replace("nats://127.0.0.1:4222", url))
+    p = await asyncio.create_subprocess_exec(sys.executable, f.name, stdout=asyncio.subprocess.PIPE,
+                                             stderr=asyncio.subprocess.PIPE,
+                                             env={**env, "PYTHONUNBUFFERED": "1"})   # its lines as a terminal shows them
+    try:
+        line = await asyncio.wait_for(p.stdout.readline(), 20)
+        assert line == b"consuming invoices.* (Ctrl-C to stop)\n", (line, await _stderr_of(p))
+        (await acg("tools", "traffic", "--stream", "invoices", "--subject", "invoices", "--count", "3", "--size", "2",
+                   env=env)).ok()
+        handled = [await asyncio.wait_for(p.stdout.readline(), 15) for _ in range(3)]
+        assert sorted(h.split()[1] for h in handled) == [b"invoices.0", b"invoices.1", b"invoices.2"], handled
+        p.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(p.communicate(), 15)
+    finally:
+        os.unlink(f.name)
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    assert p.returncode == 0 and err == b"", err.decode()
+
+
+async def _stderr_of(p: asyncio.subprocess.Process) -> str:
+    """What a process that went wrong said (it is ended first if it still runs)."""
+    if p.returncode is None:
+        p.kill()
+        await p.wait()
+    return (await p.stderr.read()).decode() if p.stderr else ""

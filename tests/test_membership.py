@@ -602,3 +602,14 @@ async def test_auto_is_reached_through_elastic_consume_only(nc, js, uniq):
         assert await assignment(nc, stream, group) == {inst.member_name: [0, 1]}
     finally:
         await asyncio.wait_for(inst.stop(), 10)
+
+
+def test_the_readme_states_the_debounce_the_code_uses():
+    """The README says when joins and leaves make one rebalance: within the debounce of each other."""
+    from pathlib import Path
+
+    from pcgroups.membership import DEFAULT_DEBOUNCE
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert (f"once the leases have been quiet for {DEFAULT_DEBOUNCE:g} s: instances started (or stopped) within "
+            f"{DEFAULT_DEBOUNCE:g} s of each other") in readme
