@@ -305,21 +305,9 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         if inst is not None:
             inst.stop()
 
-    async def group_gone() -> bool:
-        from pcgroups.elastic import get_elastic_config
-        from pcgroups.errors import NotFoundError
-        from pcgroups.static import get_static_config
-
-        try:
-            await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
-        except NotFoundError:
-            return True
-        except Exception:  # noqa: BLE001 - can't tell: say what the reference says
-            return False
-        return False
-
     keyed = concurrency or ConsumeConcurrency()
-    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1, group_gone=group_gone)
+    handler = make_handler(member, sleep, printer, on_broken, whole_lines=keyed.handlers > 1,
+                           group_gone=lambda: _group_deleted(nc, kind, stream, group))
     metrics_server, metrics_kwargs = None, dict[str, Any]()
     nc: Any = None
     try:
@@ -374,6 +362,21 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
             loop.remove_signal_handler(sig)
         if printer.broken:
             _silence_stdout()
+
+
+async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:
+    """Whether the group is gone (when it can't be told: no)."""
+    from pcgroups.elastic import get_elastic_config
+    from pcgroups.errors import NotFoundError
+    from pcgroups.static import get_static_config
+
+    try:
+        await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
+    except NotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 - can't tell: say what the reference says
+        return False
+    return False
 
 
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:

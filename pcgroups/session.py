@@ -347,8 +347,9 @@ class PullSession:
         await self._received(msg, headers, now)
 
     async def _on_keepalive(self, msg: NatsMsg) -> None:
-        """The answer to a keep-alive pull: a message (handled as any), a lost pin, or nothing to give
-        now (408: it expired; 404: nothing to deliver)."""
+        """The answer to a keep-alive pull: a message (handled as any), a lost pin (the waiting pull ends
+        in its turn: the next one goes without the pin), the consumer deleted; anything else (it expired,
+        nothing to deliver, no responders) the waiting pull hears too, and handles."""
         now = time.monotonic()
         headers = msg.headers
         status = headers.get("Status") if headers else None
@@ -356,8 +357,11 @@ class PullSession:
             self._heard = now
             self.delivery.heard(now)
         if status and headers and not msg.data and not msg.reply:
-            if status not in ("404", "408"):
-                self._on_status(status, headers)
+            description = headers.get("Description", "")
+            if status == "423":
+                self._lost_pin(description)
+            elif status == "409" and "Deleted" in description:
+                self._gone(f"consumer deleted: {description}")
             return
         await self._received(msg, headers, now)
 
@@ -388,12 +392,8 @@ class PullSession:
                 return
             self._wake.set()
         elif status == "423":
-            if self.pin_id is not None:
-                log.info("%s: lost the pin (%s)", self.label, description or "423")
-            self.delivery.forget_pin()
-            self._pin_changed()
+            self._lost_pin(description)
             self._pending = 0
-            self._drop_queued()
             self._wake.set()
         elif status == "404":
             self._pending = 0
@@ -407,6 +407,13 @@ class PullSession:
         else:
             self._pending = 0
             self._gone(f"pull failed: {status} {description}".strip())
+
+    def _lost_pin(self, description: str) -> None:
+        if self.pin_id is not None:
+            log.info("%s: lost the pin (%s)", self.label, description or "423")
+        self.delivery.forget_pin()
+        self._pin_changed()
+        self._drop_queued()
 
     async def _check_consumer(self) -> None:
         """After a pull without responders: end the session only when the consumer does not exist."""
