@@ -37,7 +37,7 @@ ALIASES: dict[tuple[str, ...], list[str]] = {
 
 
 def _demo() -> typer.Typer:
-    from .demo import register
+    from .demo.command import register
 
     app = typer.Typer(add_completion=False)
     register(app)
@@ -181,6 +181,33 @@ def build() -> RootGroup:
     return command
 
 
+def where_option_goes(root: RootGroup, args: list[str], option: str) -> tuple[str, list[str]] | None:
+    """For ``option`` given to a command that does not take it (``cg --sleep 200ms static consume ...``): the
+    first command of the user's path below it that does (``cg static``) and the arguments with the option (and
+    its value) moved there (after a group's name, at the end of a command's arguments); None if none does."""
+    from typer._click import Context
+
+    ctx = Context(root)
+    at = [i for i, a in enumerate(args) if a == option or a.startswith(option + "=")]
+    if not at:
+        return None
+    command: Any = root
+    path: list[str] = []
+    for i, token in enumerate(args):
+        sub = command.get_command(ctx, token) if hasattr(command, "get_command") else None
+        if sub is None:
+            continue
+        command, path = sub, [*path, token]
+        param = next((p for p in command.params if option in p.opts), None)
+        if param is None or i < at[0]:
+            continue
+        moved = args[at[0]:at[0] + (1 if "=" in args[at[0]] or param.is_flag else 2)]
+        rest = args[:at[0]] + args[at[0] + len(moved):]
+        where = rest.index(token, at[0]) + 1 if hasattr(command, "get_command") else len(rest)
+        return " ".join(["cg", *path]), rest[:where] + moved + rest[where:]
+    return None
+
+
 def print_model() -> None:
     """``cg --fisk-introspect``: the fisk model of the whole tree, as ``nats plugins register`` reads it."""
     from .plugin import print_fisk_model
@@ -188,4 +215,4 @@ def print_model() -> None:
     print_fisk_model(build(), name="cg", help=APP_HELP, version=VERSION, aliases=ALIASES)
 
 
-__all__ = ["ALIASES", "TOP_LEVEL", "RootGroup", "app", "build", "print_model"]
+__all__ = ["ALIASES", "TOP_LEVEL", "RootGroup", "app", "build", "print_model", "where_option_goes"]

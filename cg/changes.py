@@ -4,6 +4,7 @@ partitions move, which members get nothing, and the mistakes that would otherwis
 - :func:`owners` / :func:`moves` / :func:`idle_members`: pure views of a config (static or elastic);
 - :func:`check_unique`: a member named twice is refused before anything is written;
 - :func:`warn_idle`: more members than partitions (on stderr, every output mode);
+- :func:`say_created`: ``create``'s one line on a terminal;
 - :func:`print_change`: after ``add``/``drop``/``create-mapping``/``delete-mapping``, a rich summary
   on a terminal (members before -> after, partitions moved); in a pipe the caller prints the
   reference's lines instead.
@@ -84,6 +85,29 @@ def warn_idle(kind: str, group: str, cfg: Config) -> None:
          f"{' '.join(idle)} {what} no partition{extra}")
 
 
+def membership_words(cfg: Config) -> str:
+    """``members m1 m2``, ``m1 0-4, m2 5-9`` (mappings) or ``no members yet``: a group's membership in words."""
+    from .output import ranges
+
+    if cfg.members:
+        return f"member{'s' if len(cfg.members) > 1 else ''} {' '.join(cfg.members)}"
+    if cfg.member_mappings:
+        return "mapped " + ", ".join(f"{m.member} {ranges(m.partitions)}" for m in cfg.member_mappings)
+    return "no members yet"
+
+
+def say_created(kind: str, stream: str, group: str, cfg: Config, *, existed: bool, by: str = "",
+                after: str = "") -> None:
+    """In a terminal, the one line that says a ``create`` did what was asked (a pipe stays silent, as the
+    reference's is): ``by`` what it partitions, ``after`` the membership."""
+    from .output import out
+
+    if out.pretty:
+        what = "already exists as asked" if existed else "created"
+        out.styled(f"{kind} consumer group {group} on stream {stream} {what}: {cfg.max_members} partitions"
+                   f"{by}, {membership_words(cfg)}{after}", "green")
+
+
 def print_change(kind: str, stream: str, group: str, done: str, before: Config, after: Config,
                  *, note: str | None = None) -> None:
     """A terminal's summary of a change (:func:`change_summary`)."""
@@ -99,7 +123,7 @@ def change_summary(kind: str, stream: str, group: str, done: str, before: Config
     from rich.table import Table
     from rich.text import Text
 
-    from .output import ranges
+    from .output import ranges, table as new_table
 
     parts: list[Any] = [Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold")]
     grid = Table.grid(padding=(0, 2))
@@ -111,7 +135,7 @@ def change_summary(kind: str, stream: str, group: str, done: str, before: Config
     grid.add_row("moved", f"{moved} of {after.max_members} partitions" if moved else "no partition")
     parts.append(grid)
     if found:
-        table = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
+        table = new_table()
         table.add_column("from", no_wrap=True)
         table.add_column("to", no_wrap=True)
         table.add_column("partitions", overflow="fold")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
@@ -38,6 +38,19 @@ def check_names(*, stream: str | None = None, group: str | None = None,
         validate_name("group", group)
     for m in members:
         validate_name("member", m)
+
+
+async def group_exists(config: Awaitable[object]) -> bool:
+    """Whether the group whose config ``config`` reads exists (one whose stored config is broken does)."""
+    from pcgroups.errors import ConfigError, NotFoundError
+
+    try:
+        await config
+    except NotFoundError:
+        return False
+    except ConfigError:
+        return True
+    return True
 
 
 def parse_mappings(texts: Iterable[str]) -> list[MemberMapping]:
@@ -205,15 +218,18 @@ class ConsumeConcurrency(NamedTuple):
         return None
 
 
-MAX_WINDOW = 2147483647   # --concurrency and --max-ack-pending: what any server takes
+#: ``consume``'s caps (README, *Key-level concurrency from the CLI*): handlers at once, and the consumer's window.
+#: A static member's consumer keeps the window it was made with, so a slip of the finger would stay.
+MAX_CONCURRENCY = 1000
+MAX_WINDOW = 100_000
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS header name (an RFC 7230 token)
 
 
 def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str | None,
                       max_ack_pending: int | None) -> ConsumeConcurrency:
     """Check and combine ``consume``'s concurrency options (before connecting)."""
-    if not 1 <= concurrency <= MAX_WINDOW:
-        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (1 handles one "
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (1 handles one "
                        "message at a time)")
     if key_header is not None and key_tokens is not None:
         raise CLIError("--key-header and --key-tokens can't be combined: key messages by a header or by subject "
@@ -242,8 +258,8 @@ def parse_dispatch(concurrency: int | None, key_header: str | None, key_tokens: 
                    max_ack_pending: int | None) -> ConsumeConcurrency:
     """``consume --dispatch``'s options: ``--concurrency K`` caps the messages at the workers at once
     (``handlers``; 0 when not given: the workers' capacities); the key options need no ``--concurrency``."""
-    if concurrency is not None and not 1 <= concurrency <= MAX_WINDOW:
-        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_WINDOW} (with --dispatch: "
+    if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (with --dispatch: "
                        "the most messages at the workers at once)")
     keyed = parse_concurrency(max(concurrency or 2, 2), key_header, key_tokens, max_ack_pending)
     return keyed._replace(handlers=concurrency or 0)
@@ -258,16 +274,17 @@ def _key_tokens(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def key_tokens_beyond(positions: tuple[int, ...], filters: list[str]) -> str | None:
-    """The warning for ``--key-tokens`` positions past every subject the group's ``filters`` match (the
-    key leaves a missing token out), or None: no such position, or no filter to tell (none, or a ``>``)."""
-    if not positions or not filters or any(">" in f.split(".") for f in filters):
+def key_tokens_beyond(positions: tuple[int, ...], subjects: list[str]) -> str | None:
+    """The warning for ``--key-tokens`` positions past every subject the handler can get (``subjects``: the
+    group's filters, or its streams' subjects; the key leaves a missing token out), or None: no such
+    position, or nothing to tell by (no subject, or a ``>``)."""
+    if not positions or not subjects or any(">" in f.split(".") for f in subjects):
         return None
-    longest = max(len(f.split(".")) for f in filters)
+    longest = max(len(f.split(".")) for f in subjects)
     beyond = [p for p in positions if p > longest]
     if not beyond:
         return None
-    shown = ", ".join(filters)
+    shown = ", ".join(subjects)
     return (f"--key-tokens {','.join(map(str, beyond))}: the group's subjects ({shown}) have at most {longest} "
             f"token{'' if longest == 1 else 's'}, so the key has nothing from "
             f"{'that position' if len(beyond) == 1 else 'those positions'}")

@@ -33,7 +33,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import ConsumeConcurrency
@@ -104,6 +104,14 @@ class Printer:
         written = self._stdout(text + "\n")
         self._release()
         return written
+
+    def close(self) -> None:
+        """The instance ended: a message line its handler left open ends (an error then has a line of
+        its own), and the lines that waited are written."""
+        if self._open:
+            self._stdout("\n")
+            self._open = False
+        self._release()
 
     def _before_message(self) -> None:
         """A message line comes: the header first, then the status lines said before it (``pinned``:
@@ -216,9 +224,12 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False) -> Any:
+def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False,
+                 group_gone: Callable[[], Awaitable[bool]] | None = None) -> Any:
     """``whole_lines`` (handlers running at once): the line is written whole before the processing and
-    again, ending with ``acked``, after it, so lines of messages handled at once do not mix."""
+    again, ending with ``acked``, after it, so lines of messages handled at once do not mix. ``group_gone``:
+    whether the group was deleted, asked when an ack finds no consumer (then nothing is redelivered, and the
+    reference's warning that it will be would be wrong)."""
     from nats.errors import NoRespondersError
 
     from pcgroups.errors import SupersededError
@@ -245,8 +256,11 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
         except SupersededError:  # a reset moved the consumer while it was handled: not an error
             text = "superseded by a reset (not acked)"
         except NoRespondersError as e:
-            text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
-                    f"pinned id change) it will be or may already have been re-delivered: {e}")
+            if group_gone is not None and await group_gone():
+                text = "not acked: the group was deleted"
+            else:
+                text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
+                        f"pinned id change) it will be or may already have been re-delivered: {e}")
         except Exception as e:  # noqa: BLE001 - reported as the reference does, then carry on
             text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
         else:
@@ -316,6 +330,8 @@ class Run:
                 self.printer.announce()
             self.printer.ready()
             result = await done
+            await inst.stop()   # the handler in flight ends its line first (bounded by AckWait)
+            self.printer.close()   # a line it could not end ends here: what follows has a line of its own
             if result is not None:
                 raise CLIError(str(result) or type(result).__name__) from None
             if not self.stop_requested.is_set() and deleted:
@@ -360,7 +376,8 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         printer.status(f"[{member}] joined the group (automatic membership, lease TTL {go_duration(lease_ttl)})")
     run = Run(printer)
     keyed = concurrency or ConsumeConcurrency()
-    handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1)
+    handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1,
+                                                 group_gone=lambda: _group_deleted(run.nc, kind, stream, group))
     from .otel import traced_by_env
 
     tracing, finish = traced_by_env(otel)
@@ -454,29 +471,63 @@ async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
         await asyncio.sleep(RECONNECT_TIME_WAIT)
 
 
+async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:
+    """Whether the group is gone (when it can't be told: no)."""
+    from pcgroups.elastic import get_elastic_config
+    from pcgroups.errors import NotFoundError
+    from pcgroups.static import get_static_config
+
+    try:
+        await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
+    except NotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 - can't tell: say what the reference says
+        return False
+    return False
+
+
 async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
-    """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the group's subjects, as far
-    as its filters tell; a group not readable yet (created by ``--create``, a broken config) is the
-    instance's to report."""
+    """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the subjects the handler sees: the
+    group's filters, or without filters its streams' subjects (static: as the stream's transform writes them,
+    the partition token stripped); a group not readable yet (created by ``--create``, a broken config) is
+    the instance's to report."""
     if not positions:
         return
     from .common import key_tokens_beyond
 
     try:
-        if kind == "static":
-            from pcgroups.static import get_static_config
-
-            filters = list((await get_static_config(nc, stream, group, api=api)).filters or [])
-        else:
-            from pcgroups.elastic import get_elastic_config
-
-            cfg = await get_elastic_config(nc, stream, group, api=api)
-            filters = [pf.filter for pf in cfg.partitioning_filters or []]
+        subjects = await _handler_subjects(nc, api, kind, stream, group)
     except Exception:  # noqa: BLE001 - not found, or not answering yet: the instance reports it
         return
-    message = key_tokens_beyond(positions, filters)
+    message = key_tokens_beyond(positions, subjects)
     if message:
         warn(message)
+
+
+async def _handler_subjects(nc: Any, api: Any, kind: str, stream: str, group: str) -> list[str]:
+    """Patterns of the subjects a member's handler gets (the partition token stripped)."""
+    if kind == "static":
+        from pcgroups.static import get_static_config
+
+        filters = list((await get_static_config(nc, stream, group, api=api)).filters or [])
+        if filters:
+            return filters
+        config = (await api.stream_info(stream))["config"]
+        dests = [t["dest"] for t in [config.get("subject_transform") or {}] +
+                 [t for src in config.get("sources") or [] for t in src.get("subject_transforms") or []]
+                 if t.get("dest")]
+        stored = dests or list(config.get("subjects") or [])   # the subjects as stored, partition first
+        return [".".join("*" if t.startswith("{{") else t for t in subject.split(".")[1:])
+                for subject in stored if "." in subject]
+    from pcgroups.elastic import get_elastic_config, get_elastic_layout
+
+    cfg = await get_elastic_config(nc, stream, group, api=api)
+    if cfg.partitioning_filters:
+        return [pf.filter for pf in cfg.partitioning_filters]
+    subjects: list[str] = []
+    for source in (await get_elastic_layout(nc, stream, group, api=api)).streams:
+        subjects += (await api.stream_info(source.name))["config"].get("subjects") or [">"]
+    return subjects
 
 
 async def _unless_stopped(coro, stop: asyncio.Event):

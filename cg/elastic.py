@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import (check_config, check_names, parse_duration_option, parse_mappings, parse_source_apis,
-                     parse_starts, parse_wildcards, partitioning_filters, split_list)
+from .common import (check_config, check_names, group_exists, parse_duration_option, parse_mappings,
+                     parse_source_apis, parse_starts, parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
 from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
                       MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
@@ -21,7 +21,7 @@ from .runtime import Runtime, runtime
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from pcgroups.config import MemberMapping, PartitioningFilter
+    from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter
     from pcgroups.elastic import ElasticSpec
     from pcgroups.jsapi import JetStreamApi
 
@@ -29,7 +29,8 @@ elastic_app = flavour_app(ELASTIC)
 
 Members = Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER", show_default=False)]
 Mappings = Annotated[list[str], typer.Argument(
-    help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,...",
+    help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,... "
+         "(ranges too: m1:0-4,7)",
     metavar="MAPPING", show_default=False)]
 
 
@@ -135,13 +136,25 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
     spec = _shape(rt, stream, name, max_members, filter, wildcards, source, partition_stream, start, source_domain,
                   source_api, max_buffered_msgs, max_buffered_bytes)
 
-    async def body(nc: Client, api: JetStreamApi) -> None:
-        await spec.create(nc, stream, name, api=api)
+    from .changes import say_created
+    from .output import out
 
-    rt.with_connection(body)
-    if spec.partitioning_filters is None and spec.partition_streams is None and rt.stdin_is_terminal():
-        from .output import out
+    async def body(nc: Client, api: JetStreamApi) -> tuple[bool, ElasticConfig]:
+        from pcgroups.elastic import get_elastic_config
 
+        existed = out.pretty and await group_exists(get_elastic_config(nc, stream, name, api=api))  # for say_created
+        return existed, await spec.create(nc, stream, name, api=api)
+
+    existed, cfg = rt.with_connection(body)
+    if spec.partition_streams:
+        by = f" (a stream each: {', '.join(spec.partition_streams)})"
+    elif spec.partitioning_filters:
+        by = " by " + ", ".join(pf.filter for pf in spec.partitioning_filters)
+    else:
+        by = " by the whole subject"
+    say_created("elastic", stream, name, cfg, existed=existed, by=by, after=f" (work queue {stream}-{name})")
+    if spec.partitioning_filters is None and spec.partition_streams is None and rt.stdin_is_terminal() \
+            and not out.pretty:
         # no filter typed at the prompt: the group exists, say what it partitions by
         out.note(f"created elastic consumer group {name} on stream {stream} with no partitioning filter: "
                  "the whole subject is the key")
@@ -266,6 +279,7 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
     if leases:
         _warn_automatic(name, len(leases))
     warn_idle("elastic", name, after)
+    _warn_memberless(stream, name, before, after)
     if out.pretty:
         done = f"{'added' if add else 'dropped'} {' '.join(members)}" + (" (sticky mappings)" if sticky else "")
         print_change("elastic", stream, name, done, before, after,
@@ -285,6 +299,13 @@ async def _live_leases(nc: Client, stream: str, name: str, api: JetStreamApi) ->
         return await list_leases(nc, stream, name, api=api)
     except PermissionDeniedError:
         return []
+
+
+def _warn_memberless(stream: str, group: str, before: ElasticConfig, after: ElasticConfig) -> None:
+    """A change that left the group with no member: nothing consumes it any more."""
+    if before.membership() and not after.membership():
+        warn(f"elastic consumer group {group} has no members now: its messages queue up in work queue "
+             f"{stream}-{group} (up to its limits) until cg elastic add or create-mapping")
 
 
 def _warn_automatic(group: str, instances: int) -> None:
@@ -325,6 +346,7 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
     before, after, leases = runtime(ctx).with_connection(body)
     if leases:
         _warn_automatic(name, len(leases))
+    _warn_memberless(stream, name, before, after)
     if out.pretty:
         done = "member mappings set" if mappings is not None else "member mappings deleted"
         note = None if after.membership() else ("the group has no members now: its instances keep running, waiting "

@@ -74,6 +74,10 @@ def usage_message(e: Any) -> str:
             text = f"invalid {value[1]}: {value[2]}"
     if text.endswith("."):
         text = text[:-1]
+    suggested = re.fullmatch(r"(.*)\. Did you mean (.*)\?", text, re.S)
+    if suggested:  # Typer's "No such command 'statik'. Did you mean 'static'?", as one clause
+        names = suggested[2].replace("'", "").split(", ")
+        text = f"{suggested[1]} (did you mean {' or '.join(names)}?)"
     text = text[:1].lower() + text[1:]
     ctx = getattr(e, "ctx", None)
     if ctx is not None:  # on the same line: an error is one line

@@ -277,6 +277,12 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
             await calls.delete(nc, stream, name, api=api)
 
         rt.with_connection(body)
+        from .output import out
+
+        if out.pretty:  # the reference prints nothing (kept in pipes)
+            queue = f" and its work queue {stream}-{name}" if flavour.name == "elastic" else ""
+            out.styled(f"deleted {flavour.name} consumer group {name} on stream {stream}{queue}: its instances "
+                       "end", "green")
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
 
@@ -336,20 +342,13 @@ def _step_down(flavour: Flavour) -> tuple[Fn, str]:
     return step_down, "initiate a step down for a member"
 
 
-def _interval(text: str) -> float:
-    try:
-        return parse_duration_option("--interval", text, positive=True)
-    except CLIError as e:
-        raise typer.BadParameter(str(e)) from None
-
-
 def _status(flavour: Flavour) -> tuple[Fn, str]:
     def show(ctx: typer.Context, stream: str, name: str, json: bool, watch: bool, interval: str,
              **options: Any) -> NoReturn:
         from .status import run_status
 
         check_names(stream=stream, group=name)
-        seconds = _interval(interval)
+        seconds = parse_duration_option("--interval", interval, positive=True)
         raise typer.Exit(run_status(runtime(ctx), flavour.calls().status, stream, name, as_json=json,
                                     watching=watch, interval=seconds, **options))
 
@@ -386,6 +385,15 @@ def _whole(option: str, text: str | None) -> int | None:
     return int(text)
 
 
+def _warn_future(target: Any, given: list[str] | None) -> None:
+    """``--to-time`` after now: nothing is at or after it, so the reset goes past the last message."""
+    from datetime import datetime, timezone
+
+    if target.kind == "time" and given and target.time > datetime.now(timezone.utc):
+        warn(f"--to-time {given[0]} is in the future: no message is at or after it, so this skips everything "
+             "pending, as --to-latest does")
+
+
 def _reset(flavour: Flavour) -> tuple[Fn, str]:
     def reset(ctx: typer.Context, stream: Stream, name: Group, members: Members = None,
               to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
@@ -408,6 +416,7 @@ def _reset(flavour: Flavour) -> tuple[Fn, str]:
         target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=_whole("--to-seq", _once("--to-seq", to_seq)),
                                    time=_once("--to-time", to_time), duration=_once("--by-duration", by_duration))
         plan_fn = offsets.plan_static_reset if flavour.name == "static" else offsets.plan_elastic_reset
+        _warn_future(target, to_time)
 
         async def body(nc: Client, api: JetStreamApi) -> Any:
             plan = await plan_fn(nc, stream, name, target, members or None, api=api)
@@ -442,14 +451,14 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
         from pcgroups.pool import check_worker_name
         from pcgroups.worker import default_worker_name
 
-        from .common import MAX_WINDOW
+        from .common import MAX_CONCURRENCY
         from .consume import work
 
         check_names(stream=stream, group=name)
         worker_name = worker_name if worker_name is not None else default_worker_name()
         check_worker_name(worker_name)
-        if not 1 <= capacity <= MAX_WINDOW:
-            raise CLIError(f"invalid --capacity {capacity}: must be between 1 and {MAX_WINDOW} (the messages it "
+        if not 1 <= capacity <= MAX_CONCURRENCY:
+            raise CLIError(f"invalid --capacity {capacity}: must be between 1 and {MAX_CONCURRENCY} (the messages it "
                            "handles at once)")
         seconds = parse_sleep(flavour_sleep(ctx, sleep))
         rt = runtime(ctx)

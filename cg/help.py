@@ -21,6 +21,7 @@ in capitals; ``[X]`` when optional, ``X...`` when repeatable. An option's value 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, get_args, get_origin
 
 import typer.core
@@ -106,8 +107,29 @@ class Command(typer.core.TyperCommand):
         _write_page(self, ctx, formatter)
 
 
+def close_names(typed: str, names: Iterable[str]) -> list[str]:
+    """The names a typo was likely meant to be (``statik`` -> ``static``)."""
+    from difflib import get_close_matches
+
+    return get_close_matches(typed, list(names))
+
+
 class Group(typer.core.TyperGroup):
-    """A ``cg`` command group with the plain help page of this module (its commands listed last)."""
+    """A ``cg`` command group with the plain help page of this module (its commands listed last), and a
+    "did you mean" for a mistyped command (Typer's looks only at the commands built so far: none at the root,
+    whose commands are built when first looked up)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        from typer._click.exceptions import UsageError
+
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as e:
+            if args and "Did you mean" not in e.message:
+                matches = close_names(args[0], self.list_commands(ctx))
+                if matches:
+                    e.message = f"{e.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _write_page(self, ctx, formatter)
@@ -121,4 +143,4 @@ class Group(typer.core.TyperGroup):
                 formatter.write_dl(rows)
 
 
-__all__ = ["Command", "Group", "argument_name", "option_record"]
+__all__ = ["Command", "Group", "argument_name", "close_names", "option_record"]

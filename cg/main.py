@@ -113,10 +113,12 @@ def missing_packages(names: Sequence[str]) -> list[str]:
 
 def run(args: list[str]) -> int:
     """Parse ``args`` with the command tree and run the command; every error is one line."""
-    from typer import Abort
-    from typer._click.exceptions import ClickException
+    import shlex
 
-    from .app import build
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoSuchOption
+
+    from .app import build, where_option_goes
     from .common import setup_logging
     from .errors import fail, report, usage_message
     from .flavour import FLAVOUR_OPTIONS, FLAVOURS
@@ -128,6 +130,12 @@ def run(args: list[str]) -> int:
     args = hoist_to_command(hoist_options(args, values, flags), [f.name for f in FLAVOURS], FLAVOUR_OPTIONS, values)
     try:
         rv = command.main(args=args, prog_name="cg", standalone_mode=False)
+    except NoSuchOption as e:
+        moved = where_option_goes(command, args, e.option_name)
+        if moved is None:
+            return fail(usage_message(e))
+        where, fixed = moved
+        return fail(f"{e.option_name} goes after {where}: {shlex.join(['cg', *fixed])}")
     except ClickException as e:
         return fail(usage_message(e))
     except Abort:

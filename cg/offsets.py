@@ -75,10 +75,10 @@ def print_plan(plan: ResetPlan, *, as_json: bool) -> None:
 
 
 def plan_table(plan: ResetPlan) -> Any:
-    from rich.table import Table
+    from .output import table as new_table
 
     title = f"reset {plan.flavour} group {plan.group} on {plan.stream} to {plan.target}"
-    table = Table(title=title, title_justify="left")
+    table = new_table(title)
     if plan.replay:
         for name in ("stream", "from", "messages"):
             table.add_column(name, overflow="fold")

@@ -78,7 +78,7 @@ LABELS = {
     "max_members": "max members",
     "member": "member",
     "members": "members (space separated)",
-    "mappings": "member mappings (member:p1,p2,... space separated)",
+    "mappings": "member mappings (member:p1,p2,... or ranges such as m1:0-4, space separated)",
 }
 
 _EOF = object()
@@ -171,9 +171,41 @@ def _usage(cmd: Any) -> str:
 
 def _short_help(cmd: Any) -> str:
     try:
-        return cmd.get_short_help_str(limit=70)
+        return cmd.get_short_help_str(limit=200)
     except Exception:  # noqa: BLE001 - help text is decoration
         return ""
+
+
+def _help_width() -> int:
+    """The terminal's width (80 when stdout is not a terminal), at which ``help`` wraps its lines."""
+    import shutil
+
+    try:
+        tty = sys.stdout.isatty()
+    except (ValueError, OSError):
+        tty = False
+    return shutil.get_terminal_size((80, 24)).columns if tty else 80
+
+
+def help_lines(title: str, rows: list[tuple[str, str]], width: int) -> list[str]:
+    """``help``'s list within ``width`` columns, wrapped between words: each command with its arguments, and
+    its help beside them when a column of at least 45 is left for it, else under them, indented."""
+    from functools import partial
+    from textwrap import wrap
+
+    wrap = partial(wrap, break_on_hyphens=False)
+    lines = wrap(title, width)
+    head = max(len(command) for command, _ in rows)
+    beside = width - head - 4 >= 45
+    for command, text in rows:
+        if beside:
+            wrapped = wrap(text, width - head - 4) or [""]
+            lines.append(f"  {command.ljust(head)}  {wrapped[0]}".rstrip())
+            lines += [" " * (head + 4) + more for more in wrapped[1:]]
+        else:
+            lines.append(f"  {command}")
+            lines += wrap(text, width - 6, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return lines
 
 
 # ---------------------------------------------------------------- the commands' runtime in the shell
@@ -577,7 +609,12 @@ class Repl:
             self._fail(f"{name} is an {other} command, not a {mode} one: type `{other}` to switch modes, "
                        f"or `{other} {name} ...`")
         else:
-            self._fail(f"unknown command: {name} (type help for the list)")
+            from .help import close_names
+
+            names = [n for n in [*self.group(mode).commands, *BUILTINS] if n != "prompt"]
+            likely = close_names(name, names)
+            meant = f"did you mean {' or '.join(likely)}? " if likely else ""
+            self._fail(f"unknown command: {name} ({meant}type help for the list)")
 
     async def complete_arguments(self, mode: str, tokens: list[str]) -> list[str]:
         """The line's tokens plus an answer for each missing positional argument, in order."""
@@ -683,24 +720,22 @@ class Repl:
                 return
             self.invoke(mode, [*names, "--help"])
             return
-        rows: list[tuple[str, str, str]] = []
+        rows: list[tuple[str, str]] = []
         mode = mode or self.mode
         for names, cmd in command_entries(self.group(mode)):
             if _is_group(cmd):
                 for sub_names, sub in command_entries(cmd):
-                    rows.append((f"{names[0]} {sub_names[0]}", _usage(sub), _short_help(sub)))
+                    rows.append((f"{names[0]} {sub_names[0]} {_usage(sub)}", _short_help(sub)))
             else:
-                rows.append((", ".join(names), _usage(cmd), _short_help(cmd)))
-        rows += [("static, elastic", "[COMMAND ...]", "switch mode, or run one command of that mode"),
-                 ("processing-time", "[DURATION]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
-                 ("help, ?", "[COMMAND]", "this list, or a command's arguments and options"),
-                 ("exit, quit", "", "leave (or Ctrl-D)")]
-        w1 = max(len(r[0]) for r in rows)
-        w2 = max(len(r[1]) for r in rows)
-        out.line(f"{mode} mode commands (a missing argument is asked for; Tab completes commands, "
-                 "streams, groups and members; Ctrl-C cancels the line):")
-        for name, usage, text in rows:
-            out.line(f"  {name.ljust(w1)}  {usage.ljust(w2)}  {text}".rstrip())
+                also = f" (also {', '.join(names[1:])})" if names[1:] else ""
+                rows.append((f"{names[0]} {_usage(cmd)}", _short_help(cmd) + also))
+        rows += [("static|elastic [COMMAND ...]", "switch mode, or run one command of that mode"),
+                 ("processing-time [DURATION]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
+                 ("help [COMMAND]", "this list, or a command's arguments and options (also ?)"),
+                 ("exit", "leave (also quit, Ctrl-D)")]
+        for line in help_lines(f"{mode} mode commands (a missing argument is asked for; Tab completes commands, "
+                               "streams, groups and members; Ctrl-C cancels the line):", rows, _help_width()):
+            out.line(line)
 
     def processing_time(self, rest: list[str]) -> None:
         from .common import parse_sleep

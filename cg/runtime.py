@@ -159,16 +159,29 @@ async def close_quietly(nc: Client) -> None:
 
 
 def read_answer(prompt: str) -> str | None:
-    """Write ``prompt`` (no newline) to stdout and read one line from stdin; None at end of input."""
+    """Write ``prompt`` (no newline) to stdout and read one line from stdin; None at end of input. Ctrl-C
+    ends the prompt's line first (the shell's next prompt starts on a line of its own)."""
     sys.stdout.write(prompt)
     sys.stdout.flush()
     try:
         line = sys.stdin.readline() if sys.stdin is not None else ""
     except (OSError, ValueError):
         return None
+    except KeyboardInterrupt:
+        _end_prompt_line()
+        raise
     if line == "":
         return None
     return line.rstrip("\r\n")
+
+
+def _end_prompt_line() -> None:
+    """A question was left unanswered (Ctrl-C): end its line."""
+    try:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed stdout: nothing to end
+        pass
 
 
 async def read_answer_async(prompt: str) -> str | None:
@@ -197,7 +210,11 @@ async def read_answer_async(prompt: str) -> str | None:
             loop.call_soon_threadsafe(settle, value)
 
     threading.Thread(target=read, name="cg-stdin", daemon=True).start()
-    return await answer
+    try:
+        return await answer
+    except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C while the question waits
+        _end_prompt_line()
+        raise
 
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .common import check_config, check_names, parse_mappings
+from .common import check_config, check_names, group_exists, parse_mappings
 from .errors import CLIError, warn
 from .flavour import (STATIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
                       MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
@@ -74,7 +74,8 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
             members: list[str], mappings: list[MemberMapping], force: bool) -> None:
     from pcgroups.config import StaticConfig
 
-    from .changes import check_unique, warn_idle
+    from .changes import check_unique, say_created, warn_idle
+    from .output import out
 
     check_names(stream=stream, group=name, members=[*members, *(m.member for m in mappings)])
     check_unique(members)
@@ -82,9 +83,9 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
                        member_mappings=list(mappings))
     check_config("static", cfg)
 
-    async def body(nc: Client, api: JetStreamApi) -> None:
+    async def body(nc: Client, api: JetStreamApi) -> bool:
         from pcgroups.errors import NotFoundError
-        from pcgroups.static import create_static
+        from pcgroups.static import create_static, get_static_config
 
         try:
             never, lost = partition_token_problems(stream, (await api.stream_info(stream))["config"], max_members)
@@ -92,14 +93,17 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
             never, lost = None, None  # create_static says the stream does not exist
         if never and not force:
             raise CLIError(never + "; --force creates the group anyway")
+        existed = out.pretty and await group_exists(get_static_config(nc, stream, name, api=api))  # for say_created
         await create_static(nc, stream, name, max_members, filters=list(filters), members=list(members),
                             member_mappings=list(mappings), api=api)
         for problem in (never, lost):
             if problem:
                 warn(problem)
+        return existed
 
-    runtime(ctx).with_connection(body)
+    existed = runtime(ctx).with_connection(body)
     warn_idle("static", name, cfg)
+    say_created("static", stream, name, cfg, existed=existed)
 
 
 _PARTITION = re.compile(r"\{\{\s*partition\s*\(\s*(\d+)", re.IGNORECASE)
@@ -161,7 +165,7 @@ def create_balanced(ctx: typer.Context, stream: Stream, name: Group, max_members
 def create_mapped(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
                   mappings: Annotated[list[str], typer.Argument(
                       help="mappings of members to partition numbers in the format "
-                           "<member>:<partition1>,<partition2>,...", metavar="MAPPING", show_default=False)],
+                           "<member>:<partition1>,<partition2>,... (ranges too: m1:0-4,7)", metavar="MAPPING", show_default=False)],
                   filter: Filters = [], force: Force = False) -> None:  # noqa: B006
     _create(ctx, stream, name, max_members, filter, [], parse_mappings(mappings), force)
 

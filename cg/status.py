@@ -28,7 +28,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .output import ranges, stuck_line
+from .output import ranges, stuck_line, table as new_table
 
 if TYPE_CHECKING:
     from pcgroups.status import GroupStatus, MemberStatus
@@ -148,9 +148,7 @@ def _member_cells(m: "MemberStatus", now: datetime) -> list[str]:
 
 
 def _members_table(status: "GroupStatus", now: datetime, drop: set[str]) -> Table:
-    from rich import box
-
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, title_justify="left")
+    table = new_table()
     keep = [i for i, (name, _, _) in enumerate(MEMBER_COLUMNS) if name not in drop]
     for i in keep:
         name, _, justify = MEMBER_COLUMNS[i]
@@ -182,14 +180,12 @@ def _fitting_members_table(status: "GroupStatus", now: datetime, width: int | No
 
 
 def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now: datetime) -> Table | None:
-    from rich import box
-
     pinned = [m for m in status.members if m.pinned_id]
     if not pinned:
         return None
     holders = {} if status.leases else _holders(status)   # with leases, their table says who holds each pin
     held = [_pin_holder(m.pinned_id or "", instances, holders) for m in pinned]
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    table = new_table()
     table.add_column("member", overflow="fold", min_width=len("member"))
     table.add_column("pin id", no_wrap=True)
     table.add_column("pinned at", no_wrap=True)
@@ -203,10 +199,7 @@ def _pins_table(status: "GroupStatus", instances: Mapping[str, str] | None, now:
 
 
 def _leases_table(status: "GroupStatus") -> Table:
-    from rich import box
-
-    table = Table(title="leases (automatic membership)", title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    table = new_table("leases (automatic membership)")
     for name, justify in zip(LEASE_COLUMNS, ("left", "left", "left", "right", "left", "right")):
         wraps = name in ("MEMBER", "HOST")
         table.add_column(name.lower().replace("-", " "), justify=justify, no_wrap=not wraps,  # type: ignore[arg-type]
@@ -241,7 +234,9 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
     if status.leases:
         parts.append(_leases_table(status))
     if status.pools:
-        parts.append(_workers_table(status))
+        parts.extend(Text(line) for line in _pool_summary(status))
+        if _worker_rows(status):
+            parts.append(_workers_table(status))
     parts.append(Text(_footer(status), style="dim"))
     if left_out:
         parts.append(Text(f"left out to fit {width} columns: {', '.join(left_out)} (a wider terminal, or --json, "
@@ -267,10 +262,7 @@ def _pool_summary(status: "GroupStatus") -> list[str]:
 
 
 def _workers_table(status: "GroupStatus") -> Table:
-    from rich import box
-
-    table = Table(title="workers (" + "; ".join(_pool_summary(status)) + ")", title_justify="left",
-                  box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    table = new_table("workers (consume --dispatch)")
     for name in WORKER_COLUMNS:
         table.add_column(name.lower(), justify="left" if name in ("MEMBER", "WORKER") else "right")
     for row in _worker_rows(status):

@@ -3,7 +3,8 @@
 ``cg tools`` commands; the usual connection options and ``NATS_*`` env vars apply.
 
 - ``stream-setup``: the stream ``foo`` with subjects ``foo.*`` (or ``--subjects``); ``--static`` adds the subject
-  transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need.
+  transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need; ``stream-rm`` deletes
+  streams (the README's clean-up).
 - ``traffic``: publishes synchronously (waiting for each ack, then 10ms) to ``foo.<n>``, ``n`` cycling
   below 100, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo --multisubject
   --multisubjectmax 100 --sleep 10ms``); through a server restart it waits and publishes again
@@ -21,7 +22,8 @@ from .errors import CLIError, expected
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up, traffic)", add_completion=False, cls=CommandGroup)
+tools_app = typer.Typer(help="demo helpers (stream set-up and removal, traffic)", add_completion=False,
+                        cls=CommandGroup)
 
 
 def static_transform(stream: str, partitions: int) -> tuple[str, str]:
@@ -67,6 +69,32 @@ def stream_setup(
     if transform:
         text += f", subject transform {transform[0]} -> {transform[1]}"
     out.line(text)
+
+
+@tools_app.command("stream-rm", help="delete streams (what nats str rm -f does)", cls=Command)
+def stream_rm(
+    ctx: typer.Context,
+    streams: Annotated[list[str], typer.Argument(help="the streams to delete", metavar="STREAM",
+                                                 show_default=False)],
+) -> None:
+    from .output import out
+
+    for stream in streams:
+        check_names(stream=stream)
+
+    async def body(_nc: Any, api: Any) -> list[str]:
+        missing = []
+        for stream in streams:
+            if await api.delete_stream(stream):
+                out.line(f"stream {stream} deleted")
+            else:
+                missing.append(stream)
+        return missing
+
+    missing = runtime(ctx).with_connection(body)
+    if missing:
+        raise CLIError(f"no stream {' '.join(missing)} (the others were deleted)" if len(missing) < len(streams)
+                       else f"no stream {' '.join(missing)}")
 
 
 @tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects",

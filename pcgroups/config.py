@@ -477,13 +477,16 @@ def validate_name(kind: str, name: str) -> None:
         raise ConfigError(f"invalid {kind} name {_q(name)}: names may be at most {_MAX_NAME_BYTES} bytes long")
 
 
-_PARTITION_RE = re.compile(r"\s*(-?)([0-9]+)\s*")
+_PARTITION_RE = re.compile(r"\s*(-?)([0-9]+)\s*(?:-\s*([0-9]+)\s*)?")
+#: The most partitions one range of a mapping (``0-4``) may name: more would not fit a config in the KV bucket.
+MAX_RANGE = 1_000_000
 
 
 def parse_mapping(text: str) -> MemberMapping:
-    """Parse the CLI mapping syntax `member:p1,p2,...` (the reference's), with a clear error for bad input."""
+    """Parse the CLI mapping syntax `member:p1,p2,...` (the reference's) where a partition may also be a range
+    `a-b` (``m1:0-4,7``: 0, 1, 2, 3, 4 and 7), as every output prints them, with a clear error for bad input."""
     member, colon, rest = text.partition(":")
-    usage = "mappings are written member:p1,p2,... (for example m1:0,1)"
+    usage = "mappings are written member:p1,p2,... with ranges allowed (for example m1:0,1 or m1:0-4,7)"
     if not colon:
         raise ConfigError(f"invalid member mapping {_q(text)}: missing ':'; {usage}")
     if not member:
@@ -494,10 +497,19 @@ def parse_mapping(text: str) -> MemberMapping:
     for item in rest.split(","):
         match = _PARTITION_RE.fullmatch(item)
         if match is None:
-            raise ConfigError(f"invalid member mapping {_q(text)}: partition {_q(item)} is not an integer; {usage}")
+            raise ConfigError(f"invalid member mapping {_q(text)}: partition {_q(item)} is not an integer or a "
+                              f"range; {usage}")
         if match.group(1):
             raise ConfigError(
                 f"invalid member mapping {_q(text)}: partition {item.strip()} is negative, partitions are numbered from 0"
             )
-        partitions.append(int(match.group(2)))
+        first = int(match.group(2))
+        last = first if match.group(3) is None else int(match.group(3))
+        if last < first:
+            raise ConfigError(f"invalid member mapping {_q(text)}: range {item.strip()} goes down; write it "
+                              f"{last}-{first}")
+        if last - first >= MAX_RANGE:
+            raise ConfigError(f"invalid member mapping {_q(text)}: range {item.strip()} names more than "
+                              f"{MAX_RANGE} partitions")
+        partitions.extend(range(first, last + 1))
     return MemberMapping(member, partitions)

@@ -179,24 +179,27 @@ def _secret(value: str | None, env: Mapping[str, str], what: str) -> str | None:
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from a Go duration (``1m30s``, ``500ms``) or a plain number of seconds."""
+    """Seconds from a Go duration (``1m30s``, ``500ms``, ``0``), read as Go's ``time.ParseDuration`` reads
+    it: a number without a unit is an error (``missing unit in duration "200" (e.g. 200ms or 200s)``)."""
     s = text.strip()
-    try:
-        return float(s)
-    except ValueError:
-        pass
     sign = 1.0
     if s[:1] in "+-" and s:
         sign = -1.0 if s[0] == "-" else 1.0
         s = s[1:]
+    if s == "0":
+        return 0.0
     pos, total = 0, 0.0
     while pos < len(s):
         m = _DURATION_PART.match(s, pos)
         if not m:
+            if _NUMBER.fullmatch(s, pos):
+                example = f"{s}ms or {s}s" if pos == 0 else f"{text.strip()}s"
+                raise PCGroupsError(f'missing unit in duration "{text.strip()}" (e.g. {example})')
             raise PCGroupsError(f"invalid duration {text!r}: use e.g. 5s, 1m30s, 500ms")
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
@@ -205,15 +208,31 @@ def parse_duration(text: str) -> float:
     return sign * total
 
 
+#: The schemes of a NATS server URL (nats-py's): plain, TLS, websocket.
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
 def _normalize_url(url: str) -> str:
-    """Add ``nats://`` to a URL without a scheme and ``:4222`` to one without a port."""
-    url = url.strip()
-    if "://" not in url:
-        url = "nats://" + url
+    """Add ``nats://`` to a URL without a scheme and ``:4222`` to one without a port; a URL that can not be
+    a NATS server's (another scheme, no host, a path, a bad port) is an error saying what is wrong."""
+    given = url.strip()
+    url = given if "://" in given else "nats://" + given
     parts = urlsplit(url)
-    if parts.scheme in ("nats", "tls") and parts.port is None and parts.hostname:
-        netloc = parts.netloc.rstrip(":") + ":4222"
-        url = parts._replace(netloc=netloc).geturl()
+
+    def bad(why: str) -> PCGroupsError:
+        return PCGroupsError(f'invalid server URL "{redact(given)}": {why}')
+
+    if parts.scheme not in URL_SCHEMES:
+        schemes = ", ".join(f"{s}://" for s in URL_SCHEMES)
+        raise bad(f"the scheme {parts.scheme}:// is not NATS's; use {schemes} (e.g. nats://127.0.0.1:4222)")
+    if not parts.hostname or (parts.path not in ("", "/") and parts.scheme not in ("ws", "wss")):
+        raise bad("write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise bad("the port must be a number from 1 to 65535") from None
+    if port is None and parts.scheme in ("nats", "tls"):
+        url = parts._replace(netloc=parts.netloc.rstrip(":") + ":4222").geturl()
     return url
 
 

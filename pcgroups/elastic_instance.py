@@ -25,10 +25,10 @@ from .elastic import ElasticSpec, stored_config
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStreamAPIError, NotFoundError,
                      PermissionDeniedError)
 from .events import EventCallback, PartitionsHook
-from .flavour import ELASTIC, api_of, check_names, work_queue_name
+from .flavour import ELASTIC, api_of, check_names, stream_gone, work_queue_name
 from .intake import STUCK_AFTER, SourceWatch, stuck_sources
-from .instance import (ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
-                       member_template, startable, with_priority_group)
+from .instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
+                       member_template, setting_differences, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE,
                     ConsumerConfig, JetStreamApi, pinned_client_id)
 from .loop import CONTINUE, Outcome
@@ -122,7 +122,7 @@ class ElasticInstance(ConsumerInstance):
         except NotFoundError:
             # no such group (named as the user gave it), else the group's work queue is missing
             await group_entry(self.api, ELASTIC_BUCKET, "elastic", self.stream_name, self.group_name)
-            raise NotFoundError(f"the elastic consumer group's stream does not exist: {self.work_queue}") from None
+            raise stream_gone(ELASTIC, self.stream_name, self.group_name) from None
         kv = await open_bucket(self.api, ELASTIC_BUCKET, kind="elastic")
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
@@ -230,7 +230,7 @@ class ElasticInstance(ConsumerInstance):
                 return None
             await self.api.stream_info(self.work_queue)
         except NotFoundError:
-            return ConsumerGoneError(f"the elastic consumer group's stream {self.work_queue} was deleted")
+            return stream_gone(ELASTIC, self.stream_name, self.group_name, ConsumerGoneError)
         except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
             log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
                         "joining again later", self.member_name, reason, e)
@@ -332,8 +332,7 @@ class ElasticInstance(ConsumerInstance):
             if (info["config"].get("filter_subjects") or []) == self.desired:
                 # Set up by another instance of ours with other settings (the max_ack_pending of another
                 # --concurrency): the member's instances share one consumer as it is, so attach to it.
-                log.info("%s: the member's consumer exists with other settings: using it as it is",
-                         self.member_name)
+                self._say_settings_kept(info["config"], cfg.to_wire())
             else:
                 # Our consumer exists with other filters: another instance of ours is changing it, or it is stale.
                 if not self._may_change(info) or not await self._partitions_free(self.desired):
@@ -348,6 +347,17 @@ class ElasticInstance(ConsumerInstance):
         self.current = list(self.desired)
         session = await self._start_session(self.member_name)
         session.partitions = set(self.partitions)
+
+    def _say_settings_kept(self, have: dict[str, Any], want: dict[str, Any]) -> None:
+        """One warning when this instance attaches to its member's consumer as another instance made it: with
+        the pin it works by that consumer's settings, not by its own."""
+        differences = setting_differences(have, want, only=set(want) - KEPT_SETTINGS)
+        if not differences:
+            return
+        said = ", ".join(f"{key} {now}, this instance asked {asked}" for key, now, asked in differences)
+        log.warning("member %s's consumer: %s: this instance uses the consumer as another instance of %s made it "
+                    "(the member's instances share it; stop them all to change it)", self.member_name, said,
+                    self.member_name)
 
     def _consumer_config(self, filters: list[str]) -> ConsumerConfig:
         cfg = with_priority_group(self.template, filters)

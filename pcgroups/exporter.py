@@ -56,7 +56,7 @@ GROUP_METRICS: dict[str, str] = {
     "pcgroups_member_redelivered_messages":
         "Messages of the member delivered more than once and not yet acked",
     "pcgroups_member_active_instances":
-        "Pull requests waiting on the member's consumer: one per running instance (pinned or standby)",
+        "Running instances of the member, pinned or standby (each keeps one pull waiting on the member's consumer)",
     "pcgroups_member_pinned_seconds":
         "How long the member's pinned instance has held the pin (0: nobody holds it)",
     "pcgroups_member_partitions": "Partitions the member owns",
@@ -293,7 +293,7 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
         members.add_metric(group, len(s.members))
         partitions.add_metric(group, s.max_members)
         for labels, m in _member_rows(s):
-            active.add_metric(labels, m.waiting)
+            active.add_metric(labels, m.instances)
             owned.add_metric(labels, len(m.partitions))
             held = (now - m.pinned_since).total_seconds() if m.pinned_id and m.pinned_since else 0.0
             pinned.add_metric(labels, max(held, 0.0))

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig, parse_elastic_config, parse_static_config, validate_name
-from .errors import ConfigError, NotAMemberError, NotFoundError
+from .errors import ConfigError, NotAMemberError, NotFoundError, PCGroupsError
 from .jsapi import JetStreamApi
 from .store import ELASTIC_BUCKET, STATIC_BUCKET, group_entry, keys_of_stream
 
@@ -98,6 +98,19 @@ def _no_stream(flavour: Flavour[Any], name: str) -> NotFoundError:
     return NotFoundError(f"the {flavour.name} consumer group's stream does not exist: {name}")
 
 
+def stream_gone(flavour: Flavour[Any], stream: str, group: str,
+                error: type[PCGroupsError] = NotFoundError) -> PCGroupsError:
+    """The group exists and the stream holding its member consumers does not (it was deleted under the group):
+    what is gone, and how to recover (``error``: ConsumerGoneError under a running instance)."""
+    name = flavour.consumer_stream(stream, group)
+    if flavour.name == "static":
+        what, again = f"stream {name}", "create the stream and the group again"
+    else:
+        what, again = f"work queue {name}", "create it again"
+    return error(f"the {what} of {flavour.name} consumer group {group} was deleted: delete the group "
+                 f"(cg {flavour.name} delete {stream} {group}), then {again}")
+
+
 async def list_groups(flavour: Flavour[Any], nc: Client, stream: str, *, api: JetStreamApi | None = None
                       ) -> list[str]:
     """Names of the groups of this flavour defined on ``stream`` (empty when there is no bucket yet)."""
@@ -114,7 +127,7 @@ async def _waiting_by_consumer(flavour: Flavour[Any], api: JetStreamApi, stream:
     try:
         infos = await api.list_consumers(name)
     except NotFoundError:
-        raise _no_stream(flavour, name) from None
+        raise stream_gone(flavour, stream, group) from None   # the callers read the group's config first
     return {c["name"]: c.get("num_waiting", 0) for c in infos}
 
 

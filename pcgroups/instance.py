@@ -53,6 +53,27 @@ DEFAULT_ACK_WAIT = 5.0
 START_RETRY = (0.25, 2.0)   # a start that found the server not answering: first and longest wait before trying again
 
 
+
+#: Consumer settings that are the member's, not an instance's (its name, filters and priority group).
+KEPT_SETTINGS = {"name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout"}
+_DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
+
+
+def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
+                        only: set[str] | None = None) -> list[tuple[str, str, str]]:
+    """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
+    (durations in seconds); ``only``: those keys."""
+    def shown(key: str, value: Any) -> str:
+        if key in _DURATIONS and isinstance(value, int):
+            return f"{value / 1e9:g}s"
+        if key == "backoff" and isinstance(value, list):
+            return ",".join(f"{v / 1e9:g}s" for v in value) or "none"
+        return "unset" if value is None else str(value)
+
+    keys = sorted(only if only is not None else (set(have) | set(want)) - {"created"})
+    return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
+
+
 def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
     """The user's consumer template with AckWait defaulted (5 s), as the reference does."""
     cfg = replace(template) if template is not None else ConsumerConfig()

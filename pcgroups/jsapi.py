@@ -229,6 +229,18 @@ def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | 
 _bound: "weakref.WeakKeyDictionary[Client, str]" = weakref.WeakKeyDictionary()
 
 
+#: A keep-alive pull's ``expires``: the pull renews the pin when it arrives and is gone a millisecond later.
+#: (A ``no_wait`` pull would not do: when the consumer's window is full and no other pull waits, the server
+#: keeps it until its next heartbeat tick.)
+KEEPALIVE_EXPIRES = 0.001
+
+
+def keepalive_request(pin_id: str, group: str = PRIORITY_GROUP) -> bytes:
+    """A pull of one message carrying the pin id that expires at once (:data:`KEEPALIVE_EXPIRES`): it
+    renews the pin and hardly ever counts among the consumer's waiting pulls (fields in nats.go's order)."""
+    return go_json({"expires": ns(KEEPALIVE_EXPIRES), "batch": 1, "id": pin_id, "group": group})
+
+
 class JetStreamApi:
     """Raw JetStream API requests on one connection, to the JetStream of ``domain`` or ``api_prefix``
     (neither: the prefix bound to the connection, else ``$JS.API``; see the module docs)."""

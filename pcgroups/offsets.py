@@ -49,6 +49,7 @@ from .elastic import (
     work_queue_name,
 )
 from .errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from .flavour import ELASTIC, STATIC, stream_gone
 from .jsapi import JetStreamApi
 from .partitions import member_partitions, static_member_filters
 from .static import get_static_config, static_consumer_name
@@ -110,8 +111,8 @@ def parse_duration(text: str) -> float:
 
     try:
         seconds = go_duration(text)
-    except PCGroupsError:
-        seconds = 0.0
+    except PCGroupsError as e:
+        raise ConfigError(f"invalid --by-duration: {e}") from None
     if seconds <= 0:
         raise ConfigError(f"invalid --by-duration {text!r}: use a positive Go duration, e.g. 90s, 30m or 1h30m")
     return seconds
@@ -249,7 +250,10 @@ async def plan_static_reset(nc: Client, stream: str, group: str, target: Target,
     api = api if api is not None else JetStreamApi(nc)
     cfg = await get_static_config(nc, stream, group, api=api)
     chosen = _chosen(_membership(cfg), members, "static", group)
-    info = await _stream_info(api, stream)
+    try:
+        info = await api.stream_info(stream)
+    except NotFoundError:
+        raise stream_gone(STATIC, stream, group) from None
     after = await _seq_at(api, stream, info, target)
     first = max(int((info.get("state") or {}).get("first_seq") or 1), 1)
     plan = ResetPlan("static", stream, group, str(target))
@@ -287,8 +291,7 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
     api = api if api is not None else JetStreamApi(nc)
     cfg = await get_elastic_config(nc, stream, group, api=api)
     chosen = _chosen(_membership(cfg), members, "elastic", group)
-    wq = work_queue_name(stream, group)
-    queued = await _queued_by_partition(api, wq)
+    queued = await _queued_by_partition(api, stream, group)
     plan = ResetPlan("elastic", stream, group, str(target))
     for name in chosen:
         parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
@@ -316,13 +319,14 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
     return plan
 
 
-async def _queued_by_partition(api: JetStreamApi, wq: str) -> dict[int, int]:
+async def _queued_by_partition(api: JetStreamApi, stream: str, group: str) -> dict[int, int]:
     """The work queue's messages by partition (its subjects' first token)."""
+    wq = work_queue_name(stream, group)
     try:
         info = await api.request(f"STREAM.INFO.{wq}", {"subjects_filter": ">"})
     except JetStreamAPIError as e:
         if e.err_code == 10059:
-            raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
+            raise stream_gone(ELASTIC, stream, group) from None
         raise
     subjects = dict((info.get("state") or {}).get("subjects") or {})
     total = int(info.get("total") or 0)

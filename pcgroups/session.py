@@ -1,7 +1,10 @@
 """The one consume loop both flavours use: pinned pulls, dispatch, in-progress, drain.
 
-A :class:`PullSession` is one member instance attached to one member consumer. It keeps pulls
-outstanding with the pin id (which is what keeps the pin), feeds what arrives to its
+A :class:`PullSession` is one member instance attached to one member consumer. It keeps one pull
+outstanding, with the pin id once it has one (which is what keeps the pin): the next pull is sent when
+the last one has ended (used up or expired), and the pinned instance's keep-alive pulls expire at
+once (1 ms), so each running instance is one waiting pull on its member's consumer (what
+``pcgroups.status`` counts as an instance). It feeds what arrives to its
 :class:`~pcgroups.delivery.Delivery` (the buffer, the pin, the recent acks and the rules for handing
 messages out), lets a dispatcher (``scheduler.SerialDispatcher``, or ``scheduler.KeyedDispatcher``
 with key-level concurrency) run the handler, sends ``+WPI`` for what the dispatcher says is overdue,
@@ -27,7 +30,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
 from .dispatch import PoolDispatcher, PoolSpec
 from .errors import NotFoundError, SupersededError
-from .jsapi import SILENT_SERVER, JetStreamApi, pull_request
+from .jsapi import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
                         Window, key_by_subject)
 from .tracing import NO_TRACING, InstanceTracing
@@ -194,6 +197,7 @@ class PullSession:
         self._wake = Waker()             # wakes the pull loop
         self._delivered = asyncio.Event()   # a message arrived during a take-over
         self._sub: Any = None
+        self._keepalive_sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pull_subject = api.pull_subject(stream, consumer)
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
@@ -231,6 +235,8 @@ class PullSession:
         await self._ack_replies.start()
         self._inbox = self.nc.new_inbox()
         self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        self._keepalive_inbox = self.nc.new_inbox()
+        self._keepalive_sub = await self.nc.subscribe(self._keepalive_inbox, cb=self._on_keepalive)
         self._pulling = True
         self._tasks = [asyncio.create_task(self._pull_loop(), name=f"pcg-pull-{self.label}"),
                        asyncio.create_task(self.dispatcher.run(), name=f"pcg-dispatch-{self.label}")]
@@ -352,11 +358,12 @@ class PullSession:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # connection already closed
-                pass
+        for sub in (self._sub, self._keepalive_sub):
+            if sub is not None:
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # connection already closed
+                    pass
         await self._ack_replies.stop()
         dropped = self._take_buffered()
         if not self.nc.is_closed:
@@ -395,8 +402,30 @@ class PullSession:
             self._on_status(status, headers)
             return
         self._pending -= 1
-        if self._pending == self.batch // 2 or self._pending <= 0:   # a pull may be due (once, not per message)
+        if self._pending <= 0:
             self._wake.set()
+        await self._received(msg, headers, now)
+
+    async def _on_keepalive(self, msg: NatsMsg) -> None:
+        """The answer to a keep-alive pull: a message (handled as any), a lost pin (the waiting pull ends
+        in its turn: the next one goes without the pin), the consumer deleted; anything else (it expired,
+        nothing to deliver, no responders) the waiting pull hears too, and handles."""
+        now = time.monotonic()
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status != "503":
+            self._heard = now
+            self.delivery.heard(now)
+        if status and headers and not msg.data and not msg.reply:
+            description = headers.get("Description", "")
+            if status == "423":
+                self._lost_pin(description)
+            elif status == "409" and "Deleted" in description:
+                self._gone(f"consumer deleted: {description}")
+            return
+        await self._received(msg, headers, now)
+
+    async def _received(self, msg: NatsMsg, headers: dict[str, str] | None, now: float) -> None:
         delivery = self.delivery
         pin = headers.get(PIN_HEADER) if headers else None
         if pin is None:
@@ -429,12 +458,8 @@ class PullSession:
                 return
             self._wake.set()
         elif status == "423":
-            if self.pin_id is not None:
-                log.info("%s: lost the pin (%s)", self.label, description or "423")
-            self.delivery.forget_pin()
-            self._pin_changed()
+            self._lost_pin(description)
             self._pending = 0
-            self._drop_queued()
             self._wake.set()
         elif status == "404":
             self._pending = 0
@@ -493,6 +518,13 @@ class PullSession:
                      "elsewhere, %d redelivered here): waited %.2fs, handing out in stream order", self.label,
                      waited_for, redelivered, time.monotonic() - started)
 
+    def _lost_pin(self, description: str) -> None:
+        if self.pin_id is not None:
+            log.info("%s: lost the pin (%s)", self.label, description or "423")
+        self.delivery.forget_pin()
+        self._pin_changed()
+        self._drop_queued()
+
     async def _check_consumer(self) -> None:
         """After a pull without responders: end the session only when the consumer does not exist."""
         try:
@@ -539,32 +571,29 @@ class PullSession:
                     log.debug("%s: no heartbeat for %.1fs, pulling again", self.label, now - self._last_seen)
                     self._pending = 0
                 elif self._pending > 0 and now - self._last_refill > self.expires + 2 * self.heartbeat:
-                    # Every pull has ended by now (expired, with a 408 that says what it had left): what is
-                    # still counted belongs to pulls lost with a connection. The keep-alive pulls' messages
-                    # and heartbeats hide that from the check above, and one message per keep-alive is all
-                    # that would come.
+                    # The pull has ended by now (expired, with a 408 that says what it had left): what is
+                    # still counted belongs to a pull lost with a connection.
                     log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
                               self._pending)
                     self._pending = 0
                 want, least = self._want(now)
-                if want >= least:
+                if self._pending <= 0 and want >= least:
                     self._last_refill = now
                     await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
-                    await self._pull(1)
+                    await self._keepalive(self.pin_id)
             await self._wake.wait(min(self.heartbeat, self.keepalive))
 
     def _want(self, now: float) -> tuple[int, int]:
-        """How many messages to ask for now, and the least worth a pull: half a batch; with a
-        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least)."""
-        requested = max(self._pending, 0)
-        want = self.batch - requested
+        """How many messages the next pull asks for (one pull waits at a time), and the least worth a pull: a
+        batch; with a :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at
+        least)."""
         window = self.window
         if window is None:
-            return want, self.batch - self.batch // 2
-        outstanding = self.delivery.buffered + self.dispatcher.held + requested
+            return self.batch, 1
+        outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
         window.update(outstanding, self.dispatcher.starved, now)
-        return min(want, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
+        return min(self.batch, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
 
     async def _confirm_pin(self) -> None:
         """After a gap in the pulls: ask consumer info whether the pin is still ours. If another (or none)
@@ -588,6 +617,16 @@ class PullSession:
         self.delivery.forget_pin()
         self._pin_changed()
         self._wake.set()
+
+    async def _keepalive(self, pin_id: str) -> None:
+        """Renew the pin while the one waiting pull has not ended yet: a pull of one message that expires
+        at once, so it is never counted as another instance's waiting pull."""
+        try:
+            await self.nc.publish(self._pull_subject, keepalive_request(pin_id), reply=self._keepalive_inbox)
+        except Exception as e:  # disconnected: the heartbeat check pulls again later
+            log.debug("%s: keep-alive pull not sent: %s", self.label, e)
+            return
+        self.delivery.pulled(time.monotonic())
 
     async def _pull(self, n: int) -> None:
         body = pull_request(batch=n, expires=self.expires, heartbeat=self.heartbeat, pin_id=self.pin_id)

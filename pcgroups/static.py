@@ -27,8 +27,8 @@ from .config import MemberMapping, StaticConfig, parse_static_config, validate_n
 from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                      NotAMemberError, NotFoundError)
 from .events import EventCallback, PartitionsHook
-from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
-from .instance import (ConsumerInstance, member_template, startable,
+from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name, stream_gone
+from .instance import (KEPT_SETTINGS, ConsumerInstance, member_template, setting_differences, startable,
                        with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
@@ -116,7 +116,7 @@ async def create_static_consumers(nc: Client, stream: str, group: str, *, config
             if e.err_code != ERR_CONSUMER_EXISTS:
                 raise
             have = (await api.consumer_info(stream, wanted.durable_name)).get("config", {})
-            differences = _setting_differences(have, wanted.to_wire(), only=set(wanted.to_wire()) - _KEPT)
+            differences = setting_differences(have, wanted.to_wire(), only=set(wanted.to_wire()) - KEPT_SETTINGS)
             raise ConfigError(f"member {member}'s consumer {wanted.durable_name} exists with other settings "
                               f"({_there_asked(differences)}): give the settings it has, or delete it first "
                               "(its position is lost)") from None
@@ -146,11 +146,21 @@ def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
 
 async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
     """Delete the group's config, then exactly its members' consumers (running instances end); a user who may
-    delete the config but not every member's consumer is refused before anything is deleted."""
+    delete the config but not every member's consumer is refused before anything is deleted. A group whose
+    stream was deleted is deleted too (its consumers went with the stream)."""
     api = api_of(nc, api)
     check_names(stream, group)
-    await consumer_stream_info(STATIC, api, stream, group)
-    kv, entry = await group_entry(api, STATIC.bucket, STATIC.name, stream, group)
+    try:
+        await consumer_stream_info(STATIC, api, stream, group)
+        no_stream = None
+    except NotFoundError as e:
+        no_stream = e
+    try:
+        kv, entry = await group_entry(api, STATIC.bucket, STATIC.name, stream, group)
+    except NotFoundError:
+        if no_stream is not None:
+            raise no_stream from None
+        raise
     key = group_key(stream, group)
     try:
         names = StaticConfig.from_json(entry.value).membership()
@@ -161,7 +171,7 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
     for member in names:
         await api.check_delete(f"CONSUMER.DELETE.{stream}.{static_consumer_name(group, member)}")
     await kv_call(kv, kv.delete(key), key)
-    for member in names:
+    for member in names if no_stream is None else []:
         await api.delete_consumer(stream, static_consumer_name(group, member))
 
 
@@ -218,7 +228,14 @@ class StaticInstance(ConsumerInstance):
     flavour = "static"
 
     async def _setup(self) -> None:
-        await consumer_stream_info(STATIC, self.api, self.stream_name, self.group_name)
+        try:
+            await consumer_stream_info(STATIC, self.api, self.stream_name, self.group_name)
+        except NotFoundError as e:
+            try:
+                await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
+            except NotFoundError:
+                raise e from None   # no stream, no group: the stream is what is missing first
+            raise stream_gone(STATIC, self.stream_name, self.group_name) from None
         kv, entry = await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
         self._kv = kv
         self._key = group_key(self.stream_name, self.group_name)
@@ -268,8 +285,8 @@ class StaticInstance(ConsumerInstance):
         except NotFoundError:
             return False
         want = cfg.to_wire()
-        return have.get("filter_subjects") == want["filter_subjects"] and not _setting_differences(
-            have, want, only=set(want) - _KEPT)
+        return have.get("filter_subjects") == want["filter_subjects"] and not setting_differences(
+            have, want, only=set(want) - KEPT_SETTINGS)
 
     async def _adopt(self, cfg: ConsumerConfig) -> None:
         """Our consumer exists with other settings: update it to ours when no other instance runs."""
@@ -284,7 +301,7 @@ class StaticInstance(ConsumerInstance):
             theirs, ours = " ".join(have.get("filter_subjects") or []), " ".join(want["filter_subjects"])
             raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
                                     f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
-        differences = _setting_differences(have, want, only=set(want) - _KEPT)
+        differences = setting_differences(have, want, only=set(want) - KEPT_SETTINGS)
         if info.get("num_waiting") or pinned_client_id(info):
             said = _there_asked(differences) or "settings the server shows differently"
             raise ConfigError(f"another instance of member {member} is running with other consumer settings "
@@ -297,7 +314,7 @@ class StaticInstance(ConsumerInstance):
                                     f"({_changes(differences)}): {e.description}; start this one with the same "
                                     "settings, or delete the consumer first (its position is lost)", code=e.code,
                                     err_code=e.err_code, subject=e.subject) from None
-        changed = _setting_differences(have, updated.get("config", {})) or differences
+        changed = setting_differences(have, updated.get("config", {})) or differences
         log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))
 
     async def _unused_consumer(self) -> dict[str, Any]:
@@ -331,8 +348,14 @@ class StaticInstance(ConsumerInstance):
             return None  # the group was deleted: its consumers go with it
         # Another instance of ours may have seen a config change first and deleted the consumer: report
         # the cause, as the watch event (maybe still queued) would.
-        return self._changed(entry.value) or ConsumerGoneError(
-            f"the member's consumer {self.consumer_name} went away: {reason}")
+        changed = self._changed(entry.value)
+        if changed is not None:
+            return changed
+        try:
+            await self.api.stream_info(self.stream_name)
+        except NotFoundError:
+            return stream_gone(STATIC, self.stream_name, self.group_name, ConsumerGoneError)
+        return ConsumerGoneError(f"the member's consumer {self.consumer_name} went away: {reason}")
 
     def _changed(self, value: bytes) -> BaseException | None:
         """The error a stored config ends the instance with (not valid, or not ours); None when unchanged."""
@@ -356,25 +379,6 @@ class StaticInstance(ConsumerInstance):
 
 
 #: consumer config keys an update keeps as the reference sets them (identity, filters, priority group)
-_KEPT = {"name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout"}
-_DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
-
-
-def _setting_differences(have: dict[str, Any], want: dict[str, Any], *,
-                        only: set[str] | None = None) -> list[tuple[str, str, str]]:
-    """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
-    (durations in seconds); ``only``: those keys."""
-    def shown(key: str, value: Any) -> str:
-        if key in _DURATIONS and isinstance(value, int):
-            return f"{value / 1e9:g}s"
-        if key == "backoff" and isinstance(value, list):
-            return ",".join(f"{v / 1e9:g}s" for v in value) or "none"
-        return "unset" if value is None else str(value)
-
-    keys = sorted(only if only is not None else (set(have) | set(want)) - {"created"})
-    return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
-
-
 def _there_asked(differences: list[tuple[str, str, str]]) -> str:
     return ", ".join(f"{k} {now} there, {asked} asked" for k, now, asked in differences)
 

@@ -18,6 +18,11 @@ What is counted per partition and what per member:
   source's origin is asked for its info too, and a source stuck on one origin message is named
   (``stuck_sources``, :mod:`pcgroups.intake`): nothing after it reaches the group, pending or not.
 
+A member's running instances are counted from its consumer: a pcgroups instance keeps exactly one
+pull request waiting on it (pcgroups/session.py), so ``instances`` is the consumer's waiting pulls, and
+at least 1 while an instance holds the pin (between two of its pulls none waits for a moment). A Go
+reference instance may keep two pulls waiting when busy, and counts twice then.
+
 The request count is small and fixed: the config (two requests), one consumer list of the stream
 that holds the member consumers, and for elastic one stream info of the work queue and one of each
 origin stream (and one message read per filter of a source whose origin holds messages it has not
@@ -35,7 +40,7 @@ from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig
 from .errors import NotFoundError, PermissionDeniedError
-from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, work_queue_name
+from .flavour import ELASTIC, STATIC, get_config, static_consumer_name, stream_gone, work_queue_name
 from .jsapi import PRIORITY_GROUP, JetStreamApi
 from .membership import list_leases
 from .partitions import member_partitions, static_member_filters
@@ -53,7 +58,8 @@ class MemberStatus:
     partitions: list[int] = field(default_factory=list)
     exists: bool = False               # its consumer exists
     active: bool = False               # an instance is pulling (waiting pulls > 0)
-    waiting: int = 0
+    waiting: int = 0                   # pull requests waiting on its consumer
+    instances: int = 0                 # running instances, pinned or standby (see the module doc)
     pinned_id: str | None = None       # the pinned instance's pin id
     pinned_since: datetime | None = None
     pending: int | None = None         # messages of its partitions not yet delivered
@@ -188,6 +194,7 @@ def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str
         if state.get("group") == PRIORITY_GROUP:
             ms.pinned_id = state.get("pinned_client_id") or None
             ms.pinned_since = parse_timestamp(state.get("pinned_ts")) if ms.pinned_id else None
+    ms.instances = max(ms.waiting, 1 if ms.pinned_id else 0)
     return ms
 
 
@@ -224,7 +231,10 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
     config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
-    infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    try:
+        infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    except NotFoundError:
+        raise stream_gone(STATIC, stream, group) from None
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
@@ -241,7 +251,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     try:
         state = (await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
-        raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
+        raise stream_gone(STATIC, stream, group) from None
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
                        max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
@@ -262,7 +272,7 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         infos = {c["name"]: c for c in await counting.list_consumers(wq)}
         wq_info = await counting.stream_info(wq, subjects_filter=">")
     except NotFoundError:
-        raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
+        raise stream_gone(ELASTIC, stream, group) from None
     members = [_member_status(cfg, m, m, infos.get(m)) for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
     per_partition: dict[int, int] = {}

@@ -133,6 +133,30 @@ async def test_key_tokens_past_the_groups_subjects_are_warned_once(nats_server, 
                             f"tokens, so the key has nothing from {'that position' if ',' not in warned else 'those positions'}"], r.err
 
 
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_key_tokens_past_the_streams_subjects_are_warned_without_filters(nats_server, js, uniq, kind):
+    """A group with no filters, static or elastic: its stream's subjects tell how many tokens the handler's
+    subject has (static: as the stream's transform writes them, the partition token stripped)."""
+    url = nats_server.url
+    if kind == "static":
+        await make_stream(js, uniq, transform=partition_transform(uniq, 2))       # <p>.<uniq>.<token>
+        (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    else:
+        await make_stream(js, uniq)                                               # <uniq>.*
+        (await run_cg("elastic", "create", uniq, "g", "2", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+    for tokens, warned in (("2", False), ("5", True)):
+        async with procs() as start:
+            p = await start(kind, "consume", uniq, "g", "m1", "--concurrency", "4", "--key-tokens", tokens, url=url)
+            await p.wait_text("consuming...\n", timeout=20)
+            p.signal(signal.SIGINT)
+            r = await p.wait(15)
+        assert r.code == 0, r.err
+        warnings = [line for line in r.err.splitlines() if line.startswith("cg: warning:")]
+        assert warnings == ([f"cg: warning: --key-tokens 5: the group's subjects ({uniq}.*) have at most 2 tokens, "
+                             "so the key has nothing from that position"] if warned else []), r.err
+
+
 async def test_elastic_default_key_is_the_partitioning_tokens(nats_server, js, uniq):
     """No key option: the partitioning wildcard (the customer) is the key, so one customer is serial and
     two customers run at once."""
@@ -185,8 +209,10 @@ async def test_sigterm_waits_for_every_handler_in_flight(nats_server, js, uniq):
 
 
 BAD = [
-    (["--concurrency", "0"], "invalid --concurrency 0: must be between 1 and 2147483647"),
-    (["--concurrency", "-2"], "invalid --concurrency -2: must be between 1 and 2147483647"),
+    (["--concurrency", "0"], "invalid --concurrency 0: must be between 1 and 1000"),
+    (["--concurrency", "-2"], "invalid --concurrency -2: must be between 1 and 1000"),
+    (["--concurrency", "100000000"], "invalid --concurrency 100000000: must be between 1 and 1000"),
+    (["--concurrency", "1001"], "invalid --concurrency 1001: must be between 1 and 1000"),
     (["--concurrency", "99999999999999999999"], "invalid --concurrency 99999999999999999999: must be between 1"),
     (["--concurrency", "two"], "invalid --concurrency: 'two' is not a whole number"),
     (["--concurrency", "4", "--key-header", "K", "--key-tokens", "1"],
@@ -198,8 +224,8 @@ BAD = [
     (["--concurrency", "4", "--key-tokens", "a"], "invalid --key-tokens 'a'"),
     (["--concurrency", "4", "--key-header", "Order Id"], "invalid --key-header 'Order Id': give a header name"),
     (["--concurrency", "4", "--max-ack-pending", "3"], "--max-ack-pending 3 is less than --concurrency 4"),
-    (["--max-ack-pending", "0"], "invalid --max-ack-pending 0: must be between 1 and 2147483647"),
-    (["--max-ack-pending", "2147483648"], "invalid --max-ack-pending 2147483648: must be between 1 and 2147483647"),
+    (["--max-ack-pending", "0"], "invalid --max-ack-pending 0: must be between 1 and 100000"),
+    (["--max-ack-pending", "100001"], "invalid --max-ack-pending 100001: must be between 1 and 100000"),
 ]
 
 

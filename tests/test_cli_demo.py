@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cg.demo import demo
+from cg.demo.command import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,8 +81,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_every_process_it_started():
-    code = "import typer; from cg.demo import demo_command; typer.run(demo_command)"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--duration", "30"], cwd=ROOT, stdout=subprocess.PIPE,
+    code = "import typer; from cg.demo.command import demo_command; typer.run(demo_command)"
+    proc = subprocess.Popen([sys.executable, "-c", code, "--duration", "30s"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         lines = []
@@ -116,7 +116,7 @@ def test_ctrl_c_through_cg_says_interrupted_once_and_exits_130():
     """Through the ``cg`` entry point: the demo's own line and nothing more (no ``cg: error``), status 130."""
     from tests.test_cli_common import cg_argv, cg_env
 
-    proc = subprocess.Popen(cg_argv("demo", "--duration", "30"), cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cg_argv("demo", "--duration", "30s"), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=cg_env())
     try:
         deadline = time.monotonic() + 20

@@ -180,6 +180,11 @@ async def test_a_plain_and_a_concurrent_instance_of_a_member_say_standby_and_los
             p.signal(signal.SIGINT)
         done = [await p.wait(timeout=15) for p in (a, b)]
     assert all(r.code == 0 for r in done), [r.err for r in done]
+    # the plain one works by the consumer the concurrent one made, and says so once, as it starts
+    assert [line for line in done[1].err.splitlines() if "warning" in line] == [
+        "cg: warning: member m2's consumer: max_ack_pending 16384, this instance asked 1: this instance uses the "
+        "consumer as another instance of m2 made it (the member's instances share it; stop them all to change it)"]
+    assert "warning" not in done[0].err
 
 
 async def test_pinned_comes_before_the_first_message_line_in_a_terminal(nats_server, js, uniq):

@@ -164,7 +164,8 @@ def test_a_membership_change_at_80_columns():
 
 
 def test_demo_summary_at_80_columns_keeps_the_verdicts_and_numbers():
-    from cg.demo import DemoResult, Move, Takeover, summary
+    from cg.demo.script import DemoResult, Move, Takeover
+    from cg.demo.summary import summary
     from pcgroups.checker import Report
 
     reports = {"static": Report(calls=123457, processed=123456, expected=123456, redelivered=1, redelivery_bound=1),
@@ -190,16 +191,80 @@ def test_the_demo_view_shows_no_rate_where_no_instance_runs():
     stopped (the last frame) each partition's rate is 0."""
     import time
 
-    from cg.demo import Demo
+    from cg.demo.run import Demo
+    from cg.demo.view import View
 
     d = Demo(duration=12, console=Console(file=io.StringIO(), width=WIDTH), rate=100, ack_wait=None, work=0.0,
              live=False)
+    view = View(d)
     now = time.time()
     for i in range(40):
         d.recorders["static"].record("m1", "m1-a", 0, i, now - 1.0, now - 0.5)
-    assert d._rates("static")[0] == 20                            # what the view had while m1-a ran
-    text = _render(d._group_table("static"))
+    assert view.rates("static")[0] == 20                          # what the view had while m1-a ran
+    text = _render(view._group_table("static"))
     row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["0", "m1"])
     assert row[2:5] == ["no", "instance", "0"], text
-    header = _render(d.render()).splitlines()[0]
+    header = _render(view.render()).splitlines()[0]
     assert "(ends by 12s)" in header and " / " not in header, header     # the planned bound, said as one
+
+
+def test_every_table_has_the_one_style():
+    """``ls``, ``info``, ``reset``'s plan, a membership change, ``status`` and the demo's summary: no box, a rule
+    under the header, as ``status`` always drew them (no heavy or boxed tables beside them)."""
+    from cg import output
+    from cg.changes import change_summary
+    from cg.demo.script import DemoResult
+    from cg.demo.summary import summary
+    from cg.offsets import plan_table
+    from cg.status import status_table
+    from pcgroups.checker import Report
+    from pcgroups.config import ElasticConfig, StaticConfig
+    from pcgroups.offsets import MemberMove, ResetPlan
+
+    plan = ResetPlan("static", "foo", "cg", "earliest", members=[MemberMove("m1", [0, 1], now=5, after=1, replay=4)])
+    result = DemoResult(exit_code=0, reports={"static": Report(calls=3, processed=3, expected=3)},
+                        published={"static": 3}, takeovers=[], failures=[], elapsed=12.0)
+    renderables = [output.groups_table("static", "foo", ["cg", "kc"]),
+                   *output._pretty_info("static", "foo", "cg", StaticConfig(max_members=4, members=["a", "b"]), ["a"]),
+                   plan_table(plan),
+                   *change_summary("elastic", "bar", "cg", "added m2", ElasticConfig(max_members=4, members=["m1"]),
+                                   ElasticConfig(max_members=4, members=["m1", "m2"])),
+                   status_table(_status(), now=NOW, width=WIDTH), *summary(result, 2.0)]
+    text = _render(*renderables)
+    boxed = [line for line in text.splitlines() if set(line) & set("┏┃┡━│┌└┬┼╇┳")]
+    assert not boxed, "\n".join(boxed)
+    rules = [line.strip() for line in text.splitlines() if line.strip() and set(line.strip()) == {"─"}]
+    assert len(rules) >= 5, text                  # members, plan, moves, status' members and pins, the demo's
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_the_demo_ends_with_its_verdict_and_figures_on_a_24_row_screen(passed):
+    """A run's summary at 80 columns (its kills and membership changes, a failure when it fails): the last
+    24 lines, the screen the demo ends with, hold every count of both groups and the verdict, last."""
+    from cg.demo.script import DemoResult, Move, Takeover
+    from cg.demo.summary import summary
+    from pcgroups.checker import Report
+
+    redelivered = 2 if passed else 4
+    reports = {"static": Report(calls=2684, processed=2683, expected=2683, redelivered=1, redelivery_bound=2),
+               "elastic": Report(calls=2683 + redelivered, processed=2683, expected=2683, redelivered=redelivered,
+                                 redelivery_bound=3)}
+    takeovers = [Takeover("static m1", 0, victim="m1-a", by="m1-b", after=1.04, partitions=[0, 1]),
+                 Takeover("elastic e2", 0, victim="e2-a", by="e2-b", after=1.21, partitions=[2, 3]),
+                 Takeover("add e3", 0, victim="e3", by="e2-b e3-a", after=0.42,
+                          moves=[Move(2, "e1", "e2", 0.13, "e2-b"), Move(4, "e2", "e3", 0.12, "e3-a"),
+                                 Move(5, "e2", "e3", 0.42, "e3-a")]),
+                 Takeover("drop e1", 0, victim="e1", by="e2-b e3-a", after=0.31,
+                          moves=[Move(0, "e1", "e2", 0.2, "e2-b"), Move(1, "e1", "e2", 0.31, "e2-b"),
+                                 Move(3, "e2", "e3", 0.11, "e3-a")])]
+    failures = [] if passed else ["elastic: 4 redeliveries, more than the bound of 3"]
+    result = DemoResult(exit_code=0 if passed else 1, reports=reports, published={"static": 2683, "elastic": 2683},
+                        takeovers=takeovers, failures=failures, elapsed=31.2)
+    screen = _render(*summary(result, 2.0)).rstrip("\n").splitlines()[-24:]
+    assert screen[-1] == ("PASS: every check passed (31.2s)" if passed else "FAIL: some checks failed (31.2s)")
+    rows = {line.split("  ")[0]: line.split() for line in screen if line and not line.startswith(" ")}
+    for name in ("published", "processed (acked)", "handler calls", "redelivered (allowed)", "lost",
+                 "overlapping calls", "out of order", "result"):
+        assert name in rows, "\n".join(screen)
+    assert rows["published"][-2:] == ["2683", "2683"] and rows["lost"][-2:] == ["0", "0"]
+    assert any("no loss" in line and "exclusivity" in line for line in screen)   # the checks, one line

@@ -16,6 +16,9 @@ The rendering at 80 columns (every digit of every number kept) is tests/test_cli
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import os
 import re
 import signal
 import subprocess
@@ -23,6 +26,7 @@ import subprocess
 import pytest
 
 from tests.support import wait_for
+from tests.test_cli_prompt import clean_env  # noqa: F401 - a fixture: no NATS contexts or settings of the machine
 from tests.test_cli_common import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
                                    partition_transform, procs, run_cg)
 
@@ -97,6 +101,42 @@ def _cg() -> list[str]:
     return cg_argv()
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["--sleep", "200ms", "static", "consume", "s", "g", "m1"],
+     "--sleep goes after cg static: cg static --sleep 200ms consume s g m1"),
+    (["--sleep=1s", "elastic", "consume", "s", "g", "m1"],
+     "--sleep goes after cg elastic: cg elastic --sleep=1s consume s g m1"),
+    (["static", "--concurrency", "8", "consume", "s", "g", "m1"],
+     "--concurrency goes after cg static consume: cg static consume s g m1 --concurrency 8"),
+    (["--json", "elastic", "ls", "s"], "--json goes after cg elastic ls: cg elastic ls s --json"),
+    (["statik", "ls", "s"], "no such command 'statik' (did you mean static?); try 'cg -h' for help"),
+    (["static", "staus", "s", "g"], "no such command 'staus' (did you mean status?); try 'cg static -h' for help"),
+    (["static", "ls", "--concurrency", "3", "s"], "no such option: --concurrency; try 'cg static ls -h' for help"),
+])
+def test_a_misplaced_flag_or_a_typo_says_what_was_meant(argv, said):
+    """No server needed: parsing fails before anything connects."""
+    from tests.test_cli_common import cg_inproc
+
+    r = cg_inproc(*argv)
+    assert r.code == 1 and r.out == "" and r.err == f"cg: error: {said}\n", r.err
+
+
+def test_the_shell_suggests_what_a_typo_meant(nats_server, clean_env):  # noqa: F811 - the fixture imported above
+    from cg.app import build
+    from cg.prompt import Repl
+    from pcgroups.connect import ConnectionOptions
+
+    repl = Repl("static", ConnectionOptions(server=nats_server.url), build(), input=None,
+                history_file=clean_env / "h")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err, repl.bound():
+        for line in ("staus", "elastik", "bogus"):
+            repl.execute(line)
+    assert err.getvalue().splitlines() == [
+        "cg: error: unknown command: staus (did you mean status? type help for the list)",
+        "cg: error: unknown command: elastik (did you mean elastic? type help for the list)",
+        "cg: error: unknown command: bogus (type help for the list)"]
+
+
 # ---------------------------------------------------------------- errors in the user's words
 
 
@@ -119,6 +159,99 @@ async def test_errors_name_what_the_user_typed(nats_server, js, static_stream, u
                      "the max number of members must be at least 1, got 0")
     assert_cli_error(await run_cg("demo", "--rate", "5"), "invalid --rate 5: must be between 10 and 2000")
     assert_cli_error(await run_cg("static", "info", s, url=url), "missing argument 'GROUP'")
+
+
+#: Every duration option of cg, given a number without a unit: (argv, the option, the number).
+BARE_DURATIONS = [
+    (["static", "consume", "s", "g", "m1", "--sleep", "200"], "--sleep", "200"),
+    (["elastic", "--sleep", "2.5", "consume", "s", "g", "m1"], "--sleep", "2.5"),
+    (["elastic", "consume", "s", "g", "--auto", "--lease-ttl", "5"], "--lease-ttl", "5"),
+    (["static", "status", "s", "g", "--watch", "--interval", "2"], "--interval", "2"),
+    (["elastic", "reset", "s", "g", "--by-duration", "5"], "--by-duration", "5"),
+    (["--timeout", "5", "static", "ls", "s"], "--timeout", "5"),
+    (["elastic", "remove-source", "s", "g", "x", "--wait", "30"], "--wait", "30"),
+    (["metrics", "--interval", "5"], "--interval", "5"),
+    (["tools", "traffic", "--sleep", "10"], "--sleep", "10"),
+    (["demo", "--duration", "20"], "--duration", "20"),
+]
+
+
+@pytest.mark.parametrize("argv,option,number", BARE_DURATIONS, ids=[" ".join(a[0]) for a in BARE_DURATIONS])
+def test_a_duration_without_a_unit_is_refused_as_go_refuses_it(argv, option, number):
+    """``--sleep 200`` once meant 200 s. Every duration option reads Go's durations: a number needs a unit
+    (``0`` excepted), before anything connects."""
+    from tests.test_cli_common import cg_inproc
+
+    r = cg_inproc(*argv)
+    assert_cli_error(r)
+    assert r.err == f'cg: error: invalid {option}: missing unit in duration "{number}" (e.g. {number}ms or {number}s)\n'
+
+
+def test_the_shell_wants_a_unit_too(nats_server, clean_env):  # noqa: F811 - the fixture imported above
+    from cg.app import build
+    from cg.prompt import Repl
+    from pcgroups.connect import ConnectionOptions
+
+    repl = Repl("static", ConnectionOptions(server=nats_server.url), build(), input=None,
+                history_file=clean_env / "h")
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err, \
+            repl.bound():
+        repl.execute("processing-time 200")
+        repl.execute("processing-time 0")
+        repl.execute("processing-time")
+    assert err.getvalue() == 'cg: error: invalid --sleep: missing unit in duration "200" (e.g. 200ms or 200s)\n'
+    assert out.getvalue().splitlines()[-1] == "processing time: 0"
+
+
+async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
+    """Ctrl-C at ``delete``'s (y/n): exit 130, nothing deleted, and the question's line ended, so the shell's
+    next prompt does not land behind it."""
+    from tests.test_cli_common import cg_argv
+
+    s = static_stream
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
+    p = await asyncio.create_subprocess_exec(*cg_argv("static", "delete", s, "g"), stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             env=cg_env(nats_server.url))
+    try:
+        out = b""
+        while not out.endswith(b"(y/n): "):
+            out += await asyncio.wait_for(p.stdout.read(1), 15)
+        p.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(p.communicate(), 15)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    assert p.returncode == 130 and err == b"", err
+    assert rest == b"\n"
+    assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
+
+
+async def test_create_and_delete_say_one_line_in_a_terminal_and_nothing_in_a_pipe(nats_server, js, static_stream,
+                                                                                    uniq):
+    s, e, url = static_stream, f"{uniq}e", nats_server.url
+    await make_stream(js, e)
+    tty = cg_env(url, CG_PRETTY="1")
+    runs = [
+        (["static", "create", "balanced", s, "g", "4", "m1", "m2"],
+         f"static consumer group g on stream {s} created: 4 partitions, members m1 m2"),
+        (["static", "create", "balanced", s, "g", "4", "m1", "m2"],
+         f"static consumer group g on stream {s} already exists as asked: 4 partitions, members m1 m2"),
+        (["static", "create", "mapped", s, "h", "4", "m1:0-1", "m2:2,3"],
+         f"static consumer group h on stream {s} created: 4 partitions, mapped m1 0-1, m2 2-3"),
+        (["elastic", "create", e, "g", "4", "--filter", f"{e}.*"],
+         f"elastic consumer group g on stream {e} created: 4 partitions by {e}.*, no members yet (work queue {e}-g)"),
+        (["static", "delete", s, "g", "-f"], f"deleted static consumer group g on stream {s}: its instances end"),
+        (["elastic", "delete", e, "g", "-f"],
+         f"deleted elastic consumer group g on stream {e} and its work queue {e}-g: its instances end"),
+    ]
+    for argv, said in runs:
+        r = (await acg(*argv, env=tty)).ok()
+        assert r.out == said + "\n" and r.err == "", (argv, r.out, r.err)
+    for argv, _ in runs[:1] + runs[3:5]:   # a pipe: the reference's silence
+        r = (await run_cg(*argv, url=url)).ok()
+        assert r.out == "" and r.err == "", (argv, r.out, r.err)
 
 
 # ---------------------------------------------------------------- warnings where a mistake was silent
@@ -231,6 +364,98 @@ async def test_a_membership_change_in_a_terminal_shows_before_after_and_what_mov
     assert (await acg("elastic", "delete-mapping", uniq, "g", env=cg_env(url))).ok().out == ""   # the reference's
 
 
+async def test_leaving_a_group_with_no_member_warns_that_messages_queue_up(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq)
+    (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+    (await run_cg("elastic", "add", uniq, "g", "m1", "m2", url=url)).ok()
+    warning = (f"cg: warning: elastic consumer group g has no members now: its messages queue up in work queue "
+               f"{uniq}-g (up to its limits) until cg elastic add or create-mapping\n")
+    r = (await run_cg("elastic", "drop", uniq, "g", "m1", url=url)).ok()
+    assert r.err == "" and r.out == "dropped members: [m2]\n"          # m2 still consumes
+    r = (await run_cg("elastic", "drop", uniq, "g", "m2", url=url)).ok()
+    assert r.err == warning and r.out == "dropped members: []\n"
+    (await run_cg("elastic", "create-mapping", uniq, "g", "m1:0-3", url=url)).ok()
+    r = (await run_cg("elastic", "delete-mapping", uniq, "g", url=url)).ok()
+    assert r.err == warning
+    r = (await acg("elastic", "add", uniq, "g", "m1", env=cg_env(url, CG_PRETTY="1"))).ok()
+    r = (await acg("elastic", "drop", uniq, "g", "m1", env=cg_env(url, CG_PRETTY="1"))).ok()
+    assert r.err == warning and "members  m1 -> none" in r.out   # a terminal: the summary too
+
+
+async def test_a_reset_to_a_time_in_the_future_warns(nats_server, js, static_stream):
+    s, url = static_stream, nats_server.url
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=url)).ok()
+    for i in range(3):
+        await js.publish(f"{s}.{i}", b"x")
+    r = (await run_cg("static", "reset", s, "g", "--to-time", "2999-01-01T00:00:00Z", url=url)).ok()
+    assert r.err.splitlines()[0] == ("cg: warning: --to-time 2999-01-01T00:00:00Z is in the future: no message is at "
+                                     "or after it, so this skips everything pending, as --to-latest does"), r.err
+    r = (await run_cg("static", "reset", s, "g", "--to-time", "2001-01-01T00:00:00Z", url=url)).ok()
+    assert "warning" not in r.err, r.err
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_deleting_the_group_under_a_handler_does_not_promise_a_redelivery(nats_server, nc, js, uniq, kind):
+    """The handler's ack finds no consumer because the group is gone: its line says so, not the reference's
+    "it will be or may already have been re-delivered" (the handler ends within the stop's drain, AckWait)."""
+    from pcgroups import delete_elastic, delete_static
+
+    url = nats_server.url
+    if kind == "static":
+        await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+        (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+    else:
+        await make_stream(js, uniq)
+        (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+    async with procs() as start:
+        p = await start(kind, "consume", uniq, "g", "m1", "--sleep", "1500ms", url=url)
+        await p.wait_text("consuming...")
+        await js.publish(f"{uniq}.1", b"x")
+        await p.wait_text("Processing for 1.5s ... ")
+        await (delete_static if kind == "static" else delete_elastic)(nc, uniq, "g")
+        r = await p.wait(15)
+    assert r.code == 0, r.err
+    [line] = message_lines(r.out)
+    assert line["end"] == "not acked: the group was deleted", r.out
+    assert "re-delivered" not in r.out + r.err
+    assert r.err.splitlines()[-1] == f"{kind} consumer group g on stream {uniq} was deleted"
+
+
+@pytest.mark.parametrize("kind", ["static", "elastic"])
+async def test_the_stream_deleted_under_a_group_is_named_with_the_way_out(nats_server, js, uniq, kind):
+    """``nats str rm`` of a static group's stream (or an elastic group's work queue) under a running member:
+    the error has a line of its own, names the stream and says how to recover; so do status, info, consume
+    and reset afterwards; and delete, the way out, works."""
+    url = nats_server.url
+    if kind == "static":
+        await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+        (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+        gone, said = uniq, (f"the stream {uniq} of static consumer group g was deleted: delete the group "
+                            f"(cg static delete {uniq} g), then create the stream and the group again")
+    else:
+        await make_stream(js, uniq)
+        (await run_cg("elastic", "create", uniq, "g", "4", url=url)).ok()
+        (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
+        gone, said = f"{uniq}-g", (f"the work queue {uniq}-g of elastic consumer group g was deleted: delete the "
+                                   f"group (cg elastic delete {uniq} g), then create it again")
+    async with procs() as start:
+        p = await start(kind, "consume", uniq, "g", "m1", "--sleep", "2s", url=url)
+        await p.wait_text("consuming...")
+        await js.publish(f"{uniq}.1", b"x")
+        await p.wait_text("Processing for 2s ... ")
+        await js.delete_stream(gone)
+        r = await p.wait(15)
+    assert r.code == 1 and r.out.endswith("Processing for 2s ... \n"), r.out   # the open line ended
+    assert r.err.splitlines()[-1] == f"cg: error: {said}", r.err
+    for argv in (["status", uniq, "g"], ["info", uniq, "g"], ["consume", uniq, "g", "m1"],
+                 ["reset", uniq, "g", "--to-latest"]):
+        assert_cli_error(await run_cg(kind, *argv, url=url), said)
+    (await run_cg(kind, "delete", uniq, "g", "-f", url=url)).ok()
+    assert_cli_error(await run_cg(kind, "info", uniq, "g", url=url), "not found")
+
+
 # ---------------------------------------------------------------- a dropped member's instance
 
 
@@ -325,72 +550,144 @@ async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
 # ---------------------------------------------------------------- the README's walk-through
 
 
-#: The README sections that run in order on one server, after "The CLI, step by step" (streams foo, bar).
-WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Replay and skip",
-               "### Clean up")
+#: The README sections that run in order on one server, every code block of each (streams foo, bar, SHOP,
+#: ORDERS, PAYMENTS, REFUNDS, LOGS_*; the clean-up removes them all), then the library's example.
+WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Groups over several streams",
+               "### Replay and skip", "### Clean up", "### As a `nats` CLI plugin")
 
 
-def _walkthrough() -> list[str]:
-    """The commands of the first code block of each of README.md's :data:`WALKTHROUGH` sections, comments
-    and continuation lines dropped, and those on a stream of the reader's own (SHOP) too."""
+def _blocks(text: str, heading: str) -> list[str]:
+    """The shell code blocks of a README section (up to the next heading)."""
+    section = text.split(heading + "\n", 1)[1]
+    section = re.split(r"\n#{2,3} ", section, maxsplit=1)[0]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2] if not block.startswith("python")]
+
+
+def _walkthrough() -> list[tuple[str, str]]:
+    """(section, command) for every command of :data:`WALKTHROUGH`'s blocks, comments dropped; not the server
+    (the fixture's), the connection example, or the nats CLI's (not installed here)."""
     from tests.test_cli_common import ROOT
 
     text = (ROOT / "README.md").read_text()
     commands = []
     for heading in WALKTHROUGH:
-        block = text.split(heading + "\n", 1)[1].split("```", 2)[1]
-        for line in block.splitlines():
-            line = line.split(" # ", 1)[0].strip()
-            if line.startswith(("cg ", "scripts/")) and "--server" not in line and "SHOP" not in line:
-                commands.append(line)
+        for block in _blocks(text, heading):
+            for line in block.splitlines():
+                line = line.split(" # ", 1)[0].strip()
+                if line.startswith(("cg ", "scripts/", "for ", "kill ")) and "--server" not in line:
+                    commands.append((heading, line))
     return commands
 
 
+def _long_running(command: str) -> bool:
+    """What a reader starts in a terminal of its own (or with ``&``): instances and open-ended traffic."""
+    argv = command.rstrip("&").split()
+    return (command.endswith("&") or "consume" in argv[:3] or "generate_traffic" in argv[0]
+            or (argv[:3] == ["cg", "tools", "traffic"] and "--count" not in argv))
+
+
 @pytest.mark.slow
-async def test_the_readme_walkthrough_runs_top_to_bottom_on_one_server(fresh_server):
-    """Every command of the walk-through, in order, on one fresh server: the long-running ones (consume,
-    the traffic) started in the background as a reader would in other terminals, the others must exit 0."""
+@pytest.mark.timeout(300)
+async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
+    """Every command of the walk-throughs, in order, on one fresh server: the long-running ones (consume, the
+    traffic) started in the background as a reader would in other terminals, the others through a shell
+    (loops, ``$(...)``) and must exit 0 without an error line; the clean-up leaves no stream behind; then the
+    library's example runs on what is left, handles messages and ends cleanly on Ctrl-C."""
     import shlex
 
     from tests.test_cli_common import CG_BIN, ROOT, Proc
 
     commands = _walkthrough()
-    assert any(c.startswith("cg static") for c in commands) and any(c.startswith("cg elastic") for c in commands)
-    assert "--concurrency 8" in commands[-14] and "--to-earliest" in commands[-5], commands  # every section
-    assert commands[-4:] == ["cg static delete foo cg", "cg static delete foo kc", "cg elastic delete bar cg",
-                            "cg elastic delete bar auto"]
-    env = cg_env(fresh_server.url, CG=str(CG_BIN))
-    background: list[Proc | asyncio.subprocess.Process] = []
+    sections = [heading for heading, _ in commands]
+    assert all(heading in sections for heading in WALKTHROUGH[:-1]), sections      # the plugin's: nats only
+    assert any("SHOP" in c for _, c in commands) and any("REFUNDS" in c for _, c in commands)
+    assert commands[-1][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-1]
+    env = cg_env(fresh_server.url, CG=str(CG_BIN), PATH=f"{CG_BIN.parent}{os.pathsep}{os.environ['PATH']}")
+    instances: list[Proc] = []
+    traffic: list[asyncio.subprocess.Process] = []   # in the order started: `kill %1` stops the last one with &
+
+    async def stop(p: asyncio.subprocess.Process) -> None:
+        if p.returncode is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(p.wait(), 10)
+            except asyncio.TimeoutError:
+                p.kill()
+                await p.wait()
+
     try:
-        for command in commands:
-            argv = shlex.split(command)
-            if argv[0].startswith("scripts/"):
-                script = [str(ROOT / argv[0]), *argv[1:]]
-                if "generate_traffic" in argv[0]:
-                    background.append(await asyncio.create_subprocess_exec(
-                        *script, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env))
+        for heading, command in commands:
+            if heading == "### Clean up" and traffic:      # as the README says: the traffic stopped first
+                for p in traffic:
+                    await stop(p)
+                traffic.clear()
+            if command.startswith("kill %"):
+                await stop(traffic.pop())
+                continue
+            if _long_running(command):
+                argv = shlex.split(command.rstrip("&"))
+                if "consume" in argv[:3]:
+                    proc = await Proc(*argv[1:], env=env).start()
+                    instances.append(proc)
+                    await proc.wait_text("consuming...\n", timeout=20)
                     continue
-                p = await asyncio.create_subprocess_exec(*script, stdout=asyncio.subprocess.PIPE,
-                                                         stderr=asyncio.subprocess.PIPE, env=env)
-                out, err = await asyncio.wait_for(p.communicate(), 30)
-                assert p.returncode == 0, (command, err.decode())
+                if argv[0].startswith("scripts/"):
+                    argv[0] = str(ROOT / argv[0])
+                traffic.append(await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT))
                 continue
-            if argv[2] == "consume":
-                proc = await Proc(*argv[1:], env=env).start()
-                background.append(proc)
-                await proc.wait_text("consuming...\n", timeout=20)
-                continue
-            r = await acg(*argv[1:], env=env, input="y\n")
-            assert r.code == 0, (command, r.out, r.err)
-            assert "cg: error" not in r.err, (command, r.err)
+            p = await asyncio.create_subprocess_exec("bash", "-c", command, stdin=asyncio.subprocess.PIPE,
+                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                     env=env, cwd=ROOT)
+            out, err = await asyncio.wait_for(p.communicate(b"y\n"), 60)
+            assert p.returncode == 0, (command, out.decode(), err.decode())
+            assert b"cg: error" not in err, (command, err.decode())
+        r = (await acg("tools", "stream-rm", "foo", env=env))
+        assert r.code == 1 and r.err == "cg: error: no stream foo\n", r.err          # the clean-up removed them
+        await _the_library_example(fresh_server.url, env)
     finally:
-        for p in background:
-            if isinstance(p, Proc):
-                await p.close()
-            elif p.returncode is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    await asyncio.wait_for(p.wait(), 10)
-                except asyncio.TimeoutError:
-                    p.kill()
-                    await p.wait()
+        for p in traffic:
+            await stop(p)
+        for proc in instances:
+            await proc.close()
+
+
+async def _the_library_example(url: str, env: dict) -> None:
+    """README's library example, as written (its URL the test server's): it consumes, prints each message and
+    ends on Ctrl-C without a traceback."""
+    import sys
+    import tempfile
+
+    from tests.test_cli_common import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    code = text.split("## The library\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "nats://127.0.0.1:4222" in code
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(code.replace("nats://127.0.0.1:4222", url))
+    p = await asyncio.create_subprocess_exec(sys.executable, f.name, stdout=asyncio.subprocess.PIPE,
+                                             stderr=asyncio.subprocess.PIPE,
+                                             env={**env, "PYTHONUNBUFFERED": "1"})   # its lines as a terminal shows them
+    try:
+        line = await asyncio.wait_for(p.stdout.readline(), 20)
+        assert line == b"consuming invoices.* (Ctrl-C to stop)\n", (line, await _stderr_of(p))
+        (await acg("tools", "traffic", "--stream", "invoices", "--subject", "invoices", "--count", "3", "--size", "2",
+                   env=env)).ok()
+        handled = [await asyncio.wait_for(p.stdout.readline(), 15) for _ in range(3)]
+        assert sorted(h.split()[1] for h in handled) == [b"invoices.0", b"invoices.1", b"invoices.2"], handled
+        p.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(p.communicate(), 15)
+    finally:
+        os.unlink(f.name)
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    assert p.returncode == 0 and err == b"", err.decode()
+
+
+async def _stderr_of(p: asyncio.subprocess.Process) -> str:
+    """What a process that went wrong said (it is ended first if it still runs)."""
+    if p.returncode is None:
+        p.kill()
+        await p.wait()
+    return (await p.stderr.read()).decode() if p.stderr else ""

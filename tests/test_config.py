@@ -376,6 +376,10 @@ def test_parse_mapping():
     assert parse_mapping("m1:0,1") == MemberMapping("m1", [0, 1])
     assert parse_mapping("m2:7") == MemberMapping("m2", [7])
     assert parse_mapping("m3: 2, 0") == MemberMapping("m3", [2, 0])
+    # ranges, as every output prints partitions
+    assert parse_mapping("m1:0-4") == MemberMapping("m1", [0, 1, 2, 3, 4])
+    assert parse_mapping("m2:5-6,9, 7 - 8") == MemberMapping("m2", [5, 6, 9, 7, 8])
+    assert parse_mapping("m3:3-3") == MemberMapping("m3", [3])
 
 
 @pytest.mark.parametrize(
@@ -388,6 +392,10 @@ def test_parse_mapping():
         ("m1:1.5", 'partition "1.5" is not an integer'),
         ("m1:0,,1", 'partition "" is not an integer'),
         ("m1:-1", "partition -1 is negative"),
+        ("m1:4-2", "range 4-2 goes down; write it 2-4"),
+        ("m1:0-", 'partition "0-" is not an integer or a range'),
+        ("m1:1-2-3", 'partition "1-2-3" is not an integer or a range'),
+        ("m1:0-1000000", "range 0-1000000 names more than 1000000 partitions"),
     ],
 )
 def test_parse_mapping_errors(text, message):

@@ -318,17 +318,29 @@ def test_elastic_encode_decode_round_trips(cfg):
 @given(st.text(alphabet="m1:,- 2x\t.\u00a0\x1c٣", max_size=12) | st.text(max_size=12))
 def test_parse_mapping_agrees_with_its_model(text):
     member, colon, rest = text.partition(":")
-    items = rest.split(",")
-    ok = bool(colon and member and rest.strip()
-              and all(i.strip().isascii() and i.strip().isdigit() for i in items))
+
+    def number(part: str) -> bool:
+        return part.strip().isascii() and part.strip().isdigit()
+
+    def partitions(item: str) -> list[int] | None:   # a number, or a range a-b with a <= b
+        ends = item.split("-")
+        if len(ends) == 1 and number(ends[0]):
+            return [int(ends[0])]
+        if len(ends) == 2 and number(ends[0]) and number(ends[1]) and int(ends[0]) <= int(ends[1]):
+            return list(range(int(ends[0]), int(ends[1]) + 1))
+        return None
+
+    items = [partitions(i) for i in rest.split(",")]
+    ok = bool(colon and member and rest.strip() and all(p is not None for p in items))
     try:
         mapping = parse_mapping(text)
     except ConfigError as e:
         assert not ok, (text, str(e))
-        assert "invalid member mapping" in str(e) and "member:p1,p2,..." in str(e) or "partitions are numbered from 0" in str(e)
+        assert "invalid member mapping" in str(e) and ("member:p1,p2,..." in str(e) or "partitions are numbered from 0"
+                                                       in str(e) or "goes down" in str(e)), str(e)
     else:
         assert ok, text
-        assert mapping == MemberMapping(member, [int(i.strip()) for i in items])
+        assert mapping == MemberMapping(member, [p for ps in items for p in ps or []])
 
 
 @FUZZ

@@ -24,6 +24,7 @@ from pcgroups.connect import (
     connect,
     load_context,
     parse_duration,
+    redact,
     resolve,
 )
 from pcgroups.errors import PCGroupsError
@@ -373,6 +374,24 @@ def test_default_is_localhost(cfg):
     assert rc.auth_method == "none"
 
 
+def test_server_urls_that_can_not_be_natss_say_what_is_wrong(cfg):
+    def servers(url: str) -> list[str]:
+        return resolve(ConnectionOptions(server=url), {"XDG_CONFIG_HOME": str(cfg)}).servers
+
+    assert servers("127.0.0.1") == ["nats://127.0.0.1:4222"]
+    assert servers("tls://h,ws://h:8080/nats, nats://u:p@h:1") == ["tls://h:4222", "ws://h:8080/nats", "nats://u:p@h:1"]
+    for url, why in (("http://127.0.0.1:4222", "the scheme http:// is not NATS's; use nats://, tls://, ws://, wss://"),
+                     ("nats//127.0.0.1:4222", "write it nats://HOST:PORT"),
+                     ("nats:/h:4222", "write it nats://HOST:PORT"),
+                     ("nats://", "write it nats://HOST:PORT"),
+                     ("nats://h:4222,https://x", "the scheme https:// is not NATS's"),
+                     ("nats://u:secret@h:99999", "the port must be a number from 1 to 65535")):
+        with pytest.raises(PCGroupsError) as e:
+            servers(url)
+        assert f'invalid server URL "{redact(url.split(",")[-1])}": {why}' in str(e.value), str(e.value)
+        assert "secret" not in str(e.value)
+
+
 def test_option_beats_env_beats_context_beats_default(cfg):
     write_context(cfg, "ctx", select=True, url="ctx-host:1", user="cu", password="cp",
                   jetstream_domain="ctxdom", inbox_prefix="_CTX")
@@ -458,11 +477,18 @@ def test_timeouts_and_durations(cfg):
     env = {"XDG_CONFIG_HOME": str(cfg)}
     assert resolve(ConnectionOptions(), env | {"NATS_TIMEOUT": "1m30s"}).timeout == 90.0
     assert resolve(ConnectionOptions(timeout=2.5), env | {"NATS_TIMEOUT": "9s"}).timeout == 2.5
-    assert parse_duration("500ms") == 0.5 and parse_duration("2") == 2.0
+    assert parse_duration("500ms") == 0.5 and parse_duration("0") == 0.0 and parse_duration("-0") == 0.0
     assert parse_duration("1h2m3.5s") == 3723.5 and parse_duration("1.5s") == 1.5
     for bad in ("", "5x", "s", "1m-"):
         with pytest.raises(PCGroupsError, match="invalid duration"):
             parse_duration(bad)
+    # as Go's time.ParseDuration: a number without a unit is an error, not seconds
+    for bare, example in (("2", "2ms or 2s"), ("200", "200ms or 200s"), ("2.5", "2.5ms or 2.5s"), ("1m5", "1m5s")):
+        with pytest.raises(PCGroupsError) as e:
+            parse_duration(bare)
+        assert str(e.value) == f'missing unit in duration "{bare}" (e.g. {example})'
+    with pytest.raises(PCGroupsError, match="missing unit"):
+        resolve(ConnectionOptions(), env | {"NATS_TIMEOUT": "5"})
     with pytest.raises(PCGroupsError, match="invalid timeout"):
         resolve(ConnectionOptions(timeout=0), env)
 

@@ -276,6 +276,10 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
         assert creates == [WIRE_M1_CONSUMER]
         pulls = [d for s, d, _ in captured if s == "$JS.API.CONSUMER.MSG.NEXT.bar-eg.m1"]
         assert pulls[0] == WIRE_PULL_FIRST
+        keepalives = [p for p in pulls if json.loads(p)["expires"] == 1_000_000]   # ours: they renew the pin
+        for p in keepalives:
+            assert list(json.loads(p)) == ["expires", "batch", "id", "group"] and json.loads(p)["batch"] == 1
+        pulls = [p for p in pulls if p not in keepalives]
         pinned = [p for p in pulls[1:] if b'"id"' in p]
         assert pinned, pulls
         for p in pinned:

@@ -655,3 +655,14 @@ async def test_auto_instances_follow_a_join_right_after_a_server_restart(fresh_s
                            interval=0.01, what="the three members' partitions in every instance")
     finally:
         await nc.close()
+
+
+def test_the_readme_states_the_debounce_the_code_uses():
+    """The README says when joins and leaves make one rebalance: within the debounce of each other."""
+    from pathlib import Path
+
+    from pcgroups.membership import DEFAULT_DEBOUNCE
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert (f"once the leases have been quiet for {DEFAULT_DEBOUNCE:g} s: instances started (or stopped) within "
+            f"{DEFAULT_DEBOUNCE:g} s of each other") in readme

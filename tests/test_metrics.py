@@ -535,6 +535,77 @@ def test_alert_rules_in_operations_name_only_exported_metrics():
         assert names and names <= KNOWN, (expr, names - KNOWN)
 
 
+_CONDITION = re.compile(r"^\s*(pcgroups_[a-z_]+)\s*(==|!=|>=|<=|>|<)\s*([0-9.]+)\s*$")
+_COMPARE = {"==": float.__eq__, "!=": float.__ne__, ">=": float.__ge__, "<=": float.__le__, ">": float.__gt__,
+            "<": float.__lt__}
+
+
+def alert_expr(name: str) -> str:
+    """The ``expr`` of alert ``name`` in docs/OPERATIONS.md's rules."""
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    found = re.search(rf"- alert: {name}\n(?:\s+#.*\n)*\s+expr: (.+)\n", text)
+    assert found, f"alert {name} not in docs/OPERATIONS.md"
+    return found[1]
+
+
+def firing(expr: str, scraped: dict[str, list]) -> set[tuple[str, ...]]:
+    """Evaluate an alert expression of the form ``<metric> <op> <number> and on (<labels>) <metric> <op>
+    <number>`` (PromQL's meaning) on scraped samples: the ``on`` label values for which it holds."""
+    left, on, right = re.fullmatch(r"(.+?) and on \(([^)]*)\) (.+)", expr).groups()
+    labels = [label.strip() for label in on.split(",")]
+
+    def holding(condition: str) -> set[tuple[str, ...]]:
+        name, op, number = _CONDITION.match(condition).groups()
+        return {tuple(s.labels.get(label, "") for label in labels) for s in scraped.get(name, [])
+                if _COMPARE[op](float(s.value), float(number))}
+
+    return holding(left) & holding(right)
+
+
+async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not_for_two(js, nc, server_url, uniq):
+    """docs/OPERATIONS.md's PcgroupsNoStandby, evaluated on what the exporter serves: its condition holds
+    at every refresh while one ``--concurrency 8`` instance works through a backlog (it counts
+    instances, not the pulls a busy instance keeps), and stops holding once a standby runs."""
+    expr = alert_expr("PcgroupsNoStandby")
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    await create_static(nc, uniq, "kc", 4, members=["k1"])
+    for i in range(30000):   # a backlog that keeps the instance busy for the whole check
+        await nc.publish(f"{uniq}.{i % 100}", b"x")
+    await nc.flush()
+    member = ("static", uniq, "kc", "k1")
+    async with procs() as start:
+        _, port = await exporter(start, server_url, uniq, interval="0.2s")
+        lone = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "0s",
+                           url=server_url)
+        await lone.wait_text("acked")
+
+        async def holds() -> bool:
+            return member in firing(expr, await ascrape(port))
+
+        await wait_for(holds, timeout=10, what="the alert's condition for the lone instance")
+        checks = []
+        for _ in range(12):   # as Prometheus' `for:` wants it: at every evaluation
+            checks.append(await holds())
+            await asyncio.sleep(0.25)
+        assert all(checks), checks
+        m = await ascrape(port)
+        assert values(m["pcgroups_partition_pending_messages"], stream=uniq)[0] > 0, "the backlog ran out"
+
+        standby = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "0s",
+                              url=server_url)
+        await standby.wait_text("consuming...")
+        await wait_for(lambda: _not(holds()), timeout=10, what="the condition gone with a standby")
+        checks = []
+        for _ in range(12):
+            checks.append(await holds())
+            await asyncio.sleep(0.25)
+        assert not all(checks), checks
+
+
+async def _not(aw) -> bool:
+    return not await aw
+
+
 # ------------------------------------------------------------ permissions
 
 async def test_the_observer_role_can_run_the_exporter(secured):  # noqa: F811 - the fixture imported above

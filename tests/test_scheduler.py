@@ -355,9 +355,10 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
         for k in set(keys):
             seqs = [s for s in sorted(first, key=first.get) if keys[s - 1] == k]
             assert seqs == sorted(seqs), f"key {k}: first successes out of order"
-        waits = [(tmp_path / f"proc{i}.log").read_text().count(TAKEOVER_LOGGED) for i in range(2)]
-        assert waits[victim] == 0, "the first pin on a fresh consumer waits for nothing"
-        assert waits[1 - victim] >= 1, "the take-over with unacked messages waits for them"
+        # (a fresh pin waiting for nothing is test_a_fresh_pin_does_not_wait's: here the pin may move once between
+        # the two at the start, under load)
+        waits = (tmp_path / f"proc{1 - victim}.log").read_text().count(TAKEOVER_LOGGED)
+        assert waits >= 1, "the take-over with unacked messages waits for them"
     finally:
         for p in procs:
             if p.poll() is None:

@@ -104,6 +104,9 @@ async def test_wire_bytes_match_the_reference(nc, js, uniq):
     pulls = [d for s, d in captured if s == f"$JS.API.CONSUMER.MSG.NEXT.{stream}.sg-m1"]
     assert pulls[0] == b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"group":"PCG"}'
     with_pin = [json.loads(d) for d in pulls if b'"id":' in d]
+    keepalives = [p for p in with_pin if p["expires"] == 1_000_000]      # ours: they renew the pin
+    assert all(list(p) == ["expires", "batch", "id", "group"] and p["batch"] == 1 for p in keepalives), keepalives
+    with_pin = [p for p in with_pin if p not in keepalives]
     assert with_pin and list(with_pin[0]) == ["expires", "batch", "idle_heartbeat", "id", "group"]
     assert [d for s, d in captured if s == f"$JS.API.CONSUMER.UNPIN.{stream}.sg-m1"] == [b'{"group":"PCG"}']
 

@@ -68,12 +68,13 @@ def parse_int(name: str, value: str, minimum: int | None = None) -> int:
 
 
 def parse_duration(name: str, value: str) -> float:
-    """Seconds from ``"10"``, ``"2.5s"``, ``"500ms"``, ``"1m30s"`` (a Go duration, as everywhere in pcgroups)."""
+    """Seconds from ``"10s"``, ``"2.5s"``, ``"500ms"``, ``"1m30s"`` (a Go duration, as everywhere in pcgroups: a
+    number without a unit is an error)."""
     try:
-        seconds: float | None = go_duration(value)
-    except PCGroupsError:
-        seconds = None
-    if seconds is None or not math.isfinite(seconds):
+        seconds = go_duration(value)
+    except PCGroupsError as e:
+        raise ConfigError(f"option {name}: {e}") from None
+    if not math.isfinite(seconds):
         raise ConfigError(f"option {name} must be a duration like 10s or 500ms, got {value!r}")
     if seconds <= 0:
         raise ConfigError(f"option {name} must be positive, got {value!r}")

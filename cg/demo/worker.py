@@ -1,6 +1,6 @@
 """One member instance of ``cg demo`` in its own process, reporting on stdout in JSON lines.
 
-usage: python -m cg.demo_worker URL[,URL...] static|elastic STREAM GROUP MEMBER INSTANCE [--ack-wait S] [--work S]
+usage: python -m cg.demo.worker URL[,URL...] static|elastic STREAM GROUP MEMBER INSTANCE [--ack-wait S] [--work S]
 
 Lines: ``{"ev":"ready"}``; ``{"ev":"pin","pin":..}`` when its pin changes (null: not pinned);
 ``start``/``end`` of each handler call as :func:`pcgroups.checker.event_line` writes them (the
@@ -27,7 +27,7 @@ def emit(obj: dict | str) -> None:
 
 
 async def main() -> int:
-    p = argparse.ArgumentParser(prog="cg.demo_worker")
+    p = argparse.ArgumentParser(prog="cg.demo.worker")
     p.add_argument("url")
     p.add_argument("flavour", choices=["static", "elastic"])
     p.add_argument("stream")
