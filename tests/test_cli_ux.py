@@ -552,7 +552,8 @@ async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
 
 #: The README sections that run in order on one server, every code block of each (streams foo, bar, SHOP,
 #: ORDERS, PAYMENTS, REFUNDS, LOGS_*; the clean-up removes them all), then the library's example.
-WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI", "### Groups over several streams",
+WALKTHROUGH = ("## The CLI, step by step", "### Key-level concurrency from the CLI",
+               "### A worker pool from the CLI: fair sharding across processes", "### Groups over several streams",
                "### Replay and skip", "### Clean up", "### As a `nats` CLI plugin")
 
 
@@ -582,7 +583,7 @@ def _walkthrough() -> list[tuple[str, str]]:
 def _long_running(command: str) -> bool:
     """What a reader starts in a terminal of its own (or with ``&``): instances and open-ended traffic."""
     argv = command.rstrip("&").split()
-    return (command.endswith("&") or "consume" in argv[:3] or "generate_traffic" in argv[0]
+    return (command.endswith("&") or "consume" in argv[:3] or "worker" in argv[:4] or "generate_traffic" in argv[0]
             or (argv[:3] == ["cg", "tools", "traffic"] and "--count" not in argv))
 
 
@@ -626,7 +627,7 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
                 continue
             if _long_running(command):
                 argv = shlex.split(command.rstrip("&"))
-                if "consume" in argv[:3]:
+                if "consume" in argv[:3] or "worker" in argv[:4]:
                     proc = await Proc(*argv[1:], env=env).start()
                     instances.append(proc)
                     await proc.wait_text("consuming...\n", timeout=20)
