@@ -159,8 +159,9 @@ def round_robin_subjects(prefix: str, keys: dict[int, list[str]], count: int) ->
 
 async def publish_all(nc, subjects: list[str] | Callable[[int], str], count: int | None = None,
                       payload: Callable[[int], bytes] | bytes = b"0123456789abcdef",
-                      timeout: float = 120.0) -> float:
-    """Publish with acks, pipelined (``publish_async``); returns the seconds it took until every ack."""
+                      timeout: float = 120.0, headers: dict[str, str] | None = None) -> float:
+    """Publish with acks, pipelined (``publish_async``), each message with ``headers``; returns the seconds
+    it took until every ack."""
     js = nc.jetstream(publish_async_max_pending=8000)
     n = len(subjects) if count is None else count
     subject_of = subjects.__getitem__ if isinstance(subjects, list) else subjects
@@ -173,7 +174,7 @@ async def publish_all(nc, subjects: list[str] | Callable[[int], str], count: int
             failed.append(fut.exception())
 
     for i in range(n):
-        fut = await js.publish_async(subject_of(i), data_of(i))
+        fut = await js.publish_async(subject_of(i), data_of(i), headers=headers)
         fut.add_done_callback(check)
     if n:
         await asyncio.wait_for(js.publish_async_completed(), timeout)

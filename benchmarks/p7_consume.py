@@ -11,7 +11,12 @@ The cost is read from the wire: this process subscribes to the stream's ack subj
 ack (both sides are seen the same way, and neither prints anything for the benchmark). Per-message cost
 = the window in which all four members were acking, times four, over the acks in it (each member's
 start-up is left out: P8 measures start-up). Rounds alternate between the two sides; the best round of
-each side is compared (the machine is shared)."""
+each side is compared (the machine is shared).
+
+``python -m benchmarks.p7_consume --otel`` adds a side ``otel``: ``cg static consume --otel`` exporting its
+spans over OTLP/HTTP to a sink in a process of its own (it answers every export and keeps nothing), on
+a backlog whose messages all carry a producer's ``traceparent`` (every side reads the same backlog),
+and prints what the span wrapper costs per call in-process (:func:`wrapper_cost`)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -80,6 +86,7 @@ class Side:
     kind: str
     root: Path = ROOT
     env: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()   # more options of cg static consume
 
 
 def default_sides() -> dict[str, Side]:
@@ -99,7 +106,7 @@ async def cg_processes(url: str, stream: str, group: str, work: float, side: Sid
     for member in members:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cg.main", "-s", url, "static", "consume", stream, group, member,
-            "--sleep", f"{work * 1000:g}ms", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            "--sleep", f"{work * 1000:g}ms", *side.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
             cwd=str(root), env=env, start_new_session=True)
         workers.append(Drained(proc, member))
     return workers
@@ -178,9 +185,9 @@ async def sleep_accuracy(asked: float, n: int = 200) -> float:
 Samples = dict[str, dict[str, list[tuple[float | None, float]]]]
 
 
-async def measure(size: Size, sides: dict[str, Side] | None = None) -> Samples:
-    """Rounds alternating over the sides (default: :func:`default_sides`), for both works: per work and
-    side, (ms per message, CPU µs per message) per round."""
+async def measure(size: Size, sides: dict[str, Side] | None = None, headers: dict[str, str] | None = None) -> Samples:
+    """Rounds alternating over the sides (default: :func:`default_sides`), for both works, on a backlog of
+    messages with ``headers``: per work and side, (ms per message, CPU µs per message) per round."""
     sides = sides or default_sides()
     samples: Samples = {}
     async with server_and_connection() as (server, nc):
@@ -191,7 +198,7 @@ async def measure(size: Size, sides: dict[str, Side] | None = None) -> Samples:
             stream = f"P7{label.upper()}"
             await static_stream(js, stream, PARTITIONS)
             keys = keys_by_partition(f"{stream}.*", PARTITIONS, 20)
-            await publish_all(nc, round_robin_subjects(stream, keys, count))
+            await publish_all(nc, round_robin_subjects(stream, keys, count), headers=headers)
             streams[label] = (stream, work, count // len(MEMBERS))
         for r in range(size.p7_rounds):
             for label, (stream, work, per_member) in streams.items():
@@ -245,21 +252,127 @@ async def run(size: Size) -> Result:
     return res
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"   # every message's producer
+
+
+def otlp_sink() -> tuple[str, Any]:
+    """An OTLP/HTTP endpoint in a process of its own (``--sink``: its CPU is nobody's being measured);
+    the endpoint and the process."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.p7_consume", "--sink"], stdout=subprocess.PIPE,
+                            text=True, cwd=str(ROOT))
+    assert proc.stdout is not None
+    return proc.stdout.readline().strip(), proc
+
+
+def serve_sink() -> None:
+    """``--sink``: answer every OTLP/HTTP export with success, keep nothing; print the endpoint."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    server.daemon_threads = True
+    print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+def wrapper_cost(endpoint: str, n: int = 20_000) -> dict[str, float]:
+    """Microseconds of this process's CPU per call of an empty sync handler: as it is, wrapped by
+    pcgroups.tracing with spans dropped (no exporter), with spans batched to an exporter that drops them,
+    and batched to OTLP/HTTP at ``endpoint`` (the batch thread's CPU included, as the process pays it)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from pcgroups.tracing import Tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            return SpanExportResult.SUCCESS
+
+    @dataclass(eq=False)
+    class Message:
+        subject: str = "orders.eu.42"
+        partition: int = 3
+        key: str | None = "orders.eu.42"
+        naks: int = 0
+        headers: dict[str, str] = field(default_factory=lambda: {"traceparent": TRACEPARENT, "Nats-Pin-Id": "x"})
+        data: bytes = b"0123456789abcdef"
+        deliveries: int = 1
+        stream_sequence: int = 1
+
+    def handler(msg: object) -> None:
+        return None
+
+    providers = {"spans, no exporter": TracerProvider(shutdown_on_exit=False),
+                 "spans, batched, dropped": TracerProvider(shutdown_on_exit=False),
+                 "spans, batched, OTLP/HTTP": TracerProvider(shutdown_on_exit=False)}
+    providers["spans, batched, dropped"].add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=2 * n))
+    providers["spans, batched, OTLP/HTTP"].add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"), max_queue_size=2 * n))
+    handlers = {"plain": handler, **{name: Tracing(p).instance("static", "P7", "g", "m1").wrap(handler)
+                                     for name, p in providers.items()}}
+    cost = {}
+    for name, h in handlers.items():
+        msgs = [Message(stream_sequence=i) for i in range(n)]
+        t0 = time.process_time()
+        for m in msgs:
+            h(m)
+        if name in providers:
+            providers[name].force_flush()
+        cost[name] = (time.process_time() - t0) * 1e6 / n
+    for p in providers.values():
+        p.shutdown()
+    return cost
+
+
 def main() -> None:
-    """``python -m benchmarks.p7_consume [--rounds N] [LABEL=PATH ...]``: P7's rounds, with ``cg`` also taken
-    from each checkout given (e.g. the code before a change: ``before=/tmp/old``, on asyncio's loop)."""
+    """``python -m benchmarks.p7_consume [--rounds N] [--otel] [LABEL=PATH ...]``: P7's rounds, with ``cg``
+    also taken from each checkout given (e.g. the code before a change: ``before=/tmp/old``, on asyncio's
+    loop); ``--otel``: and ``cg --otel`` (see the module doc)."""
     import argparse
 
     from .common import QUICK
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.p7_consume")
     p.add_argument("--rounds", type=int, default=QUICK.p7_rounds)
+    p.add_argument("--otel", action="store_true", help="also cg static consume --otel (spans over OTLP/HTTP)")
+    p.add_argument("--sink", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("checkouts", nargs="*", metavar="LABEL=PATH")
     a = p.parse_args()
+    if a.sink:
+        serve_sink()
+        return
     sides = default_sides()
     for label, path in (c.split("=", 1) for c in a.checkouts):
         sides[label] = Side("cg", Path(path).resolve(), ASYNCIO)
-    samples = asyncio.run(measure(replace(QUICK, p7_rounds=a.rounds), sides))
+    headers, sink = None, None
+    if a.otel:
+        endpoint, sink = otlp_sink()
+        for name, us in wrapper_cost(endpoint).items():
+            print(f"span wrapper, in-process: {name:26} {us:6.1f} us per call")
+        otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        sides["otel"] = Side("cg", env={**ASYNCIO, **otel}, args=("--otel",))
+        headers = {"traceparent": TRACEPARENT}
+    try:
+        samples = asyncio.run(measure(replace(QUICK, p7_rounds=a.rounds), sides, headers))
+    finally:
+        if sink is not None:
+            sink.kill()
+            sink.wait()
     for label, by_side in samples.items():
         for name, rounds in by_side.items():
             ms = [v for v, _ in rounds if v is not None]

@@ -281,10 +281,13 @@ class Run:
         self.stop_requested = asyncio.Event()
         self.inst: Any = None
         self.nc: Any = None        # the connection setup() made (closed at the end)
+        self.on_stop: list[Callable[[], None]] = []   # told when a stop is asked (the health probes)
         self._received: set[int] = set()
 
     def stop(self) -> None:
         self.stop_requested.set()
+        for told in self.on_stop:
+            told()
         if self.inst is not None:
             self.inst.stop()
 
@@ -349,15 +352,16 @@ class Run:
 async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
                   sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
                   concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None,
-                  dispatch: bool = False) -> int:
+                  dispatch: bool = False, otel: bool = False) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
     ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
     (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
     once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``dispatch``: the
     group's workers run the handler (``concurrency.handlers`` caps the messages at the workers, 0: their
-    capacities); ``metrics_listen``: serve the instance's metrics there (cg/metrics.py). The connection is
-    the runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    capacities); ``metrics_listen``: serve the instance's metrics and health probes there (cg/metrics.py);
+    ``otel``: export its spans as the ``OTEL_*`` variables say (cg/otel.py). The connection is the
+    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
     start: Callable[..., Any]
     if kind == "static":
@@ -374,14 +378,19 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     keyed = concurrency or ConsumeConcurrency()
     handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1,
                                                  group_gone=lambda: _group_deleted(run.nc, kind, stream, group))
-    metrics, metrics_server, metrics_kwargs = None, None, dict[str, Any]()
+    from .otel import traced_by_env
+
+    tracing, finish = traced_by_env(otel)
+    metrics_kwargs: dict[str, Any] = {} if tracing is None else {"tracing": tracing}
+    served = None   # --metrics-listen: the metrics, the probes and their server
     if metrics_listen:
         from .metrics import instance_metrics
 
-        metrics, metrics_server, metrics_kwargs = instance_metrics(kind, stream, group, member, metrics_listen,
-                                                                   start)
+        served = instance_metrics(kind, stream, group, member, metrics_listen, start)
+        metrics_kwargs.update(served.kwargs)
+        run.on_stop.append(served.health.stopping)
         if handler is not None:
-            handler = metrics.wrap(handler)
+            handler = served.metrics.wrap(handler)
 
     async def setup():
         nc, api = await _connect_patiently(rt)
@@ -403,32 +412,47 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
         inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
                            concurrency=1 if dispatch else keyed.handlers, key=keyed.key(), api=api,
                            on_event=on_event, **extra)
-        if dispatch and metrics is not None:
-            metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
+        if served is not None:
+            served.readiness.attach(nc, inst)
+            served.health.check()
+            if dispatch:
+                served.metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
         return inst
 
+    def cleanup() -> None:
+        if served is not None:
+            served.health.stop()
+            served.server.shutdown()
+        finish()
+
     return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
-                     cleanup=metrics_server.shutdown if metrics_server is not None else lambda: None)
+                     cleanup=cleanup)
 
 
-async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int) -> int:
+async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *,
+               otel: bool = False) -> int:
     """``cg static|elastic worker``: a worker of the group's pool (pcgroups.worker) until a signal (it finishes
-    the calls it holds first) or an error; it prints the messages as ``consume`` does."""
+    the calls it holds first) or an error; it prints the messages as ``consume`` does; ``otel``: a span per
+    call, exported as the ``OTEL_*`` variables say (cg/otel.py)."""
     from pcgroups.worker import serve_worker
+
+    from .otel import traced_by_env
 
     line_buffered_stdout()
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
     run = Run(printer)
     handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1)
+    tracing, finish = traced_by_env(otel)
 
     async def setup():
         nc, _ = await _connect_patiently(rt)
         run.nc = nc
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
-                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)))
+                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
+                                  tracing=tracing)
 
-    return await run(rt, setup, ready_within=None)
+    return await run(rt, setup, cleanup=finish, ready_within=None)
 
 
 async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:

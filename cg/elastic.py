@@ -15,7 +15,7 @@ from .common import (check_config, check_names, group_exists, parse_duration_opt
                      parse_source_apis, parse_starts, parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
 from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
-                      MetricsListen, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+                      MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -399,7 +399,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
             max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
             concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
             max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
-            dispatch: Dispatch = False) -> None:
+            dispatch: Dispatch = False, otel: Otel = False) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
     shaped = (filter or wildcards or source or partition_stream or start or source_domain or source_api
@@ -419,7 +419,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
 
         member = auto_member_name()
     join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
-         auto=auto, lease_ttl=lease, create=spec, metrics_listen=metrics_listen)
+         auto=auto, lease_ttl=lease, create=spec, metrics_listen=metrics_listen, otel=otel)
 
 
 add_shared(elastic_app, ELASTIC, "worker", "status", "reset", "prompt")

@@ -146,6 +146,9 @@ MaxAckPending = Annotated[Optional[int], typer.Option(
 MetricsListen = Annotated[Optional[str], typer.Option(
     "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
     metavar="ADDR", show_default=False)]
+Otel = Annotated[bool, typer.Option(
+    "--otel", help="export OpenTelemetry spans of each message handled and of the group's control work, as the "
+                   "OTEL_* environment variables say (default: OTLP over HTTP to localhost:4318)")]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
@@ -444,7 +447,7 @@ Capacity = Annotated[int, typer.Option("--capacity", metavar="C", help="handle u
 
 def _worker(flavour: Flavour) -> tuple[Fn, str]:
     def worker(ctx: typer.Context, stream: Stream, name: Group, worker_name: WorkerName = None,
-               capacity: Capacity = 1, sleep: Sleep = "20ms") -> NoReturn:
+               capacity: Capacity = 1, sleep: Sleep = "20ms", otel: Otel = False) -> NoReturn:
         from pcgroups.pool import check_worker_name
         from pcgroups.worker import default_worker_name
 
@@ -459,7 +462,8 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
                            "handles at once)")
         seconds = parse_sleep(flavour_sleep(ctx, sleep))
         rt = runtime(ctx)
-        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity))
+        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity,
+                                       otel=otel))
 
     return worker, (f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
                     "handles the messages they hand it")

@@ -1,5 +1,6 @@
 """``cg metrics``: serve the groups' state on ``/metrics`` for Prometheus (docs/OPERATIONS.md), and
-the ``--metrics-listen`` of ``cg ... consume``.
+the ``--metrics-listen`` of ``cg ... consume``; both serve the health probes ``/healthz`` and ``/readyz``
+too (:mod:`pcgroups.health`, docs/DEPLOYMENT.md).
 
 - :func:`parse_listen` reads ``HOST:PORT`` (``:PORT`` for every interface, ``[::1]:PORT``) and
   :func:`serve` opens the HTTP server on it; both fail with one line naming what is wrong.
@@ -7,9 +8,11 @@ the ``--metrics-listen`` of ``cg ... consume``.
   and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
   it listens, one on stderr what it reads (the server without its secret); a stream named that neither
   exists nor has a group is one warning at start; a refresh that fails, and the next that works
-  again, are one line each on stderr.
+  again, are one line each on stderr. It is ready (``/readyz``) while its last refresh worked and is
+  recent (:func:`exporter_readiness`).
 - :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
-  (:mod:`pcgroups.metrics`) served from its process.
+  (:mod:`pcgroups.metrics`) and its probes (:class:`pcgroups.health.InstanceReadiness`) served from its
+  process.
 - :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
 
 Nothing printed names a secret: the server is shown with :func:`pcgroups.connect.redact`.
@@ -20,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+import time
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
 
 import typer
 
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 DEFAULT_LISTEN = "127.0.0.1:9330"
+REFRESH_GRACE = 10.0   # the exporter is ready while its last good refresh is at most 2 intervals + this old
 INSTALL_HINT = "the Prometheus client is not installed: pip install 'pcgroups[metrics]'"
 
 
@@ -53,13 +58,14 @@ def parse_listen(flag: str, text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def serve(flag: str, host: str, port: int, registry: Any) -> Any:
-    """Serve ``registry`` on http://host:port/metrics from a daemon thread; the server (``shutdown()``
-    ends it). A port in use or an unknown host is one :class:`CLIError`."""
-    from prometheus_client import start_http_server
+def serve(flag: str, host: str, port: int, registry: Any, health: Any = None) -> Any:
+    """Serve ``registry`` on http://host:port/metrics, and ``health``'s probes on /healthz and /readyz,
+    from a daemon thread; the server (``shutdown()`` ends it). A port in use or an unknown host is one
+    :class:`CLIError`."""
+    from pcgroups.health import serve as serve_http
 
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = serve_http(host, port, health=health, registry=registry)
     except OSError as e:
         reason = e.strerror or str(e)
         raise CLIError(f"{flag}: can not listen on {host}:{port}: {reason.lower()}") from None
@@ -84,6 +90,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
 
     from pcgroups.connect import redact
     from pcgroups.exporter import GroupsExporter
+    from pcgroups.health import Health
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -94,7 +101,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (in-process tests)
-    server = None
+    server = health = None
     nc = None
     try:
         nc, api = await rt.connect(reconnect=True)
@@ -102,7 +109,9 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         registry = CollectorRegistry(auto_describe=False)
         registry.register(exporter)
         await exporter.refresh()   # the first scrape finds a snapshot
-        server = serve("--listen", host, port, registry)
+        health = Health(exporter_readiness(exporter, interval))
+        health.start()
+        server = serve("--listen", host, port, registry, health)
         where = f"[{host}]" if ":" in host else host
         url = nc.connected_url.geturl() if nc.connected_url else ""
         print(f"serving metrics on http://{where}:{port}/metrics", flush=True)
@@ -115,12 +124,32 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         await refresher
         return 0
     finally:
+        if health is not None:
+            health.stop()
         if server is not None:
             server.shutdown()
         if nc is not None:
             await rt.close(nc)
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def exporter_readiness(exporter: Any, interval: float) -> Any:
+    """The exporter's ``/readyz``: its last refresh worked and ended at most 2 intervals + REFRESH_GRACE ago."""
+    limit = 2 * interval + REFRESH_GRACE
+
+    def ready() -> tuple[bool, dict[str, Any]]:
+        ago = time.time() - exporter.last_time
+        body: dict[str, Any] = {"refreshed_s_ago": round(ago, 3), "groups": len(exporter.statuses)}
+        if exporter.last_error:
+            body["errors"] = exporter.last_error
+        if not exporter.up:
+            return False, {"reason": f"the last refresh failed: {exporter.last_error}", **body}
+        if ago > limit:
+            return False, {"reason": f"no refresh for {ago:.1f}s (every {interval:g}s)", **body}
+        return True, body
+
+    return ready
 
 
 async def _unknown_streams(api: Any, streams: list[str], statuses: list[Any]) -> list[str]:
@@ -194,26 +223,47 @@ def metrics_command(
 
 
 
-def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str,
-                     start: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` served
-    on ``listen``, the server, and the consume keyword arguments that feed it (the default retry
-    policy telling it of dead letters; ``on_event`` when the entry point ``start`` takes it). Bad
-    input is one :class:`CLIError`, before anything connects."""
+class Served(NamedTuple):
+    """What ``consume --metrics-listen`` serves: the metrics, the probes, the server, and the consume
+    keyword arguments that feed them."""
+
+    metrics: Any
+    health: Any
+    readiness: Any
+    server: Any
+    kwargs: dict[str, Any]
+
+
+def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str, start: Any) -> Served:
+    """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` and its
+    probes (:class:`pcgroups.health.Health` of an :class:`~pcgroups.health.InstanceReadiness`, started on
+    the running event loop) served on ``listen``, and the consume keyword arguments that feed them (the
+    default retry policy telling of dead letters; ``on_event`` when the entry point ``start`` takes it).
+    Bad input is one :class:`CLIError`, before anything connects."""
     import inspect
 
     host, port = parse_listen("--metrics-listen", listen)
     require_client()
+    from pcgroups.health import Health, InstanceReadiness
     from pcgroups.metrics import InstanceMetrics
     from pcgroups.scheduler import RetryPolicy
 
     metrics = InstanceMetrics(kind, stream, group, member)
-    server = serve("--metrics-listen", host, port, metrics.registry)
+    readiness = InstanceReadiness(member)
+    health = Health(readiness)
+    server = serve("--metrics-listen", host, port, metrics.registry, health)
+    health.start()
+
+    def on_event(event: Any) -> None:
+        metrics.on_event(event)
+        readiness.on_event(event)
+        health.check()
+
     kwargs: dict[str, Any] = {"retry": RetryPolicy(on_dead_letter=metrics.on_dead_letter)}  # the default's retries
     if "on_event" in inspect.signature(start).parameters:   # the consume entry points' instance events
-        kwargs["on_event"] = metrics.on_event
-    return metrics, server, kwargs
+        kwargs["on_event"] = on_event
+    return Served(metrics, health, readiness, server, kwargs)
 
 
-__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "instance_metrics", "metrics_command", "parse_listen", "register",
+__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "Served", "exporter_readiness", "instance_metrics", "metrics_command", "parse_listen", "register",
            "require_client", "run_exporter", "serve"]

@@ -15,7 +15,7 @@ import typer
 from .common import check_config, check_names, group_exists, parse_mappings
 from .errors import CLIError, warn
 from .flavour import (STATIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
-                      MetricsListen, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+                      MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
@@ -40,9 +40,9 @@ add_shared(static_app, STATIC, "ls", "info", "delete", "member-info", "step-down
 def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sleep: Sleep = "20ms",
             concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
             max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
-            dispatch: Dispatch = False) -> None:
+            dispatch: Dispatch = False, otel: Otel = False) -> None:
     join(ctx, STATIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
-         metrics_listen=metrics_listen)
+         metrics_listen=metrics_listen, otel=otel)
 
 
 @flavour_command(static_app, STATIC, "create-consumers", "create the members' consumers as their instances would "

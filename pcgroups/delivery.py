@@ -210,7 +210,8 @@ class Msg:
     """
 
     __slots__ = ("_msg", "_delivery", "_dispatcher", "subject", "partition", "pin_id", "_done", "_meta",
-                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch")
+                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch",
+                 "key", "naks")
 
     def __init__(self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None,
                  now: float | None = None):
@@ -233,6 +234,10 @@ class Msg:
         self.started = 0.0
         #: when the session last sent ``+WPI`` for it (monotonic; its receipt before the first)
         self.last_progress = self.received
+        #: its key under key-level concurrency (set by the keyed dispatcher), else None
+        self.key: str | None = None
+        #: how many times ``nak()`` was called on it (retries in place included)
+        self.naks = 0
 
     # --- what the handler reads ---------------------------------------------------------
     @property
@@ -328,6 +333,7 @@ class Msg:
 
     def nak(self, delay: float | None = None) -> Any:
         """Ask for redelivery. With key-level concurrency the retry happens in place (the key waits)."""
+        self.naks += 1
         return self._delivery.call(self._dispatcher.nak(self, delay))
 
     def in_progress(self) -> Any:

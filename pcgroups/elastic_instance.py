@@ -37,6 +37,7 @@ from .partitions import elastic_member_filters, member_partitions
 from .scheduler import KeyFunc, RetryPolicy, key_by_partitioning
 from .session import DEFAULT_BATCH, Handler, PullSession
 from .store import ELASTIC_BUCKET, Watch, group_entry, group_key, open_bucket, read
+from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -59,7 +60,7 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
                           create: ElasticSpec | None = None, on_assigned: PartitionsHook | None = None,
                           on_revoked: PartitionsHook | None = None,
                           on_event: EventCallback | None = None, dispatch: bool = False,
-                          max_in_flight: int = 0) -> ElasticInstance | AutoInstance:
+                          max_in_flight: int = 0, tracing: Tracing | None = None) -> ElasticInstance | AutoInstance:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -68,7 +69,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     ``member`` may then be empty for a generated name, and ``create`` (an :class:`ElasticSpec`)
     joins the group by name: it is created with that shape if it does not exist (an existing group
     of another shape is a ``GroupExistsError``). ``on_assigned``, ``on_revoked`` and ``on_event``: see
-    :mod:`pcgroups.events`. Without a ``handler`` the instance is iterated: ``async for msg in instance``.
+    :mod:`pcgroups.events`; ``tracing``: OpenTelemetry spans (:mod:`pcgroups.tracing`). Without a
+    ``handler`` the instance is iterated: ``async for msg in instance``.
     ``dispatch=True`` (no handler): the pinned instance hands the messages to the group's workers
     (:func:`pcgroups.serve_worker`), at most ``max_in_flight`` at once (0: the workers' capacities), one per
     key, keys in turn (:mod:`pcgroups.dispatch`). Await the result for the instance, or use it directly:
@@ -97,7 +99,8 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                            template=template, batch=batch, auto_in_progress=auto_in_progress,
                            concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                           on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight)
+                           on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight,
+                           tracing=tracing)
     await inst._setup()
     return await join(inst, user_named=user_named, lease_ttl=lease_ttl) if auto else inst
 
@@ -212,6 +215,7 @@ class ElasticInstance(ConsumerInstance):
         desired = elastic_member_filters(cfg, self.member_name)
         if desired == self.desired and (self.current == desired or not desired):
             return CONTINUE  # our partitions did not change: keep consuming without a pause
+        self.trace.rebalance_started(_partitions_of(self.current or []), _partitions_of(desired))
         self.desired = desired
         await self._reconcile()
         return CONTINUE
@@ -274,6 +278,8 @@ class ElasticInstance(ConsumerInstance):
             what = "membership change not applied yet" if self._unsettled() else "consumer check failed"
             log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG, "%s: %s: %s",
                     self.member_name, what, e)
+        if not self._unsettled():
+            self.trace.rebalance_done()
 
     async def _consumer_info(self) -> dict[str, Any] | None:
         try:

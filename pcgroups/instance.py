@@ -45,6 +45,7 @@ from .permissions import PermissionWatch, Violation
 from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 from .store import Watch
+from .tracing import NO_TRACING, InstanceTracing, Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -186,6 +187,20 @@ def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Startin
     return entry
 
 
+def traced_retry(retry: RetryPolicy | None, trace: InstanceTracing) -> RetryPolicy | None:
+    """``retry`` (None: the default policy) telling ``trace`` of dead letters too, when it traces."""
+    if not trace.enabled:
+        return retry
+    retry = retry or RetryPolicy()
+    told = retry.on_dead_letter
+
+    def on_dead_letter(msg: Msg, reason: str) -> None:
+        trace.dead_letter(msg, reason)
+        if told is not None:
+            told(msg, reason)
+    return replace(retry, on_dead_letter=on_dead_letter)
+
+
 async def start_patiently(start: Callable[..., Coroutine[Any, Any, T]], call: inspect.BoundArguments) -> T:
     """``start(*call.args, **call.kwargs)``, again and again while it fails because the server or JetStream does
     not answer (:func:`unavailable`): started while the server restarts, an instance waits for it as a running
@@ -232,7 +247,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                  handler: Handler | None, template: ConsumerConfig, batch: int, auto_in_progress: bool,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
                  on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                 on_event: EventCallback | None = None, dispatch: bool = False, max_in_flight: int = 0):
+                 on_event: EventCallback | None = None, dispatch: bool = False, max_in_flight: int = 0,
+                 tracing: Tracing | None = None):
         if dispatch:
             _check_dispatch(handler, concurrency, max_in_flight)
         elif handler is None and concurrency != 1:
@@ -253,7 +269,10 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             self.template = replace(template, max_ack_pending=FAIR_WINDOW)   # fair by default (scheduler.Window)
         self.concurrency = concurrency
         self.key = key
-        self.retry = retry
+        #: the instance's spans (:mod:`pcgroups.tracing`; :data:`~pcgroups.tracing.NO_TRACING` without ``tracing``)
+        self.trace: InstanceTracing = NO_TRACING if tracing is None else tracing.instance(self.flavour, stream,
+                                                                                         group, member)
+        self.retry = traced_retry(retry, self.trace)
         self.session: PullSession | None = None
         #: Faults the instance absorbed without ending: how many times its member's consumer went away
         #: under it (deleted by hand, or by the server after its inactive threshold, as after a long
@@ -269,7 +288,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         elif handler is None:
             self._handoff = Handoff(self._done)
             handler = self._handoff.handler
-        self.handler: Handler = handler
+        self.handler: Handler = handler if dispatch else self.trace.wrap(handler)
         self._reporter = Reporter(member, on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event,
                                   on_failure=lambda e: self._post(Fatal(e)))
         # "pinned", "lost-pin" or "standby" once said; "unpinned": lost the pin, nobody else seen with it yet
@@ -411,7 +430,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
                               on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates,
-                              max_ack_pending=self.template.max_ack_pending, dispatch=self._pool)
+                              max_ack_pending=self.template.max_ack_pending, dispatch=self._pool, trace=self.trace)
         if self._stop_requested:
             session.halt()
         await session.start()
@@ -453,9 +472,10 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             self._held_pin = session.pin_id
             if self._pin_state != "pinned":
                 owned = self._handed_out(session)
-                await self._reporter.settle(owned)
-                self._pin_state = "pinned"
-                self._reporter.emit("pinned", owned)
+                with self.trace.take_over(owned, session.pin_id, self._pin_state):
+                    await self._reporter.settle(owned)
+                    self._pin_state = "pinned"
+                    self._reporter.emit("pinned", owned)
             session.admit()
             return
         if self._pin_state == "pinned":
@@ -513,6 +533,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         return None  # the stripped subject
 
     async def _close(self, result: BaseException | None) -> BaseException | None:
+        self.trace.close()
         self._unlisten()
         self._unwatch()
         try:

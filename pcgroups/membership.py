@@ -551,6 +551,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             if not self._leases_ready or (self._key not in self._leases and not self._stop_requested):
                 return True  # our own lease lapsed: renew it first (the others drop us meanwhile, if need be)
             live = self.live_members
+        started = time.time_ns()
         changed: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
 
         async def change(entry):
@@ -578,8 +579,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if written is not None and changed:
             before, after = changed[0]
             self.rebalances += 1
+            moved = len(moved_partitions(before, after))
             log.info("%s/%s: membership %s -> %s (%d partitions moved)", self.member_name, self.instance_id,
-                     sorted(before), sorted(after), len(moved_partitions(before, after)))
+                     sorted(before), sorted(after), moved)
+            self.consumer.trace.assigned(started, before, after, moved)
             for m in dead:
                 if before.get(m):
                     await self._delete_dead_consumer(m)

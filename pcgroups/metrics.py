@@ -16,7 +16,8 @@ instances of one process then share a registry, one label set each). It plugs in
 - :meth:`InstanceMetrics.on_dead_letter` is a ``RetryPolicy(on_dead_letter=...)``: messages
   dead-lettered after their retries.
 
-:meth:`InstanceMetrics.serve` serves the registry on ``/metrics`` from a daemon thread.
+:meth:`InstanceMetrics.serve` serves the registry on ``/metrics`` from a daemon thread, and the health
+probes ``/healthz`` and ``/readyz`` of a :class:`pcgroups.health.Health` when given one.
 """
 
 from __future__ import annotations
@@ -186,13 +187,13 @@ class InstanceMetrics:
 
     # ------------------------------------------------------------ serving
 
-    def serve(self, host: str, port: int) -> Any:
-        """Serve the registry on http://host:port/metrics from a daemon thread; the server
+    def serve(self, host: str, port: int, health: Any = None) -> Any:
+        """Serve the registry on http://host:port/metrics, and ``health``'s probes (a
+        :class:`pcgroups.health.Health`) on /healthz and /readyz, from a daemon thread; the server
         (``shutdown()`` stops it). ``OSError`` when the address can not be used."""
-        from prometheus_client import start_http_server
+        from .health import serve
 
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server
+        return serve(host, port, health=health, registry=self.registry)
 
 
 class _PoolCollector:

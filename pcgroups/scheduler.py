@@ -320,7 +320,7 @@ class KeyedDispatcher:
                 await d.wait_for_work()
 
     def _admit(self, m: Msg) -> None:
-        k = self.key(m)
+        k = m.key = self.key(m)
         q = self._keys.get(k)
         if q is None:
             q = self._keys[k] = deque()

@@ -33,6 +33,7 @@ from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
                         Window, key_by_subject)
+from .tracing import NO_TRACING, InstanceTracing
 
 log = logging.getLogger("pcgroups")
 
@@ -169,8 +170,9 @@ class PullSession:
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
-                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None):
+                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None, trace: InstanceTracing = NO_TRACING):
         self.nc = nc
+        self.trace = trace
         self.api = api
         self.stream = stream
         self.consumer = consumer
@@ -374,10 +376,11 @@ class PullSession:
 
     async def reset_consumer(self, seq: int | None = None) -> None:
         """RESET the consumer to stream sequence ``seq`` (None: its ack floor)."""
-        if seq is None:
-            await self.api.reset(self.stream, self.consumer)
-        else:
-            await self.api.reset(self.stream, self.consumer, seq)
+        with self.trace.reset(self.consumer, seq):
+            if seq is None:
+                await self.api.reset(self.stream, self.consumer)
+            else:
+                await self.api.reset(self.stream, self.consumer, seq)
 
     @property
     def max_payload(self) -> int:

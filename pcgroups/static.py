@@ -36,6 +36,7 @@ from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
 from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read
+from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -198,23 +199,25 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                          on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
                          on_event: EventCallback | None = None, dispatch: bool = False,
-                         max_in_flight: int = 0) -> "StaticInstance":
+                         max_in_flight: int = 0, tracing: Tracing | None = None) -> "StaticInstance":
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
     ``dispatch=True`` (no handler): the pinned instance hands the messages to the group's workers
     (:func:`pcgroups.serve_worker`), at most ``max_in_flight`` at once (0: the workers' capacities), one
     per key (``key``), keys in turn (:mod:`pcgroups.dispatch`).
-    ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`. Without a ``handler``
-    the instance is iterated: ``async for msg in instance`` (:mod:`pcgroups.hooks`). Await the result
-    for the instance, or use it directly: ``async with static_consume(...) as inst``.
+    ``on_assigned``, ``on_revoked`` and ``on_event``: see :mod:`pcgroups.events`; ``tracing``: OpenTelemetry
+    spans (:mod:`pcgroups.tracing`). Without a ``handler`` the instance is iterated: ``async for msg in
+    instance`` (:mod:`pcgroups.hooks`). Await the result for the instance, or use it directly:
+    ``async with static_consume(...) as inst``.
     """
     api = api_of(nc, api)
     check_names(stream, group, member)
     inst = StaticInstance(nc, api, stream=stream, group=group, member=member, handler=handler,
                           template=member_template(config), batch=batch, auto_in_progress=auto_in_progress,
                           concurrency=concurrency, key=key, retry=retry, on_assigned=on_assigned,
-                          on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight)
+                          on_revoked=on_revoked, on_event=on_event, dispatch=dispatch, max_in_flight=max_in_flight,
+                          tracing=tracing)
     await inst._setup()
     return inst
 

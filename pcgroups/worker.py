@@ -45,6 +45,7 @@ from .instance import Starting
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .session import Handler, as_handle
+from .tracing import NO_TRACING, Tracing
 
 log = logging.getLogger("pcgroups")
 
@@ -121,7 +122,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
     """A running worker (see :func:`serve_worker`)."""
 
     def __init__(self, nc: Client, flavour: str, stream: str, group: str, handler: Handler, *, name: str,
-                 capacity: int, ack_wait: float, auto_in_progress: bool, on_event: EventCallback | None):
+                 capacity: int, ack_wait: float, auto_in_progress: bool, on_event: EventCallback | None,
+                 tracing: Tracing | None = None):
         super().__init__()
         self.nc = nc
         self.flavour, self.stream_name, self.group_name = flavour, stream, group
@@ -133,6 +135,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self.prefix = pool.prefix(flavour, stream, group)
         self.handled = 0
         self._handler = as_handle(handler)
+        # a call's process span (pcgroups.tracing), its member the dispatcher's: "" until a call says it
+        self._trace = NO_TRACING if tracing is None else tracing.instance(flavour, stream, group, "")
         self._host = WorkerHost(nc, self)
         self._calls: dict[Msg, Call] = {}
         self._heard: dict[str, tuple[float, int]] = {}   # dispatcher id -> (last answer or offer, offers up to)
@@ -287,7 +291,9 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         m = call.msg
         error: BaseException | None = None
         try:
-            await self._handler(m)
+            with self._trace.handling(m, {"pcgroups.member": self._members.get(call.dispatcher, ""),
+                                          "pcgroups.worker": self.member_name}):
+                await self._handler(m)
         except asyncio.CancelledError:
             self._calls.pop(m, None)
             raise
@@ -355,22 +361,25 @@ async def _noop() -> None:
 
 def serve_worker(nc: Client, flavour: str, stream: str, group: str, handler: Handler, *,
                  name: str | None = None, capacity: int = 1, ack_wait: float = DEFAULT_ACK_WAIT,
-                 auto_in_progress: bool = True, on_event: EventCallback | None = None) -> Starting[WorkerInstance]:
+                 auto_in_progress: bool = True, on_event: EventCallback | None = None,
+                 tracing: Tracing | None = None) -> Starting[WorkerInstance]:
     """Run a worker of ``group``'s pool (``flavour`` ``"static"`` or ``"elastic"``): up to ``capacity`` calls of
     ``handler`` at once on what the group's dispatching members offer (see the module docstring).
 
     ``name`` (default ``<host>-<pid>``) names it in status, metrics and permissions; ``ack_wait`` is the
     member consumers' AckWait (for ``+WPI``). ``on_event`` gets ``enrolled`` (a dispatching member answered,
     ``detail`` names it), ``no-dispatcher`` (none answered yet), ``disconnected`` and ``reconnected``. Await the
-    result for the worker, or use it directly: ``async with serve_worker(...) as w``.
+    result for the worker, or use it directly: ``async with serve_worker(...) as w``. ``tracing``: a process
+    span per call (:mod:`pcgroups.tracing`; ``pcgroups.member`` the dispatching member's, ``pcgroups.worker``
+    this worker's name), continuing the producer's trace from the message's headers.
     """
     return Starting(_serve(nc, flavour, stream, group, handler, name=name, capacity=capacity, ack_wait=ack_wait,
-                           auto_in_progress=auto_in_progress, on_event=on_event))
+                           auto_in_progress=auto_in_progress, on_event=on_event, tracing=tracing))
 
 
 async def _serve(nc: Client, flavour: str, stream: str, group: str, handler: Handler, *, name: str | None,
                  capacity: int, ack_wait: float, auto_in_progress: bool,
-                 on_event: EventCallback | None) -> WorkerInstance:
+                 on_event: EventCallback | None, tracing: Tracing | None) -> WorkerInstance:
     if flavour not in ("static", "elastic"):
         raise ConfigError(f"invalid flavour {flavour!r}: static or elastic")
     name = name or default_worker_name()
@@ -380,7 +389,7 @@ async def _serve(nc: Client, flavour: str, stream: str, group: str, handler: Han
     if ack_wait <= 0:
         raise ConfigError(f"ack_wait must be positive, got {ack_wait}")
     worker = WorkerInstance(nc, flavour, stream, group, handler, name=name, capacity=capacity,
-                            ack_wait=ack_wait, auto_in_progress=auto_in_progress, on_event=on_event)
+                            ack_wait=ack_wait, auto_in_progress=auto_in_progress, on_event=on_event, tracing=tracing)
     worker._started = time.monotonic()
     await worker._start()
     return worker

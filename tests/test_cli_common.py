@@ -303,7 +303,8 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert {"context", "server", "creds", "timeout", "js-domain", "tlsfirst", "no-context"} <= roots
     assert all("short" not in f for f in model["flags"])
     assert {f["name"] for f in find("static", "consume")["flags"]} == {
-        "sleep", "concurrency", "key-header", "key-tokens", "max-ack-pending", "metrics-listen"}
+        "sleep", "concurrency", "key-header", "key-tokens", "max-ack-pending", "metrics-listen", "dispatch",
+        "otel"}
     assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {

@@ -468,6 +468,10 @@ async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server,
 
 
 async def test_exporter_rides_out_a_server_restart(fresh_server):
+    """Its metrics say down while the server is away, and so does /readyz (the last refresh failed), while
+    /healthz says alive; both come back with the server."""
+    from tests.test_health import aprobe, until
+
     async with procs() as start:
         p, port = await exporter(start, fresh_server.url)
 
@@ -475,10 +479,15 @@ async def test_exporter_rides_out_a_server_restart(fresh_server):
             return (await ascrape(port))["pcgroups_exporter_up"][0].value == value
 
         await wait_for(lambda: up(1), what="up")
+        body = await until(port, "/readyz", 200)
+        assert body["status"] == "ok" and body["refreshed_s_ago"] < 5 and "groups" in body
         fresh_server.stop()
         await wait_for(lambda: up(0), timeout=20, what="down while the server is away")
+        await until(port, "/readyz", 503, "the last refresh failed")
+        assert (await aprobe(port, "/healthz"))[0] == 200
         fresh_server.restart()
         await wait_for(lambda: up(1), timeout=20, what="up again after the restart")
+        await until(port, "/readyz", 200)
         p.signal(2)
         r = await p.wait()
     assert r.code == 0
