@@ -77,6 +77,8 @@ async def test_workers_run_each_key_in_order_one_at_a_time_within_their_capaciti
             await w.wait_for_consuming(10)
         await publish(js, uniq, keys)
         await wait_for(lambda: sum(map(len, done.values())) == len(keys), 30, what="every message handled")
+        # the last outcomes reach the dispatcher a moment after the handlers returned
+        await wait_for(lambda: (d.pool_status() or {}).get("handled") == len(keys), 10, what="every outcome")
         status = d.pool_status()
     finally:
         for w in workers:
