@@ -580,10 +580,15 @@ def _walkthrough() -> list[tuple[str, str]]:
     return commands
 
 
+def _instance(argv: list[str]) -> bool:
+    """A member instance or a worker (``cg static --sleep 200ms worker ...`` too)."""
+    return bool({"consume", "worker"} & set(argv[:5]))
+
+
 def _long_running(command: str) -> bool:
     """What a reader starts in a terminal of its own (or with ``&``): instances and open-ended traffic."""
     argv = command.rstrip("&").split()
-    return (command.endswith("&") or "consume" in argv[:3] or "worker" in argv[:4] or "generate_traffic" in argv[0]
+    return (command.endswith("&") or _instance(argv) or "generate_traffic" in argv[0]
             or (argv[:3] == ["cg", "tools", "traffic"] and "--count" not in argv))
 
 
@@ -627,7 +632,7 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
                 continue
             if _long_running(command):
                 argv = shlex.split(command.rstrip("&"))
-                if "consume" in argv[:3] or "worker" in argv[:4]:
+                if _instance(argv):
                     proc = await Proc(*argv[1:], env=env).start()
                     instances.append(proc)
                     await proc.wait_text("consuming...\n", timeout=20)
@@ -640,7 +645,11 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
             p = await asyncio.create_subprocess_exec("bash", "-c", command, stdin=asyncio.subprocess.PIPE,
                                                      stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                      env=env, cwd=ROOT)
-            out, err = await asyncio.wait_for(p.communicate(b"y\n"), 60)
+            try:
+                out, err = await asyncio.wait_for(p.communicate(b"y\n"), 60)
+            except asyncio.TimeoutError:
+                p.kill()
+                raise AssertionError(f"{command!r} did not end within 60 s") from None
             assert p.returncode == 0, (command, out.decode(), err.decode())
             assert b"cg: error" not in err, (command, err.decode())
         r = (await acg("tools", "stream-rm", "foo", env=env))
