@@ -241,3 +241,32 @@ async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_k
     finally:
         await w.stop()
         await d.stop()
+
+
+async def test_an_automatic_member_dispatches_too(nc, js, uniq, connections):
+    """elastic_consume(auto=True, dispatch=True): the automatic member's pinned instance hands its messages to
+    the group's workers."""
+    from pcgroups import PartitioningFilter, create_elastic, elastic_consume
+
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+    await create_elastic(nc, uniq, "g", 4, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    handled: list[str] = []
+
+    async def handler(msg):
+        handled.append(msg.subject)
+        await msg.ack()
+
+    d = await elastic_consume(await connections(), uniq, "g", "", auto=True, dispatch=True)
+    w = await serve_worker(await connections(), "elastic", uniq, "g", handler, name="aw", capacity=2)
+    try:
+        await w.wait_for_consuming(10)
+        await d.wait_for_consuming(10)
+        for i in range(20):
+            await js.publish(f"{uniq}.k{i}", b"x")
+        await wait_for(lambda: len(handled) == 20, 20, what="20 handled by the worker")
+        status = d.pool_status()
+    finally:
+        await w.stop()
+        await d.stop()
+    assert sorted(handled) == sorted(f"{uniq}.k{i}" for i in range(20))
+    assert status is not None and status["member"] == d.member_name and status["member"].startswith("auto-")
