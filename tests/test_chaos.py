@@ -202,3 +202,22 @@ async def test_workers_started_and_stopped_at_will_lose_and_repeat_nothing():
     assert r.overlaps == 0 and r.order_violations == 0 and r.redelivered == 0, r.examples
     assert r.extra["calls_left_open"] == 0
     assert max(r.takeover) < 1.0, r.takeover
+
+
+@pytest.mark.timeout(120)
+async def test_a_server_restart_takes_no_message_back_from_a_worker_going_on_with_it():
+    """The server stopped longer than REVOKE_AFTER while workers run 3 s calls that look at msg.superseded only at
+    their end (as cg's do): the dispatcher declares nobody gone for the outage, so no key runs twice at once."""
+    [r] = await _run("pool-server-restart")
+    _check_common(r)
+    assert r.overlaps == 0 and r.order_violations == 0, r.examples
+
+
+@pytest.mark.timeout(90)
+async def test_a_frozen_worker_does_not_ack_what_ran_elsewhere():
+    """A worker frozen (SIGSTOP) 3 s mid-call: its message runs elsewhere after REVOKE_AFTER; resumed, its call
+    learns it was superseded and does not ack. The only overlap is that frozen call."""
+    [r] = await _run("pool-sigstop-worker")
+    _check_common(r)
+    assert r.extra["frozen_acked"] == 0 and r.extra["frozen_outcomes"] == ["superseded"] * r.runs
+    assert r.order_violations == 0, r.examples
