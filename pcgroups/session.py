@@ -495,7 +495,9 @@ class PullSession:
                 info = None
             if info is not None:
                 pending = int(info.get("num_ack_pending", 0))
-                foreign = pending - d.own_pending()
+                # ours as of the info: a message delivered since is not in its count (nor to be taken as ours)
+                upto = int((info.get("delivered") or {}).get("consumer_seq", 0))
+                foreign = pending - d.own_pending(upto)
                 if foreign <= 0:
                     break
                 waited_for = max(waited_for, foreign)

@@ -1191,17 +1191,25 @@ def _open_call(g: Group, instance: str) -> Any:
     return None
 
 
+async def _pool(env: Env, flavour: str, dispatchers: int, *, work: float, workers: int, capacity: int,
+                rate: float, worker_args: tuple[str, ...] = ()) -> tuple[Group, list[Worker]]:
+    """A pool scenario's start: member m1 with ``dispatchers`` dispatching instances, ``workers`` workers
+    (w0, w1, ...) of ``capacity``, traffic at ``rate`` and a first few calls made."""
+    g = await env.group(flavour, {"m1": dispatchers}, work=work, window=256, dispatch=True)
+    started = [await env.pool_worker(g, f"w{i}", capacity, *worker_args) for i in range(workers)]
+    await env.wait_ready(started)
+    env.start_publishing(rate=rate)
+    await env.progress(max(int(rate), 3))
+    return g, started
+
+
 async def pool_sigkill_worker(runs: int, verbose: bool = False, capacity: int = 2) -> Result:
     """SIGKILL of a pool worker in the middle of a call (static group, m1 dispatching, 3 workers of capacity 2,
     0.2 s calls on 16 keys): the killed call's message runs on another worker within about REVOKE_AFTER, nothing
     is lost, every key keeps its order, no key runs twice at once; a new worker is started after each kill."""
     t_start = time.time()
     async with Env("poolkill", verbose=verbose) as env:
-        g = await env.group("static", {"m1": 1}, work=0.2, window=256, dispatch=True)
-        workers = [await env.pool_worker(g, f"w{i}", capacity) for i in range(3)]
-        await env.wait_ready(workers)
-        env.start_publishing(rate=20.0)
-        await env.progress(20)
+        g, _ = await _pool(env, "static", 1, work=0.2, workers=3, capacity=capacity, rate=20.0)
         again: list[float] = []
         for run in range(runs):
             await wait_until(lambda: any(_open_call(g, w.name) for w in g.alive("pool")), 10, "a call in flight")
@@ -1226,11 +1234,7 @@ async def pool_sigkill_dispatcher(flavour: str, runs: int, verbose: bool = False
     not restarted, handle its messages; a new standby is started after each kill."""
     t_start = time.time()
     async with Env(f"pooldisp{flavour}", verbose=verbose) as env:
-        g = await env.group(flavour, {"m1": 2}, work=0.2, window=256, dispatch=True)
-        workers = [await env.pool_worker(g, f"w{i}", 2) for i in range(3)]
-        await env.wait_ready(workers)
-        env.start_publishing(rate=20.0)
-        await env.progress(20)
+        g, _ = await _pool(env, flavour, 2, work=0.2, workers=3, capacity=2, rate=20.0)
         gaps: list[float] = []
         for run in range(runs):
             await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 10, "a pinned dispatcher")
@@ -1253,11 +1257,7 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
     within a second of enrolling."""
     t_start = time.time()
     async with Env("poolchurn", verbose=verbose) as env:
-        g = await env.group("elastic", {"m1": 1}, work=0.1, window=256, dispatch=True)
-        live = [await env.pool_worker(g, f"w{i}", 1) for i in range(2)]
-        await env.wait_ready(live)
-        env.start_publishing(rate=20.0)
-        await env.progress(20)
+        g, live = await _pool(env, "elastic", 1, work=0.1, workers=2, capacity=1, rate=20.0)
         first_work: list[float] = []
         for run in range(runs):
             new = await env.pool_worker(g, f"w{2 + run}", 1)
@@ -1288,12 +1288,9 @@ async def pool_server_restart(runs: int, verbose: bool = False) -> Result:
     worker is declared gone for the outage (pcgroups.dispatch invariant 4), so no key runs on two workers at once."""
     t_start = time.time()
     async with Env("poolrestart", verbose=verbose) as env:
-        g = await env.group("static", {"m1": 1}, work=3.0, window=256, dispatch=True)
         # handlers as cg's: msg.superseded looked at when the work is done (a call spanning the outage goes on)
-        workers = [await env.pool_worker(g, f"w{i}", 1, "--superseded-at-end") for i in range(3)]
-        await env.wait_ready(workers)
-        env.start_publishing(rate=1.0)
-        await env.progress(3)
+        g, workers = await _pool(env, "static", 1, work=3.0, workers=3, capacity=1, rate=1.0,
+                                 worker_args=("--superseded-at-end",))
         await wait_until(lambda: sum(1 for w in workers if _open_call(g, w.name)) >= 2, 15, "calls in flight")
         back: list[float] = []
         for run in range(runs):
@@ -1318,11 +1315,7 @@ async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
     and does not ack, and the worker is taken back as a new one. The only overlap is that frozen call."""
     t_start = time.time()
     async with Env("poolstop", verbose=verbose) as env:
-        g = await env.group("static", {"m1": 1}, work=1.5, window=256, dispatch=True)
-        workers = [await env.pool_worker(g, f"w{i}", 1) for i in range(3)]
-        await env.wait_ready(workers)
-        env.start_publishing(rate=4.0)
-        await env.progress(4)
+        g, _ = await _pool(env, "static", 1, work=1.5, workers=3, capacity=1, rate=4.0)
         frozen_calls = []
         for run in range(runs):
             await wait_until(lambda: any(_open_call(g, w.name) for w in g.alive("pool")), 10, "a call in flight")

@@ -246,6 +246,7 @@ async def test_a_guarded_take_over_hands_out_nothing_then_the_buffer_in_stream_o
     for seq, deliveries in ((7, 1), (8, 1), (3, 2), (5, 2), (3, 3)):   # naks of the earlier holder come late
         await d.deliver(msg(d, None, seq, deliveries=deliveries, cseq=10 + seq + deliveries))
     assert d.own_pending() == 4 and await d.take() is None and d.buffered == 5
+    assert d.own_pending(upto=17) == 2   # as of a consumer info that had delivered up to consumer sequence 17
     d.taken_over("pin-other")                         # not the current pin: nothing changes
     assert d.taking_over
     d.taken_over(PIN)
