@@ -28,6 +28,7 @@ from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, Permissi
                       static_member_step_down)
 from pcgroups.config import MemberMapping
 from pcgroups.connect import ConnectionOptions, connect
+from pcgroups import pool as pool_wire
 from pcgroups.permissions import PermissionWatch, Violation
 from pcgroups.server import EmbeddedServer
 from pcgroups.spark import _nats as spark_nats
@@ -44,7 +45,8 @@ ROLES = ("admin", "shipping-m1", "shipping-m2", "shipping-dispatcher", "shipping
          "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
 # the workers' own inbox prefixes (their roles may not read _INBOX.>: the dispatcher's pulled messages come there)
 INBOXES = {"shipping-worker": "_INBOX_shipping_worker", "shipping-w1": "_INBOX_shipping_w1"}
-# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does
+# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does;
+# audit-dispatcher is audit-member with its pool's subjects (an automatic member that dispatches)
 EXTRA_USERS = """
     { user: root, password: $ROOT_PASSWORD }
     { user: shipping-noack, password: $SHIPPING_NOACK_PASSWORD, permissions: {
@@ -53,7 +55,11 @@ EXTRA_USERS = """
     { user: no-inbox, password: $NO_INBOX_PASSWORD, permissions: {
         publish: { allow: ["$JS.API.>"] }
         subscribe: { allow: ["nothing.here"] } } }
+    { user: audit-dispatcher, password: $AUDIT_DISPATCHER_PASSWORD, permissions: {
+        publish: { allow: %s }
+        subscribe: { allow: %s } } }
 """
+AUDIT_POOL = "$PCG.POOL.elastic.EVENTS.audit"
 PARTITIONS = 4
 
 
@@ -71,6 +77,17 @@ def documented_allow(user: str, operation: str = "publish") -> list[str]:
     start = block.index(f"{operation}:", start)
     body = block[start:block.index("]", block.index("allow: [", start))]
     return re.findall(r'"([^"]+)"', body)
+
+
+def extra_users() -> str:
+    """EXTRA_USERS with their lists."""
+    def quoted(subjects: list[str]) -> str:
+        return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
+    p = AUDIT_POOL
+    audit = [*documented_allow("audit-member"), f"{p}.HELLO", f"{p}.W.*.*.work", f"{p}.W.*.*.hb", "_INBOX.>"]
+    audit_sub = ["_INBOX.>", f"{p}.HB", f"{p}.LEAVE", f"{p}.D.*.R.*", f"{p}.STATUS", "$PCG.POOL.STATUS"]
+    return EXTRA_USERS % (quoted(noack), quoted(audit), quoted(audit_sub))
 
 
 def env_name(user: str) -> str:
@@ -99,11 +116,9 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    users = [*ROLES, "root", "shipping-noack", "no-inbox"]
+    users = [*ROLES, "root", "shipping-noack", "no-inbox", "audit-dispatcher"]
     passwords = {u: secrets.token_urlsafe(12) for u in users}
-    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
-    config = documented_config().replace(
-        "users = [", "users = [" + EXTRA_USERS % ("[" + ", ".join(f'"{s}"' for s in noack) + "]"), 1)
+    config = documented_config().replace("users = [", "users = [" + extra_users(), 1)
     variables = "".join(f'{env_name(u)}: "{p}"\n' for u, p in passwords.items())
     path = tmp_path_factory.mktemp("secured") / "server.conf"
     path.write_text(variables + config, encoding="utf-8")
@@ -426,6 +441,8 @@ class Pool:
         self.workers: list = []
         self.dispatcher = None
         self.slow: set[str] = set()
+        self.started: list[str] = []
+        self.events: list = []   # the dispatching instance's
 
     async def connect(self, user: str):
         nc = await self.secured.connect(user)
@@ -434,7 +451,8 @@ class Pool:
 
     async def start(self, *workers: tuple[str, str]) -> "Pool":
         nc = await self.connect("shipping-dispatcher")
-        self.dispatcher = await static_consume(nc, "ORDERS", "shipping", "m1", None, dispatch=True, config=POOL_CONFIG)
+        self.dispatcher = await static_consume(nc, "ORDERS", "shipping", "m1", None, dispatch=True, config=POOL_CONFIG,
+                                               on_event=self.events.append)
         await self.dispatcher.wait_for_consuming(15)
         for user, name in workers:
             self.workers.append(await serve_worker(await self.connect(user), "static", "ORDERS", "shipping",
@@ -445,6 +463,7 @@ class Pool:
 
     def handler(self, name: str):
         async def handle(msg) -> None:
+            self.started.append(msg.subject)
             if msg.subject in self.slow:   # longer than AckWait: the worker's +WPI keeps it
                 await asyncio.sleep(POOL_CONFIG.ack_wait * 1.5)
             await msg.ack_sync()            # a request: the reply comes to the worker's own inbox
@@ -478,7 +497,9 @@ async def test_workers_take_their_offers_and_ack_them(secured, pool):
     await pool.start(("shipping-w1", "w1"), ("shipping-worker", "wx"))
     subjects = m1_subjects("pool", 12)
     pool.slow = {subjects[0]}
-    await publish(secured, subjects)
+    await publish(secured, subjects[:1])   # first: its worker is busy with it, the other takes the rest
+    await wait_for(lambda: subjects[0] in pool.started, 10, what="the slow call started")
+    await publish(secured, subjects[1:])
     mine = lambda: [(w, s, d) for w, s, d in pool.handled if s in subjects]   # noqa: E731 - earlier tests' come too
     await wait_for(lambda: len(mine()) >= len(subjects), 20, what="every message handled")
     assert sorted(s for _, s, _ in mine()) == sorted(subjects)
@@ -537,6 +558,50 @@ async def test_a_worker_cannot_read_configs_touch_groups_or_take_what_it_was_not
             ("subscribe", f"{POOL}.D.*.R.*".lower()), ("subscribe", "orders.*"), ("subscribe", "$js.ack.orders.>")])
     finally:
         await nc.close()
+
+
+async def test_a_forged_reply_subject_does_not_steer_the_dispatcher(secured):
+    """The dispatcher answers a heartbeat on the worker's own subject, never on the reply subject the heartbeat
+    names, and answers no status request on a $ subject. Otherwise whoever may send one (a worker, an observer)
+    could make it publish where only it may: an automatic member may write its group's config, and the answer
+    would overwrite it (every instance of the group would end on the broken config)."""
+    events: list = []
+    nc = await secured.connect("audit-dispatcher")
+    root = await nats.connect(secured.url, user="root", password=secured.passwords["root"])
+    try:
+        inst = await elastic_consume(nc, "EVENTS", "audit", "", None, config=CONFIG, auto=True, lease_ttl=2,
+                                     dispatch=True, on_event=events.append)
+        await inst.wait_settled(15)
+        await inst.wait_for_consuming(10)
+        config = "$KV.elastic-consumer-groups.EVENTS.audit"
+        await root.publish(f"{AUDIT_POOL}.STATUS", b"", reply=config)
+        await root.publish(f"{AUDIT_POOL}.HB", pool_wire.Heartbeat("evil", "0000beef", 1, stopping=True).encode(),
+                           reply=config)
+        await wait_for(lambda: any(e.kind == "worker-joined" for e in events), FAST, what="the heartbeat taken")
+        (await run_cg(*secured.cli("admin"), "elastic", "info", "EVENTS", "audit")).ok()   # the config as it was
+        assert inst.consuming
+        assert await asyncio.wait_for(inst.stop(), 15) is None
+    finally:
+        await root.close()
+        await nc.close()
+
+
+async def test_a_heartbeat_whose_name_or_id_is_no_subject_token_is_ignored(secured, pool):
+    """The answer and the offers go to the worker's own subjects, made of its name and id: a heartbeat whose
+    name or id is not one token of a subject is ignored (the dispatcher would publish where it may not)."""
+    await pool.start(("shipping-w1", "w1"))
+    worker = await pool.connect("shipping-worker")
+    for name, wid in (("a b", "0000bee1"), ("a.b", "0000bee2"), ("evil2", "x.y"), ("evil3", "*"), ("evil4", ""),
+                      ("ok", "0000bee3")):
+        await worker.publish(f"{POOL}.HB", pool_wire.Heartbeat(name, wid, 1, stopping=True).encode(),
+                             reply=f"{POOL}.W.x.y.hb")
+    await wait_for(lambda: any(e.detail.startswith("ok:") for e in pool.events), FAST, what="the valid heartbeat")
+    subjects = m1_subjects("names", 3)
+    await publish(secured, subjects)
+    await wait_for(lambda: {s for _, s, _ in pool.handled} >= set(subjects), 15, what="later messages handled")
+    joined = [e.detail.split(":")[0] for e in pool.events if e.kind == "worker-joined"]
+    assert sorted(joined) == ["ok", "w1"], joined
+    assert pool.dispatcher.consuming
 
 
 async def test_admin_deletes_the_groups(secured):
