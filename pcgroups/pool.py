@@ -95,6 +95,18 @@ def worker_subject(pool: str, name: str, worker_id: str, kind: str) -> str:
     return f"{pool}.W.{name}.{worker_id}.{kind}"
 
 
+def dispatcher_subjects(pool: str) -> list[str]:
+    """What a dispatching instance subscribes to and publishes to (its permissions name them, and its errors)."""
+    return [f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*", f"{pool}.STATUS", STATUS_SUBJECT, f"{pool}.HELLO",
+            worker_subject(pool, "*", "*", "work"), worker_subject(pool, "*", "*", "hb")]
+
+
+def worker_subjects(pool: str, name: str, worker_id: str) -> list[str]:
+    """What a worker subscribes to and publishes to, besides its acks."""
+    return [worker_subject(pool, name, worker_id, "work"), worker_subject(pool, name, worker_id, "hb"),
+            f"{pool}.HELLO", f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*"]
+
+
 def check_worker_name(name: str) -> None:
     """Worker names are subject tokens (a role's permissions name them): letters, digits, '-' and '_'."""
     validate_name("worker", name)

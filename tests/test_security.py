@@ -604,6 +604,34 @@ async def test_a_heartbeat_whose_name_or_id_is_no_subject_token_is_ignored(secur
     assert pool.dispatcher.consuming
 
 
+async def test_a_worker_of_another_name_than_its_users_ends_at_once(secured):
+    """shipping-w1's user may take only the offers of the worker named w1: a worker named w2 is refused its
+    subscription and ends with that error at once (cg: one line, exit status 1), instead of waiting for offers."""
+    nc = await secured.connect("shipping-w1")
+    try:
+        w = await serve_worker(nc, "static", "ORDERS", "shipping", recorder()[1], name="w2")
+        error = await asyncio.wait_for(w.done(), FAST)
+        assert isinstance(error, PermissionDeniedError), error
+        assert (error.operation, error.subject) == ("subscribe", f"{POOL}.W.w2.{w.id}.work"), str(error)
+    finally:
+        await nc.close()
+    r = await run_cg(*secured.cli("shipping-w1"), "static", "worker", "ORDERS", "shipping", "--name", "w2")
+    assert_cli_error(r, f"permission denied: subscribe to {POOL}.W.w2.")
+    assert len(r.err.splitlines()) == 1, r.err
+
+
+async def test_a_member_without_the_pools_permissions_cannot_dispatch(secured):
+    """shipping-m1 has no pool subjects: started with dispatch=True it ends at once, naming the first one."""
+    nc = await secured.connect("shipping-m1")
+    try:
+        inst = await static_consume(nc, "ORDERS", "shipping", "m1", None, dispatch=True, config=CONFIG)
+        error = await asyncio.wait_for(inst.done(), 10)
+        assert isinstance(error, PermissionDeniedError), error
+        assert (error.operation, error.subject) == ("subscribe", f"{POOL}.HB"), str(error)
+    finally:
+        await nc.close()
+
+
 async def test_admin_deletes_the_groups(secured):
     """Last: the admin role's delete (static: the config and the members' consumers; elastic: the work queue)."""
     for args in (("static", "delete", "-f", "ORDERS", "shipping"), ("elastic", "delete", "-f", "EVENTS", "billing"),
