@@ -655,6 +655,16 @@ def test_the_nsc_lists_are_the_configuration():
         assert re.findall(r"--allow-pub '([^']+)'", command) == documented_allow(user), user
 
 
+def test_the_per_worker_template_gives_each_worker_shipping_w1s_lists():
+    """docs/SECURITY.md, A user per worker: the scoped signing key's template, for a user named w1, is shipping-w1
+    (with an inbox prefix under _INBOX_workers)."""
+    block = re.findall(r"```sh\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S)[1]
+    subs = [s.replace("{{name()}}", "w1") for s in re.findall(r"--allow-sub '([^']+)'", block)]
+    assert subs == ["_INBOX_workers.w1.>", *documented_allow("shipping-w1", "subscribe")[1:]]
+    assert re.findall(r"--allow-pub '([^']+)'", block) == documented_allow("shipping-w1")
+    assert all("{{" not in s or ".{{name()}}." in s for s in re.findall(r"--allow-\w+ '([^']+)'", block))
+
+
 def test_a_violation_is_named_as_the_caller_wrote_the_subject():
     v = Violation.parse('nats: permissions violation for publish to "$js.api.stream.info.orders"')
     assert v == Violation("publish", "$js.api.stream.info.orders")
