@@ -272,13 +272,12 @@ class Roster:
         if changed:
             self._resized()
         self._free.set()
-        if msg.reply:
-            body = pool.encode({"d": self.id, "member": self.spec.member, "upto": self._token,
-                                "held": sorted(o.seq for o in w.offers.values())})
-            try:
-                await self.nc.publish(msg.reply, body)
-            except Exception as e:  # disconnected: it asks again
-                log.debug("%s: heartbeat answer not sent: %s", self.spec.member, e)
+        body = pool.encode({"d": self.id, "member": self.spec.member, "upto": self._token,
+                            "held": sorted(o.seq for o in w.offers.values())})
+        try:   # on the worker's own subject, not the heartbeat's reply subject (pool invariant 5)
+            await self.nc.publish(pool.worker_subject(self.prefix, w.name, w.id, "hb"), body)
+        except Exception as e:  # disconnected: it asks again
+            log.debug("%s: heartbeat answer not sent: %s", self.spec.member, e)
 
     async def _on_leave(self, msg: NatsMsg) -> None:
         obj = pool.decode(msg.data)
@@ -292,7 +291,7 @@ class Roster:
             _resolve(offer.outcome, result)
 
     async def _on_status(self, msg: NatsMsg) -> None:
-        if msg.reply:
+        if msg.reply and not msg.reply.startswith("$"):   # an inbox, never a JetStream or KV subject (invariant 5)
             try:
                 await self.nc.publish(msg.reply, pool.encode(self.status_of()))
             except Exception:  # disconnected

@@ -42,6 +42,7 @@ from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, Co
                     pinned_client_id)
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
+from .pool import dispatcher_subjects, prefix
 from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
 from .store import Watch
@@ -364,6 +365,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         missing (docs/SECURITY.md). It ends with the error; waiting would never help."""
         s = self.session
         names = [self.api.pull_subject(s.stream, s.consumer), f"$JS.ACK.{s.stream}.{s.consumer}.>"] if s else []
+        if self._pool is not None:
+            names += dispatcher_subjects(prefix(self._pool.flavour, self._pool.stream, self._pool.group))
         self._post(Fatal(violation.error(names)))
 
     async def _pump_watch(self) -> None:

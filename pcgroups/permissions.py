@@ -10,9 +10,9 @@ connection takes those reports:
   with a :class:`PermissionDeniedError` as soon as a violation for one of its subjects arrives, or
   for the inbox its replies come to (a refused ``_INBOX`` subscription makes every later request on
   the connection fail at once too: nats-py subscribes its reply inbox only once);
-- :meth:`PermissionWatch.listen` lets a running consumer instance end with the error on any other
-  violation of a JetStream, KV or inbox subject of its connection: its pulls, acks and watches have
-  no request to fail. A refused publish that a guarded call claimed is that call's error only; a
+- :meth:`PermissionWatch.listen` lets a running consumer instance (or a worker of a pool) end with the
+  error on any other violation of a JetStream, KV, pool (``$PCG.``) or inbox subject of its connection: its
+  pulls, acks, watches and pool subscriptions have no request to fail. A refused publish that a guarded call claimed is that call's error only; a
   refused inbox subscription is everyone's.
 
 nats-py lower-cases the error text, subject included; the error names the subject as the caller
@@ -45,7 +45,7 @@ _VIOLATION = re.compile(r'permissions violation for (publish|subscription) (?:to
 _PREFIXES = ("$JS.API.", "$JS.ACK.", "$JS.FC.", "$JS.EVENT.", "$KV.", "_INBOX.")
 _DOMAIN_API = re.compile(r"\$js\.([^.]+)\.api\.")
 # A running instance ends on violations of these subjects (and of its inbox), not on its user's own subjects.
-_RELEVANT = ("$js.", "$kv.")
+_RELEVANT = ("$js.", "$kv.", "$pcg.")
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class PermissionWatch:
                 listener(v)
 
     def listen(self, callback: Callable[[Violation], None]) -> Callable[[], None]:
-        """Call ``callback`` on every JetStream, KV or inbox violation no guarded call claimed (at once if the
+        """Call ``callback`` on every JetStream, KV, pool or inbox violation no guarded call claimed (at once if the
         reply inbox was refused already); returns the function that stops it."""
         self._listeners.append(callback)
         if self.inbox_denied is not None:

@@ -51,11 +51,17 @@ Invariants (tests/test_pool.py checks them against real processes):
    off, and may have been declared gone). It sends ``+WPI`` while the call runs, so a message whose
    dispatcher died stays with it: the next dispatcher takes over only once it is settled.
 4. A stopping worker takes no new offer (``busy``), finishes its calls, says ``LEAVE`` and ends.
+5. A dispatcher publishes only to subjects it makes itself: a worker's own subjects, from a heartbeat's name and
+   id (a heartbeat whose name or id is not a subject token is ignored), never the reply subject a heartbeat
+   names; and it answers no status request whose reply subject starts with ``$`` (JetStream, KV, the pools).
+   Whoever may send a heartbeat or a status request cannot make it publish where only its user may
+   (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +82,7 @@ DISPATCHER = "Pcg-Dispatcher"
 OFFER_HEADERS = (ACK, SUBJECT, PIN, DISPATCHER)
 
 OUTCOMES = ("ack", "term", "retry", "none", "dropped", "busy")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,255}")   # a worker's name or id (invariant 5)
 
 
 def prefix(flavour: str, stream: str, group: str) -> str:
@@ -86,6 +93,18 @@ def prefix(flavour: str, stream: str, group: str) -> str:
 def worker_subject(pool: str, name: str, worker_id: str, kind: str) -> str:
     """A worker's own subjects: ``kind`` ``work`` (offers) or ``hb`` (answers to its heartbeats)."""
     return f"{pool}.W.{name}.{worker_id}.{kind}"
+
+
+def dispatcher_subjects(pool: str) -> list[str]:
+    """What a dispatching instance subscribes to and publishes to (its permissions name them, and its errors)."""
+    return [f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*", f"{pool}.STATUS", STATUS_SUBJECT, f"{pool}.HELLO",
+            worker_subject(pool, "*", "*", "work"), worker_subject(pool, "*", "*", "hb")]
+
+
+def worker_subjects(pool: str, name: str, worker_id: str) -> list[str]:
+    """What a worker subscribes to and publishes to, besides its acks."""
+    return [worker_subject(pool, name, worker_id, "work"), worker_subject(pool, name, worker_id, "hb"),
+            f"{pool}.HELLO", f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*"]
 
 
 def check_worker_name(name: str) -> None:
@@ -128,7 +147,7 @@ class Heartbeat:
                      busy=int(obj.get("busy", 0)), stopping=bool(obj.get("stopping", False)), held=held)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        return hb if hb.capacity >= 1 else None
+        return hb if hb.capacity >= 1 and _TOKEN.fullmatch(hb.name) and _TOKEN.fullmatch(hb.id) else None
 
     def encode(self) -> bytes:
         return encode({"name": self.name, "id": self.id, "capacity": self.capacity, "busy": self.busy,

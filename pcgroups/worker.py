@@ -180,7 +180,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             self._tasks.append(asyncio.create_task(self._progress(), name=f"pcg-worker-wpi-{self.member_name}"))
 
     def _denied(self, violation: Violation) -> None:
-        self._post(Fatal(violation.error([f"{self.prefix}.HB", f"{self.prefix}.LEAVE"])))
+        self._post(Fatal(violation.error(pool.worker_subjects(self.prefix, self.member_name, self.id))))
 
     async def _ticks(self) -> None:
         while True:

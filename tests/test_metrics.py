@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
 from pcgroups.events import InstanceEvent
 from pcgroups.exporter import EXPORTER_METRICS, GROUP_METRICS
-from pcgroups.metrics import INSTANCE_METRICS, InstanceMetrics
+from pcgroups.metrics import INSTANCE_METRICS, POOL_METRICS, InstanceMetrics
 from pcgroups.server import free_port
 from tests.support import wait_for
 from tests.test_security import secured  # noqa: F401 - the secured server and its roles (a fixture)
@@ -496,7 +496,7 @@ async def test_exporter_rides_out_a_server_restart(fresh_server):
 
 # ------------------------------------------------------------ the dashboard and the alerts
 
-KNOWN = set(GROUP_METRICS) | set(EXPORTER_METRICS) | set(INSTANCE_METRICS)
+KNOWN = set(GROUP_METRICS) | set(EXPORTER_METRICS) | set(INSTANCE_METRICS) | set(POOL_METRICS)
 SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 
 
@@ -522,17 +522,66 @@ def test_dashboard_names_only_exported_metrics():
         used |= names
     for needed in ("pcgroups_partition_pending_messages", "pcgroups_member_active_instances",
                    "pcgroups_member_redelivered_messages", "pcgroups_member_pinned_seconds",
-                   "pcgroups_instance_handler_seconds", "pcgroups_elastic_source_lag_messages"):
+                   "pcgroups_instance_handler_seconds", "pcgroups_elastic_source_lag_messages",
+                   "pcgroups_pool_workers", "pcgroups_pool_waiting_messages", "pcgroups_pool_in_flight_messages",
+                   "pcgroups_pool_slots", "pcgroups_pool_worker_handled_messages"):
         assert needed in used
 
 
-def test_alert_rules_in_operations_name_only_exported_metrics():
+def alert_exprs() -> dict[str, str]:
+    """alert name -> expr of the rules in docs/OPERATIONS.md."""
     text = (ROOT / "docs" / "OPERATIONS.md").read_text()
-    exprs = re.findall(r"^\s+expr: (.+)$", text, re.MULTILINE)
+    return dict(re.findall(r"^\s+- alert: (\S+)\n(?:\s+#.*\n)*\s+expr: (.+)$", text, re.MULTILINE))
+
+
+def test_alert_rules_in_operations_name_only_exported_metrics():
+    exprs = alert_exprs()
     assert len(exprs) >= 4
-    for expr in exprs:
+    for expr in exprs.values():
         names = _metric_names(expr)
         assert names and names <= KNOWN, (expr, names - KNOWN)
+    assert _metric_names(exprs["PcgroupsPoolWithoutWorkers"]) == {"pcgroups_pool_waiting_messages",
+                                                                  "pcgroups_pool_workers"}
+    assert _metric_names(exprs["PcgroupsPoolWaitingGrowing"]) == {"pcgroups_pool_waiting_messages",
+                                                                  "pcgroups_pool_in_flight_messages",
+                                                                  "pcgroups_pool_slots"}
+
+
+async def test_the_pool_alerts_read_what_the_exporter_serves(js, server_url, uniq):
+    """PcgroupsPoolWithoutWorkers's condition (messages waiting, the member's workers summing to 0) holds on what
+    cg metrics serves while a dispatching member has no worker, and no longer once a worker handled them; the
+    series PcgroupsPoolWaitingGrowing joins are there with the same labels (its `and` matches on them)."""
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=server_url)).ok()
+    member = dict(flavour="static", stream=uniq, group="g", member="m1")
+
+    def pool(m: dict[str, list]) -> tuple[list[float], list[float]]:
+        return (values(m.get("pcgroups_pool_waiting_messages", []), **member),
+                values(m.get("pcgroups_pool_workers", []), **member))
+
+    async with procs() as start:
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=server_url)
+        await d.wait_text("consuming...\n")
+        for i in range(6):
+            await js.publish(f"{uniq}.k{i}", b"x")
+        _, port = await exporter(start, server_url, uniq)
+
+        async def without_workers() -> bool:
+            waiting, workers = pool(await ascrape(port))
+            return len(waiting) == 1 and waiting[0] > 0 and len(workers) == 2 and sum(workers) == 0
+        await wait_for(without_workers, 15, what="messages waiting and no worker, as cg metrics serves them")
+        w = await start("static", "--sleep", "0s", "worker", uniq, "g", "--name", "w1", url=server_url)
+        await w.wait_output(lambda o: o.count("acked") >= 6, what="the 6 messages handled")
+
+        async def served() -> bool:
+            waiting, workers = pool(await ascrape(port))
+            return waiting == [0] and sum(workers) == 1
+        await wait_for(served, 15, what="nothing waiting and one worker")
+        m = await ascrape(port)
+        for name in ("pcgroups_pool_in_flight_messages", "pcgroups_pool_slots"):
+            assert values(m[name], **member) == [0 if "flight" in name else 1], name
+        assert values(m["pcgroups_pool_worker_handled_messages"], "pcgroups_pool_worker_handled_messages_total",
+                  worker="w1", **member) == [6]
 
 
 _CONDITION = re.compile(r"^\s*(pcgroups_[a-z_]+)\s*(==|!=|>=|<=|>|<)\s*([0-9.]+)\s*$")

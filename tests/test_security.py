@@ -11,6 +11,7 @@ timeout, which is set to 20 s here so that a wait for it could not pass unnotice
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import time
@@ -21,13 +22,17 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PermissionDeniedError, add_members,
-                      create_elastic, create_static, delete_elastic, delete_static, elastic_consume,
-                      elastic_member_step_down, list_leases, set_member_mappings, static_consume)
+                      create_elastic, create_static, delete_elastic, delete_static,
+                      elastic_consume, elastic_member_step_down, get_static_config, list_leases,
+                      partition_of_subject, serve_worker, set_member_mappings, static_consume,
+                      static_member_step_down)
 from pcgroups.config import MemberMapping
 from pcgroups.connect import ConnectionOptions, connect
+from pcgroups import pool as pool_wire
 from pcgroups.permissions import PermissionWatch, Violation
 from pcgroups.server import EmbeddedServer
 from pcgroups.spark import _nats as spark_nats
+from pcgroups.static import create_static_consumers
 from pcgroups.spark._options import SinkOptions, SourceOptions
 
 from .support import wait_for
@@ -36,9 +41,12 @@ from .test_cli_common import assert_cli_error, cg, cg_env, run_cg
 SECURITY = Path(__file__).resolve().parent.parent / "docs" / "SECURITY.md"
 TIMEOUT = 20.0        # request timeout: a refusal must come long before it
 FAST = 5.0            # how long a refusal may take (it takes milliseconds; the machine may be loaded)
-ROLES = ("admin", "shipping-m1", "shipping-m2", "billing-member", "audit-member", "observer", "spark-reader",
-         "spark-writer")
-# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does
+ROLES = ("admin", "shipping-m1", "shipping-m2", "shipping-dispatcher", "shipping-worker", "shipping-w1",
+         "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
+# the workers' own inbox prefixes (their roles may not read _INBOX.>: the dispatcher's pulled messages come there)
+INBOXES = {"shipping-worker": "_INBOX_shipping_worker", "shipping-w1": "_INBOX_shipping_w1"}
+# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does;
+# audit-dispatcher is audit-member with its pool's subjects (an automatic member that dispatches)
 EXTRA_USERS = """
     { user: root, password: $ROOT_PASSWORD }
     { user: shipping-noack, password: $SHIPPING_NOACK_PASSWORD, permissions: {
@@ -47,7 +55,11 @@ EXTRA_USERS = """
     { user: no-inbox, password: $NO_INBOX_PASSWORD, permissions: {
         publish: { allow: ["$JS.API.>"] }
         subscribe: { allow: ["nothing.here"] } } }
+    { user: audit-dispatcher, password: $AUDIT_DISPATCHER_PASSWORD, permissions: {
+        publish: { allow: %s }
+        subscribe: { allow: %s } } }
 """
+AUDIT_POOL = "$PCG.POOL.elastic.EVENTS.audit"
 PARTITIONS = 4
 
 
@@ -58,12 +70,24 @@ def documented_config() -> str:
     return m.group(1)
 
 
-def documented_allow(user: str) -> list[str]:
-    """A documented user's publish allow list (quoted subjects, in order)."""
+def documented_allow(user: str, operation: str = "publish") -> list[str]:
+    """A documented user's ``publish`` (or ``subscribe``) allow list (quoted subjects, in order)."""
     block = documented_config()
     start = block.index(f"{{ user: {user},")
-    body = block[start:block.index("subscribe:", start)]
+    start = block.index(f"{operation}:", start)
+    body = block[start:block.index("]", block.index("allow: [", start))]
     return re.findall(r'"([^"]+)"', body)
+
+
+def extra_users() -> str:
+    """EXTRA_USERS with their lists."""
+    def quoted(subjects: list[str]) -> str:
+        return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
+    p = AUDIT_POOL
+    audit = [*documented_allow("audit-member"), f"{p}.HELLO", f"{p}.W.*.*.work", f"{p}.W.*.*.hb", "_INBOX.>"]
+    audit_sub = ["_INBOX.>", f"{p}.HB", f"{p}.LEAVE", f"{p}.D.*.R.*", f"{p}.STATUS", "$PCG.POOL.STATUS"]
+    return EXTRA_USERS % (quoted(noack), quoted(audit), quoted(audit_sub))
 
 
 def env_name(user: str) -> str:
@@ -82,19 +106,19 @@ class Secured:
 
     async def connect(self, user: str):
         return await connect(ConnectionOptions(server=self.url, user=user, password=self.passwords[user],
-                                               timeout=TIMEOUT, no_context=True))
+                                               timeout=TIMEOUT, no_context=True, inbox_prefix=INBOXES.get(user)))
 
     def cli(self, user: str) -> list[str]:
-        return ["--server", self.url, "--user", user, "--password", self.passwords[user], "--timeout", f"{TIMEOUT:g}s"]
+        inbox = ["--inbox-prefix", INBOXES[user]] if user in INBOXES else []
+        return ["--server", self.url, "--user", user, "--password", self.passwords[user], "--timeout", f"{TIMEOUT:g}s",
+                *inbox]
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    users = [*ROLES, "root", "shipping-noack", "no-inbox"]
+    users = [*ROLES, "root", "shipping-noack", "no-inbox", "audit-dispatcher"]
     passwords = {u: secrets.token_urlsafe(12) for u in users}
-    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
-    config = documented_config().replace(
-        "users = [", "users = [" + EXTRA_USERS % ("[" + ", ".join(f'"{s}"' for s in noack) + "]"), 1)
+    config = documented_config().replace("users = [", "users = [" + extra_users(), 1)
     variables = "".join(f'{env_name(u)}: "{p}"\n' for u, p in passwords.items())
     path = tmp_path_factory.mktemp("secured") / "server.conf"
     path.write_text(variables + config, encoding="utf-8")
@@ -381,6 +405,237 @@ async def test_a_member_without_its_ack_permission_ends_at_once(secured):
         await nc.close()
 
 
+# --- the worker pool -------------------------------------------------------------------------------------------
+POOL = "$PCG.POOL.static.ORDERS.shipping"
+POOL_CONFIG = ConsumerConfig(ack_wait=2, max_ack_pending=16)   # a window: several messages at the workers at once
+
+
+def m1_subjects(prefix: str, n: int) -> list[str]:
+    """``n`` subjects ``orders.<prefix><i>`` in m1's partitions (0 and 1)."""
+    subjects = (f"orders.{prefix}{i}" for i in range(10 * n))
+    return [s for s in subjects if partition_of_subject(s, PARTITIONS, [1], "orders.*") in (0, 1)][:n]
+
+
+def violations(nc) -> list[Violation]:
+    """Every permission violation the server reports on ``nc`` from now on (PermissionWatch passes on only those
+    of JetStream, KV, pool and inbox subjects)."""
+    seen: list[Violation] = []
+    forward = nc._error_cb
+
+    async def on_error(e: Exception) -> None:
+        v = Violation.parse(e)
+        if v is not None:
+            seen.append(v)
+        await forward(e)
+    nc._error_cb = on_error
+    return seen
+
+
+class Pool:
+    """A dispatching instance of m1 (user shipping-dispatcher) and workers, each on a connection of its own."""
+
+    def __init__(self, secured: Secured):
+        self.secured = secured
+        self.handled: list[tuple[str, str, int]] = []   # (worker, subject, delivery count)
+        self.connections: list = []
+        self.workers: list = []
+        self.dispatcher = None
+        self.slow: set[str] = set()
+        self.started: list[str] = []
+        self.events: list = []   # the dispatching instance's
+
+    async def connect(self, user: str):
+        nc = await self.secured.connect(user)
+        self.connections.append(nc)
+        return nc
+
+    async def start(self, *workers: tuple[str, str]) -> "Pool":
+        nc = await self.connect("shipping-dispatcher")
+        self.dispatcher = await static_consume(nc, "ORDERS", "shipping", "m1", None, dispatch=True, config=POOL_CONFIG,
+                                               on_event=self.events.append)
+        await self.dispatcher.wait_for_consuming(15)
+        for user, name in workers:
+            self.workers.append(await serve_worker(await self.connect(user), "static", "ORDERS", "shipping",
+                                                   self.handler(name), name=name, ack_wait=POOL_CONFIG.ack_wait))
+        for w in self.workers:
+            await w.wait_for_consuming(10)
+        return self
+
+    def handler(self, name: str):
+        async def handle(msg) -> None:
+            self.started.append(msg.subject)
+            if msg.subject in self.slow:   # longer than AckWait: the worker's +WPI keeps it
+                await asyncio.sleep(POOL_CONFIG.ack_wait * 1.5)
+            await msg.ack_sync()            # a request: the reply comes to the worker's own inbox
+            self.handled.append((name, msg.subject, msg.deliveries))
+        return handle
+
+    async def close(self) -> None:
+        for w in self.workers:
+            assert await asyncio.wait_for(w.stop(), 15) is None
+        if self.dispatcher is not None:
+            assert await asyncio.wait_for(self.dispatcher.stop(), 15) is None
+        for nc in self.connections:
+            await nc.close()
+
+
+@pytest.fixture
+async def pool(secured):
+    p = Pool(secured)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def test_workers_take_their_offers_and_ack_them(secured, pool):
+    """A worker of each kind (shipping-w1, its own user; shipping-worker, one user for all) enrols, takes offers
+    and acks them (+WPI included: a call longer than AckWait is not redelivered); cg status shows the pool to
+    the observer. The shared user can read the other worker's offers: the documented price of sharing."""
+    spy = await pool.connect("shipping-worker")
+    offers = await spy.subscribe(f"{POOL}.W.w1.*.work")
+    await pool.start(("shipping-w1", "w1"), ("shipping-worker", "wx"))
+    subjects = m1_subjects("pool", 12)
+    pool.slow = {subjects[0]}
+    await publish(secured, subjects[:1])   # first: its worker is busy with it, the other takes the rest
+    await wait_for(lambda: subjects[0] in pool.started, 10, what="the slow call started")
+    await publish(secured, subjects[1:])
+    mine = lambda: [(w, s, d) for w, s, d in pool.handled if s in subjects]   # noqa: E731 - earlier tests' come too
+    await wait_for(lambda: len(mine()) >= len(subjects), 20, what="every message handled")
+    assert sorted(s for _, s, _ in mine()) == sorted(subjects)
+    assert {w for w, _, _ in mine()} == {"w1", "wx"}
+    assert [d for _, _, d in mine()] == [1] * len(subjects)   # none redelivered, the slow one included
+    root = JetStreamApi(await pool.connect("root"), timeout=TIMEOUT)
+
+    async def settled() -> bool:
+        info = await root.consumer_info("ORDERS", "shipping-m1")
+        return info["num_ack_pending"] == info["num_pending"] == 0
+    await wait_for(settled, 10, what="m1's consumer with nothing pending")
+    offer = await offers.next_msg(FAST)   # one of w1's offers, read by another worker's user
+    assert offer.headers["Pcg-Ack"].startswith("$JS.ACK.ORDERS.shipping-m1.") and offer.data   # body and all
+    r = (await run_cg(*secured.cli("observer"), "static", "status", "ORDERS", "shipping", "--json")).ok()
+    [pool_status] = json.loads(r.out)["pools"]
+    assert sorted(w["name"] for w in pool_status["workers"]) == ["w1", "wx"]
+    for w in pool.workers:
+        assert w.consuming
+
+
+async def test_a_worker_cannot_read_configs_touch_groups_or_take_what_it_was_not_given(secured):
+    """shipping-w1's user, besides running its worker: no JetStream API at all, no other worker's offers, no
+    inbox but its own (the dispatcher's pulled messages come to the dispatcher's inbox), no dispatcher's part."""
+    nc = await secured.connect("shipping-w1")
+    try:
+        api = JetStreamApi(nc, timeout=TIMEOUT)
+        await refused(api.stream_info("ORDERS"), "$JS.API.STREAM.INFO.ORDERS")
+        config_bucket = "$JS.API.STREAM.INFO.KV_static-consumer-groups"
+        await refused(get_static_config(nc, "ORDERS", "shipping"), config_bucket)
+        await refused(delete_static(nc, "ORDERS", "shipping"), "$JS.API.STREAM.INFO.ORDERS")
+        await refused(create_static_consumers(nc, "ORDERS", "shipping"), config_bucket)
+        await refused(static_member_step_down(nc, "ORDERS", "shipping", "m1"), config_bucket)
+        await refused(add_members(nc, "EVENTS", "billing", ["m9"]), "$JS.API.STREAM.INFO.KV_elastic-consumer-groups")
+        await refused(static_consume(nc, "ORDERS", "shipping", "m1", recorder()[1], config=CONFIG),
+                      "$JS.API.STREAM.INFO.ORDERS")
+        await refused(api.consumer_info("ORDERS", "shipping-m1"), "$JS.API.CONSUMER.INFO.ORDERS.shipping-m1")
+        # plain publishes and subscriptions, never answered: the server's refusals
+        seen = violations(nc)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ORDERS.shipping-m1", b'{"batch":1}')
+        await nc.publish("$JS.API.DIRECT.GET.ORDERS", b'{"seq":1}')
+        await nc.publish("$JS.API.DIRECT.GET.KV_static-consumer-groups.$KV.static-consumer-groups.ORDERS.shipping", b"")
+        await nc.publish(f"{POOL}.HELLO", b"{}")
+        await nc.publish(f"{POOL}.W.wx.00000000.work", b"x")
+        await nc.publish(f"{POOL}.STATUS", b"")
+        for subject in ("_INBOX.>", f"{POOL}.W.wx.*.work", f"{POOL}.W.*.*.work", f"{POOL}.HB", f"{POOL}.D.*.R.*",
+                        "orders.*", "$JS.ACK.ORDERS.>"):
+            await nc.subscribe(subject)
+        await wait_for(lambda: len(seen) >= 13, FAST, what="thirteen refusals")
+        assert sorted((v.operation, v.subject) for v in seen) == sorted([
+            ("publish", "$js.api.consumer.msg.next.orders.shipping-m1"), ("publish", "$js.api.direct.get.orders"),
+            ("publish", "$js.api.direct.get.kv_static-consumer-groups.$kv.static-consumer-groups.orders.shipping"),
+            ("publish", f"{POOL}.HELLO".lower()), ("publish", f"{POOL}.W.wx.00000000.work".lower()),
+            ("publish", f"{POOL}.STATUS".lower()),
+            ("subscribe", "_inbox.>"), ("subscribe", f"{POOL}.W.wx.*.work".lower()),
+            ("subscribe", f"{POOL}.W.*.*.work".lower()), ("subscribe", f"{POOL}.HB".lower()),
+            ("subscribe", f"{POOL}.D.*.R.*".lower()), ("subscribe", "orders.*"), ("subscribe", "$js.ack.orders.>")])
+    finally:
+        await nc.close()
+
+
+async def test_a_forged_reply_subject_does_not_steer_the_dispatcher(secured):
+    """The dispatcher answers a heartbeat on the worker's own subject, never on the reply subject the heartbeat
+    names, and answers no status request on a $ subject. Otherwise whoever may send one (a worker, an observer)
+    could make it publish where only it may: an automatic member may write its group's config, and the answer
+    would overwrite it (every instance of the group would end on the broken config)."""
+    events: list = []
+    nc = await secured.connect("audit-dispatcher")
+    root = await nats.connect(secured.url, user="root", password=secured.passwords["root"])
+    try:
+        inst = await elastic_consume(nc, "EVENTS", "audit", "", None, config=CONFIG, auto=True, lease_ttl=2,
+                                     dispatch=True, on_event=events.append)
+        await inst.wait_settled(15)
+        await inst.wait_for_consuming(10)
+        config = "$KV.elastic-consumer-groups.EVENTS.audit"
+        hb = pool_wire.Heartbeat("evil", "0000beef", 1, stopping=True).encode()
+
+        async def forged() -> bool:   # again until taken, as a worker beats (the instance may be starting over)
+            await root.publish(f"{AUDIT_POOL}.STATUS", b"", reply=config)
+            await root.publish(f"{AUDIT_POOL}.HB", hb, reply=config)
+            await root.flush()
+            return any(e.kind == "worker-joined" for e in events)
+        await wait_for(forged, FAST, interval=0.2, what="the heartbeat taken")
+        (await run_cg(*secured.cli("admin"), "elastic", "info", "EVENTS", "audit")).ok()   # the config as it was
+        assert inst.consuming
+        assert await asyncio.wait_for(inst.stop(), 15) is None
+    finally:
+        await root.close()
+        await nc.close()
+
+
+async def test_a_heartbeat_whose_name_or_id_is_no_subject_token_is_ignored(secured, pool):
+    """The answer and the offers go to the worker's own subjects, made of its name and id: a heartbeat whose
+    name or id is not one token of a subject is ignored (the dispatcher would publish where it may not)."""
+    await pool.start(("shipping-w1", "w1"))
+    worker = await pool.connect("shipping-worker")
+    for name, wid in (("a b", "0000bee1"), ("a.b", "0000bee2"), ("evil2", "x.y"), ("evil3", "*"), ("evil4", ""),
+                      ("ok", "0000bee3")):
+        await worker.publish(f"{POOL}.HB", pool_wire.Heartbeat(name, wid, 1, stopping=True).encode(),
+                             reply=f"{POOL}.W.x.y.hb")
+    await wait_for(lambda: any(e.detail.startswith("ok:") for e in pool.events), FAST, what="the valid heartbeat")
+    subjects = m1_subjects("names", 3)
+    await publish(secured, subjects)
+    await wait_for(lambda: {s for _, s, _ in pool.handled} >= set(subjects), 15, what="later messages handled")
+    joined = [e.detail.split(":")[0] for e in pool.events if e.kind == "worker-joined"]
+    assert sorted(joined) == ["ok", "w1"], joined
+    assert pool.dispatcher.consuming
+
+
+async def test_a_worker_of_another_name_than_its_users_ends_at_once(secured):
+    """shipping-w1's user may take only the offers of the worker named w1: a worker named w2 is refused its
+    subscription and ends with that error at once (cg: one line, exit status 1), instead of waiting for offers."""
+    nc = await secured.connect("shipping-w1")
+    try:
+        w = await serve_worker(nc, "static", "ORDERS", "shipping", recorder()[1], name="w2")
+        error = await asyncio.wait_for(w.done(), FAST)
+        assert isinstance(error, PermissionDeniedError), error
+        assert (error.operation, error.subject) == ("subscribe", f"{POOL}.W.w2.{w.id}.work"), str(error)
+    finally:
+        await nc.close()
+    r = await run_cg(*secured.cli("shipping-w1"), "static", "worker", "ORDERS", "shipping", "--name", "w2")
+    assert_cli_error(r, f"permission denied: subscribe to {POOL}.W.w2.")
+    assert len(r.err.splitlines()) == 1, r.err
+
+
+async def test_a_member_without_the_pools_permissions_cannot_dispatch(secured):
+    """shipping-m1 has no pool subjects: started with dispatch=True it ends at once, naming the first one."""
+    nc = await secured.connect("shipping-m1")
+    try:
+        inst = await static_consume(nc, "ORDERS", "shipping", "m1", None, dispatch=True, config=CONFIG)
+        error = await asyncio.wait_for(inst.done(), 10)
+        assert isinstance(error, PermissionDeniedError), error
+        assert (error.operation, error.subject) == ("subscribe", f"{POOL}.HB"), str(error)
+    finally:
+        await nc.close()
+
+
 async def test_admin_deletes_the_groups(secured):
     """Last: the admin role's delete (static: the config and the members' consumers; elastic: the work queue)."""
     for args in (("static", "delete", "-f", "ORDERS", "shipping"), ("elastic", "delete", "-f", "EVENTS", "billing"),
@@ -400,8 +655,18 @@ def test_the_nsc_lists_are_the_configuration():
     commands = {m.group(1): m.group(0) for m in re.finditer(r"--name (\S+) .*?(?=\n\n|\Z)", block, re.S)}
     assert sorted(commands) == sorted(ROLES)
     for user, command in commands.items():
-        assert "--allow-sub '_INBOX.>'" in command
+        assert re.findall(r"--allow-sub '([^']+)'", command) == documented_allow(user, "subscribe"), user
         assert re.findall(r"--allow-pub '([^']+)'", command) == documented_allow(user), user
+
+
+def test_the_per_worker_template_gives_each_worker_shipping_w1s_lists():
+    """docs/SECURITY.md, A user per worker: the scoped signing key's template, for a user named w1, is shipping-w1
+    (with an inbox prefix under _INBOX_workers)."""
+    block = re.findall(r"```sh\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S)[1]
+    subs = [s.replace("{{name()}}", "w1") for s in re.findall(r"--allow-sub '([^']+)'", block)]
+    assert subs == ["_INBOX_workers.w1.>", *documented_allow("shipping-w1", "subscribe")[1:]]
+    assert re.findall(r"--allow-pub '([^']+)'", block) == documented_allow("shipping-w1")
+    assert all("{{" not in s or ".{{name()}}." in s for s in re.findall(r"--allow-\w+ '([^']+)'", block))
 
 
 def test_a_violation_is_named_as_the_caller_wrote_the_subject():
