@@ -223,7 +223,7 @@ class Roster:
 
     async def _offer(self, worker: WorkerView, m: Msg) -> pool.Outcome:
         self._token += 1
-        token = str(self._token)
+        token = f"{self._token}-{secrets.token_hex(8)}"   # numbered (the workers' upto), and not to be guessed
         offer = Offer(m.stream_sequence, worker, token, time.monotonic(),
                       asyncio.get_running_loop().create_future())
         headers = {k: v for k, v in (m.headers or {}).items() if k != PIN_HEADER}

@@ -22,6 +22,8 @@ subject                               who publishes                   what
 ``P.W.<name>.<id>.work``              the dispatching instance        an **offer**: the message's headers and
                                                                       body, plus the ``Pcg-*`` headers below,
                                                                       reply subject ``P.D.<d>.R.<token>``
+                                                                      (``<n>-<16 hex>``: numbered, not to be
+                                                                      guessed by another worker)
 ``P.D.<d>.R.<token>``                 the worker, when the call       ``{"v","outcome","delay","reason"}`` or
                                       ended, or at once when busy     ``{"v","outcome":"busy"}``
 ``P.STATUS``, ``$PCG.POOL.STATUS``    ``cg status``, ``cg metrics``   a request (one group, every group); each

@@ -271,7 +271,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         headers = dict(msg.headers or {})
         d, ack = headers.pop(pool.DISPATCHER, ""), headers.pop(pool.ACK, "")
         subject, pin = headers.pop(pool.SUBJECT, ""), headers.pop(pool.PIN, "")
-        token = msg.reply.rsplit(".", 1)[-1] if msg.reply else ""
+        token = (msg.reply.rsplit(".", 1)[-1] if msg.reply else "").split("-", 1)[0]
         if not (d and ack and subject and token.isdigit()):
             log.warning("%s: ignored an offer without its Pcg headers", self.member_name)
             return
