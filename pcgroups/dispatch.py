@@ -76,7 +76,7 @@ class WorkerView:
     capacity: int
     work_subject: str
     seen: float
-    busy: int = 0
+    others: int = 0                  # calls it runs for other dispatching instances (its last heartbeat's)
     stopping: bool = False
     handled: int = 0
     offers: dict[str, Offer] = field(default_factory=dict)   # token -> our offer waiting for it
@@ -84,8 +84,9 @@ class WorkerView:
 
     @property
     def free(self) -> int:
-        """Slots it has for us: its capacity less what runs there (ours, or another dispatcher's it reported)."""
-        return 0 if self.stopping else max(self.capacity - max(len(self.offers), self.busy), 0)
+        """Slots it has for us: its capacity less our offers (known now) and the calls it runs for others (as of
+        its last heartbeat)."""
+        return 0 if self.stopping else max(self.capacity - len(self.offers) - self.others, 0)
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,8 @@ class Roster:
                 case "retry":
                     self.retried += 1
                     raise RetryLater(result.reason or "nak", result.delay)
-                case "busy":
-                    worker.busy = worker.capacity   # full until its next heartbeat says otherwise
+                case "busy":   # full with others' calls: until its next heartbeat says otherwise
+                    worker.others = max(worker.capacity - len(worker.offers), 1)
                 case _:   # dropped, or taken back (a silent worker, a lost offer): offer it again
                     log.info("%s: message %d back from worker %s (%s): offering it again", self.spec.member,
                              m.sequence, worker.name, result.reason or result.outcome)
@@ -264,8 +265,9 @@ class Roster:
             self._said("worker-joined", w, f"capacity {hb.capacity}")
             self._resized()
         changed = (w.capacity, w.stopping) != (hb.capacity, hb.stopping)
-        w.seen, w.capacity, w.busy, w.stopping = now, hb.capacity, hb.busy, hb.stopping
         held = set(hb.held.get(self.id, ()))
+        w.seen, w.capacity, w.stopping = now, hb.capacity, hb.stopping
+        w.others = max(hb.busy - len(held), 0)   # not ours: our offers count as we know them, not as it said
         for offer in list(w.offers.values()):   # pool invariant 2: an offer it does not know of was lost
             if offer.seq not in held and now - offer.sent > pool.OFFER_GRACE:
                 _resolve(offer.outcome, pool.Outcome("dropped", reason="the worker never got it"))
