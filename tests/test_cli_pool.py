@@ -145,7 +145,11 @@ async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
         for i in range(5):
             await js.publish(f"{uniq}.k{i}", b"x")
         await w.wait_output(lambda o: len(acked(o)) == 5, what="5 messages handled")
-        m = await asyncio.to_thread(scrape, port)
+
+        async def counted():   # the outcomes reach the dispatcher a moment after the worker's lines
+            m = await asyncio.to_thread(scrape, port)
+            return m if [s.value for s in m["pcgroups_pool_worker_handled_messages"]] == [5] else None
+        m = await wait_for(counted, 10, what="the 5 outcomes counted")
         for p in (w, d):
             p.signal(signal.SIGINT)
             await p.wait()
