@@ -446,8 +446,9 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
     tracing, finish = traced_by_env(otel)
 
     async def setup():
-        nc, _ = await _connect_patiently(rt)
+        nc, api = await _connect_patiently(rt)
         run.nc = nc
+        await _group_there(nc, api, kind, stream, group)
         return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
                                   on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
                                   tracing=tracing)
@@ -469,6 +470,22 @@ async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
                 told = True
                 warn(f"{e}; trying again every {RECONNECT_TIME_WAIT:g}s until it answers (Ctrl-C to stop)")
         await asyncio.sleep(RECONNECT_TIME_WAIT)
+
+
+async def _group_there(nc: Any, api: Any, kind: str, stream: str, group: str) -> None:
+    """A worker of a group that does not exist would wait for a dispatcher for ever: one error line instead. A
+    worker's role may not read configs (docs/SECURITY.md): then it is not checked."""
+    from pcgroups.elastic import get_elastic_config
+    from pcgroups.errors import NotFoundError, PermissionDeniedError
+    from pcgroups.static import get_static_config
+
+    try:
+        await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group, api=api)
+    except NotFoundError as e:
+        hint = "" if "(" in str(e) else f" (cg {kind} ls {stream} lists the groups)"
+        raise CLIError(f"{e}{hint}") from None
+    except PermissionDeniedError:
+        pass
 
 
 async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:

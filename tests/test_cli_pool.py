@@ -166,6 +166,7 @@ async def test_bad_pool_input_is_one_error_line(nats_server, uniq):
         (("elastic", "worker", uniq, "g", "--capacity", "0"), "invalid --capacity 0"),
         (("static", "consume", uniq, "g", "m1", "--dispatch", "--concurrency", "0"), "invalid --concurrency 0"),
         (("static", "consume", uniq, "g", "m1", "--dispatch", "--key-tokens", "x"), "--key-tokens"),
+        (("static", "worker", "nostream", "g", "--name", "w"), "static consumer group g on stream nostream not found"),
     ]:
         assert_cli_error(await run_cg(*args, url=url), fragment)
 
