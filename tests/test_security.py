@@ -681,3 +681,19 @@ def test_a_violation_is_named_as_the_caller_wrote_the_subject():
     e = inbox.error()
     assert (e.operation, e.subject) == ("subscribe", "_INBOX.abc.*") and "allow _INBOX.> or the inbox prefix" in str(e)
     assert Violation.parse("nats: timeout") is None and Violation.parse("authorization violation") is None
+
+
+async def test_cg_worker_under_its_role_does_not_need_to_read_the_config(secured):
+    """``cg ... worker`` checks that the group exists where the user may read configs; a worker's role may not
+    (its refused read is no error): it runs, waiting for a dispatching member, until Ctrl-C (exit 0)."""
+    from tests.test_cli_common import Proc, cg_env
+
+    p = await Proc(*secured.cli("shipping-w1"), "static", "worker", "ORDERS", "shipping", "--name", "w1",
+                   env=cg_env(None, CG_PRETTY="1", COLUMNS="200")).start()
+    try:
+        await p.wait_text("[w1] no dispatching member yet", timeout=15)
+        p.signal(2)   # SIGINT
+        r = await p.wait(timeout=15)
+    finally:
+        await p.close()
+    assert r.code == 0 and "error" not in r.err, r.err
