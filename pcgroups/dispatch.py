@@ -19,7 +19,8 @@ too, so a take-over starts with the workers known). Who calls what:
 Invariants, besides those of :mod:`pcgroups.pool`:
 
 1. :meth:`Roster.run` returns only when a worker settled the message (``ack``, ``term``), or left it to
-   AckWait (``none``), or the instance stops while no worker is free (the message is nak'd); it raises :class:`~pcgroups.scheduler.RetryLater` for ``retry``; a ``busy``, a
+   AckWait (``none``), or the instance stops (a message at a worker stays there: its call goes on and acks, and
+   the next pin holder waits for it; one no worker had taken is nak'd); it raises :class:`~pcgroups.scheduler.RetryLater` for ``retry``; a ``busy``, a
    ``dropped``, a silent worker or a lost offer offer the message again, to the freest worker.
 2. The pool's slots (the sum of the capacities of the workers not stopping, at most ``max_in_flight`` when
    given) are the keyed dispatcher's concurrency: with no worker nothing is handed out and messages wait,
@@ -54,6 +55,7 @@ from .scheduler import ConsumerControl, KeyedDispatcher, KeyFunc, RetryLater, Re
 log = logging.getLogger("pcgroups")
 
 REAP_EVERY = 0.25
+STOPPED = "stopped"   # an offer's outcome of our own (not on the wire): this instance stopped while it was out
 
 
 @dataclass
@@ -153,8 +155,8 @@ class Roster:
                 await sub.unsubscribe()
             except Exception:  # the connection is closed already
                 pass
-        for offer in list(self._offers.values()):
-            _resolve(offer.outcome, pool.Outcome("dropped"))
+        for offer in list(self._offers.values()):   # still at a worker: its call goes on, with +WPI, and acks
+            _resolve(offer.outcome, pool.Outcome(STOPPED))
 
     @property
     def pinned(self) -> bool:
@@ -192,6 +194,8 @@ class Roster:
                     return
                 case "none":
                     self._done(worker)
+                    return
+                case "stopped":   # this instance stops: the worker's call goes on (the next holder waits for it)
                     return
                 case "retry":
                     self.retried += 1

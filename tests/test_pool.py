@@ -270,3 +270,35 @@ async def test_an_automatic_member_dispatches_too(nc, js, uniq, connections):
         await d.stop()
     assert sorted(handled) == sorted(f"{uniq}.k{i}" for i in range(20))
     assert status is not None and status["member"] == d.member_name and status["member"].startswith("auto-")
+
+
+async def test_a_dispatcher_stopped_under_a_long_call_leaves_it_to_its_worker(nc, js, uniq, connections):
+    """The dispatching instance stops while a worker runs a call longer than AckWait (it waits AckWait, then
+    ends): the call goes on with +WPI and acks; the next instance of the member takes over and waits for it, so
+    the message runs once and the key's next message after it."""
+    from pcgroups import ConsumerConfig
+
+    await one_partition_group(js, nc, uniq)
+    calls: list[tuple[str, float, float]] = []
+
+    async def handler(msg):
+        start = asyncio.get_running_loop().time()
+        await asyncio.sleep(2.5 if msg.data == b"0" else 0.01)
+        await msg.ack()
+        calls.append((msg.data.decode(), start, asyncio.get_running_loop().time()))
+
+    cfg = ConsumerConfig(ack_wait=1.0)
+    d1 = await static_consume(await connections(), uniq, "g", "m", dispatch=True, config=cfg)
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=2, ack_wait=1.0)
+    try:
+        await w.wait_for_consuming(10)
+        await js.publish(f"{uniq}.k", b"0")
+        await wait_for(lambda: w.busy == 1, 10, what="the long call under way")
+        await d1.stop()
+        d2 = await static_consume(await connections(), uniq, "g", "m", dispatch=True, config=cfg)
+        await js.publish(f"{uniq}.k", b"1")
+        await wait_for(lambda: len(calls) == 2, 15, what="both messages handled")
+        await d2.stop()
+    finally:
+        await w.stop()
+    assert [c[0] for c in calls] == ["0", "1"] and calls[1][1] >= calls[0][2]   # once each, in order, apart
