@@ -16,8 +16,8 @@ from nats.js.kv import KeyValue
 
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError
 from .config import go_json
-from .jsapi import (ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi,
-                    kv_bucket_config)
+from .jsapi import (ERR_MAXIMUM_CONSUMERS, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE,
+                    ConsumerConfig, JetStreamApi, consumer_limit_error, kv_bucket_config)
 from .permissions import PermissionWatch, kv_subjects
 
 log = logging.getLogger("pcgroups")
@@ -43,10 +43,16 @@ def group_key(stream: str, group: str) -> str:
     return f"{stream}.{group}"
 
 
-def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> Awaitable[T]:
+async def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> T:
     """A nats-py call on ``kv`` (get, create, update, delete, watch) that fails at once with a
-    PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`)."""
-    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key))
+    PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`), and names
+    the bucket's stream when a watch finds it out of consumers."""
+    try:
+        return await PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key))
+    except nats.js.errors.APIError as e:
+        if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:   # nats-py's KV errors may lack it
+            raise consumer_limit_error(f"KV_{kv._name}") from None
+        raise
 
 
 def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:

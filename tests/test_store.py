@@ -56,3 +56,47 @@ async def test_snapshot_reads_every_live_key(nc, js, uniq):
 async def test_snapshot_of_a_missing_bucket(nc, uniq):
     with pytest.raises(NotFoundError, match=f"nobucket{uniq}"):
         await store.snapshot(JetStreamApi(nc), f"nobucket{uniq}")
+
+
+async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_server):
+    """nats-server (2.15 on) refuses a stream's consumer past its limit (1000 unless set). Every running instance
+    watches its group's config: a config bucket at its limit refuses the next instance's watch, and an origin
+    stream at its limit the next member's consumer. Both say which stream and what to raise, in the library and
+    as cg's one error line (docs/SCALE.md, *Limits*)."""
+    import json
+
+    import nats
+
+    from pcgroups import create_static, static_consume
+    from pcgroups.errors import JetStreamAPIError
+    from pcgroups.jsapi import ERR_MAXIMUM_CONSUMERS
+
+    from .test_cli_common import acg, assert_cli_error
+
+    nc = await nats.connect(fresh_server.url)
+    api = JetStreamApi(nc)
+    try:
+        await nc.jetstream().add_stream(name="O", subjects=["o.*"], subject_transform={
+            "src": "o.*", "dest": "{{partition(2,1)}}.o.{{wildcard(1)}}"})
+        await create_static(nc, "O", "g", 2, members=["m1", "m2"])
+
+        async def limit(stream: str, n: int) -> None:
+            cfg = (await api.stream_info(stream))["config"]
+            await api.request(f"STREAM.UPDATE.{stream}", json.dumps(dict(cfg, max_consumers=n)).encode())
+
+        await limit("KV_static-consumer-groups", 1)
+        first = await static_consume(nc, "O", "g", "m1", lambda msg: None)   # its watch takes the one consumer
+        try:
+            with pytest.raises(JetStreamAPIError, match="stream KV_static-consumer-groups has as many consumers") as e:
+                await static_consume(nc, "O", "g", "m2", lambda msg: None)
+            assert e.value.err_code == ERR_MAXIMUM_CONSUMERS and "default_max_consumers" in str(e.value)
+            assert_cli_error(await acg("static", "consume", "O", "g", "m2", url=fresh_server.url),
+                             "cg: error: stream KV_static-consumer-groups has as many consumers as it may have")
+            await limit("KV_static-consumer-groups", 10)
+            await limit("O", 1)                                           # m1's consumer takes the one of O
+            with pytest.raises(JetStreamAPIError, match="stream O has as many consumers as it may have"):
+                await static_consume(nc, "O", "g", "m2", lambda msg: None)
+        finally:
+            await first.stop()
+    finally:
+        await nc.close()
