@@ -39,6 +39,7 @@ from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .scheduler import KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
+from .store import stop_watch
 
 log = logging.getLogger("pcgroups")
 
@@ -406,7 +407,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             self._watch_task.cancel()
         if self._watcher is not None:
             try:
-                await self._watcher.stop()
+                await stop_watch(self._watcher)
             except Exception:
                 pass
         return result

@@ -49,7 +49,8 @@ from .instance import ConsumerInstance
 from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, update
+from .store import (ELASTIC_BUCKET, _domain, bucket_call, group_key, kv_call, open_bucket, snapshot, stop_watch,
+                    update)
 
 log = logging.getLogger("pcgroups")
 
@@ -387,7 +388,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         except BaseException:
             await self._drop_lease()
             for w in self._watchers:
-                await _quietly(w.stop())
+                await _quietly(stop_watch(w))
             raise
         label = f"{self.member_name}/{self.instance_id}"
         self._tasks = [
@@ -737,7 +738,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
                 t.cancel()
         watchers, self._watchers = self._watchers, []
         for w in watchers:
-            await _quietly(w.stop())
+            await _quietly(stop_watch(w))
 
     async def _close(self, result: BaseException | None) -> BaseException | None:
         """The end, whatever the cause: nothing of ours is left running, the lease is gone."""

@@ -8,7 +8,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -53,6 +53,25 @@ async def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> T:
         if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:   # nats-py's KV errors may lack it
             raise consumer_limit_error(f"KV_{kv._name}") from None
         raise
+
+
+async def stop_watch(watcher: Any, timeout: float = 1.0) -> None:
+    """Stop a KV watch and delete its consumer. nats-py only unsubscribes, and the server keeps the watch's
+    (ordered) consumer for its inactive threshold, 5 minutes: every one counts against the bucket stream's
+    limit of consumers (a restarted fleet held twice its watches; docs/SCALE.md). Best effort: without a
+    connection, or without the permission to delete it, the server removes it in time."""
+    sub: Any = getattr(watcher, "_sub", None)
+    try:
+        await watcher.stop()
+    finally:
+        stream, consumer = getattr(sub, "_stream", None), getattr(sub, "_consumer", None)
+        nc = getattr(sub, "_conn", None)
+        if stream and consumer and nc is not None and nc.is_connected:
+            subject = f"{sub._js._prefix}.CONSUMER.DELETE.{stream}.{consumer}"
+            try:
+                await PermissionWatch.of(nc).call(nc.request(subject, b"", timeout=timeout), [subject])
+            except Exception as e:  # noqa: BLE001 - left to the server's inactive threshold
+                log.debug("the consumer %s of a watch of %s is left to the server: %s", consumer, stream, e)
 
 
 def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:

@@ -100,3 +100,42 @@ async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_serve
             await first.stop()
     finally:
         await nc.close()
+
+
+async def test_a_stopped_instance_leaves_no_watch_consumer(nc, uniq):
+    """nats-py stops a KV watch by unsubscribing only: its consumer stayed on the bucket's stream for the server's
+    inactive threshold (5 minutes), and every one counts against the stream's consumer limit (a restarted fleet
+    held twice its consumers). Stopping an instance deletes its watches' consumers."""
+    from nats.js.api import StreamConfig, SubjectTransform
+
+    from pcgroups import (PartitioningFilter, create_elastic, create_static, elastic_consume, static_consume)
+
+    api = JetStreamApi(nc)
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
+        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await create_static(nc, uniq, "g", 2, members=["m1"])
+    await js.add_stream(StreamConfig(name=f"{uniq}e", subjects=[f"{uniq}e.*"]))
+    await create_elastic(nc, f"{uniq}e", "g", 2, partitioning_filters=[PartitioningFilter(f"{uniq}e.*", [1])])
+
+    async def watches() -> int:
+        """The consumers on the buckets' streams that filter this test's keys."""
+        n = 0
+        for stream in ("KV_static-consumer-groups", "KV_elastic-consumer-groups", "KV_pcgroups-leases"):
+            try:
+                infos = await api.list_consumers(stream)
+            except NotFoundError:
+                continue
+            n += sum(1 for c in infos if uniq in str((c.get("config") or {}).get("filter_subject", "")))
+        return n
+
+    for start in (lambda: static_consume(nc, uniq, "g", "m1", lambda m: None),
+                  lambda: elastic_consume(nc, f"{uniq}e", "g", "", lambda m: None, auto=True)):
+        inst = await start()
+        assert await watches() >= 1
+        await inst.stop()
+        assert await inst.done() is None
+        deadline = asyncio.get_running_loop().time() + 5
+        while await watches() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        assert await watches() == 0, inst
