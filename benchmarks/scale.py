@@ -335,6 +335,25 @@ async def timed_cg(url: str, *args: str, runs: int = 3) -> dict[str, Any]:
     return {"seconds": round(median(times) or 0.0, 3), "error": error}
 
 
+async def library_calls(site: Site, runs: int = 3) -> dict[str, float]:
+    """What ``ls`` and ``status`` do, timed in this process (no interpreter start-up): median seconds."""
+    from pcgroups import list_elastic_groups, list_static_groups
+    from pcgroups.status import elastic_status, static_status
+    calls = {"static ls": lambda: list_static_groups(site.nc, "MANY"),
+             "elastic ls": lambda: list_elastic_groups(site.nc, "EMANY"),
+             "static status": lambda: static_status(site.nc, "MANY", "s0"),
+             "elastic status": lambda: elastic_status(site.nc, "EMANY", "e0")}
+    out = {}
+    for name, call in calls.items():
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - t)
+        out[name] = round(median(times) or 0.0, 4)
+    return out
+
+
 async def make_groups(site: Site, start: int, end: int) -> float:
     """Groups start..end-1 of each flavour (static s<i> on MANY, elastic e<i> on EMANY); seconds per group."""
     t = time.perf_counter()
@@ -402,12 +421,14 @@ async def many_groups(levels: list[int], *, cluster: bool = False, limit: bool =
             made = half
             row: dict[str, Any] = {"groups": 2 * half, "create_s_per_group": round(per_group, 3)}
             row["exporter"] = await exporter_refresh(site)
+            row["library"] = await library_calls(site)
             row["cg"] = {"static ls": await timed_cg(site.url, "static", "ls", "MANY"),
                          "elastic ls": await timed_cg(site.url, "elastic", "ls", "EMANY"),
                          "static status": await timed_cg(site.url, "static", "status", "MANY", "s0"),
                          "elastic status": await timed_cg(site.url, "elastic", "status", "EMANY", "e0")}
             log(f"  {2 * half} groups: exporter {row['exporter']['seconds']:.2f}s / {row['exporter']['requests']} "
-                f"requests; " + ", ".join(f"cg {k} {v['seconds']:.2f}s" for k, v in row["cg"].items()))
+                f"requests; " + ", ".join(f"cg {k} {v['seconds']:.2f}s ({row['library'][k] * 1000:.0f} ms in the "
+                                          f"library)" for k, v in row["cg"].items()))
             before = await site.counters()
             t = time.monotonic()
             procs = (await start_instances(site, "static", "MANY", [f"s{i}" for i in range(half)])
@@ -491,16 +512,16 @@ def tables(res: dict[str, Any]) -> str:
                        f"| {h['seconds']:.1f} s | {h['conflicts']} | {h['rebalances']} | {h['api_per_s']:.0f} |")
     if res.get("groups"):
         g = res["groups"]
-        out += ["", "| groups | exporter refresh | requests | `static ls` | `elastic ls` | `static status` "
-                "| `elastic status` | instances started in | KV consumers (static, elastic) | steady API req/s "
+        out += ["", "| groups | exporter refresh | requests | `static ls` (in the library) | `elastic ls` "
+                "| `static status` | `elastic status` | instances started in | KV consumers (static, elastic) | steady API req/s "
                 "| steady msgs out/s | steady server CPU | config change seen after | exporter, instances running |",
                 "|" + "---|" * 14]
         for r in g["levels"]:
             cg, kv = r["cg"], r.get("kv_consumers", {})
             out.append(f"| {r['groups']}{' (3 nodes)' if g['cluster'] else ''} | {r['exporter']['seconds']:.2f} s "
-                       f"| {r['exporter']['requests']} | " + " | ".join(f"{cg[k]['seconds']:.2f} s" for k in
-                                                                        ("static ls", "elastic ls", "static status",
-                                                                         "elastic status"))
+                       f"| {r['exporter']['requests']} | " + " | ".join(
+                           f"{cg[k]['seconds']:.2f} s ({r['library'][k] * 1000:.0f} ms)"
+                           for k in ("static ls", "elastic ls", "static status", "elastic status"))
                        + f" | {r['start_s']:.1f} s | {kv.get('KV_static-consumer-groups')}, "
                        f"{kv.get('KV_elastic-consumer-groups')} | {r['steady']['api_per_s']:.0f} "
                        f"| {r['steady']['out_msgs_per_s']:.0f} | {r['steady']['server_cpu_pct']:.0f} % "
@@ -547,8 +568,9 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         xs = [r["groups"] for r in rs]
         ax[1][0].plot(xs, [r["exporter"]["seconds"] for r in rs], style, label=f"exporter refresh{tag}")
         ax[1][0].plot(xs, [r["exporter_running"]["seconds"] for r in rs], style, label=f"exporter, running{tag}")
-        for k in ("static ls", "elastic ls", "elastic status"):
+        for k in ("static ls", "elastic status"):
             ax[1][0].plot(xs, [r["cg"][k]["seconds"] for r in rs], style, label=f"cg {k}{tag}")
+            ax[1][0].plot(xs, [r["library"][k] for r in rs], style, label=f"{k}, library call{tag}")
         ax[1][1].plot(xs, [r["exporter"]["requests"] for r in rs], style, label=f"exporter requests{tag}")
         ax[1][1].plot(xs, [sum(r["kv_consumers"].values()) for r in rs], style, label=f"KV watch consumers{tag}")
         ax[1][2].plot(xs, [r["steady"]["server_cpu_pct"] for r in rs], style, label=f"server CPU %, idle{tag}")
