@@ -82,17 +82,21 @@ class Worker:
             await asyncio.wait_for(self._reader, 5)
 
 
-async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
-                **options) -> Worker:
-    args = [sys.executable, "-m", "benchmarks.worker", url, flavour, stream, group, member]
-    for k, v in options.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
+    """``python -m MODULE ARGS`` from the repository, stdout piped, in a session of its own."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", module, *args, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.DEVNULL, cwd=str(ROOT), env=env,
                                                 start_new_session=True)
-    return Worker(proc, name or member)
+
+
+async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
+                **options) -> Worker:
+    args = [url, flavour, stream, group, member]
+    for k, v in options.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    return Worker(await start_module("benchmarks.worker", *args), name or member)
 
 
 async def stop_all(workers: list[Worker]) -> None:

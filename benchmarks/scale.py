@@ -37,7 +37,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import nats
@@ -46,17 +45,19 @@ from nats.js.api import StreamConfig, SubjectTransform
 from pcgroups import (JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members,
                       get_elastic_config, work_queue_name)
 from pcgroups.cluster import EmbeddedCluster
+from pcgroups.errors import NotFoundError
 from pcgroups.exporter import GroupsExporter
 from pcgroups.server import EmbeddedServer, free_port
 
 from .common import median
-from .procs import ROOT
+from .procs import ROOT, Worker, start_module
 
 PARTITIONS = 1024
 PER_PROCESS = 5            # automatic instances per worker process
 GROUPS_PER_PROCESS = 50    # group instances per worker process
 STEADY = 10.0              # seconds of steady state measured
 POLL = 0.5                 # seconds between two looks at the owners
+LEASE_TTL = 5.0            # the automatic instances' lease TTL (the default): renewed every TTL/3
 
 
 # ============================================================== the server(s) and what they count
@@ -71,6 +72,7 @@ class Site:
         self.nc: Any = None
         self.api: Any = None
         self.mine = 0   # API requests this harness sent (left out of the server's counts)
+        self.stale_reads = 0   # groups not found right after their create
 
     @property
     def replicas(self) -> int:
@@ -164,21 +166,18 @@ def rates(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 
 # ============================================================== worker processes
-@dataclass
-class Proc:
+class Proc(Worker):
     """A benchmarks.scale_worker process and what it printed."""
 
-    proc: asyncio.subprocess.Process
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    ready_at: float = 0.0
-    members: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=lambda: {"conflicts": 0, "rebalances": 0})
-    done: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    reader: asyncio.Task | None = None
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.ready_at = 0.0
+        self.members: list[str] = []
+        self.errors: list[str] = []
+        self.stats: dict[str, Any] = {"conflicts": 0, "rebalances": 0}
+        self.done: dict[str, Any] | None = None
+        super().__init__(proc, "scale")
 
-    async def read(self) -> None:
+    async def _read(self) -> None:
         assert self.proc.stdout is not None
         async for line in self.proc.stdout:
             try:
@@ -198,30 +197,9 @@ class Proc:
                 self.done, self.stats = ev, ev
         self.ready.set()   # ended: nobody waits for a ready that will not come
 
-    async def stop(self, timeout: float = 60.0) -> None:
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), timeout)
-            except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
-                await self.proc.wait()
-        if self.reader is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.reader, 5)
-
 
 async def spawn(url: str, *args: str) -> Proc:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "benchmarks.scale_worker", url, *args,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                                                cwd=str(ROOT), env=env, start_new_session=True)
-    p = Proc(proc)
-    p.reader = asyncio.create_task(p.read())
-    return p
+    return Proc(await start_module("benchmarks.scale_worker", url, *args))
 
 
 async def all_ready(procs: list[Proc], timeout: float) -> None:
@@ -231,9 +209,22 @@ async def all_ready(procs: list[Proc], timeout: float) -> None:
         raise RuntimeError(f"{len(dead)} worker process(es) ended before they were ready")
 
 
-def totals(procs: list[Proc]) -> dict[str, int]:
+def totals(procs: list[Proc]) -> dict[str, Any]:
+    """Conflicts, membership writes, and warnings by template, of ``procs``; ``examples``: one message of each."""
+    warnings: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for p in procs:
+        for template, n in (p.stats.get("warnings") or {}).items():
+            warnings[template] = warnings.get(template, 0) + int(n)
+            examples.setdefault(template, (p.stats.get("warning_examples") or {}).get(template, template))
     return {"conflicts": sum(int(p.stats.get("conflicts", 0)) for p in procs),
-            "rebalances": sum(int(p.stats.get("rebalances", 0)) for p in procs)}
+            "rebalances": sum(int(p.stats.get("rebalances", 0)) for p in procs), "warnings": warnings,
+            "examples": examples}
+
+
+def said(t: dict[str, Any]) -> str:
+    """The warnings of a phase, for the log: ``N x <one message>``."""
+    return "; ".join(f"{n} x {t['examples'].get(k, k)}" for k, n in t["warnings"].items())
 
 
 # ============================================================== the crowd
@@ -275,7 +266,8 @@ async def crowd(n: int, *, cluster: bool = False, log=print) -> dict[str, Any]:
                              partitioning_filters=[PartitioningFilter("crowd.*", [1])])
         before = await site.counters()
         t0 = time.monotonic()
-        procs = await asyncio.gather(*(spawn(site.url, "auto", stream, group, "--count", str(PER_PROCESS))
+        procs = await asyncio.gather(*(spawn(site.url, "auto", stream, group, "--count", str(PER_PROCESS),
+                                             "--lease-ttl", str(LEASE_TTL))
                                        for _ in range(n // PER_PROCESS)))
         try:
             await all_ready(procs, 120 + 2 * n)
@@ -284,11 +276,15 @@ async def crowd(n: int, *, cluster: bool = False, log=print) -> dict[str, Any]:
             settled = await one_owner_each(site, stream, group, live, 120 + 3 * n)
             after = await site.counters()
             await asyncio.sleep(1.5)   # the workers' last stats lines
+            errors = [e for p in procs for e in p.errors]
             join = {"seconds": round(settled - t0, 2), "after_last_join_s": round(settled - joined, 2),
+                    "started": len(live), "start_errors": len(errors), "start_error": errors[0] if errors else "",
                     **totals(procs), **rates(before, after)}
             log(f"  crowd {n}: one owner per partition {join['seconds']:.1f}s after the start "
                 f"({join['after_last_join_s']:.1f}s after the last join), {join['conflicts']} conflicts, "
-                f"{join['rebalances']} writes, {join['api_per_s']:.0f} API req/s")
+                f"{join['rebalances']} writes, {join['api_per_s']:.0f} API req/s"
+                + (f"; warnings: {said(join)}" if join["warnings"] else "")
+                + (f"; {len(errors)} did not start: {errors[0]}" if errors else ""))
             s0 = await site.counters()
             await asyncio.sleep(STEADY)
             steady = rates(s0, await site.counters())
@@ -304,17 +300,20 @@ async def crowd(n: int, *, cluster: bool = False, log=print) -> dict[str, Any]:
                 p.proc.send_signal(signal.SIGTERM)
             settled = await one_owner_each(site, stream, group, {m for p in rest for m in p.members}, 120 + 3 * n)
             after = await site.counters()
-            await asyncio.gather(*(p.stop() for p in gone))
+            await asyncio.gather(*(p.stop(60) for p in gone))
             await asyncio.sleep(1.5)
             now = totals(procs)
             half = {"seconds": round(settled - t1, 2), "conflicts": now["conflicts"] - base["conflicts"],
                     "rebalances": now["rebalances"] - base["rebalances"],
+                    "warnings": {k: v - base["warnings"].get(k, 0) for k, v in now["warnings"].items()
+                                 if v > base["warnings"].get(k, 0)}, "examples": now["examples"],
                     "stop_s_max": max(float((p.done or {}).get("stop_seconds", 0)) for p in gone),
                     **rates(before, after)}
             log(f"  crowd {n}: half stopped, one owner per partition again after {half['seconds']:.1f}s, "
-                f"{half['conflicts']} conflicts, {half['rebalances']} writes, {half['api_per_s']:.0f} API req/s")
+                f"{half['conflicts']} conflicts, {half['rebalances']} writes, {half['api_per_s']:.0f} API req/s"
+                + (f"; warnings: {said(half)}" if half["warnings"] else ""))
         finally:
-            await asyncio.gather(*(p.stop() for p in procs), return_exceptions=True)
+            await asyncio.gather(*(p.stop(60) for p in procs), return_exceptions=True)
         return {"instances": n, "processes": len(procs), "cluster": cluster, "join": join, "steady": steady,
                 "stop_half": half}
 
@@ -360,7 +359,15 @@ async def make_groups(site: Site, start: int, end: int) -> float:
     for i in range(start, end):
         await create_static(site.nc, "MANY", f"s{i}", 4, members=["m1", "m2", "m3"])
         await create_elastic(site.nc, "EMANY", f"e{i}", 4, partitioning_filters=[PartitioningFilter("emany.*", [1])])
-        await add_members(site.nc, "EMANY", f"e{i}", ["m1", "m2"])
+        for attempt in range(5):
+            try:
+                await add_members(site.nc, "EMANY", f"e{i}", ["m1", "m2"])
+                break
+            except NotFoundError:
+                # On a loaded cluster a get right after the create can miss it: direct gets are answered by any
+                # replica, and a follower may not have the write yet (docs/SCALE.md, *Found*)
+                site.stale_reads += 1
+                await asyncio.sleep(0.1 * (attempt + 1))
     return (time.perf_counter() - t) / max(1, 2 * (end - start))
 
 
@@ -454,10 +461,11 @@ async def many_groups(levels: list[int], *, cluster: bool = False, limit: bool =
                 if limit and level == levels[-1]:
                     limit_row = await find_limit(site, half, log)
             finally:
-                await asyncio.gather(*(p.stop() for p in procs), return_exceptions=True)
+                await asyncio.gather(*(p.stop(60) for p in procs), return_exceptions=True)
             row["watches_gone_s"] = await watches_gone(site)
             rows.append(row)
-    return {"cluster": cluster, "levels": rows, "limit": limit_row}
+        stale = site.stale_reads
+    return {"cluster": cluster, "levels": rows, "limit": limit_row, "not_found_after_create": stale}
 
 
 async def watches_gone(site: Site, timeout: float = 60.0) -> float | None:
@@ -494,7 +502,7 @@ async def find_limit(site: Site, half: int, log) -> dict[str, Any]:
                 return row
         return {"instances_started": sum(len(x.members) for x in extra), "refused": False}
     finally:
-        await asyncio.gather(*(p.stop() for p in extra), return_exceptions=True)
+        await asyncio.gather(*(p.stop(60) for p in extra), return_exceptions=True)
 
 
 # ============================================================== printing and plotting
@@ -552,10 +560,14 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         ax[0][2].plot(xs, [c["join"]["api_per_s"] for c in cs], style, label=f"API req/s, start{tag}")
         ax[0][2].plot(xs, [c["steady"]["api_per_s"] for c in cs], style, label=f"API req/s, steady{tag}")
         ax[0][2].plot(xs, [c["steady"]["out_msgs_per_s"] for c in cs], style, label=f"msgs out/s, steady{tag}")
+    if crowd:
+        xs = sorted({c["instances"] for c in crowd})
+        ax[0][2].plot(xs, [3 * n * n / LEASE_TTL for n in xs], ":", color="grey", label="3 N² / lease TTL")
     for a, title in zip(ax[0], ("seconds until one owner per partition", "compare-and-set conflicts",
                                 "server load (per second)")):
         a.set_title(f"crowd: {title}", fontsize=9)
         a.set_xlabel("automatic instances (1,024 partitions)", fontsize=8)
+        a.set_xscale("log")
         a.legend(fontsize=7)
         a.grid(alpha=0.3)
     ax[0][2].set_yscale("log")
@@ -578,8 +590,10 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     for a, title in zip(ax[1], ("seconds", "requests per refresh, consumers", "instances running")):
         a.set_title(f"many groups: {title}", fontsize=9)
         a.set_xlabel("groups (half static, half elastic; one instance each)", fontsize=8)
+        a.set_xscale("log")
         a.legend(fontsize=7)
         a.grid(alpha=0.3)
+    ax[1][0].set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

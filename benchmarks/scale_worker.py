@@ -12,9 +12,10 @@ Prints JSON lines on stdout:
 
 - ``{"ev": "ready", "members": [...], "errors": [...], "t": ..}`` once every instance started (members: the
   instances' member names, auto, or their groups; errors: ``<name>: <error>`` of those that could not start);
-- ``{"ev": "stats", "conflicts": N, "rebalances": N, "t": ..}`` every second: the compare-and-set conflicts
-  the instances met writing a config (pcgroups logs each at debug level), and the membership changes they
-  wrote (auto);
+- ``{"ev": "stats", "conflicts": N, "rebalances": N, "warnings": {template: N}, "warning_examples": {template:
+  first message}, "t": ..}`` every second: the
+  compare-and-set conflicts the instances met writing a config (pcgroups logs each at debug level), the
+  membership changes they wrote (auto), and pcgroups' warnings by message template;
 - ``{"ev": "event", "group": .., "kind": .., "partitions": [..], "t": ..}`` per instance event (``on_event``);
 - ``{"ev": "done", ...}`` once SIGTERM stopped every instance (all at once), with the final stats.
 
@@ -30,6 +31,7 @@ import logging
 import signal
 import sys
 import time
+from collections import Counter
 
 import nats
 
@@ -40,16 +42,22 @@ def emit(**fields) -> None:
     sys.stdout.flush()
 
 
-class Conflicts(logging.Handler):
-    """Counts the compare-and-set conflicts pcgroups logs (``store.update``, debug level)."""
+class Counts(logging.Handler):
+    """Counts what pcgroups logs: the compare-and-set conflicts (``store.update``, debug level) and the
+    warnings, by their message template (``lease renewal failed: %s``, ...)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.count = 0
+        self.conflicts = 0
+        self.warnings: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}      # template -> its first message
 
     def emit(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("compare-and-set conflict"):
-            self.count += 1
+            self.conflicts += 1
+        elif record.levelno >= logging.WARNING:
+            self.warnings[str(record.msg)] += 1
+            self.examples.setdefault(str(record.msg), record.getMessage()[:300])
 
 
 async def main() -> None:
@@ -63,13 +71,10 @@ async def main() -> None:
     p.add_argument("--member", default="m1", help="static/elastic: the member every instance runs as")
     args = p.parse_args()
 
-    conflicts = Conflicts()
+    counts = Counts()
     log = logging.getLogger("pcgroups")
     log.setLevel(logging.DEBUG)
-    log.addHandler(conflicts)
-    warnings = logging.StreamHandler(sys.stderr)
-    warnings.setLevel(logging.WARNING)
-    log.addHandler(warnings)
+    log.addHandler(counts)
     log.propagate = False
 
     from pcgroups import elastic_consume, static_consume
@@ -103,7 +108,8 @@ async def main() -> None:
     errors = [f"{n}: {i}" for n, i in zip(names, started) if isinstance(i, BaseException)]
 
     def stats() -> dict:
-        return {"conflicts": conflicts.count, "rebalances": sum(getattr(i, "rebalances", 0) for i in insts)}
+        return {"conflicts": counts.conflicts, "rebalances": sum(getattr(i, "rebalances", 0) for i in insts),
+                "warnings": dict(counts.warnings), "warning_examples": counts.examples}
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
