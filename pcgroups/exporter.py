@@ -11,12 +11,13 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
 - the groups: one KV snapshot per config bucket (``>``, or ``<stream>.*`` per given stream): an
   ephemeral consumer created, drained with ``no_wait`` pulls, deleted (3 requests while a bucket
   holds fewer than 256 groups), and the configs come with it;
-- a static group: one consumer list of its stream (one request per 256 consumers) and one stream info;
+- the static groups of a stream: one consumer list of the stream (one request per 256 consumers) and one
+  stream info, shared by its groups (a list per group read every group's consumers for each: quadratic);
 - an elastic group: one consumer list of its work queue and one stream info of the work queue with
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
   the instances are counted from the consumers).
 
-So a refresh takes ``6 + 2 S + 2 E`` requests for ``S`` static and ``E`` elastic groups (each
+So a refresh takes ``6 + 2 T + 2 E`` requests for ``E`` elastic groups and static groups on ``T`` streams (each
 consumer list and subject count in one page; with streams given, 6 per stream instead of 6),
 whatever the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
@@ -177,12 +178,14 @@ class GroupsExporter:
 
         statuses: list[GroupStatus] = []
         failures: list[str] = []
+        views: dict[str, Any] = {}   # a stream's consumers and info, read once for all its static groups
         for flavour, bucket in FLAVOURS:
             for stream, group, value in await self._groups(bucket, failures):
                 try:
                     if flavour == "static":
                         status = await static_status(self.nc, stream, group, api=self.api,
-                                                     config=static_config(stream, group, value))
+                                                     config=static_config(stream, group, value),
+                                                     stream_view=await self._stream_view(stream, views))
                     else:
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
                                                       config=elastic_config(stream, group, value))
@@ -191,6 +194,16 @@ class GroupsExporter:
                     continue
                 statuses.append(status)
         return statuses, failures
+
+    async def _stream_view(self, stream: str, views: dict[str, Any]) -> Any:
+        """The stream's consumer infos and info, read on its first static group (None when that failed: each
+        group then reads them itself, and says why it could not)."""
+        if stream not in views:
+            try:
+                views[stream] = (await self.api.list_consumers(stream), await self.api.stream_info(stream))
+            except (PCGroupsError, JetStreamAPIError):
+                views[stream] = None
+        return views[stream]
 
     # ------------------------------------------------------------ scraping
 

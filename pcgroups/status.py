@@ -205,18 +205,22 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
 
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False, config: StaticConfig | None = None) -> GroupStatus:
+                        per_partition: bool = False, config: StaticConfig | None = None,
+                        stream_view: tuple[list[dict[str, Any]], dict[str, Any]] | None = None) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
     consumer per partition of members that own several (two extra requests each). ``config``: the
     group's config when the caller has already read it (the two config requests are saved).
+    ``stream_view``: the stream's consumer infos and its info, when the caller has read them (the groups
+    of one stream share them: the exporter lists a stream's consumers once, not once per group).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
     config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
-    infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+    consumers = stream_view[0] if stream_view is not None else await counting.list_consumers(stream)
+    infos = {c["name"]: c for c in consumers}
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
@@ -231,7 +235,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
             row.pending = await counting.count_messages(stream, subjects, (ms.delivered or 0) + 1)
             row.pending_exact = True
     try:
-        state = (await counting.stream_info(stream)).get("state", {})
+        state = (stream_view[1] if stream_view is not None else await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
         raise NotFoundError(f"the static consumer group's stream does not exist: {stream}") from None
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
