@@ -302,6 +302,7 @@ async def soak(minutes: float, *, verbose: bool = False, sample: float = SAMPLE_
     """Run the soak for ``minutes``; its results (JSON-able): groups, instances, events, samples."""
     schedule = Schedule.of(minutes)
     t_start = time.time()
+    info = machine()
     async with Env("soak", verbose=verbose) as env:
         gs = await env.group("static", {"m1": 2, "m2": 1}, sample=sample)
         ge = await env.group("elastic", {"e1": 2, "e2": 1, "x": 1}, add=["e1", "e2"], sample=sample)
@@ -323,7 +324,7 @@ async def soak(minutes: float, *, verbose: bool = False, sample: float = SAMPLE_
             await env.drained(timeout=120)
         finally:
             server.cancel()
-        return results(run, t_start, t_end)
+        return results(run, t_start, t_end) | {"machine": info | {"loadavg_end": os.getloadavg()}}
 
 
 def results(run: Soak, t_start: float, t_end: float) -> dict[str, Any]:
@@ -350,7 +351,6 @@ def results(run: Soak, t_start: float, t_end: float) -> dict[str, Any]:
         failures.append("no instance lived long enough to be measured")
     return {
         "minutes": seconds / 60, "seconds": round(time.time() - t_start), "schedule": asdict(run.schedule),
-        "machine": machine() | {"loadavg_end": os.getloadavg()},
         "groups": groups, "instances": [i.to_dict() for i in instances],
         "events": [asdict(e) | {"at": round(e.t - run.t0, 1)} for e in run.events],
         "takeover": {k: {"count": len(v), "p50": percentile(v, 50), "max": max(v)} for k, v in takeovers.items()},
