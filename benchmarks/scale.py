@@ -540,59 +540,62 @@ def tables(res: dict[str, Any]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: str) -> None:
-    """The curves of docs/SCALE.md: the crowd (left) and many groups (right), one server and 3 nodes."""
+    """The curves of docs/SCALE.md: the crowd (top) and many groups (bottom); one server in solid lines with
+    circles, 3 nodes dashed with squares, one colour per measure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(2, 3, figsize=(13, 7.5))
+    colours: dict[str, str] = {}
+
+    def line(a: Any, xs: list[int], ys: list[float], what: str, cluster: bool) -> None:
+        colour = colours.setdefault(what, f"C{len(colours) % 10}")
+        a.plot(xs, ys, "s--" if cluster else "o-", color=colour, label=None if cluster else what)
+
     crowd = [c for res in results for c in res.get("crowd", [])]
-    for cluster, style in ((False, "o-"), (True, "s--")):
+    for cluster in (False, True):
         cs = [c for c in crowd if c["cluster"] == cluster]
+        xs = [c["instances"] for c in cs]
         if not cs:
             continue
-        tag = " (3 nodes)" if cluster else ""
-        xs = [c["instances"] for c in cs]
-        ax[0][0].plot(xs, [c["join"]["seconds"] for c in cs], style, label=f"all start{tag}")
-        ax[0][0].plot(xs, [c["stop_half"]["seconds"] for c in cs], style, label=f"half stop{tag}")
-        ax[0][1].plot(xs, [c["join"]["conflicts"] for c in cs], style, label=f"conflicts, start{tag}")
-        ax[0][1].plot(xs, [c["stop_half"]["conflicts"] for c in cs], style, label=f"conflicts, half stop{tag}")
-        ax[0][2].plot(xs, [c["join"]["api_per_s"] for c in cs], style, label=f"API req/s, start{tag}")
-        ax[0][2].plot(xs, [c["steady"]["api_per_s"] for c in cs], style, label=f"API req/s, steady{tag}")
-        ax[0][2].plot(xs, [c["steady"]["out_msgs_per_s"] for c in cs], style, label=f"msgs out/s, steady{tag}")
+        line(ax[0][0], xs, [c["join"]["seconds"] for c in cs], "all started at once", cluster)
+        line(ax[0][0], xs, [c["stop_half"]["seconds"] for c in cs], "half stopped at once", cluster)
+        line(ax[0][1], xs, [c["join"]["conflicts"] for c in cs], "all started at once", cluster)
+        line(ax[0][1], xs, [c["stop_half"]["conflicts"] for c in cs], "half stopped at once", cluster)
+        line(ax[0][2], xs, [c["join"]["api_per_s"] for c in cs], "API requests, starting", cluster)
+        line(ax[0][2], xs, [c["steady"]["api_per_s"] for c in cs], "API requests, steady", cluster)
+        line(ax[0][2], xs, [c["steady"]["out_msgs_per_s"] for c in cs], "messages out, steady", cluster)
     if crowd:
         xs = sorted({c["instances"] for c in crowd})
         ax[0][2].plot(xs, [3 * n * n / LEASE_TTL for n in xs], ":", color="grey", label="3 N² / lease TTL")
-    for a, title in zip(ax[0], ("seconds until one owner per partition", "compare-and-set conflicts",
-                                "server load (per second)")):
-        a.set_title(f"crowd: {title}", fontsize=9)
-        a.set_xlabel("automatic instances (1,024 partitions)", fontsize=8)
-        a.set_xscale("log")
-        a.legend(fontsize=7)
-        a.grid(alpha=0.3)
-    ax[0][2].set_yscale("log")
     levels = [(r, res["groups"]["cluster"]) for res in results if res.get("groups") for r in res["groups"]["levels"]]
-    for cluster, style in ((False, "o-"), (True, "s--")):
+    for cluster in (False, True):
         rs = [r for r, c in levels if c == cluster]
+        xs = [r["groups"] for r in rs]
         if not rs:
             continue
-        tag = " (3 nodes)" if cluster else ""
-        xs = [r["groups"] for r in rs]
-        ax[1][0].plot(xs, [r["exporter"]["seconds"] for r in rs], style, label=f"exporter refresh{tag}")
-        ax[1][0].plot(xs, [r["exporter_running"]["seconds"] for r in rs], style, label=f"exporter, running{tag}")
-        for k in ("static ls", "elastic status"):
-            ax[1][0].plot(xs, [r["cg"][k]["seconds"] for r in rs], style, label=f"cg {k}{tag}")
-            ax[1][0].plot(xs, [r["library"][k] for r in rs], style, label=f"{k}, library call{tag}")
-        ax[1][1].plot(xs, [r["exporter"]["requests"] for r in rs], style, label=f"exporter requests{tag}")
-        ax[1][1].plot(xs, [sum(r["kv_consumers"].values()) for r in rs], style, label=f"KV watch consumers{tag}")
-        ax[1][2].plot(xs, [r["steady"]["server_cpu_pct"] for r in rs], style, label=f"server CPU %, idle{tag}")
-        ax[1][2].plot(xs, [r["start_s"] for r in rs], style, label=f"s to start every instance{tag}")
-    for a, title in zip(ax[1], ("seconds", "requests per refresh, consumers", "instances running")):
-        a.set_title(f"many groups: {title}", fontsize=9)
-        a.set_xlabel("groups (half static, half elastic; one instance each)", fontsize=8)
-        a.set_xscale("log")
-        a.legend(fontsize=7)
-        a.grid(alpha=0.3)
+        line(ax[1][0], xs, [r["exporter"]["seconds"] for r in rs], "exporter refresh", cluster)
+        line(ax[1][0], xs, [r["exporter_running"]["seconds"] for r in rs], "exporter, instances running", cluster)
+        line(ax[1][0], xs, [r["cg"]["static ls"]["seconds"] for r in rs], "cg static ls", cluster)
+        line(ax[1][0], xs, [r["library"]["static ls"] for r in rs], "static ls, library call", cluster)
+        line(ax[1][0], xs, [r["library"]["elastic status"] for r in rs], "elastic status, library call", cluster)
+        line(ax[1][1], xs, [r["exporter"]["requests"] for r in rs], "exporter requests per refresh", cluster)
+        line(ax[1][1], xs, [sum(r["kv_consumers"].values()) for r in rs], "consumers of the KV watches", cluster)
+        line(ax[1][2], xs, [r["steady"]["server_cpu_pct"] for r in rs], "server CPU % (idle instances)", cluster)
+        line(ax[1][2], xs, [r["start_s"] for r in rs], "seconds to start them", cluster)
+    titles = (("crowd: seconds until one owner per partition", "crowd: compare-and-set conflicts",
+               "crowd: the server, per second"),
+              ("many groups: seconds", "many groups: requests, consumers", "many groups: one instance each"))
+    for row, (axes, names) in enumerate(zip(ax, titles)):
+        for a, title in zip(axes, names):
+            a.set_title(title + " (dashed: 3 nodes)", fontsize=9)
+            a.set_xlabel("automatic instances on 1,024 partitions" if row == 0
+                         else "groups (half static, half elastic)", fontsize=8)
+            a.set_xscale("log")
+            a.legend(fontsize=6.5)
+            a.grid(alpha=0.3)
+    ax[0][2].set_yscale("log")
     ax[1][0].set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -612,12 +615,16 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--limit", action="store_true", help="after the largest group count, start instances until "
                                                         "the server refuses one")
     p.add_argument("--json", default="", help="write the results here")
-    p.add_argument("--merge", default="", help="with --plot: also draw the results of this earlier --json")
+    p.add_argument("--merge", default="", help="with --plot: also draw the results of these earlier --json files "
+                                               "(comma-separated)")
     p.add_argument("--plot", default="", help="draw the curves into this PNG (needs matplotlib)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    crowd_sizes = [int(x) for x in args.crowd.split(",") if x.strip()]
-    levels = [int(x) for x in args.groups.split(",") if x.strip()]
+    try:
+        crowd_sizes = [int(x) for x in args.crowd.split(",") if x.strip()]
+        levels = [int(x) for x in args.groups.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--crowd {args.crowd!r} --groups {args.groups!r}: comma-separated whole numbers")
     if any(n % PER_PROCESS or n < 2 * PER_PROCESS for n in crowd_sizes):
         p.error(f"--crowd {args.crowd}: each size a multiple of {PER_PROCESS}, at least {2 * PER_PROCESS}")
     if any(g % 2 or g < 2 for g in levels) or levels != sorted(levels):
@@ -642,7 +649,10 @@ async def main(argv: list[str]) -> int:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     if args.plot:
-        earlier = [json.load(open(args.merge))] if args.merge else []
+        earlier = []
+        for path in filter(None, args.merge.split(",")):
+            with open(path) as f:
+                earlier.append(json.load(f))
         plot(earlier + [res], args.plot)
     return 0
 
