@@ -3,8 +3,8 @@
     spark-submit --master spark://HOST:7077 --py-files pcgroups.zip examples/spark_copy.py \\
         --servers nats://HOST:4222 --stream ORDERS --group cg --to copy --checkpoint /shared/ckpt/orders-copy
 
-1. Says where the executors import pcgroups from (the zip or wheel shipped with ``--py-files``, or an
-   installed copy) and from which processes.
+1. Says where the executors import pcgroups from (the zip shipped with ``--py-files``, or an installed
+   copy) and from which processes.
 2. Reads the stream once as a batch: messages, first and last sequence of each partition.
 3. Copies it with Structured Streaming: ``readStream.format("pcgroups")`` into ``writeStream.format("pcgroups")``
    as ``<to>.<subject>`` (the partition token stripped, as group members see it), the offsets in the
@@ -13,6 +13,7 @@
    With ``--available-now`` the query stops once it has copied what the stream held when it started;
    without, it runs until it is stopped.
 
+``--copy-only`` skips steps 1 and 2 (a restart of the copy).
 The target stream must exist and store ``<to>.>``. Prints one JSON line per step on stdout.
 """
 
@@ -40,6 +41,7 @@ def main() -> None:
     p.add_argument("--checkpoint", required=True, help="the query's checkpoint directory (storage the driver keeps)")
     p.add_argument("--max-per-trigger", type=int, default=1000, help="at most this many messages per micro-batch")
     p.add_argument("--available-now", action="store_true", help="copy what is there now, then stop")
+    p.add_argument("--copy-only", action="store_true", help="skip steps 1 and 2 (a restart of the copy)")
     args = p.parse_args()
     if bool(args.group) == bool(args.partitions):
         p.error("give one of --group and --partitions")
@@ -56,20 +58,21 @@ def main() -> None:
     def say(**fields: object) -> None:
         print(json.dumps(fields), flush=True)
 
-    n = spark.sparkContext.defaultParallelism
-    places = spark.sparkContext.parallelize(range(n), n).map(where_pcgroups_is).collect()
-    say(step="executors", pcgroups=sorted({f for f, _, _ in places}), processes=sorted({(h, pid) for _, h, pid in places}),
-        driver_pid=os.getpid())
-
     def source(read):
         r = read.format("pcgroups").option("servers", args.servers).option("stream", args.stream)
         r = r.option("group", args.group) if args.group else r.option("partitionCount", args.partitions)
         return r
 
-    batch = source(spark.read).load()
-    per_partition = batch.groupBy("partition").agg(F.count("*").alias("messages"), F.min("sequence").alias("first"),
-                                                   F.max("sequence").alias("last")).collect()
-    say(step="batch-read", partitions={r.partition: [r.messages, r.first, r.last] for r in sorted(per_partition)})
+    if not args.copy_only:
+        n = spark.sparkContext.defaultParallelism
+        places = spark.sparkContext.parallelize(range(n), n).map(where_pcgroups_is).collect()
+        say(step="executors", pcgroups=sorted({f for f, _, _ in places}),
+            processes=sorted({(h, pid) for _, h, pid in places}), driver_pid=os.getpid())
+        batch = source(spark.read).load()
+        per_partition = batch.groupBy("partition").agg(F.count("*").alias("messages"),
+                                                       F.min("sequence").alias("first"),
+                                                       F.max("sequence").alias("last")).collect()
+        say(step="batch-read", partitions={r.partition: [r.messages, r.first, r.last] for r in sorted(per_partition)})
 
     rows = (source(spark.readStream).option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", args.max_per_trigger).load())

@@ -137,7 +137,7 @@ def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(cluste
     more = orders(uniq, PER_TRIGGER, start=len(first))
     run(publish(url, more))
     # the restart replays batch n as it was planned, then copies the rest in one batch
-    job = cluster.submit(JOB, [*args, "--available-now", "--max-per-trigger", "100000"], py_files=shipped,
+    job = cluster.submit(JOB, [*args, "--copy-only", "--available-now", "--max-per-trigger", "100000"], py_files=shipped,
                          out=str(tmp_path / "run2.out"))
     try:
         job.wait(240)
