@@ -44,17 +44,25 @@ class Worker:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            kind = ev.get("ev")
-            if kind == "start":
-                self.start_events.append(ev)
-                self.starts.append(ev["t"])
-                self.last_start = ev["t"]
-            elif kind == "count":
-                self.count = ev["n"]
-            else:
-                if kind == "ready":
-                    self.ready.set()
-                self.events.append(ev)
+            self._on(ev)
+        self._ended()
+
+    def _on(self, ev: dict) -> None:
+        """One JSON line of the worker."""
+        kind = ev.get("ev")
+        if kind == "start":
+            self.start_events.append(ev)
+            self.starts.append(ev["t"])
+            self.last_start = ev["t"]
+        elif kind == "count":
+            self.count = ev["n"]
+        else:
+            if kind == "ready":
+                self.ready.set()
+            self.events.append(ev)
+
+    def _ended(self) -> None:
+        """Its stdout closed (the process ended)."""
 
     def first_start_after(self, t: float) -> float | None:
         """Wall-clock time of the first message this worker started after ``t``."""

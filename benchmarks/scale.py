@@ -177,25 +177,21 @@ class Proc(Worker):
         self.done: dict[str, Any] | None = None
         super().__init__(proc, "scale")
 
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        async for line in self.proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            kind = ev.get("ev")
-            if kind == "ready":
-                self.members, self.errors = ev["members"], ev.get("errors", [])
-                self.ready_at = ev["t"]
-                self.ready.set()
-            elif kind == "stats":
-                self.stats = ev
-            elif kind == "event":
-                self.events.append(ev)
-            elif kind == "done":
-                self.done, self.stats = ev, ev
-        self.ready.set()   # ended: nobody waits for a ready that will not come
+    def _on(self, ev: dict) -> None:
+        kind = ev.get("ev")
+        if kind == "ready":
+            self.members, self.errors = ev["members"], ev.get("errors", [])
+            self.ready_at = ev["t"]
+            self.ready.set()
+        elif kind == "stats":
+            self.stats = ev
+        elif kind == "event":
+            self.events.append(ev)
+        elif kind == "done":
+            self.done, self.stats = ev, ev
+
+    def _ended(self) -> None:
+        self.ready.set()   # nobody waits for a ready that will not come
 
 
 async def spawn(url: str, *args: str) -> Proc:
