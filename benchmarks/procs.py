@@ -44,17 +44,25 @@ class Worker:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            kind = ev.get("ev")
-            if kind == "start":
-                self.start_events.append(ev)
-                self.starts.append(ev["t"])
-                self.last_start = ev["t"]
-            elif kind == "count":
-                self.count = ev["n"]
-            else:
-                if kind == "ready":
-                    self.ready.set()
-                self.events.append(ev)
+            self._on(ev)
+        self._ended()
+
+    def _on(self, ev: dict) -> None:
+        """One JSON line of the worker."""
+        kind = ev.get("ev")
+        if kind == "start":
+            self.start_events.append(ev)
+            self.starts.append(ev["t"])
+            self.last_start = ev["t"]
+        elif kind == "count":
+            self.count = ev["n"]
+        else:
+            if kind == "ready":
+                self.ready.set()
+            self.events.append(ev)
+
+    def _ended(self) -> None:
+        """Its stdout closed (the process ended)."""
 
     def first_start_after(self, t: float) -> float | None:
         """Wall-clock time of the first message this worker started after ``t``."""
@@ -82,17 +90,21 @@ class Worker:
             await asyncio.wait_for(self._reader, 5)
 
 
-async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
-                **options) -> Worker:
-    args = [sys.executable, "-m", "benchmarks.worker", url, flavour, stream, group, member]
-    for k, v in options.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
+    """``python -m MODULE ARGS`` from the repository, stdout piped, in a session of its own."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", module, *args, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.DEVNULL, cwd=str(ROOT), env=env,
                                                 start_new_session=True)
-    return Worker(proc, name or member)
+
+
+async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
+                **options) -> Worker:
+    args = [url, flavour, stream, group, member]
+    for k, v in options.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    return Worker(await start_module("benchmarks.worker", *args), name or member)
 
 
 async def stop_all(workers: list[Worker]) -> None:

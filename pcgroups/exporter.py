@@ -11,17 +11,18 @@ A refresh reuses the status view (:mod:`pcgroups.status`, what ``cg ... status``
 - the groups: one KV snapshot per config bucket (``>``, or ``<stream>.*`` per given stream): an
   ephemeral consumer created, drained with ``no_wait`` pulls, deleted (3 requests while a bucket
   holds fewer than 256 groups), and the configs come with it;
-- a static group: one consumer list of its stream (one request per 256 consumers) and one stream info;
+- the static groups of a stream: one consumer list of the stream (one request per 256 consumers) and one
+  stream info, shared by its groups (a list per group read every group's consumers for each: quadratic);
 - an elastic group: one consumer list of its work queue, one stream info of the work queue with
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
   the instances are counted from the consumers), and one stream info of each origin stream, to tell
   a source stuck on one message (:mod:`pcgroups.intake`; plus a message read while a source is behind).
 
 A last request (core NATS, not JetStream: ``$PCG.POOL.STATUS``) gathers every dispatching instance's
-pool (:mod:`pcgroups.dispatch`), answered at once when there is none. So a refresh takes ``7 + 2 S + 3 E``
-requests for ``S`` static and ``E`` elastic groups over one stream each (each consumer list and subject
-count in one page; with streams given, 6 per stream instead of 6, plus the one), whatever the partitions
-and members. The exporter
+pool (:mod:`pcgroups.dispatch`), answered at once when there is none. So a refresh takes ``7 + 2 T + 3 E``
+requests for ``E`` elastic groups over one stream each and static groups on ``T`` streams (each consumer
+list and subject count in one page; with streams given, 6 per stream instead of 6, plus the one), whatever
+the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
 """
@@ -191,12 +192,14 @@ class GroupsExporter:
         statuses: list[GroupStatus] = []
         failures: list[str] = []
         refused: list[str] = []
+        views: dict[str, Any] = {}   # a stream's consumers and info, read once for all its static groups
         for flavour, bucket in FLAVOURS:
             for stream, group, value in await self._groups(bucket, refused):
                 try:
                     if flavour == "static":
                         status = await static_status(self.nc, stream, group, api=self.api, pools=False,
-                                                     config=static_config(stream, group, value))
+                                                     config=static_config(stream, group, value),
+                                                     stream_view=await self._stream_view(stream, views))
                     else:
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
                                                       pools=False, config=elastic_config(stream, group, value))
@@ -224,6 +227,16 @@ class GroupsExporter:
             if status is not None and member not in seen:
                 seen.add(member)
                 status.pools.append(a)
+
+    async def _stream_view(self, stream: str, views: dict[str, Any]) -> Any:
+        """The stream's consumer infos and info, read on its first static group (None when that failed: each
+        group then reads them itself, and says why it could not)."""
+        if stream not in views:
+            try:
+                views[stream] = (await self.api.list_consumers(stream), await self.api.stream_info(stream))
+            except (PCGroupsError, JetStreamAPIError):
+                views[stream] = None
+        return views[stream]
 
     # ------------------------------------------------------------ scraping
 

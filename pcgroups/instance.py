@@ -45,7 +45,7 @@ from .permissions import PermissionWatch, Violation
 from .pool import dispatcher_subjects, prefix
 from .scheduler import FAIR_WINDOW, KeyFunc, RetryPolicy
 from .session import Handler, PullSession, pinned_ttl
-from .store import Watch
+from .store import Watch, stop_watch
 from .tracing import NO_TRACING, InstanceTracing, Tracing
 
 log = logging.getLogger("pcgroups")
@@ -547,7 +547,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             self._watch_task.cancel()
         if self._watcher is not None:
             try:
-                await self._watcher.stop()
+                await stop_watch(self._watcher)
             except Exception:
                 pass
         return result

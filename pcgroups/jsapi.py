@@ -49,6 +49,7 @@ ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
 ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
 ERR_NOT_EMPTY_REQUEST = 10038       # "expected an empty request payload" (a delete request with a body)
+ERR_MAXIMUM_CONSUMERS = 10026       # the stream has as many consumers as its limit allows
 
 # Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
 # responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
@@ -229,6 +230,15 @@ def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | 
 _bound: "weakref.WeakKeyDictionary[Client, str]" = weakref.WeakKeyDictionary()
 
 
+def consumer_limit_error(stream: str, *, subject: str = "") -> JetStreamAPIError:
+    """A consumer the server refused because ``stream`` has as many as its limit allows: which stream, and what
+    to raise (docs/SCALE.md, *Limits*: member consumers, work-queue sources and every instance's watches count)."""
+    return JetStreamAPIError(
+        f"stream {stream} has as many consumers as it may have (maximum consumers limit reached): raise the "
+        "stream's max_consumers (a stream update) or the server's JetStream limit default_max_consumers "
+        "(1000 when not set, since nats-server 2.15)", code=400, err_code=ERR_MAXIMUM_CONSUMERS, subject=subject)
+
+
 #: A keep-alive pull's ``expires``: the pull renews the pin when it arrives and is gone a millisecond later.
 #: (A ``no_wait`` pull would not do: when the consumer's window is full and no other pull waits, the server
 #: keeps it until its next heartbeat tick.)
@@ -320,6 +330,8 @@ class JetStreamApi:
         else:
             self._answered = time.monotonic()
         if err:
+            if err.get("err_code") == ERR_MAXIMUM_CONSUMERS and subject.startswith("CONSUMER.CREATE."):
+                raise consumer_limit_error(subject.split(".")[2], subject=full)
             raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
                                     err_code=err.get("err_code", 0), subject=full)
         return reply

@@ -24,13 +24,14 @@ of its own (``auto-<8 hex>``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -50,7 +51,7 @@ from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
 from .store import (ELASTIC_BUCKET, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream, open_bucket,
-                    snapshot,
+                    snapshot, stop_watch,
                     update)
 
 log = logging.getLogger("pcgroups")
@@ -197,12 +198,25 @@ async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas:
             kv = await bucket_call(api, js.create_key_value(config), LEASE_BUCKET)
         except nats.js.errors.BadRequestError:  # a concurrent creator won (or the config differs: checked below)
             kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
-    info = (await api.stream_info(LEASE_STREAM))["config"]
+    info = (await _lease_stream_info(api))["config"]
     if not info.get("allow_msg_ttl") or not info.get("subject_delete_marker_ttl") \
             or info.get("max_msgs_per_subject") != 1:
         raise ConfigError(f"the lease bucket {LEASE_BUCKET} exists without per-message TTLs, limit markers or "
                           "history 1: expired leases would not be seen; delete it (it is re-created)")
     return kv
+
+
+async def _lease_stream_info(api: JetStreamApi) -> dict[str, Any]:
+    """The lease bucket's stream info. Just created (by this instance or one joining at the same time), it can
+    be "not found" for a moment on another node of a cluster: asked again for up to the API timeout."""
+    deadline = time.monotonic() + api.timeout
+    while True:
+        try:
+            return await api.stream_info(LEASE_STREAM)
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
 
 
 async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> list[Lease]:
@@ -391,7 +405,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             self._interrupt()    # disconnected: no leave to write (the lease expires), nothing to wait for
 
     async def _start(self) -> None:
-        await self._write_lease(expected=0)
+        await self._first_lease()
         try:
             lease_watch = await self._watch("lease")
             self._watchers.append(lease_watch)
@@ -400,7 +414,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         except BaseException:
             await self._drop_lease()
             for w in self._watchers:
-                await _quietly(w.stop())
+                await _quietly(stop_watch(w))
             raise
         label = f"{self.member_name}/{self.instance_id}"
         self._tasks = [
@@ -627,6 +641,23 @@ class AutoInstance(ControlLoop[AutoEvent]):
                                                               timeout=max(self.lease_ttl / 3, 1.0)), self._key)
         self._lease_rev = ack.seq
 
+    async def _first_lease(self) -> None:
+        """Write the lease as the instance joins. Right after the lease bucket was created (by this instance or
+        another joining at the same time), a client of another node of a cluster finds no responders for a
+        moment (its server does not know the new stream's subjects yet): retried for up to the lease TTL. A
+        write that timed out may have been stored: the retry takes the key over then (``_renew``)."""
+        deadline = time.monotonic() + max(self.lease_ttl, 2.0)
+        write: Callable[[], Awaitable[None]] = functools.partial(self._write_lease, expected=0)
+        while True:
+            try:
+                return await write()
+            except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError) as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.debug("%s/%s: lease not written yet (%s); again", self.member_name, self.instance_id, e)
+                write = self._renew
+                await asyncio.sleep(0.05)
+
     async def _renew(self) -> None:
         try:
             await self._write_lease(expected=self._lease_rev)
@@ -757,7 +788,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
                 t.cancel()
         watchers, self._watchers = self._watchers, []
         for w in watchers:
-            await _quietly(w.stop())
+            await _quietly(stop_watch(w))
 
     async def _close(self, result: BaseException | None) -> BaseException | None:
         """The end, whatever the cause: nothing of ours is left running, the lease is gone."""

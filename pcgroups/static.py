@@ -35,7 +35,7 @@ from .loop import CONTINUE, Outcome
 from .partitions import member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
-from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read
+from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read, stop_watch
 from .tracing import Tracing
 
 log = logging.getLogger("pcgroups")
@@ -250,7 +250,7 @@ class StaticInstance(ConsumerInstance):
             if filters:
                 await self._join(filters)
         except BaseException:
-            await watcher.stop()
+            await stop_watch(watcher)
             raise
         self._start(watcher)
 

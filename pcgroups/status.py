@@ -20,8 +20,11 @@ What is counted per partition and what per member:
 
 A member's running instances are counted from its consumer: a pcgroups instance keeps exactly one
 pull request waiting on it (pcgroups/session.py), so ``instances`` is the consumer's waiting pulls, and
-at least 1 while an instance holds the pin (between two of its pulls none waits for a moment). A Go
-reference instance may keep two pulls waiting when busy, and counts twice then.
+at least 1 while an instance holds the pin (between two of its pulls none waits for a moment). A pinned
+instance with key-level concurrency (or dispatching) that holds a full window of its own keeps no pull
+waiting: when the server has messages it would deliver and does not (some pending, the consumer's
+``max_ack_pending`` not reached), the pin counts on top of the waiting pulls. A Go reference instance may
+keep two pulls waiting when busy, and counts twice then.
 
 The request count is small and fixed: the config (two requests), one consumer list of the stream
 that holds the member consumers, and for elastic one stream info of the work queue and one of each
@@ -194,8 +197,19 @@ def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str
         if state.get("group") == PRIORITY_GROUP:
             ms.pinned_id = state.get("pinned_client_id") or None
             ms.pinned_since = parse_timestamp(state.get("pinned_ts")) if ms.pinned_id else None
-    ms.instances = max(ms.waiting, 1 if ms.pinned_id else 0)
+    ms.instances = _instances(ms, int(conf.get("max_ack_pending") or 0))
     return ms
+
+
+def _instances(ms: MemberStatus, window: int) -> int:
+    """The member's running instances (see the module doc): its waiting pulls, and the pinned one's. That one
+    has no pull waiting while it holds a full window of its own (key-level concurrency, a dispatcher: it pulls
+    what it has room for), told by messages the server would deliver to it and does not (some pending, the
+    consumer's window not full): it counts on top of the standbys' pulls then."""
+    if not ms.pinned_id:
+        return ms.waiting
+    held_back = (ms.pending or 0) > 0 and (ms.ack_pending or 0) < window
+    return ms.waiting + 1 if held_back else max(ms.waiting, 1)
 
 
 def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatus]) -> list[PartitionStatus]:
@@ -219,22 +233,27 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
 
 async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
                         per_partition: bool = False, config: StaticConfig | None = None,
+                        stream_view: tuple[list[dict[str, Any]], dict[str, Any]] | None = None,
                         pools: bool = True) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
     consumer per partition of members that own several (two extra requests each). ``config``: the
-    group's config when the caller has already read it (the two config requests are saved). ``pools``: ask the
-    group's dispatching instances for their workers (a core NATS request, answered at once when there are none).
+    group's config when the caller has already read it (the two config requests are saved).
+    ``stream_view``: the stream's consumer infos and its info, when the caller has read them (the groups
+    of one stream share them: the exporter lists a stream's consumers once, not once per group). ``pools``: ask
+    the group's dispatching instances for their workers (a core NATS request, answered at once when there are
+    none).
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
     config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
     try:
-        infos = {c["name"]: c for c in await counting.list_consumers(stream)}
+        consumers = stream_view[0] if stream_view is not None else await counting.list_consumers(stream)
     except NotFoundError:
         raise stream_gone(STATIC, stream, group) from None
+    infos = {c["name"]: c for c in consumers}
     members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
                for m in cfg.membership()]
     rows = _partition_rows(cfg, members)
@@ -249,7 +268,7 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
             row.pending = await counting.count_messages(stream, subjects, (ms.delivered or 0) + 1)
             row.pending_exact = True
     try:
-        state = (await counting.stream_info(stream)).get("state", {})
+        state = (stream_view[1] if stream_view is not None else await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
         raise stream_gone(STATIC, stream, group) from None
     return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,

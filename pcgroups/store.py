@@ -39,8 +39,8 @@ from nats.js.kv import KeyValue
 
 from .errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .config import go_json
-from .jsapi import (DEFAULT_API_PREFIX, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND, ERR_WRONG_LAST_SEQUENCE,
-                    ConsumerConfig, JetStreamApi, kv_bucket_config)
+from .jsapi import (DEFAULT_API_PREFIX, ERR_MAXIMUM_CONSUMERS, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND,
+                    ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi, consumer_limit_error, kv_bucket_config)
 from .connect import ConnectionWatch
 from .permissions import PermissionWatch, kv_subjects
 
@@ -88,10 +88,35 @@ def kv_jetstream(api: JetStreamApi) -> KVJetStream:
     return KVJetStream(api.nc, api.prefix, api.timeout)
 
 
-def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> Awaitable[T]:
+async def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> T:
     """A nats-py call on ``kv`` (get, create, update, delete, watch) that fails at once with a
-    PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`)."""
-    return PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key, kv._js._prefix))
+    PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.permissions`), and names
+    the bucket's stream when a watch finds it out of consumers."""
+    try:
+        return await PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key, kv._js._prefix))
+    except nats.js.errors.APIError as e:
+        if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:   # nats-py's KV errors may lack it
+            raise consumer_limit_error(f"KV_{kv._name}") from None
+        raise
+
+
+async def stop_watch(watcher: Any, timeout: float = 1.0) -> None:
+    """Stop a KV watch and delete its consumer. nats-py only unsubscribes, and the server keeps the watch's
+    (ordered) consumer for its inactive threshold, 5 minutes: every one counts against the bucket stream's
+    limit of consumers (a restarted fleet held twice its watches; docs/SCALE.md). Best effort: without a
+    connection, or without the permission to delete it, the server removes it in time."""
+    sub: Any = getattr(watcher, "_sub", None)
+    try:
+        await watcher.stop()
+    finally:
+        stream, consumer = getattr(sub, "_stream", None), getattr(sub, "_consumer", None)
+        nc = getattr(sub, "_conn", None)
+        if stream and consumer and nc is not None and nc.is_connected:
+            subject = f"{sub._js._prefix}.CONSUMER.DELETE.{stream}.{consumer}"
+            try:
+                await PermissionWatch.of(nc).call(nc.request(subject, b"", timeout=timeout), [subject])
+            except Exception as e:  # noqa: BLE001 - left to the server's inactive threshold
+                log.debug("the consumer %s of a watch of %s is left to the server: %s", consumer, stream, e)
 
 
 def bucket_call(api: JetStreamApi, aw: Awaitable[T], bucket: str) -> Awaitable[T]:
@@ -399,10 +424,11 @@ class Watch:
 
 
 async def _stop_quietly(watcher: Any) -> None:
-    """Stop a nats-py KeyWatcher (its subscription and heartbeat tasks); disconnected or closed: never mind."""
+    """Stop a nats-py KeyWatcher (its subscription and heartbeat tasks) and delete its consumer
+    (:func:`stop_watch`); disconnected or closed: never mind."""
     if watcher is None:
         return
     try:
-        await watcher.stop()
+        await stop_watch(watcher)
     except Exception as e:  # noqa: BLE001 - the consumer goes away after WATCH_INACTIVE anyway
         log.debug("stopping a KV watch: %s", e)

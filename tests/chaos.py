@@ -103,6 +103,8 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("--capacity", type=int, default=1, help="a pool worker's capacity")
     p.add_argument("--superseded-at-end", action="store_true",
                    help="look at msg.superseded only when the work is done (as cg's handler), not during it")
+    p.add_argument("--sample", type=float, default=0.0,
+                   help="every so many seconds a line of what the process costs (tests/sampler.py; 0: none)")
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
     import logging
@@ -169,7 +171,15 @@ async def worker_main(argv: list[str]) -> None:
                              **(pool if args.dispatch else {"concurrency": args.concurrency}))
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
     _emit(json.dumps({"ev": "ready", "t": time.time()}))
+    sampler = None
+    if args.sample:
+        from .sampler import sample_forever
+        def state() -> str:
+            return ("pinned" if inst.pinned else "standby") if inst.partitions else "idle"
+        sampler = asyncio.create_task(sample_forever(args.sample, _emit, state=state))
     err = await inst.done()
+    if sampler is not None:
+        sampler.cancel()
     _emit(json.dumps({"ev": "done", "error": str(err) if err else None, "t": time.time()}))
     await nc.close()
 
@@ -236,6 +246,8 @@ class Worker:
         self.reconnected_at: list[float] = []
         self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
         self.state: str | None = None              # its last instance event (pool scenarios): pinned, ...
+        self.samples: list[dict[str, Any]] = []   # what the process costs over time (--sample)
+        self.started_at = time.time()
         self.reader: asyncio.Task | None = None
         self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
 
@@ -248,11 +260,11 @@ class Group:
     """One consumer group under test: its stream, the record of its handler calls, what was published."""
 
     def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
-                 progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False):
+                 progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False, sample: float = 0.0):
         from pcgroups.checker import Recorder
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
         self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
-        self.slow, self.proxied = slow, proxied
+        self.slow, self.proxied, self.sample = slow, proxied, sample
         self.rec = Recorder()
         self.expected: set[int] = set()
         self.workers: list[Worker] = []
@@ -360,10 +372,11 @@ class Env:
                     work: float = 0.002, window: int = 1, progress: str = "auto",
                     add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
                     proxied: bool = False, url_of: Callable[[str, int], str] | None = None,
-                    dispatch: bool = False) -> Group:
+                    dispatch: bool = False, sample: float = 0.0) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
         each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
-        server URL(s) of the member's k-th instance."""
+        server URL(s) of the member's k-th instance; ``sample``: each instance reports what it costs every so
+        many seconds (``Worker.samples``)."""
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
@@ -382,7 +395,7 @@ class Env:
                                  partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
         g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress,
-                  concurrency=concurrency, slow=slow, proxied=proxied)
+                  concurrency=concurrency, slow=slow, proxied=proxied, sample=sample)
         self.groups.append(g)
         for member, count in members.items():
             for k in range(count):
@@ -404,8 +417,8 @@ class Env:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.chaos", "worker", url or self.server.url, g.flavour, g.stream, GROUP, member,
             name, "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--slow", str(g.slow), "--window", str(g.window),
-            "--progress", g.progress, "--concurrency", str(g.concurrency), *extra, stdout=asyncio.subprocess.PIPE,
-            stderr=err, cwd=ROOT,
+            "--progress", g.progress, "--concurrency", str(g.concurrency), "--sample", str(g.sample), *extra,
+            stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
         err.close()
         w = Worker(g, member, name, proc)
@@ -446,6 +459,8 @@ class Env:
                 w.ready.set()
             elif kind == "state":
                 w.state = ev.get("kind")
+            elif kind == "sample":
+                w.samples.append(ev)
             elif kind == "reconnected":
                 w.reconnects += 1
                 w.reconnected_at.append(float(ev.get("t", 0.0)))

@@ -138,6 +138,32 @@ async def test_static_and_elastic_groups_on_an_r3_stream_inherit_three_replicas(
         await nc.close()
 
 
+async def test_a_crowd_of_automatic_instances_joins_while_the_lease_bucket_is_created(nats_cluster, uniq):
+    """The first --auto instances of a cluster create the lease bucket (R3); an instance connected to another
+    node than the new stream's leader found, for a moment, no responders for its first lease write ("nats: no
+    response from stream": 4 of 10 in one measured crowd). Twelve started at once, four per node: all join."""
+    from pcgroups import elastic_consume
+
+    nc = await _cluster_nc(nats_cluster)
+    conns = [await nats.connect(servers=[nats_cluster.urls[i % 3]]) for i in range(12)]
+    try:
+        await nc.jetstream().add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], num_replicas=3))
+        await create_elastic(nc, uniq, "g", 24, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+        started = await asyncio.gather(*(elastic_consume(c, uniq, "g", "", lambda m: None, auto=True) for c in conns),
+                                       return_exceptions=True)
+        failed = [repr(x) for x in started if isinstance(x, BaseException)]
+        insts = [x for x in started if not isinstance(x, BaseException)]
+        try:
+            assert not failed, failed
+            await asyncio.gather(*(i.wait_settled(30) for i in insts))
+        finally:
+            await asyncio.gather(*(i.stop() for i in insts), return_exceptions=True)
+    finally:
+        for c in conns:
+            await c.close()
+        await nc.close()
+
+
 # ---------------------------------------------------------------- connections
 
 

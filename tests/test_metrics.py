@@ -256,6 +256,31 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
         assert after - before - 1 == 5 * (ex.last_requests - pulls - pools)   # - 1: this INFO request itself
 
 
+async def test_a_refresh_reads_a_streams_consumers_once_for_all_its_static_groups(fresh_server):
+    """Every static group's status listed all the consumers of its stream: with G groups of one stream, a refresh
+    read G x (every group's member consumers), 250,000 consumer infos at 500 groups (22 s here; docs/SCALE.md).
+    The groups of a stream share one consumer list and one stream info per refresh."""
+    import nats
+
+    from pcgroups import static_consume
+    from pcgroups.exporter import GroupsExporter
+
+    async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
+        await make_stream(admin.jetstream(), "S", transform=partition_transform("S", 2))
+        for i in range(8):
+            await create_static(admin, "S", f"g{i}", 2, members=["m1", "m2"])
+        for i in range(3):    # members with a consumer (the others have none)
+            await (await static_consume(admin, "S", f"g{i}", "m1", lambda msg: None)).stop()
+        ex = GroupsExporter(own)
+        await ex.refresh()
+        assert ex.up == 1 and len(ex.statuses) == 8
+        # the static bucket's snapshot (3), no elastic bucket (1), then S's consumer list and info, once, and the
+        # pools' status request (1)
+        assert ex.last_requests == 3 + 1 + 2 + 1
+        exists = {(st.group, m.member): m.exists for st in ex.statuses for m in st.members}
+        assert exists == {(f"g{i}", m): m == "m1" and i < 3 for i in range(8) for m in ("m1", "m2")}
+
+
 @pytest.mark.parametrize("concurrency", ["1", "3"])
 async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_url, uniq, concurrency):
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
