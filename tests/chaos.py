@@ -1252,7 +1252,7 @@ async def pool_sigkill_dispatcher(flavour: str, runs: int, verbose: bool = False
         g, _ = await _pool(env, flavour, 2, work=0.2, workers=3, capacity=2, rate=20.0)
         gaps: list[float] = []
         for run in range(runs):
-            await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 10, "a pinned dispatcher")
+            await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 30, "a pinned dispatcher")
             victim = next(w for w in g.alive("m1") if w.state == "pinned")
             t = await env.kill(victim)
             await wait_until(lambda t=t: g.rec.first_start(after=t + 0.05) is not None, 30, "calls after the kill")
