@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import statistics
 import sys
 import time
@@ -282,7 +283,7 @@ def runs_on(label: str, name: str, side: Side, sides: Mapping[str, Side]) -> boo
 async def measure(size: Size, sides: dict[str, Side] | None = None) -> Samples:
     """Rounds alternating over the sides (default: :func:`default_sides`) and the backlogs (:func:`backlogs`):
     per backlog and side, a :data:`Round` per round."""
-    sides = sides or default_sides()
+    sides = default_sides() if sides is None else sides
     samples: Samples = {}
     elastic = any(side.kind == "elastic" for side in sides.values())
     async with server_and_connection() as (server, nc):
@@ -398,17 +399,29 @@ def main() -> None:
     a = p.parse_args()
     sides = default_sides()
     if a.sides:
+        unknown = set(a.sides.split(",")) - set(sides)
+        if unknown:
+            p.error(f"unknown side(s) {', '.join(sorted(unknown))}: the sides are {', '.join(sides)}")
         sides = {name: side for name, side in sides.items() if name in a.sides.split(",")}
-    for label, path in (c.split("=", 1) for c in a.checkouts):
+    for checkout in a.checkouts:
+        label, eq, path = checkout.partition("=")
         name, _, flavour = label.partition(":")
-        sides[name] = Side("elastic" if flavour == "elastic" else "cg", Path(path).resolve(), ASYNCIO)
+        if not (eq and re.fullmatch(r"[\w-]+", name) and flavour in ("", "elastic") and Path(path).is_dir()):
+            p.error(f"{checkout!r}: give LABEL=PATH or LABEL:elastic=PATH (LABEL: letters, digits, '-' and '_'; "
+                    "PATH: a checkout's folder)")
+        sides[name] = Side("elastic" if flavour else "cg", Path(path).resolve(), ASYNCIO)
+    if not sides:
+        p.error("no side to run")
     samples = asyncio.run(measure(replace(QUICK, p7_rounds=a.rounds), sides))
     for label, by_side in samples.items():
         for name, rounds in by_side.items():
             ms = [r[0] for r in rounds if r[0] is not None]
-            print(f"{label:5} {name:8} best {min(ms):.3f} ms  median {statistics.median(ms):.3f} ms  "
-                  f"CPU/msg median {median(rounds, 1):.0f} us, server's {median(rounds, 2) or 0:.0f} us  "
-                  f"rounds {' '.join(f'{v:.3f}' for v in ms)}")
+            spans = " ".join(f"{r[3]:.3f}" for r in rounds if r[3] is not None)
+            timed = (f"best {min(ms):.3f} ms  median {statistics.median(ms):.3f} ms  " if ms else
+                     "no overlap of the members to time  ")
+            print(f"{label:5} {name:8} {timed}CPU/msg median {median(rounds, 1) or 0:.0f} us, server's "
+                  f"{median(rounds, 2) or 0:.0f} us  rounds {' '.join(f'{v:.3f}' for v in ms)}  first to last ack "
+                  f"{spans} s")
 
 
 if __name__ == "__main__":
