@@ -8,8 +8,8 @@ Cases: ``p1`` (static member, ack only), ``p1-raw`` (the leanest raw pull loop),
 
 ``p7`` / ``p7-raw``: one ``cg static consume`` member (asyncio's loop; ``p7-uvloop``: uvloop's) or one raw
 pinned loop, in a child process, on a stored backlog of N messages without work (``p7-otel``: ``--otel``
-with no exporter, spans made and dropped; ``p7-otlp``: exported over OTLP/HTTP to a sink process); profile
-the child:
+with no exporter, spans made and dropped; ``p7-otlp``: exported over OTLP/HTTP to a sink process;
+``p7-elastic``: one ``cg elastic consume`` member of the same shape); profile the child:
 
     py-spy record --subprocesses -r 1000 -f raw -o p7.txt -- python -m benchmarks.profile p7 30000
 """
@@ -39,10 +39,7 @@ async def p7_member(case: str, n: int) -> None:
     from pcgroups.jsapi import JetStreamApi
 
     from . import p7_consume as p7
-    from .common import keys_by_partition, round_robin_subjects
     async with server_and_connection() as (server, nc):
-        await static_stream(nc.jetstream(), "PROF", p7.PARTITIONS)
-        await publish_all(nc, round_robin_subjects("PROF", keys_by_partition("PROF.*", p7.PARTITIONS, 20), n))
         sink = None
         if case == "p7-otlp":
             endpoint, sink = p7.otlp_sink()
@@ -50,15 +47,19 @@ async def p7_member(case: str, n: int) -> None:
         else:
             otel = {"OTEL_TRACES_EXPORTER": "none"}
         side = {"p7": p7.Side("cg", env=p7.ASYNCIO), "p7-uvloop": p7.Side("cg"), "p7-raw": p7.Side("raw"),
+                "p7-elastic": p7.Side("elastic", env=p7.ASYNCIO),
                 "p7-otel": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",)),
                 "p7-otlp": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",))}[case]
+        await p7.backlog(nc, "PROF", side.flavour, n)
+        pid = server.proc.pid if server.proc else None
         try:
-            ms, cpu = await p7.one_round(server.url, nc, JetStreamApi(nc), side, "PROF", "prof", 0.0, n, ["m1"])
+            ms, cpu, server_cpu, _ = await p7.one_round(server.url, nc, JetStreamApi(nc), side, "PROF", "prof", 0.0,
+                                                        n, ["m1"], server_pid=pid)
         finally:
             if sink is not None:
                 sink.kill()
                 sink.wait()
-        print(f"{case}: {ms:.3f} ms and {cpu:.0f} us of CPU per message")
+        print(f"{case}: {ms:.3f} ms and {cpu:.0f} us of CPU per message (the server's: {server_cpu or 0:.0f} us)")
 
 
 async def main(case: str, n: int) -> None:
@@ -88,7 +89,8 @@ async def main(case: str, n: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p7", "p7-raw", "p7-uvloop", "p7-otel", "p7-otlp",
+    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p7", "p7-raw", "p7-uvloop", "p7-elastic",
+                                     "p7-otel", "p7-otlp",
                                      "publish"])
     ap.add_argument("n", type=int, nargs="?", default=100_000)
     ap.add_argument("--pyinstrument", action="store_true")

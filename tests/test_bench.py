@@ -1,5 +1,6 @@
-"""Smoke test of scripts/bench: the quick size of two scenarios runs and writes the JSON shape the
-table and BENCHMARKS.md are made from. No timing targets are asserted here."""
+"""Smoke tests of scripts/bench: the quick size of two scenarios runs and writes the JSON shape the
+table and BENCHMARKS.md are made from; P8, P9 and P7's elastic side run. No timing targets are asserted
+here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW_KEYS = {"metric", "value", "unit", "baseline", "baseline_label", "ratio", "target", "met"}
@@ -77,3 +80,35 @@ def test_p9_drains_the_same_messages_through_both_groups(tmp_path):
     details = scenario["details"]
     assert details["messages"] == 20_000 and len(details["rounds"]["aggregate"]) == 2
     assert all(0 < sourced <= total for total, sourced in details["rounds"]["one"] + details["rounds"]["aggregate"])
+
+
+async def test_p7_elastic_side_acks_the_backlog_through_cg_elastic_consume(nats_server, nc, uniq):
+    """P7's elastic side: an elastic group of P7's shape over a plain stream, each member's share acked by
+    `cg elastic consume` processes (the round waits for every ack), timed on the work queue's acks; the
+    group and its work queue are gone afterwards."""
+    from benchmarks import p7_consume as p7
+    from pcgroups.errors import NotFoundError
+    from pcgroups.jsapi import JetStreamApi
+
+    api = JetStreamApi(nc)
+    await p7.backlog(nc, uniq, "elastic", 400)
+    side = p7.Side("elastic", env=p7.ASYNCIO)
+    _, cpu, server_cpu, span = await p7.one_round(nats_server.url, nc, api, side, uniq, "g", 0.0, 200, ["m1", "m2"],
+                                                  server_pid=nats_server.proc.pid)
+    assert span is not None and span > 0 and cpu >= 0 and server_cpu is not None
+    with pytest.raises(NotFoundError):
+        await api.stream_info(f"{uniq}-g")
+
+
+def test_p7_compares_static_with_elastic_round_by_round():
+    """The target is the median of the rounds' static/elastic ratios, not the ratio of the best rounds."""
+    from benchmarks import p7_consume as p7
+
+    static = [(1.0, 200.0, 100.0, 0.5), (3.0, 300.0, 150.0, 0.7)]
+    elastic = [(2.0, 250.0, 120.0, 0.6), (2.5, 260.0, 130.0, 0.8)]
+    rows = p7.static_vs_elastic({"cg": static, "elastic": elastic}, {"cg": static, "elastic": elastic})
+    target = rows[0]
+    assert target.ratio == pytest.approx((0.5 + 1.2) / 2) and target.met is True
+    assert (target.value, target.baseline) == (2.0, 2.25)
+    assert [r.ratio for r in rows[1:]] == [pytest.approx(250 / 255), pytest.approx(125 / 125), pytest.approx(0.6 / 0.7)]
+    assert p7.static_vs_elastic({"cg": static}, {}) == []
