@@ -205,7 +205,7 @@ async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_besi
 
     said = "member m1's consumer: max_ack_pending {} (updated: no other instance was running)"
     assert "consumer:" not in await run()
-    for extra, change, now in ((["--concurrency", "4"], "1 -> 16", 16), ([], "16 -> 1", 1)):
+    for extra, change, now in ((["--concurrency", "4"], "1 -> 16384", 16384), ([], "16384 -> 1", 1)):
         err = await run(*extra)
         assert [line for line in err.splitlines() if "consumer:" in line][0].endswith(said.format(change)), err
         assert (await js.consumer_info(stream, "w-m1")).config.max_ack_pending == now
@@ -216,7 +216,7 @@ async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_besi
         before = (await js.consumer_info(stream, "w-m1")).config
         r = await acg("static", "consume", stream, "w", "m1", "--concurrency", "4", url=url, timeout=30)
         assert_cli_error(r, "another instance of member m1 is running with other consumer settings (max_ack_pending "
-                            "1 there, 16 asked): stop the other instances of m1, or start this one with the same")
+                            "1 there, 16384 asked): stop the other instances of m1, or start this one with the same")
         assert len(r.err.splitlines()) == 1 and r.out == ""
         assert (await js.consumer_info(stream, "w-m1")).config == before
         await _publish(js, stream, 1, start=sent)

@@ -323,7 +323,7 @@ def test_parse_mapping_agrees_with_its_model(text):
         return part.strip().isascii() and part.strip().isdigit()
 
     def partitions(item: str) -> list[int] | None:   # a number, or a range a-b with a <= b
-        ends = item.split("-")
+        ends = [e.strip() for e in item.split("-")]
         if len(ends) == 1 and number(ends[0]):
             return [int(ends[0])]
         if len(ends) == 2 and number(ends[0]) and number(ends[1]) and int(ends[0]) <= int(ends[1]):

@@ -649,7 +649,7 @@ async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not
     member = ("static", uniq, "kc", "k1")
     async with procs() as start:
         _, port = await exporter(start, server_url, uniq, interval="0.2s")
-        lone = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "0s",
+        lone = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms",
                            url=server_url)
         await lone.wait_text("acked")
 
@@ -665,7 +665,7 @@ async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not
         m = await ascrape(port)
         assert values(m["pcgroups_partition_pending_messages"], stream=uniq)[0] > 0, "the backlog ran out"
 
-        standby = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "0s",
+        standby = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms",
                               url=server_url)
         await standby.wait_text("consuming...")
         await wait_for(lambda: _not(holds()), timeout=10, what="the condition gone with a standby")

@@ -80,7 +80,7 @@ def test_the_library_requires_nats_py_alone_and_the_cli_extra_the_rest(wheel):
     assert requirements[""] == {"nats-py"}
     assert requirements["cli"] == CLI_EXTRA
     assert requirements["dev"] >= {"pcgroups", "pytest", "mypy"}   # pcgroups[cli]: the tests run cg
-    assert set(requirements) == {"", "cli", "dev", "docs", "metrics", "spark"}
+    assert set(requirements) == {"", "cli", "dev", "docs", "metrics", "otel", "plot", "spark"}
     with zipfile.ZipFile(wheel) as whl:
         assert "pcgroups/py.typed" in whl.namelist()
 
