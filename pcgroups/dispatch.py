@@ -70,7 +70,7 @@ class WorkerView:
     capacity: int
     work_subject: str
     seen: float
-    busy: int = 0
+    others: int = 0          # calls it runs besides our offers (its last heartbeat's busy less our offers in it)
     stopping: bool = False
     handled: int = 0
     offers: dict[str, Offer] = field(default_factory=dict)   # token -> our offer waiting for it
@@ -78,8 +78,9 @@ class WorkerView:
 
     @property
     def free(self) -> int:
-        """Slots it has for us: its capacity less what runs there (ours, or another dispatcher's it reported)."""
-        return 0 if self.stopping else max(self.capacity - max(len(self.offers), self.busy), 0)
+        """Slots it has for us: its capacity less our offers waiting for it and the other calls its last heartbeat
+        reported (another dispatcher's, or ours taken back); its count of our offers is stale once one ends."""
+        return 0 if self.stopping else max(self.capacity - len(self.offers) - self.others, 0)
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class Roster:
                     self.retried += 1
                     raise RetryLater(result.reason or "nak", result.delay)
                 case "busy":
-                    worker.busy = worker.capacity   # full until its next heartbeat says otherwise
+                    worker.others = worker.capacity   # full until its next heartbeat says otherwise
                 case _:   # dropped, or taken back (a silent worker, a lost offer): offer it again
                     log.info("%s: message %d back from worker %s (%s): offering it again", self.spec.member,
                              m.sequence, worker.name, result.reason or result.outcome)
@@ -243,8 +244,9 @@ class Roster:
             self._said("worker-joined", w, f"capacity {hb.capacity}")
             self._resized()
         changed = (w.capacity, w.stopping) != (hb.capacity, hb.stopping)
-        w.seen, w.capacity, w.busy, w.stopping = now, hb.capacity, hb.busy, hb.stopping
         held = set(hb.held.get(self.id, ()))
+        w.seen, w.capacity, w.stopping = now, hb.capacity, hb.stopping
+        w.others = max(hb.busy - len(held & {o.seq for o in w.offers.values()}), 0)   # ours that ended: not busy
         for offer in list(w.offers.values()):   # pool invariant 2: an offer it does not know of was lost
             if offer.seq not in held and now - offer.sent > pool.OFFER_GRACE:
                 _resolve(offer.outcome, pool.Outcome("dropped", reason="the worker never got it"))
