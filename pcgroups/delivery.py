@@ -429,9 +429,12 @@ class Delivery:
         """A new pin waits for :meth:`taken_over` (invariant 7)."""
         return self._taking_over
 
-    def own_pending(self) -> int:
-        """How many distinct messages of the current pin and epoch are buffered here (invariant 7)."""
-        return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch})
+    def own_pending(self, upto: int | None = None) -> int:
+        """How many distinct messages of the current pin and epoch are buffered here (invariant 7); with ``upto``,
+        only those delivered at consumer sequences up to it: what a consumer info whose ``delivered`` says
+        ``upto`` counts in its num_ack_pending (a message delivered after it is here but not in that count)."""
+        return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch
+                    and (upto is None or m.consumer_sequence <= upto)})
 
     def taken_over(self, pin: str | None) -> int:
         """The take-over of ``pin`` may proceed: the buffer goes in stream order, one copy per stream

@@ -463,7 +463,8 @@ class PullSession:
                 info = None
             if info is not None:
                 pending = int(info.get("num_ack_pending", 0))
-                foreign = pending - d.own_pending()
+                delivered = (info.get("delivered") or {}).get("consumer_seq")
+                foreign = pending - d.own_pending(upto=None if delivered is None else int(delivered))
                 if foreign <= 0:
                     break
                 waited_for = max(waited_for, foreign)
