@@ -550,7 +550,8 @@ class PullSession:
 
     def _want(self, now: float) -> tuple[int, int]:
         """How many messages to ask for now, and the least worth a pull: half a batch; with a
-        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least)."""
+        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least, but any room
+        during a take-over, which makes room for the earlier holder's messages as it learns of them)."""
         requested = max(self._pending, 0)
         want = self.batch - requested
         window = self.window
@@ -558,6 +559,8 @@ class PullSession:
             return want, self.batch - self.batch // 2
         outstanding = self.delivery.buffered + self.dispatcher.held + requested
         window.update(outstanding, self.dispatcher.starved, now)
+        if self.delivery.taking_over:   # an earlier holder's messages come a few at a time: pull each room there is
+            return min(want, window.room(outstanding)), 1
         return min(want, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
 
     async def _confirm_pin(self) -> None:
