@@ -86,7 +86,10 @@ async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *,
                 **options) -> Worker:
     args = [sys.executable, "-m", "benchmarks.worker", url, flavour, stream, group, member]
     for k, v in options.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+        if v is True:
+            args.append(f"--{k.replace('_', '-')}")
+        elif v is not False and v is not None:
+            args += [f"--{k.replace('_', '-')}", str(v)]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
