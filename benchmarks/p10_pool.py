@@ -32,7 +32,7 @@ from pcgroups.delivery import ack_numbers
 
 from .burst import burst_then_others, publish_burst
 from .common import Result, Row, Size, cpu_seconds, pct, publish_all, ratio, server_and_connection, wait_until
-from .procs import Worker, spawn, stop_all
+from .procs import Worker, ready, spawn, stop_all
 
 KEYS = 1000
 IO = 0.200                      # the scaling rows' simulated I/O per message
@@ -92,17 +92,18 @@ class Pool:
     workers: list[Worker] = field(default_factory=list)
 
     async def start_dispatcher(self, **options) -> Worker:
-        self.dispatcher = await spawn(self.url, "static", self.stream, "g", "m", name="dispatcher", dispatch=True,
-                                      ack_wait=5, max_ack_pending=0, report="count", loop=self.loop, **options)
-        await asyncio.wait_for(self.dispatcher.ready.wait(), 30)
+        self.dispatcher = await ready(await spawn(self.url, "static", self.stream, "g", "m", name="dispatcher",
+                                                  dispatch=True, ack_wait=5, max_ack_pending=0, report="count",
+                                                  loop=self.loop, **options), 30)
         return self.dispatcher
 
     async def add_workers(self, n: int, *, capacity: int = 1, work: float = 0.0, **options) -> None:
         """``n`` more workers; returns once each is enrolled with the dispatcher."""
-        new = [await spawn(self.url, "pool", self.stream, "g", f"w{len(self.workers) + i}", capacity=capacity,
-                           work=work, ack_wait=5, loop=self.loop, **({"report": "count"} | options))
-               for i in range(n)]
-        self.workers += new
+        new = []
+        for _ in range(n):   # each joins self.workers at once, so that stop() ends it whatever happens next
+            new.append(await spawn(self.url, "pool", self.stream, "g", f"w{len(self.workers)}", capacity=capacity,
+                                   work=work, ack_wait=5, loop=self.loop, **({"report": "count"} | options)))
+            self.workers.append(new[-1])
         await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in new)), 30 + 2 * n)
 
     async def stop(self) -> None:
@@ -162,10 +163,9 @@ async def in_process(url: str, nc, work: float, concurrency: int, window: float,
     stream = await stream_with_keys(nc, backlog, body=body)
     acks = AckCounter()
     sub = await acks.watch(nc, stream)
-    inst = await spawn(url, "static", stream, "g", "m", name="keyed", concurrency=concurrency, work=work, ack_wait=5,
-                       max_ack_pending=0, report="count", loop=loop)
+    inst = await ready(await spawn(url, "static", stream, "g", "m", name="keyed", concurrency=concurrency, work=work,
+                                   ack_wait=5, max_ack_pending=0, report="count", loop=loop), 30)
     try:
-        await asyncio.wait_for(inst.ready.wait(), 30)
         await wait_until(lambda: bool(acks.stamps), 30, "the first ack")
         cpu0 = cpu_seconds(inst.pid) or 0.0
         rate, t0, t1 = await measure(acks, 0.0, window, backlog)
@@ -205,9 +205,12 @@ def _cpu(w: Worker) -> float:
 
 
 # --- the body: forwarded or fetched ------------------------------------------------------------------------
-async def steady(url: str, nc, body: bytes, *, fetch: bool, rate: float, seconds: float) -> dict:
-    """Publish at ``rate`` for ``seconds`` (keys in turn) to a dispatcher with 2 workers of capacity 8 and no work:
-    each message's latency (publish -> ``+ACK``), and the CPU per message of the dispatcher and of the workers."""
+async def steady(url: str, nc, body: bytes, *, mode: str, rate: float, seconds: float) -> dict:
+    """Publish at ``rate`` for ``seconds`` (keys in turn), ``mode`` ``forward`` (a dispatcher and 2 workers of
+    capacity 8, no work), ``fetch`` (the same, the body fetched by the worker) or ``local`` (one instance running
+    the same handlers itself, --concurrency 16): each message's latency (publish -> ``+ACK``), and the CPU per
+    message of the dispatcher (or the instance) and of the workers."""
+    fetch = mode == "fetch"
     stream = await stream_with_keys(nc, 0, direct=fetch)
     acks = AckCounter()
     sub = await acks.watch(nc, stream)
@@ -215,9 +218,14 @@ async def steady(url: str, nc, body: bytes, *, fetch: bool, rate: float, seconds
     js = nc.jetstream()
     published: dict[int, float] = {}
     try:
-        dispatcher = await pool.start_dispatcher(headers_only=fetch)
-        await pool.add_workers(2, capacity=8, fetch=fetch)
-        cpu0 = _cpu(dispatcher), sum(_cpu(w) for w in pool.workers)
+        if mode == "local":
+            pool.dispatcher = await ready(await spawn(url, "static", stream, "g", "m", name="keyed", concurrency=16,
+                                                      ack_wait=5, max_ack_pending=0, report="count", loop=LOOP), 30)
+        else:
+            await pool.start_dispatcher(headers_only=fetch)
+            await pool.add_workers(2, capacity=8, fetch=fetch)
+        assert pool.dispatcher is not None
+        cpu0 = _cpu(pool.dispatcher), sum(_cpu(w) for w in pool.workers)
         next_at = time.monotonic()
         for i in range(int(rate * seconds)):
             t = time.monotonic()
@@ -227,7 +235,7 @@ async def steady(url: str, nc, body: bytes, *, fetch: bool, rate: float, seconds
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         await wait_until(lambda: all(s in acks.by_seq for s in published), 30, "every message acked")
         n = len(published)
-        cpu = (_cpu(dispatcher) - cpu0[0]) * 1e6 / n, (sum(_cpu(w) for w in pool.workers) - cpu0[1]) * 1e6 / n
+        cpu = (_cpu(pool.dispatcher) - cpu0[0]) * 1e6 / n, (sum(_cpu(w) for w in pool.workers) - cpu0[1]) * 1e6 / n
     finally:
         await pool.stop()
         await sub.unsubscribe()
@@ -268,8 +276,10 @@ async def run(size: Size) -> Result:
         for b in BODIES:
             for fetch in (False, True):
                 bodies[(b, fetch)] = {
-                    "steady": await steady(url, nc, b"x" * b, fetch=fetch, rate=size.p10_rate, seconds=window),
+                    "steady": await steady(url, nc, b"x" * b, mode="fetch" if fetch else "forward",
+                                           rate=size.p10_rate, seconds=window),
                     "drain": await ceiling(url, nc, window, size.p10_ceiling_backlog, body=b"x" * b, fetch=fetch)}
+        local_steady = await steady(url, nc, b"x" * BODIES[0], mode="local", rate=size.p10_rate, seconds=window)
 
     _scaling_rows(res, rates, keyed16)
     _ceiling_rows(res, ceil, local)
@@ -280,6 +290,13 @@ async def run(size: Size) -> Result:
         res.rows.append(Row(f"{head}: other keys' p50", p50, "s"))
         res.rows.append(Row(f"{head}: other keys' p99", p99, "s", target="p99 < 1 s",
                             met=p99 is not None and len(lat) == OTHERS and p99 < 1.0))
+    fwd = bodies[(BODIES[0], False)]["steady"]
+    res.rows.append(Row(f"dispatcher CPU per message at {size.p10_rate} msg/s (100 B, workers without work)",
+                        fwd["dispatcher_cpu_us"], "us", local_steady["dispatcher_cpu_us"],
+                        "one instance running the handlers, --concurrency 16", ratio(fwd["dispatcher_cpu_us"],
+                                                                                    local_steady["dispatcher_cpu_us"])))
+    res.rows.append(Row(f"latency p50 at {size.p10_rate} msg/s through the pool", fwd["p50"], "s", local_steady["p50"],
+                        "one instance running the handlers", ratio(fwd["p50"], local_steady["p50"])))
     _body_rows(res, bodies)
     res.details = {
         "loop": LOOP, "keys": KEYS, "io_s": IO, "scaling_msgs_per_s": rates, "keyed_concurrency_16_msgs_per_s": keyed16,
@@ -287,6 +304,7 @@ async def run(size: Size) -> Result:
         "fairness_s": {("stored" if s else "live"): {"p50": pct(v, 50), "p99": pct(v, 99), "max": max(v, default=None),
                                                      "acked": len(v)} for s, v in fair.items()},
         "bodies": {f"{b}B_{'fetch' if f else 'forward'}": v for (b, f), v in bodies.items()},
+        "steady_in_process": local_steady,
         "steady_rate": size.p10_rate,
     }
     return res
@@ -322,6 +340,9 @@ def _body_rows(res: Result, bodies: dict) -> None:
             v, base = get["steady"][key], fwd["steady"][key]
             res.rows.append(Row(f"{size} bodies, fetched by the worker (direct get): {what}", v, unit, base,
                                 "forwarded by the dispatcher", ratio(v, base)))
-        v, base = get["drain"]["rate"], fwd["drain"]["rate"]
-        res.rows.append(Row(f"{size} bodies, fetched by the worker: backlog drain rate", v, "msg/s", base,
-                            "forwarded by the dispatcher", ratio(v, base)))
+        for what, key, unit in (("backlog drain rate", "rate", "msg/s"),
+                                ("dispatcher CPU per message, draining", "dispatcher_cpu_us", "us"),
+                                ("workers' CPU per message, draining", "workers_cpu_us", "us")):
+            v, base = get["drain"][key], fwd["drain"][key]
+            res.rows.append(Row(f"{size} bodies, fetched by the worker: {what}", v, unit, base,
+                                "forwarded by the dispatcher", ratio(v, base)))

@@ -28,7 +28,7 @@ from pcgroups.scheduler import FAIR_WINDOW
 
 from .burst import BURST_KEY, burst_then_others, publish_burst
 from .common import Result, Row, Size, pct, publish_all, ratio, server_and_connection, static_stream, wait_until
-from .procs import Worker, spawn, stop_all
+from .procs import Worker, ready, spawn, stop_all
 
 WORK = 0.010
 K = 8
@@ -48,9 +48,7 @@ def _name(prefix: str) -> str:
 
 async def member(url: str, stream: str, name: str = "m", **options) -> Worker:
     """A member instance of group ``g`` in a process of its own, consuming (pinned or standby)."""
-    w = await spawn(url, "static", stream, "g", "m", name=name, ack_wait=5, **options)
-    await asyncio.wait_for(w.ready.wait(), 30)
-    return w
+    return await ready(await spawn(url, "static", stream, "g", "m", name=name, ack_wait=5, **options), 30)
 
 
 async def fair_round(url: str, nc, burst: int, others: int, *, loop: str = "asyncio", k: int = K,
@@ -83,12 +81,13 @@ async def kill_round(url: str, nc, burst: int, others: int) -> dict:
     await create_static(nc, stream, "g", 1, members=["m"])
     opts = dict(concurrency=K, work=KILL_WORK, max_ack_pending=0, report="spans")
     first = await member(url, stream, name="i0", **opts)
-    second = await member(url, stream, name="i1", **opts)
-    workers = [first, second]
+    workers = [first]
     stop = asyncio.Event()
     sent: list[int] = []
     pub = asyncio.create_task(_other_traffic(js, stream, others, stop, sent))
     try:
+        second = await member(url, stream, name="i1", **opts)
+        workers.append(second)
         await publish_all(nc, [f"{stream}.{BURST_KEY}"] * burst)
         await wait_until(lambda: any(len(w.starts) > 100 for w in workers), 30, "the burst being worked off")
         victim = max(workers, key=lambda w: len(w.starts))

@@ -98,5 +98,15 @@ async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *,
     return Worker(proc, name or member)
 
 
+async def ready(worker: Worker, timeout: float) -> Worker:
+    """``worker`` once it said it is ready; stopped (then the error raised) when it does not in time."""
+    try:
+        await asyncio.wait_for(worker.ready.wait(), timeout)
+    except BaseException:
+        await worker.stop()
+        raise
+    return worker
+
+
 async def stop_all(workers: list[Worker]) -> None:
     await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)

@@ -97,8 +97,10 @@ async def member_or_worker(nc, args: argparse.Namespace, loop: asyncio.AbstractE
         if report != "count":
             emit(ev="start", seq=msg.sequence, n=msg.metadata.num_delivered, partition=msg.partition,
                  subject=msg.subject, data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None)
-        if fetch is not None:
-            await fetch.body(msg.sequence)
+        if fetch is not None:   # the offer has no body (a headers-only consumer): its size is in a header
+            body = await fetch.body(msg.sequence)
+            if len(body) != int((msg.headers or {}).get("Nats-Msg-Size", -1)):
+                raise RuntimeError(f"direct get of {msg.sequence}: {len(body)} bytes, not the message's")
         if args.work:
             await asyncio.sleep(args.work)
         await msg.ack()
