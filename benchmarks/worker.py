@@ -111,6 +111,7 @@ async def member_or_worker(nc, args: argparse.Namespace, loop: asyncio.AbstractE
     if args.flavour == "pool":
         inst = await serve_worker(nc, args.pool_flavour, args.stream, args.group, handler, name=args.member,
                                   capacity=args.capacity, ack_wait=args.ack_wait)
+        emit(ev="started")   # waiting for a dispatching member; "ready" once one answered
         await inst.wait_for_consuming(30)
     else:
         consume = static_consume if args.flavour == "static" else elastic_consume
