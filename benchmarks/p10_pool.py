@@ -43,6 +43,7 @@ FAIR_WORKERS = 8
 OTHERS = 40
 CEILING_SLOTS = 256             # the ceiling rows' worker slots (2 workers of 128): never all busy
 BODIES = (100, 16 * 1024)
+BACKLOG_BYTES = 128 << 20       # the most a drain's backlog of bodies holds
 TIME_LIMIT_FACTOR = 3           # of Size.time_limit: many processes start and stop
 LOOP = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
 _n = 0
@@ -187,7 +188,8 @@ async def ceiling(url: str, nc, window: float, backlog: int, *, loop: str = LOOP
                   fetch: bool = False) -> dict:
     """Messages per second through one dispatcher whose workers do no work and are never all busy, and the CPU
     per message of the dispatcher and of the workers. ``fetch``: the headers-only dispatcher, workers that
-    read the body by sequence."""
+    read the body by sequence. The backlog holds at most BACKLOG_BYTES of bodies."""
+    backlog = max(min(backlog, BACKLOG_BYTES // len(body)), 500)
     stream = await stream_with_keys(nc, backlog, body=body, direct=fetch)
     acks = AckCounter()
     sub = await acks.watch(nc, stream)
@@ -195,7 +197,7 @@ async def ceiling(url: str, nc, window: float, backlog: int, *, loop: str = LOOP
     try:
         dispatcher = await pool.start_dispatcher(headers_only=fetch)
         await pool.add_workers(2, capacity=CEILING_SLOTS // 2, fetch=fetch)
-        await wait_until(lambda: len(acks.stamps) > 200, 30, "the backlog flowing")
+        await wait_until(lambda: len(acks.stamps) > min(200, backlog // 10), 30, "the backlog flowing")
         cpu0 = _cpu(dispatcher), sum(_cpu(w) for w in pool.workers)
         rate, t0, t1 = await measure(acks, 0.0, window, backlog)
         n = max(acks.count(t0, t1), 1)
@@ -203,6 +205,7 @@ async def ceiling(url: str, nc, window: float, backlog: int, *, loop: str = LOOP
     finally:
         await pool.stop()
         await sub.unsubscribe()
+        await nc.jetstream().delete_stream(stream)   # large bodies: give the disk back at once
     return {"rate": rate, "dispatcher_cpu_us": cpu[0], "workers_cpu_us": cpu[1]}
 
 
@@ -357,3 +360,45 @@ def _body_rows(res: Result, bodies: dict) -> None:
             v, base = get["drain"][key], fwd["drain"][key]
             res.rows.append(Row(f"{size} bodies, fetched by the worker: {what}", v, unit, base,
                                 "forwarded by the dispatcher", ratio(v, base)))
+
+
+async def compare_bodies(sizes: list[int], rounds: int, rate: int, seconds: float, backlog: int) -> dict:
+    """The body rows only, ``rounds`` times, forwarding and fetching alternated: {(size, mode): [results]}."""
+    out: dict[tuple[int, str], list[dict]] = {}
+    async with server_and_connection() as (server, nc):
+        for _ in range(rounds):
+            for b in sizes:
+                for fetch in (False, True):
+                    mode = "fetch" if fetch else "forward"
+                    got = await steady(server.url, nc, b"x" * b, mode=mode, rate=rate, seconds=seconds)
+                    got["drain"] = await ceiling(server.url, nc, seconds, backlog, body=b"x" * b, fetch=fetch)
+                    out.setdefault((b, mode), []).append(got)
+    return out
+
+
+def main() -> None:
+    """``python -m benchmarks.p10_pool [--rounds N] [SIZE ...]``: the body through the dispatcher or fetched by the
+    worker, alternated, for each body size (bytes; default 100 and 16384); prints the median of each figure."""
+    import argparse
+    import statistics
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.p10_pool")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rate", type=int, default=200)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--backlog", type=int, default=30_000)
+    p.add_argument("sizes", type=int, nargs="*", default=list(BODIES))
+    a = p.parse_args()
+    got = asyncio.run(compare_bodies(a.sizes, a.rounds, a.rate, a.seconds, a.backlog))
+    print("body     mode     p50 ms  p99 ms  disp us  work us | drain msg/s  disp us  work us   (medians)")
+    for (b, mode), runs in sorted(got.items()):
+        def med(f):
+            return statistics.median(f(r) for r in runs)
+        print(f"{b:>7}  {mode:7} {med(lambda r: r['p50']) * 1e3:7.2f} {med(lambda r: r['p99']) * 1e3:7.2f} "
+              f"{med(lambda r: r['dispatcher_cpu_us']):8.0f} {med(lambda r: r['workers_cpu_us']):8.0f} | "
+              f"{med(lambda r: r['drain']['rate']):11,.0f} {med(lambda r: r['drain']['dispatcher_cpu_us']):8.0f} "
+              f"{med(lambda r: r['drain']['workers_cpu_us']):8.0f}")
+
+
+if __name__ == "__main__":
+    main()
