@@ -332,6 +332,9 @@ def _scaling_rows(res: Result, rates: dict[int, float], keyed16: float) -> None:
         res.rows.append(Row(f"{n} worker(s) x capacity 1, 1,000 keys, 200 ms of I/O each", rate, "msg/s", linear,
                             "linear (1 worker's rate x n)", r, f">= {LINEAR} of linear" if n > 1 else "",
                             (r is not None and r >= LINEAR) if n > 1 else None))
+    ideal = STEPS[-1] / IO
+    res.rows.append(Row(f"{STEPS[-1]} workers against the ideal (a message per 200 ms each)", rates[STEPS[-1]], "msg/s",
+                        ideal, "ideal", ratio(rates[STEPS[-1]], ideal)))
     res.rows.append(Row("same load, one instance with --concurrency 16 (in process)", keyed16, "msg/s", rates[16],
                         "16 workers", ratio(keyed16, rates[16])))
 
