@@ -5,8 +5,8 @@ subjects), so every side is measured the same way.
 
 - **scaling**: 1,000 keys, 200 ms of simulated I/O per message (``asyncio.sleep``), 1, 2, 4, 8 and 16
   workers of capacity 1 added one step after the other to the same dispatcher: throughput against linear
-  (the one-worker rate times the workers); the same load in one instance with ``--concurrency 16`` for
-  comparison;
+  (the one-worker rate times the workers) and against the ideal (a message per 200 ms per worker); the same
+  load in one instance with ``--concurrency 16`` for comparison;
 - **the dispatcher's ceiling**: handlers that do no work, more worker slots than can ever be busy: messages per
   second through one dispatcher and the dispatcher process's CPU time per message, on uvloop and on asyncio's
   loop; the baseline is one instance running the same handlers itself (key-level concurrency, the same slots);
@@ -16,7 +16,8 @@ subjects), so every side is measured the same way.
   alternative (the dispatcher's consumer is headers-only, and the worker reads the body by stream sequence
   with a direct get, ``$JS.API.DIRECT.GET.<stream>``) is prototyped here (``benchmarks.worker pool --fetch``),
   not in the library. For 100 B and 16 KB bodies: the latency of a message published at a steady rate, the
-  dispatcher's and the workers' CPU per message, and the rate a backlog drains at."""
+  dispatcher's and the workers' CPU per message, and the rate a backlog drains at; at the steady rate, the
+  dispatcher against one instance running the same handlers itself."""
 
 from __future__ import annotations
 
