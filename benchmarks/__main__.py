@@ -23,11 +23,12 @@ from pathlib import Path
 from .common import FULL, QUICK, Result, Size
 from .report import render
 
-SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"]
+SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
 
 
 MODULES = {"P1": "p1_throughput", "P2": "p2_strict", "P3": "p3_failover", "P4": "p4_elastic", "P5": "p5_sourcing",
-           "P6": "p6_keys", "P7": "p7_consume", "P8": "p8_startup", "P9": "p9_aggregate"}
+           "P6": "p6_keys", "P7": "p7_consume", "P8": "p8_startup", "P9": "p9_aggregate",
+           "P10": "p10_pool", "P11": "p11_flavours"}
 
 
 def _module(sid: str):
@@ -63,7 +64,8 @@ async def run_all(size: Size, only: list[str], progress) -> list[Result]:
         progress(f"{sid} ...")
         t0 = time.monotonic()
         try:
-            res = await asyncio.wait_for(_module(sid).run(size), size.time_limit)
+            module = _module(sid)
+            res = await asyncio.wait_for(module.run(size), size.time_limit * getattr(module, "TIME_LIMIT_FACTOR", 1))
         except Exception as e:  # noqa: BLE001 - a failed scenario is reported, the others still run
             res = Result(sid, sid, error=f"{type(e).__name__}: {e}")
             logging.getLogger("benchmarks").exception("%s failed", sid)

@@ -37,20 +37,27 @@ class Size:
     p6_burst: int
     p6_others: int
     p6_window: float
+    p6_big_burst: int       # the larger burst of the fairness rows and the SIGKILL round
     p7_work_messages: int   # the backlog with 5 ms of work per message (the Go comparison's 1,600)
     p7_idle_messages: int   # the backlog without work (long enough for all four members to overlap)
     p7_rounds: int
+    p10_window: float       # seconds each P10 rate is counted over
+    p10_ceiling_backlog: int
+    p10_rate: int           # msg/s of P10's steady publishing (the body rows)
+    p11_runs: int
     time_limit: float       # per scenario
 
 
 QUICK = Size("quick", p1_messages=20_000, p1_rounds=2, p2_window=2.0, p2_members=(1, 2, 4, 8), p3_kills=3,
              p3_stepdowns=3, p4_cycles=1, p4_window=2.0, p5_messages=20_000, p5_load_messages=10_000,
-             p6_burst=200, p6_others=20, p6_window=2.0, p7_work_messages=1600, p7_idle_messages=16_000,
-             p7_rounds=2, time_limit=240.0)
+             p6_burst=200, p6_others=20, p6_window=2.0, p6_big_burst=2000, p7_work_messages=1600,
+             p7_idle_messages=16_000, p7_rounds=2, p10_window=3.0, p10_ceiling_backlog=20_000, p10_rate=200, p11_runs=3,
+             time_limit=240.0)
 FULL = Size("full", p1_messages=100_000, p1_rounds=3, p2_window=5.0, p2_members=(1, 2, 4, 8), p3_kills=10,
             p3_stepdowns=10, p4_cycles=3, p4_window=3.0, p5_messages=100_000, p5_load_messages=50_000,
-            p6_burst=1000, p6_others=50, p6_window=5.0, p7_work_messages=1600, p7_idle_messages=16_000,
-            p7_rounds=5, time_limit=600.0)
+            p6_burst=1000, p6_others=50, p6_window=5.0, p6_big_burst=10_000, p7_work_messages=1600,
+            p7_idle_messages=16_000, p7_rounds=5, p10_window=5.0, p10_ceiling_backlog=40_000, p10_rate=200,
+            p11_runs=3, time_limit=600.0)
 
 
 @dataclass

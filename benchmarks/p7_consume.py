@@ -157,14 +157,15 @@ async def sourced(api: JetStreamApi, work_queue: str, count: int, timeout: float
 
 
 async def cg_processes(url: str, stream: str, group: str, work: float, side: Side,
-                       members: list[str] = MEMBERS) -> list[Worker]:
-    """``cg static|elastic consume`` per member, stdout a pipe, the code and environment of ``side``."""
+                       members: list[str] = MEMBERS, flavour: str | None = None) -> list[Worker]:
+    """``cg <flavour> consume`` per member (default: the side's), stdout a pipe, the code and environment of
+    ``side``."""
     root = side.root
     env = dict(os.environ, PYTHONPATH=str(root), NO_COLOR="1", **side.env)
     workers: list[Worker] = []
     for member in members:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cg.main", "-s", url, side.flavour, "consume", stream, group, member,
+            sys.executable, "-m", "cg.main", "-s", url, flavour or side.flavour, "consume", stream, group, member,
             "--sleep", f"{work * 1000:g}ms", *side.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
             cwd=str(root), env=env, start_new_session=True)
         workers.append(Drained(proc, member))

@@ -101,10 +101,24 @@ async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
 
 async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
                 **options) -> Worker:
+    """A ``benchmarks.worker`` process; ``options`` are its flags (True: a flag alone; False, None: left out)."""
     args = [url, flavour, stream, group, member]
     for k, v in options.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+        if v is True:
+            args.append(f"--{k.replace('_', '-')}")
+        elif v is not False and v is not None:
+            args += [f"--{k.replace('_', '-')}", str(v)]
     return Worker(await start_module("benchmarks.worker", *args), name or member)
+
+
+async def ready(worker: Worker, timeout: float) -> Worker:
+    """``worker`` once it said it is ready; stopped (then the error raised) when it does not in time."""
+    try:
+        await asyncio.wait_for(worker.ready.wait(), timeout)
+    except BaseException:
+        await worker.stop()
+        raise
+    return worker
 
 
 async def stop_all(workers: list[Worker]) -> None:

@@ -4,7 +4,9 @@
     python -m benchmarks.profile p1 100000 --pyinstrument
 
 Cases: ``p1`` (static member, ack only), ``p1-raw`` (the leanest raw pull loop), ``p6`` (K=8, many keys,
-10 ms of work), ``p6-k1``. The server is started before the measured part; what is printed is the rate.
+10 ms of work), ``p6-k1``, ``p6-burst`` (K=8, N stored messages on one key then one on each of 40 others:
+the time until the others have all started, i.e. taking in the burst). The server is started before the
+measured part; what is printed is the rate.
 
 ``p7`` / ``p7-raw``: one ``cg static consume`` member (asyncio's loop; ``p7-uvloop``: uvloop's) or one raw
 pinned loop, in a child process, on a stored backlog of N messages without work (``p7-otel``: ``--otel``
@@ -62,6 +64,32 @@ async def p7_member(case: str, n: int) -> None:
         print(f"{case}: {ms:.3f} ms and {cpu:.0f} us of CPU per message (the server's: {server_cpu or 0:.0f} us)")
 
 
+async def p6_burst(nc, js, n: int) -> float:
+    """Seconds from a K=8 member's start over ``n`` stored messages on key A and 40 on other keys until the 40
+    have all started (10 ms of work each)."""
+    from pcgroups import ConsumerConfig, create_static, static_consume
+
+    from .common import wait_until
+    await static_stream(js, "BURST", 1)
+    await create_static(nc, "BURST", "g", 1, members=["m"])
+    await publish_all(nc, ["BURST.A"] * n + [f"BURST.o{i}" for i in range(40)])
+    others: set[str] = set()
+
+    async def handler(msg) -> None:
+        if msg.subject != "A":
+            others.add(msg.subject)
+        await asyncio.sleep(0.01)
+        await msg.ack()
+
+    t0 = time.perf_counter()
+    inst = await static_consume(nc, "BURST", "g", "m", handler, concurrency=8, config=ConsumerConfig(ack_wait=5))
+    try:
+        await wait_until(lambda: len(others) == 40, 60, "the other keys")
+        return time.perf_counter() - t0
+    finally:
+        await inst.stop()
+
+
 async def main(case: str, n: int) -> None:
     from . import p1_throughput as p1
     from . import p6_keys as p6
@@ -81,6 +109,8 @@ async def main(case: str, n: int) -> None:
             else:
                 await p1.raw_round(nc, "raw", n)
             print(f"{case}: {n / (time.perf_counter() - t0):,.0f} msg/s")
+        elif case == "p6-burst":
+            print(f"{case}: the 40 other keys all started {await p6_burst(nc, js, n):.3f} s after the start")
         else:
             k = 1 if case == "p6-k1" else 8
             rate = await p6.throughput_round(nc, js, k, window=max(n / 1000, 2.0), group_suffix="prof")
@@ -89,8 +119,8 @@ async def main(case: str, n: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p7", "p7-raw", "p7-uvloop", "p7-elastic",
-                                     "p7-otel", "p7-otlp",
+    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p6-burst", "p7", "p7-raw", "p7-uvloop",
+                                     "p7-elastic", "p7-otel", "p7-otlp",
                                      "publish"])
     ap.add_argument("n", type=int, nargs="?", default=100_000)
     ap.add_argument("--pyinstrument", action="store_true")

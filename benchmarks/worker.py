@@ -1,11 +1,19 @@
 """A member instance in a process of its own, for the benchmarks that kill instances or weigh them.
 
-usage: python -m benchmarks.worker URL static|elastic|plain|raw|bare STREAM GROUP MEMBER [--ack-wait S] [--work S]
-       [--max-ack-pending N] [--concurrency K] [--report every|count]
+usage: python -m benchmarks.worker URL static|elastic|pool|plain|raw|bare STREAM GROUP MEMBER [--ack-wait S]
+       [--work S] [--max-ack-pending N] [--concurrency K] [--dispatch] [--capacity C] [--fetch]
+       [--report every|spans|count] [--loop asyncio|uvloop]
 
 Prints JSON lines on stdout: {"ev":"ready","pid":..}; with ``--report every`` one
-{"ev":"start","seq":..,"t":..} per message (wall clock, so the parent can compare with its own);
+{"ev":"start","seq":..,"n":..,"t":..} per message (``n``: its delivery count; wall clock, so the parent can
+compare with its own), with ``--report spans`` also {"ev":"end","seq":..,"t":..} when its handler returns;
 with ``--report count`` {"ev":"count","n":..,"t":..} every 0.2 s; {"ev":"done","error":..} at the end.
+``--max-ack-pending 0`` leaves the consumer template's max_ack_pending unset (the library's default).
+``--dispatch`` (static, elastic): the instance runs no handler and hands its messages to the group's workers.
+``pool`` is such a worker (``serve_worker``, MEMBER is its name, ``--capacity`` calls at once); with ``--fetch``
+it reads each message's body by sequence (a direct get on STREAM) instead of taking the body offered: the
+bench's prototype of the alternative to forwarding bodies, with a dispatcher whose consumer is headers-only.
+``--loop uvloop`` runs on uvloop (as ``cg consume`` does when it is installed).
 ``bare`` only connects and waits: the footprint of a nats-py client with nothing of pcgroups running.
 ``plain`` is the baseline: a plain nats-py pull consumer (durable GROUP, filter subject MEMBER, ``fetch(1)``,
 the same work and ack), for comparisons with as many processes as members.
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -34,10 +43,10 @@ def emit(**fields) -> None:
     sys.stdout.flush()
 
 
-async def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("url")
-    p.add_argument("flavour", choices=["static", "elastic", "plain", "raw", "bare"])
+    p.add_argument("flavour", choices=["static", "elastic", "pool", "plain", "raw", "bare"])
     p.add_argument("stream")
     p.add_argument("group")
     p.add_argument("member")
@@ -45,9 +54,18 @@ async def main() -> None:
     p.add_argument("--work", type=float, default=0.0)
     p.add_argument("--max-ack-pending", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=1)
-    p.add_argument("--report", choices=["every", "count"], default="every")
+    p.add_argument("--dispatch", action="store_true", help="static, elastic: hand the messages to the pool")
+    p.add_argument("--headers-only", action="store_true", help="a dispatcher whose consumer delivers no bodies")
+    p.add_argument("--capacity", type=int, default=1, help="pool: calls at once")
+    p.add_argument("--pool-flavour", default="static", help="pool: the group's flavour")
+    p.add_argument("--fetch", action="store_true", help="pool: read the body by sequence (direct get)")
+    p.add_argument("--report", choices=["every", "spans", "count"], default="every")
+    p.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     p.add_argument("--lines", action="store_true", help="raw: print cg consume's per-message lines")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+async def main(args: argparse.Namespace) -> None:
     nc = await nats.connect(args.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     loop = asyncio.get_running_loop()
     if args.flavour == "bare":
@@ -57,46 +75,84 @@ async def main() -> None:
         await stop.wait()
         await nc.close()
         return
-
-    count = 0
-    every = args.report == "every"
     if args.flavour == "plain":
         await plain(nc, args, loop)
         return
     if args.flavour == "raw":
         await raw(nc, args, loop)
         return
+    await member_or_worker(nc, args, loop)
 
-    from pcgroups import ConsumerConfig, elastic_consume, static_consume
+
+async def member_or_worker(nc, args: argparse.Namespace, loop: asyncio.AbstractEventLoop) -> None:
+    """A member instance (static, elastic; ``--dispatch``: a dispatching one) or a worker of the pool."""
+    from pcgroups import ConsumerConfig, elastic_consume, serve_worker, static_consume
+
+    count = 0
+    report = args.report
+    fetch = DirectGet(nc, args.stream) if args.fetch else None
 
     async def handler(msg):
         nonlocal count
-        if every:
-            emit(ev="start", seq=msg.sequence, partition=msg.partition, subject=msg.subject,
-                 data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None)
+        if report != "count":
+            emit(ev="start", seq=msg.sequence, n=msg.metadata.num_delivered, partition=msg.partition,
+                 subject=msg.subject, data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None)
+        if fetch is not None:   # the offer has no body (a headers-only consumer): its size is in a header
+            body = await fetch.body(msg.sequence)
+            if len(body) != int((msg.headers or {}).get("Nats-Msg-Size", -1)):
+                raise RuntimeError(f"direct get of {msg.sequence}: {len(body)} bytes, not the message's")
         if args.work:
             await asyncio.sleep(args.work)
         await msg.ack()
         count += 1
+        if report == "spans":
+            emit(ev="end", seq=msg.sequence, subject=msg.subject)
 
-    consume = static_consume if args.flavour == "static" else elastic_consume
-    inst = await consume(nc, args.stream, args.group, args.member, handler,
-                         config=ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait),
-                         concurrency=args.concurrency)
+    if args.flavour == "pool":
+        inst = await serve_worker(nc, args.pool_flavour, args.stream, args.group, handler, name=args.member,
+                                  capacity=args.capacity, ack_wait=args.ack_wait)
+        emit(ev="started")   # waiting for a dispatching member; "ready" once one answered
+        await inst.wait_for_consuming(30)
+    else:
+        consume = static_consume if args.flavour == "static" else elastic_consume
+        config = ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait,
+                                headers_only=args.headers_only)
+        if args.dispatch:
+            inst = await consume(nc, args.stream, args.group, args.member, config=config, dispatch=True)
+        else:
+            inst = await consume(nc, args.stream, args.group, args.member, handler, config=config,
+                                 concurrency=args.concurrency)
+        await inst.wait_for_consuming(30)
     loop.add_signal_handler(signal.SIGTERM, inst.stop)
-    emit(ev="ready")
+    emit(ev="ready", pid=os.getpid())
 
     async def counts():
         while True:
             await asyncio.sleep(0.2)
             emit(ev="count", n=count)
 
-    reporter = None if every else asyncio.create_task(counts())
+    reporter = asyncio.create_task(counts()) if report == "count" else None
     err = await inst.done()
     if reporter is not None:
         reporter.cancel()
     emit(ev="done", error=str(err) if err else None, n=count)
     await nc.close()
+
+
+class DirectGet:
+    """A message's body by its stream sequence: ``$JS.API.DIRECT.GET.<stream>`` (the stream allows direct gets),
+    answered by any server holding the stream; the reply's body is the message's."""
+
+    def __init__(self, nc, stream: str):
+        self.nc = nc
+        self.subject = f"$JS.API.DIRECT.GET.{stream}"
+
+    async def body(self, seq: int) -> bytes:
+        reply = await self.nc.request(self.subject, b'{"seq":%d}' % seq, timeout=5)
+        status = reply.headers.get("Status") if reply.headers else None
+        if status:
+            raise RuntimeError(f"direct get of {seq}: {status} {reply.headers.get('Description', '')}")
+        return reply.data
 
 
 async def plain(nc, args, loop) -> None:
@@ -189,4 +245,9 @@ async def raw(nc, args, loop) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    _args = parse_args()
+    if _args.loop == "uvloop":
+        import uvloop
+        uvloop.run(main(_args))
+    else:
+        asyncio.run(main(_args))

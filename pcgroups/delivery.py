@@ -445,9 +445,9 @@ class Delivery:
         return self._taking_over
 
     def own_pending(self, upto: int | None = None) -> int:
-        """How many distinct messages of the current pin and epoch are buffered here (invariant 7); ``upto``: of
-        those delivered up to that consumer sequence (consumer info's ``delivered``: what its ``num_ack_pending``
-        counted; a message delivered after it is not among them)."""
+        """How many distinct messages of the current pin and epoch are buffered here (invariant 7); with ``upto``,
+        only those delivered at consumer sequences up to it: what a consumer info whose ``delivered`` says
+        ``upto`` counts in its num_ack_pending (a message delivered after it is here but not in that count)."""
         return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch
                     and (upto is None or m.consumer_sequence <= upto)})
 

@@ -78,7 +78,7 @@ class WorkerView:
     capacity: int
     work_subject: str
     seen: float
-    others: int = 0                  # calls it runs for other dispatching instances (its last heartbeat's)
+    others: int = 0          # calls it runs for other dispatchers (its last heartbeat's busy less those for us)
     stopping: bool = False
     handled: int = 0
     offers: dict[str, Offer] = field(default_factory=dict)   # token -> our offer waiting for it
@@ -86,8 +86,10 @@ class WorkerView:
 
     @property
     def free(self) -> int:
-        """Slots it has for us: its capacity less our offers (known now) and the calls it runs for others (as of
-        its last heartbeat)."""
+        """Slots it has for us: its capacity less our offers waiting for it and the calls its last heartbeat said it
+        runs for other dispatchers. (Its count of our calls is stale once one ends, and the outcome that says so
+        may be read before the heartbeat: they come on different subscriptions. A call of ours taken back and
+        still running there is not counted: an offer it has no slot for is answered ``busy``.)"""
         return 0 if self.stopping else max(self.capacity - len(self.offers) - self.others, 0)
 
 
@@ -271,7 +273,7 @@ class Roster:
         changed = (w.capacity, w.stopping) != (hb.capacity, hb.stopping)
         held = set(hb.held.get(self.id, ()))
         w.seen, w.capacity, w.stopping = now, hb.capacity, hb.stopping
-        w.others = max(hb.busy - len(held), 0)   # not ours: our offers count as we know them, not as it said
+        w.others = max(hb.busy - len(held), 0)   # ours are our offers (its count of them is stale once one ends)
         for offer in list(w.offers.values()):   # pool invariant 2: an offer it does not know of was lost
             if offer.seq not in held and now - offer.sent > pool.OFFER_GRACE:
                 _resolve(offer.outcome, pool.Outcome("dropped", reason="the worker never got it"))

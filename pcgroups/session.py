@@ -588,13 +588,15 @@ class PullSession:
 
     def _want(self, now: float) -> tuple[int, int]:
         """How many messages the next pull asks for (one pull waits at a time), and the least worth a pull: a
-        batch; with a :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at
-        least)."""
+        batch; with a :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least,
+        but any room during a take-over, which makes room for the earlier holder's messages as it learns of them)."""
         window = self.window
         if window is None:
             return self.batch, 1
         outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
         window.update(outstanding, self.dispatcher.starved, now)
+        if self.delivery.taking_over:   # an earlier holder's messages come a few at a time: pull each room there is
+            return min(self.batch, window.room(outstanding)), 1
         return min(self.batch, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
 
     async def _confirm_pin(self) -> None:

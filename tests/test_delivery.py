@@ -261,6 +261,22 @@ async def test_a_guarded_take_over_hands_out_nothing_then_the_buffer_in_stream_o
     assert not d.taking_over and d.may_start()
 
 
+async def test_a_take_over_counts_as_its_own_only_what_was_delivered_before_the_consumer_info_it_compares_with():
+    """Invariant 7 compares the consumer's num_ack_pending with what was delivered here. Messages delivered after
+    the server took that count (consumer sequences above its ``delivered``) are not in it: counted as ours, they
+    would stand in for an earlier holder's messages still to come, and a key's newer message would start first."""
+    d = delivery(Wire())
+    d.guarded = True
+    d.pin_given(PIN, time.monotonic())
+    for seq, cseq in ((3, 11), (4, 12)):                 # the earlier holder's, redelivered here
+        await d.deliver(msg(d, None, seq, deliveries=2, cseq=cseq))
+    # consumer info: 4 pending (two still with the earlier holder), delivered up to consumer sequence 12; then
+    # two new messages arrive before the answer is read
+    for seq, cseq in ((9, 13), (10, 14)):
+        await d.deliver(msg(d, None, seq, cseq=cseq))
+    assert d.own_pending(upto=12) == 2 and d.own_pending() == 4
+
+
 async def test_wait_for_work_wakes_on_a_delivery_a_release_and_a_close():
     d = delivery(Wire())
     for poke in (lambda: asyncio.ensure_future(d.deliver(msg(d, None, 1))), d.release, d.wake, d.close):

@@ -14,7 +14,7 @@ from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import RetryPolicy, create_static, serve_worker, static_consume
 from pcgroups.errors import ConfigError
-from pcgroups.pool import STATUS_SUBJECT, decode
+from pcgroups.pool import HEARTBEAT, STATUS_SUBJECT, decode
 
 from .support import wait_for
 
@@ -178,6 +178,36 @@ async def test_a_burst_on_one_key_does_not_hold_back_other_keys_at_the_workers(n
             await w.stop()
         await d.stop()
     assert max(others_at.values()) < burst // 3, sorted(others_at.values())
+
+
+async def test_a_worker_gets_its_next_message_when_its_call_ends_not_at_its_next_heartbeat(nc, js, uniq, connections):
+    """A heartbeat sent while the worker runs our call says busy 1; the call's outcome that follows frees the slot at
+    once (the heartbeat's busy counts our call, which has ended), not only when the next heartbeat says busy 0."""
+    await one_partition_group(js, nc, uniq)
+    beats = await nc.subscribe(f"$PCG.POOL.static.{uniq}.g.HB")
+    await nc.flush()
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+
+    async def handler(msg):
+        started[msg.subject] = now = asyncio.get_running_loop().time()
+        if msg.subject == "first":   # return right after a periodic heartbeat that counts this call
+            while (decode((await beats.next_msg(timeout=5)).data)["busy"] != 1
+                   or asyncio.get_running_loop().time() - now < 1.2 * HEARTBEAT):
+                pass
+        await msg.ack()
+        ended[msg.subject] = asyncio.get_running_loop().time()
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=1)
+    try:
+        await w.wait_for_consuming(10)
+        await publish(js, uniq, ["first", "second"])
+        await wait_for(lambda: "second" in ended, 10, what="both handled")
+    finally:
+        await w.stop()
+        await d.stop()
+    assert started["second"] - ended["first"] < HEARTBEAT / 2, started["second"] - ended["first"]
 
 
 async def test_status_requests_get_each_dispatching_instances_pool(nc, js, uniq, connections):

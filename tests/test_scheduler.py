@@ -4,6 +4,7 @@ fairness under a burst, retries in place, dead-lettering."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -288,47 +289,20 @@ def _spawn(url, stream, *extra, stderr=None):
 async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server, tmp_path):
     """The survivor takes the pin with the victim's messages unacked: it waits until they come to it (their
     AckWait ran out; the victim, pinned on a fresh consumer, did not wait) and every key keeps its order."""
-    import json
     import signal
-    import subprocess
 
     await one_partition_group(js, nc, uniq)
     args = ("--concurrency", "4", "--max-ack-pending", "500", "--work", "0.02", "--ack-wait", "1")
-    logs = [open(tmp_path / f"proc{i}.log", "w") for i in range(2)]
-    procs = [_spawn(nats_server.url, uniq, *args, stderr=f) for f in logs]
-    events: list[list[dict]] = [[], []]
-    loop = asyncio.get_running_loop()
-
-    async def read(proc, sink):
-        while True:
-            line = await loop.run_in_executor(None, proc.stdout.readline)
-            if not line:
-                return
-            sink.append(json.loads(line))
-
-    readers = [asyncio.ensure_future(read(p, e)) for p, e in zip(procs, events)]
-    try:
-        await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
+    async with _member_procs(nats_server.url, uniq, args, tmp_path) as (procs, events):
         keys = [f"k{i % 10}" for i in range(400)]
         await publish(js, uniq, keys)
         await wait_for(lambda: sum(e["ev"] == "end" for ev in events for e in ev) >= 60, 20, what="a burst under way")
         victim = 0 if any(e["ev"] == "end" for e in events[0]) else 1
         procs[victim].send_signal(signal.SIGKILL)
         want = set(range(len(keys)))
-
-        async def processed():
-            ended = {int(e["seq"]) - 1 for ev in events for e in ev if e["ev"] == "end"}
-            if ended >= want:
-                return True
-            # The victim may have been killed after its ack reached the server but before it printed "end"
-            # (up to K messages, started by it and never redelivered): those count once the consumer says so.
-            started = {int(e["seq"]) - 1 for e in events[victim] if e["ev"] == "start"}
-            if not want - ended <= started:
-                return False
-            info = await js.consumer_info(uniq, "g-m")
-            return info.num_ack_pending == 0 and info.num_pending == 0
         try:
-            await wait_for(processed, 40, what="every message processed after the take-over")
+            await wait_for(lambda: _processed(js, uniq, events, victim, len(keys)), 40,
+                           what="every message processed after the take-over")
         except AssertionError:
             got = {int(e["seq"]) - 1 for ev in events for e in ev if e["ev"] == "end"}
             info = await js.consumer_info(uniq, "g-m")
@@ -359,6 +333,31 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
         # the two at the start, under load)
         waits = (tmp_path / f"proc{1 - victim}.log").read_text().count(TAKEOVER_LOGGED)
         assert waits >= 1, "the take-over with unacked messages waits for them"
+
+
+@contextlib.asynccontextmanager
+async def _member_procs(url: str, stream: str, args: tuple[str, ...], tmp_path, n: int = 2):
+    """``n`` instances of member m (tests.member_proc ``args``), ready; yields the processes and their JSON lines as
+    they come (a list each); stderr goes to ``tmp_path/proc<i>.log``. Every process ends with the block."""
+    import json
+    import subprocess
+
+    logs = [open(tmp_path / f"proc{i}.log", "w") for i in range(n)]
+    procs = [_spawn(url, stream, *args, stderr=f) for f in logs]
+    events: list[list[dict]] = [[] for _ in range(n)]
+    loop = asyncio.get_running_loop()
+
+    async def read(proc, sink):
+        while True:
+            line = await loop.run_in_executor(None, proc.stdout.readline)
+            if not line:
+                return
+            sink.append(json.loads(line))
+
+    readers = [asyncio.ensure_future(read(p, e)) for p, e in zip(procs, events)]
+    try:
+        await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
+        yield procs, events
     finally:
         for p in procs:
             if p.poll() is None:
@@ -372,3 +371,54 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
             await asyncio.wait_for(r, 5)
         for f in logs:
             f.close()
+
+
+async def _processed(js, stream: str, events: list[list[dict]], victim: int, count: int) -> bool:
+    """Every one of the ``count`` messages ended at one instance or another. The victim may have been killed after
+    its ack reached the server but before it printed "end" (up to K messages, started by it and never
+    redelivered): those count once the consumer says nothing is pending."""
+    want = set(range(1, count + 1))
+    ended = {int(e["seq"]) for ev in events for e in ev if e["ev"] == "end"}
+    if ended >= want:
+        return True
+    if not want - ended <= {int(e["seq"]) for e in events[victim] if e["ev"] == "start"}:
+        return False
+    info = await js.consumer_info(stream, "g-m")
+    return info.num_ack_pending == 0 and info.num_pending == 0
+
+
+def _per_key_in_order(events: list[dict]) -> dict[str, list[int]]:
+    """The keys whose messages ended out of stream order in ``events`` (one instance's lines), with their order."""
+    per_key: dict[str, list[int]] = {}
+    for e in events:
+        if e["ev"] == "end":
+            per_key.setdefault(e["subject"], []).append(e["seq"])
+    return {k: seqs for k, seqs in per_key.items() if seqs != sorted(seqs)}
+
+
+async def test_a_take_over_behind_new_traffic_ends_when_the_earlier_holders_messages_are_here(nc, js, uniq,
+                                                                                               nats_server, tmp_path):
+    """Messages published after the pinned instance died fill the survivor's first pulls, and the victim's messages
+    come back afterwards, a few at a time, as their AckWait runs out. The take-over pulls for them as they come (not
+    one per keep-alive pull), so it ends once they are all here, well before its deadline, and keys keep their
+    order."""
+    import signal
+
+    await one_partition_group(js, nc, uniq)
+    args = ("--concurrency", "4", "--max-ack-pending", "0", "--work", "0.005", "--ack-wait", "3", "--ack", "plain")
+    async with _member_procs(nats_server.url, uniq, args, tmp_path) as (procs, events):
+        burst = 600
+        await publish(js, uniq, ["A"] * burst)
+        await wait_for(lambda: sum(e["ev"] == "end" for ev in events for e in ev) >= 50, 20, what="the burst under way")
+        victim = 0 if any(e["ev"] == "end" for e in events[0]) else 1
+        procs[victim].send_signal(signal.SIGKILL)
+        sent, until = 0, time.monotonic() + 4.0   # past PinnedTTL (3 s): the pin moves while traffic comes
+        while time.monotonic() < until:
+            await js.publish(f"{uniq}.o{sent % 20}", b"x")
+            sent += 1
+            await asyncio.sleep(0.005)
+        await wait_for(lambda: _processed(js, uniq, events, victim, burst + sent), 30,
+                       what="every message processed after the take-over")
+    log = (tmp_path / f"proc{1 - victim}.log").read_text()
+    assert TAKEOVER_LOGGED in log and "anyway" not in log, log[-2000:]
+    assert _per_key_in_order(events[1 - victim]) == {}
