@@ -31,8 +31,8 @@ from .delivery import PIN_HEADER, Delivery, Dispatcher, Msg
 from .dispatch import PoolDispatcher, PoolSpec
 from .errors import NotFoundError, SupersededError
 from .jsapi import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
-from .scheduler import (FAIR_WINDOW, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, RetryPolicy, SerialDispatcher,
-                        Window, key_by_subject)
+from .scheduler import (FAIR_WINDOW, PULL_BYTES, WINDOW_PER_SLOT, Handle, KeyedDispatcher, KeyFunc, MessageSize,
+                        RetryPolicy, SerialDispatcher, Window, key_by_subject)
 from .tracing import NO_TRACING, InstanceTracing
 
 log = logging.getLogger("pcgroups")
@@ -214,18 +214,19 @@ class PullSession:
         self.dispatcher: Dispatcher
         #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
         self.window: Window | None = None
+        self.sizes = MessageSize()        # bounds pulls (PULL_BYTES) and the window (WINDOW_BYTES) by bytes
         cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
         if dispatch is not None:   # the handlers run on the group's workers (pcgroups.dispatch)
             pool = PoolDispatcher(nc, self.delivery, self, dispatch, key=key or key_by_subject,
                                   retry=retry or RetryPolicy())
             self.dispatcher = pool
-            self.window = window = Window(WINDOW_PER_SLOT, cap)
+            self.window = window = Window(WINDOW_PER_SLOT, cap, self.sizes)
             pool.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
             self.delivery.on_freed = self._wake.set
         elif concurrency > 1:
             self.dispatcher = KeyedDispatcher(self.delivery, handle, self, concurrency=concurrency,
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
-            self.window = Window(WINDOW_PER_SLOT * concurrency, cap)
+            self.window = Window(WINDOW_PER_SLOT * concurrency, cap, self.sizes)
             self.delivery.on_freed = self._wake.set   # a message done: room in the window
         else:
             self.dispatcher = SerialDispatcher(self.delivery, handle, self._fatal)
@@ -404,6 +405,7 @@ class PullSession:
         self._pending -= 1
         if self._pending <= 0:
             self._wake.set()
+        self.sizes.saw(len(msg.data))
         await self._received(msg, headers, now)
 
     async def _on_keepalive(self, msg: NatsMsg) -> None:
@@ -588,16 +590,19 @@ class PullSession:
 
     def _want(self, now: float) -> tuple[int, int]:
         """How many messages the next pull asks for (one pull waits at a time), and the least worth a pull: a
-        batch; with a :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least,
-        but any room during a take-over, which makes room for the earlier holder's messages as it learns of them)."""
+        batch, or as many as :data:`PULL_BYTES` hold at the average message size; with a
+        :class:`~pcgroups.scheduler.Window`, no more than it has room for (a quarter of it at least, but any
+        room during a take-over, which makes room for the earlier holder's messages as it learns of them)."""
+        batch = self.sizes.fit(self.batch, PULL_BYTES)
         window = self.window
         if window is None:
-            return self.batch, 1
+            return batch, 1
         outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
         window.update(outstanding, self.dispatcher.starved, now)
+        room = min(batch, window.room(outstanding))
         if self.delivery.taking_over:   # an earlier holder's messages come a few at a time: pull each room there is
-            return min(self.batch, window.room(outstanding)), 1
-        return min(self.batch, window.room(outstanding)), max(1, min(self.batch, window.size) // 4)
+            return room, 1
+        return room, max(1, min(batch, window.room(0)) // 4)
 
     async def _confirm_pin(self) -> None:
         """After a gap in the pulls: ask consumer info whether the pin is still ours. If another (or none)

@@ -284,13 +284,15 @@ def growth(w: Worker, run_seconds: float) -> Growth:
     g.rss_start_kb, g.rss_end_kb = (statistics.median(x["rss_kb"] for x in xs) for xs in (first, last))
     g.fds_start, g.fds_end = (statistics.median(x["fds"] for x in xs) for xs in (first, last))
     # tasks: in the state the instance ended in (pinned, standby, idle), its first samples after its first
-    # minute against its last
+    # minute against its last. A leak is a lasting rise, so the fewest tasks at the end are held against the
+    # most at the start: a task that lives a moment (a pull, a restart after a reset) in one sample is no leak.
     state = s[-1].get("state")
     same = [x for x in s if x.get("state") == state]
     after = [x for x in same if x["t"] - w.started_at >= WARMUP] or same
     first_same = [x for x in after if x["t"] <= after[0]["t"] + span]
     last_same = [x for x in last if x.get("state") == state]
-    g.tasks_start, g.tasks_end = (statistics.median(x["tasks"] for x in xs) for xs in (first_same, last_same))
+    g.tasks_start = max((x["tasks"] for x in first_same), default=0.0)
+    g.tasks_end = min((x["tasks"] for x in last_same), default=0.0)
     g.end_state = str(state or "")
     lags = [x["lag_max_ms"] for x in s]
     g.lag_p50_ms, g.lag_p99_ms, g.lag_max_ms = percentile(lags, 50), percentile(lags, 99), max(lags)

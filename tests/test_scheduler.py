@@ -13,7 +13,9 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume, static_member_step_down
-from pcgroups.scheduler import WINDOW_SHRINK_AFTER, Window
+import nats
+
+from pcgroups.scheduler import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
 
 from .support import wait_for
 
@@ -27,8 +29,8 @@ async def one_partition_group(js, nc, stream: str) -> None:
     await create_static(nc, stream, "g", 1, members=["m"])
 
 
-async def publish(js, stream: str, keys: list[str], start: int = 0) -> None:
-    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys, start)]
+async def publish(js, stream: str, keys: list[str], start: int = 0, body: bytes | None = None) -> None:
+    futs = [await js.publish_async(f"{stream}.{k}", body or str(i).encode()) for i, k in enumerate(keys, start)]
     await asyncio.wait_for(asyncio.gather(*futs), 30)
 
 
@@ -90,6 +92,63 @@ async def test_a_burst_on_one_key_does_not_delay_other_keys(nc, js, uniq, config
         await inst.stop()
     # in partition order none would come before the whole burst; the burst's key runs one at a time (10 ms each)
     assert max(others_done_at.values()) < burst // 3, sorted(others_done_at.values())
+
+
+async def test_a_burst_of_large_messages_is_held_within_a_byte_budget(nats_server, nc, js, uniq):
+    """256 KB messages, a burst on one key past what WINDOW_BYTES holds: the instance holds (and the server
+    has delivered unacked) no more than WINDOW_BYTES of them, its pulls stay under the 64 MiB the server
+    lets wait for one client (no slow-consumer disconnect), and other keys still come before the burst ends."""
+    await one_partition_group(js, nc, uniq)
+    size, burst = 256 * 1024, 320
+    body = b"x" * size
+    await publish(js, uniq, ["A"] * burst + [f"o{i}" for i in range(10)], body=body)
+    disconnects = []
+
+    async def disconnected():
+        disconnects.append(time.monotonic())
+
+    conn = await nats.connect(nats_server.url, disconnected_cb=disconnected, max_reconnect_attempts=-1)
+    a_done, others_done_at, peak = [0], {}, [0]
+
+    async def handler(msg):
+        await asyncio.sleep(0.005)
+        if msg.subject == "A":
+            a_done[0] += 1
+        else:
+            others_done_at[msg.subject] = a_done[0]
+        await msg.ack()
+
+    inst = await static_consume(conn, uniq, "g", "m", handler, concurrency=8)
+    try:
+        async def sample() -> bool:
+            info = await js.consumer_info(uniq, "g-m")
+            peak[0] = max(peak[0], info.num_ack_pending)
+            return a_done[0] == burst and len(others_done_at) == 10
+        deadline = time.monotonic() + 60
+        while not await sample():
+            assert time.monotonic() < deadline, (a_done, others_done_at)
+            await asyncio.sleep(0.05)
+        assert disconnects == []      # (closing the connection at the end counts as one)
+    finally:
+        await inst.stop()
+        await conn.close()
+    assert peak[0] <= WINDOW_BYTES // size, peak
+    assert max(others_done_at.values()) < burst // 2, sorted(others_done_at.values())
+
+
+def test_message_size_bounds_counts_by_bytes():
+    """scheduler.MessageSize (pure): no bound before a message is seen, then as many as the budget holds at
+    the running average (one at least); the window's room follows it."""
+    sizes = MessageSize()
+    assert sizes.fit(500, PULL_BYTES) == 500
+    sizes.saw(1024 * 1024)
+    assert sizes.fit(500, PULL_BYTES) == PULL_BYTES // (1024 * 1024) and sizes.fit(500, 10) == 1
+    w = Window(32, 16384, sizes)
+    w.size = 16384
+    assert w.room(0) == WINDOW_BYTES // (1024 * 1024) and w.room(64) == 0
+    for _ in range(200):
+        sizes.saw(100)
+    assert sizes.fit(500, PULL_BYTES) == 500 and w.room(0) == 16384
 
 
 def test_the_window_grows_while_starved_and_full_and_shrinks_back():
