@@ -358,7 +358,11 @@ async def test_a_lone_instance_through_a_server_restart_claims_no_take_over(fres
         await nc.close()
     kinds = [k for k, _ in j.events("m1")]
     assert "lost-pin" not in kinds and "standby" not in kinds, j.events("m1")
-    assert [e for e in j.events("m1") if e[0] == "pinned"] == [("pinned", (0, 1, 2, 3))]
+    # "pinned" may be said again after the restart: when the instance looked between the restart and the
+    # first delivery under the server's new pin, it saw nobody pinned ("unpinned", its partitions revoked
+    # meanwhile, no line said), and the new pin is then said as such
+    pinned = [e for e in j.events("m1") if e[0] == "pinned"]
+    assert pinned and set(pinned) == {("pinned", (0, 1, 2, 3))}, j.events("m1")
     j.check_promises("m1")
 
 
