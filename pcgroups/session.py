@@ -8,7 +8,8 @@ once (1 ms), so each running instance is one waiting pull on its member's consum
 :class:`~pcgroups.delivery.Delivery` (the buffer, the pin, the recent acks and the rules for handing
 messages out), lets a dispatcher (``scheduler.SerialDispatcher``, or ``scheduler.KeyedDispatcher``
 with key-level concurrency) run the handler, sends ``+WPI`` for what the dispatcher says is overdue,
-drops what it buffered when its pin moves, and can *drain*: stop pulling, let what was delivered
+drops what it buffered when its pin moves, and can *drain*: stop pulling (its keep-alives go on while
+a call runs, so the pin, and with it the call's ack, holds until the call ends), let what was delivered
 finish, and only then report idle, so a partition is released only after its in-flight message is
 settled.
 """
@@ -586,6 +587,11 @@ class PullSession:
                     await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
                     await self._keepalive(self.pin_id)
+            elif self.pin_id is not None and self.dispatcher.running and now - self.delivery.last_pull >= self.keepalive:
+                # stopping (drain, halt): the calls in flight keep the pin until they end, so their acks are
+                # not taken for a pause's (a pin in doubt supersedes them) and no other instance starts their
+                # keys meanwhile; a message this delivers waits, and is nak'd by stop()
+                await self._keepalive(self.pin_id)
             await self._wake.wait(min(self.heartbeat, self.keepalive))
 
     def _want(self, now: float) -> tuple[int, int]:

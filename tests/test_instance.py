@@ -366,6 +366,33 @@ async def test_a_lone_instance_through_a_server_restart_claims_no_take_over(fres
     j.check_promises("m1")
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_stop_during_a_call_that_outlasts_the_pin_keeps_the_pin_and_acks(nc, js, uniq, concurrency):
+    """stop() lets a call in flight finish (within AckWait, 1 s). Pulls stop, but the call must still find
+    its pin held when it ends, 0.9 s after the stop (past the 0.9 x PinnedTTL without a pull that puts a pin
+    in doubt), and ack: not superseded, not redelivered. A stopping instance keeps renewing its pin."""
+    await elastic_group(js, nc, uniq)
+    await add_members(nc, uniq, "g", ["m1"])
+    seen: list[bool] = []
+    started = asyncio.Event()
+
+    async def handle(msg) -> None:
+        started.set()
+        await asyncio.sleep(1.9)
+        seen.append(msg.superseded)
+        if not msg.superseded:
+            await msg.ack_sync()
+
+    inst = await elastic_consume(nc, uniq, "g", "m1", handle, config=FAST, concurrency=concurrency)
+    await publish(js, uniq, "a", 1)
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.sleep(1.0)   # the call has run 1 s (its pin renewed meanwhile) when the stop comes
+    await inst.stop()
+    assert seen == [False]
+    info = await js.consumer_info(f"{uniq}-g", "m1")
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0 and info.ack_floor.stream_seq == 1, info
+
+
 async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alone(nc, js, uniq):
     """Messages wait when the instance starts; only ``on_event`` is given (no ``on_assigned``): the
     ``pinned`` event is still said before the first handler starts, start after start."""
