@@ -67,6 +67,7 @@ class Offer:
     token: str
     sent: float
     outcome: asyncio.Future[pool.Outcome] = field(repr=False)
+    missing: float | None = None   # when a heartbeat first did not list it (its outcome may be on the way)
 
 
 @dataclass
@@ -275,7 +276,13 @@ class Roster:
         w.seen, w.capacity, w.stopping = now, hb.capacity, hb.stopping
         w.others = max(hb.busy - len(held), 0)   # ours are our offers (its count of them is stale once one ends)
         for offer in list(w.offers.values()):   # pool invariant 2: an offer it does not know of was lost
-            if offer.seq not in held and now - offer.sent > pool.OFFER_GRACE:
+            if offer.seq in held or now - offer.sent <= pool.OFFER_GRACE:
+                offer.missing = None
+            elif offer.missing is None:
+                # Its call may have just ended: the outcome, sent before this heartbeat, comes on another
+                # subscription and may be read after it. Lost only if a later heartbeat still misses it.
+                offer.missing = now
+            elif now - offer.missing >= pool.HEARTBEAT / 2:
                 _resolve(offer.outcome, pool.Outcome("dropped", reason="the worker never got it"))
         if changed:
             self._resized()

@@ -46,8 +46,10 @@ Invariants (tests/test_pool.py checks them against real processes):
    (it is a :class:`~pcgroups.scheduler.KeyedDispatcher`); a worker runs at most ``capacity`` calls.
 2. A worker silent for :data:`REVOKE_AFTER` is gone: its dispatchers take back what they offered it and
    offer it again (so a killed worker's message runs elsewhere within about ``REVOKE_AFTER`` +
-   :data:`HEARTBEAT`); an offer a worker's heartbeat does not list :data:`OFFER_GRACE` after it was sent
-   is taken back too (lost on the way).
+   :data:`HEARTBEAT`); an offer that two of the worker's heartbeats, half a :data:`HEARTBEAT` apart or
+   more, do not list :data:`OFFER_GRACE` after it was sent is taken back too (lost on the way). One is not
+   enough: the outcome of a call that has just ended is sent before the heartbeat that no longer lists it,
+   but on another subscription, and the dispatcher may read it after that heartbeat.
 3. A worker's call is **superseded** (``msg.superseded``) when its dispatcher's answer to a heartbeat no
    longer lists it (taken back), or when no answer came for :data:`DOUBT` (the worker was paused or cut
    off, and may have been declared gone). It sends ``+WPI`` while the call runs, so a message whose

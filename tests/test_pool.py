@@ -332,3 +332,51 @@ async def test_a_dispatcher_stopped_under_a_long_call_leaves_it_to_its_worker(nc
     finally:
         await w.stop()
     assert [c[0] for c in calls] == ["0", "1"] and calls[1][1] >= calls[0][2]   # once each, in order, apart
+
+
+async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call_is_not_taken_for_a_lost_offer(
+        nc, js, uniq, connections):
+    """A worker's outcome and its next heartbeat come on different subscriptions, so the dispatcher may read the
+    heartbeat that no longer lists a call that just ended before that call's outcome. A worker of raw NATS sends
+    them in that order: the dispatcher must not take the call for a lost offer and offer it again (it was acked)."""
+    from nats.aio.msg import Msg as NatsMsg
+
+    from pcgroups.pool import OFFER_GRACE, encode
+    await one_partition_group(js, nc, uniq)
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+    pool_prefix = f"$PCG.POOL.static.{uniq}.g"
+    offers = await nc.subscribe(f"{pool_prefix}.W.fw.f00d.work")
+    await nc.flush()
+    held: dict[str, list[int]] = {}
+
+    async def beat() -> None:
+        await nc.publish(f"{pool_prefix}.HB", encode({"name": "fw", "id": "f00d", "capacity": 1,
+                                                      "busy": sum(map(len, held.values())), "held": held}),
+                         reply=f"{pool_prefix}.W.fw.f00d.hb")
+
+    async def beating() -> None:
+        while True:
+            await beat()
+            await asyncio.sleep(HEARTBEAT)
+    beats = asyncio.create_task(beating())
+    try:
+        await js.publish(f"{uniq}.k", b"x")
+        offer = await offers.next_msg(timeout=10)
+        headers = offer.headers or {}
+        seq = NatsMsg(_client=nc, reply=headers["Pcg-Ack"]).metadata.sequence.stream
+        held[headers["Pcg-Dispatcher"]] = [seq]
+        await beat()
+        await asyncio.sleep(OFFER_GRACE + HEARTBEAT)   # the call runs past the grace, listed by every heartbeat
+        await nc.publish(headers["Pcg-Ack"], b"+ACK")
+        held.clear()
+        await beat()                                      # the heartbeat that no longer lists it, then the outcome
+        await nc.publish(offer.reply, encode({"outcome": "ack"}))
+        await nc.flush()
+        with pytest.raises(nats.errors.TimeoutError):    # offered again: taken for lost
+            again = await offers.next_msg(timeout=3 * HEARTBEAT)
+            pytest.fail(f"offered again: {again.headers}")
+        info = await js.consumer_info(uniq, "g-m")
+        assert info.num_ack_pending == 0 and info.num_redelivered == 0, info
+    finally:
+        beats.cancel()
+        await d.stop()
