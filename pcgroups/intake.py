@@ -31,7 +31,6 @@ partition, reaches the group, and the source's ``lag`` and ``active`` in the wor
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from .errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
+from .elastic import _drained as queue_drained
 from .flavour import work_queue_name
 from .jsapi import ERR_NO_MESSAGE_FOUND, JetStreamApi
 from .status import parse_timestamp
@@ -131,8 +131,11 @@ async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still
     config = wq_info.get("config") or {}
     out = []
     for source in wq_info.get("sources") or []:
-        stuck = await _stuck(api, source, config, state, now.timestamp())
-        if stuck is not None and still(stuck.stream, int(source.get("seq") or 0)) >= STUCK_AFTER:
+        if still(str(source.get("name") or ""), int(source.get("seq") or 0)) < STUCK_AFTER:
+            continue   # copying: nothing to ask
+        stuck = await _stuck(api.at((source.get("external") or {}).get("api")), source, config, state,
+                             now.timestamp())
+        if stuck is not None:
             out.append(stuck)
     return out
 
@@ -248,18 +251,13 @@ async def _drained(api: JetStreamApi, wq: str, info: dict[str, Any], origin: str
     source would otherwise resume after the last of them, at the stuck message again."""
     source = next(s for s in info.get("sources") or [] if s.get("name") == origin)
     patterns = [f"*.{t.get('src') or '>'}" for t in source.get("subject_transforms") or []] or ["*.>"]
-    deadline = time.monotonic() + timeout
-    while True:
+    if not await queue_drained(api, wq, patterns, timeout):
         queued = 0
         for pattern in patterns:
             state = (await api.stream_info(wq, subjects_filter=pattern)).get("state") or {}
             queued += sum(int(n) for n in (state.get("subjects") or {}).values())
-        if not queued:
-            return
-        if time.monotonic() >= deadline:
-            raise PCGroupsError(f"the work queue {wq} still holds {queued} message(s) from {origin} after "
-                                f"{timeout:g}s: the members handle them first (are they running?); nothing changed")
-        await asyncio.sleep(0.1)
+        raise PCGroupsError(f"the work queue {wq} still holds {queued} message(s) from {origin} after "
+                            f"{timeout:g}s: the members handle them first (are they running?); nothing changed")
 
 
 async def _restart_source(api: JetStreamApi, wq: str, origin: str, start: int) -> None:

@@ -83,7 +83,6 @@ ACK = "Pcg-Ack"
 SUBJECT = "Pcg-Partitioned-Subject"
 PIN = "Pcg-Pin"
 DISPATCHER = "Pcg-Dispatcher"
-OFFER_HEADERS = (ACK, SUBJECT, PIN, DISPATCHER)
 
 OUTCOMES = ("ack", "term", "retry", "none", "dropped", "busy")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,255}")   # a worker's name or id (invariant 5)

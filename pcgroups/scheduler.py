@@ -169,11 +169,10 @@ async def _noop() -> None:
     return None
 
 
-async def _release_unsettled(d: Delivery, m: Msg) -> None:
-    """A call ended without settling ``m`` after its pin was lost: nak it, so that the new holder, which
+def _unsettled_after_loss(d: Delivery, m: Msg) -> bool:
+    """A call ended without settling ``m`` after its pin was lost: to be nak'd, so that the new holder, which
     waits for the calls of the earlier one (Delivery invariant 7), gets it at once rather than after AckWait."""
-    if not m.settled and not d.current(m) and m.epoch == d.epoch and not d.closed:
-        await d.nak_quietly(m)
+    return not m.settled and not d.current(m) and m.epoch == d.epoch and not d.closed
 
 
 class SerialDispatcher:
@@ -244,7 +243,8 @@ class SerialDispatcher:
             self._on_fatal(e)
             return False
         self._current = None
-        await _release_unsettled(self._delivery, m)
+        if _unsettled_after_loss(self._delivery, m):
+            await self._delivery.nak_quietly(m)
         return True
 
 
@@ -414,7 +414,8 @@ class KeyedDispatcher:
             if error is None and retry is None:
                 # acked, termed, or left to the handler (no ack: redelivered after AckWait); a message of a pin
                 # lost meanwhile goes back to the server at once, for the new holder (it waited for this call)
-                await _release_unsettled(d, m)
+                if _unsettled_after_loss(d, m):
+                    await d.nak_quietly(m)
                 return
             reason = (str(error) if type(error) is Exception else repr(error)) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
@@ -426,7 +427,8 @@ class KeyedDispatcher:
                      m.sequence, reason, attempt, delay)
             await asyncio.sleep(delay)
             if not d.current(m):
-                await _release_unsettled(d, m)
+                if _unsettled_after_loss(d, m):
+                    await d.nak_quietly(m)
                 return  # the pin moved: the new holder gets it (it waited for this call)
 
     async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:

@@ -196,7 +196,7 @@ class PullSession:
         self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
         self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
         self._wake = Waker()             # wakes the pull loop
-        self._delivered = asyncio.Event()   # a message arrived during a take-over
+        self._delivered = Waker()   # a message arrived during a take-over
         self._sub: Any = None
         self._keepalive_sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -223,12 +223,12 @@ class PullSession:
             self.dispatcher = pool
             self.window = window = Window(WINDOW_PER_SLOT, cap, self.sizes)
             pool.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
-            self.delivery.on_freed = self._wake.set
+            self.delivery.on_freed = self._freed
         elif concurrency > 1:
             self.dispatcher = KeyedDispatcher(self.delivery, handle, self, concurrency=concurrency,
                                               key=key or key_by_subject, retry=retry or RetryPolicy())
             self.window = Window(WINDOW_PER_SLOT * concurrency, cap, self.sizes)
-            self.delivery.on_freed = self._wake.set   # a message done: room in the window
+            self.delivery.on_freed = self._freed
         else:
             self.dispatcher = SerialDispatcher(self.delivery, handle, self._fatal)
 
@@ -512,11 +512,7 @@ class PullSession:
                             "%.1fs; handing out in stream order anyway", self.label, waited_for,
                             time.monotonic() - started)
                 break
-            self._delivered.clear()
-            try:
-                await asyncio.wait_for(self._delivered.wait(), TAKEOVER_POLL)
-            except asyncio.TimeoutError:
-                pass
+            await self._delivered.wait(TAKEOVER_POLL)
         redelivered = d.taken_over(pin)
         if waited_for or redelivered:
             log.info("%s: took over the pin with unacked message(s) of the earlier holder (%d still pending "
@@ -581,8 +577,8 @@ class PullSession:
                     log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
                               self._pending)
                     self._pending = 0
-                want, least = self._want(now)
-                if self._pending <= 0 and want >= least:
+                want, least = self._want(now) if self._pending <= 0 else (0, 1)   # one pull waits at a time
+                if want >= least:
                     self._last_refill = now
                     await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
@@ -593,6 +589,11 @@ class PullSession:
                 # keys meanwhile; a message this delivers waits, and is nak'd by stop()
                 await self._keepalive(self.pin_id)
             await self._wake.wait(min(self.heartbeat, self.keepalive))
+
+    def _freed(self) -> None:
+        """A message is done: room in the window, worth a turn of the pull loop when no pull waits."""
+        if self._pending <= 0:
+            self._wake.set()
 
     def _want(self, now: float) -> tuple[int, int]:
         """How many messages the next pull asks for (one pull waits at a time), and the least worth a pull: a

@@ -333,7 +333,6 @@ class Watch:
         self._restart: asyncio.Task | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._stopped = False
-        self.restarts = 0
 
     @classmethod
     async def start(cls, kv: KeyValue, keys: str) -> "Watch":
@@ -418,7 +417,6 @@ class Watch:
         if self._stopped:
             await _stop_quietly(watcher)
             return
-        self.restarts += 1
         self._items.put_nowait(RESTARTED)
         self._follow(watcher)
 

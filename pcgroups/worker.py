@@ -44,6 +44,7 @@ from .hooks import Reporter
 from .instance import Starting
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
+from .scheduler import _noop
 from .session import Handler, as_handle
 from .tracing import NO_TRACING, Tracing
 
@@ -139,7 +140,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._trace = NO_TRACING if tracing is None else tracing.instance(flavour, stream, group, "")
         self._host = WorkerHost(nc, self)
         self._calls: dict[Msg, Call] = {}
-        self._heard: dict[str, tuple[float, int]] = {}   # dispatcher id -> (last answer or offer, offers up to)
+        self._heard: dict[str, float] = {}   # dispatcher id -> its last answer or offer (monotonic)
         self._members: dict[str, str] = {}               # dispatcher id -> its member
         self._stopping = False
         self._enrolled = asyncio.Event()
@@ -257,7 +258,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         d = str(obj["d"])
         held = {int(s) for s in obj.get("held") or ()}
         upto = int(obj.get("upto") or 0)
-        self._heard[d] = (time.monotonic(), max(upto, self._heard.get(d, (0.0, 0))[1]))
+        self._heard[d] = time.monotonic()
         member = str(obj.get("member", ""))
         if self._members.get(d) != member:
             self._members[d] = member
@@ -279,7 +280,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             await self._reply(msg.reply, pool.Outcome("busy"))
             return
         now = time.monotonic()
-        self._heard[d] = (now, self._heard.get(d, (0.0, 0))[1])
+        self._heard[d] = now
         raw = NatsMsg(_client=self.nc, subject=subject, reply=ack, data=msg.data, headers=headers or None)
         m = Msg(raw, self._host, self, pin or None, now)
         m.started = now
@@ -334,7 +335,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         call = self._calls.get(m)
         if call is None:
             return False
-        heard = self._heard.get(call.dispatcher, (0.0, 0))[0]
+        heard = self._heard.get(call.dispatcher, 0.0)
         return call.revoked or time.monotonic() - max(heard, call.started) > pool.DOUBT
 
     async def _progress(self) -> None:
@@ -353,10 +354,6 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
                         pass
 
     _started = 0.0
-
-
-async def _noop() -> None:
-    return None
 
 
 def serve_worker(nc: Client, flavour: str, stream: str, group: str, handler: Handler, *,
