@@ -70,7 +70,11 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
         def out() -> str:
             return "".join(w.out for w in workers.values())
         await wait_for(lambda: len(acked(out())) >= 10, 20, what="the workers at work")
-        victim = next(name for name, w in workers.items() if "Processing" in w.out.splitlines()[-1])
+
+        def mid_call() -> str | None:   # a worker whose last line is a call that has not ended
+            return next((name for name, w in workers.items() if (lines := message_lines(w.out))
+                         and w.out.splitlines()[-1] == lines[-1].group(0) and not lines[-1]["end"]), None)
+        victim = await wait_for(mid_call, 10, interval=0.005, what="a worker in the middle of a call")
         workers[victim].kill()
         killed_out = workers[victim].out
         for name in ("w4", "w5"):
@@ -106,7 +110,7 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
     live = sorted(set(workers) - {victim, calm})
     assert status.code == 0 and f"member m1 dispatches to {len(live)} worker(s)" in status.out, status.out
     assert [line.split()[1] for line in status.out.splitlines() if line.startswith("m1      w")] == live
-    assert started_by_victim   # it had started a call when it was killed
+    assert started_by_victim and not message_lines(killed_out)[-1]["end"]   # killed in the middle of a call
 
 
 async def test_a_worker_says_it_waits_for_a_dispatcher_and_enrols_when_one_starts(nats_server, js, uniq):

@@ -10,24 +10,14 @@ import random
 
 import nats
 import pytest
-from nats.js.api import StreamConfig, SubjectTransform
+from nats.js.api import StreamConfig
 
-from pcgroups import RetryPolicy, create_static, serve_worker, static_consume
+from pcgroups import RetryPolicy, serve_worker, static_consume
 from pcgroups.errors import ConfigError
 from pcgroups.pool import HEARTBEAT, STATUS_SUBJECT, decode
 
 from .support import wait_for
-
-
-async def one_partition_group(js, nc, stream: str) -> None:
-    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"],
-                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
-    await create_static(nc, stream, "g", 1, members=["m"])
-
-
-async def publish(js, stream: str, keys: list[str]) -> None:
-    futs = [await js.publish_async(f"{stream}.{k}", str(i).encode()) for i, k in enumerate(keys)]
-    await asyncio.wait_for(asyncio.gather(*futs), 30)
+from .test_scheduler import one_partition_group, publish
 
 
 @pytest.fixture

@@ -52,8 +52,8 @@ def test_growth_holds_an_instance_to_the_targets_after_its_first_minute():
     assert "RSS grew" in _run(rss=lambda age: 30000 + 5 * age).failures[0]              # +18 % over 19 minutes
     assert "descriptors grew" in _run(fds=lambda age: 7 + age // 600).failures[0]       # one more after 10 min
     assert "tasks grew" in _run(tasks=lambda age: 17 + age // 300).failures[0]          # one more every 5 min
-    # a task that lives a moment, caught in a sample at the end, is no leak
-    assert _run(tasks=lambda age: 18 if age in (1150, 1185) else 17).failures == []
+    # tasks that live a moment, caught in most samples at the end (their median 18) but not in all, are no leak
+    assert _run(tasks=lambda age: 18 if age >= 1135 and age % 10 == 5 else 17).failures == []
     # a member has more tasks than an instance waiting to be one: compared within the state it ended in
     def member_late(age):
         return "pinned" if age > 600 else "idle"

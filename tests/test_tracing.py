@@ -301,20 +301,19 @@ async def test_a_take_over_from_a_standby_after_a_step_down(js, nc, uniq):
         await msg.ack()
 
     config = ConsumerConfig(ack_wait=1)
+    standby = asyncio.Event()
     first = await static_consume(nc, uniq, "g", "m1", handler, config=config)
     second = await static_consume(nc, uniq, "g", "m1", handler, config=config, tracing=tracing,
                                   on_event=lambda ev: ev.kind == "standby" and standby.set())
-    standby = asyncio.Event()
     async with first, second:
         await publish(js, tracer, f"{uniq}.a", b"1")
         await wait_for(lambda: first.pinned, what="the first instance pinned")
         await asyncio.wait_for(standby.wait(), 10)
         await static_member_step_down(nc, uniq, "g", "m1")
-        for i in range(20):   # until the second one gets a message, and with it the pin
-            await publish(js, tracer, f"{uniq}.b", str(i).encode())
-            if second.pinned:
-                break
-            await asyncio.sleep(0.2)
+        async def published_then_pinned() -> bool:   # until the second one gets a message, and with it the pin
+            await publish(js, tracer, f"{uniq}.b", b"b")
+            return second.pinned
+        await wait_for(published_then_pinned, 4, interval=0.2, what="the second instance pinned")
         await wait_for(lambda: named(exporter, "take-over"), what="the take-over span")
     [take_over] = named(exporter, "take-over")
     assert take_over.attributes["pcgroups.previous_state"] == "standby"
