@@ -125,6 +125,7 @@ class Roster:
         self._reaper: asyncio.Task[None] | None = None
         self._announced: str | None = None  # the pin HELLO was said for
         self._unlisten: Callable[[], None] = lambda: None
+        self._away = False   # disconnected, until the reconnect was heard (invariant 4)
         self.on_resize: Callable[[int], None] = lambda slots: None
         self.status_of: Callable[[], dict[str, Any]] = self.status
         self.handled = 0
@@ -142,12 +143,16 @@ class Roster:
         self._unlisten = ConnectionWatch.of(self.nc).listen(self._connection)
 
     def _connection(self, kind: str, url: str) -> None:
-        """Back from a disconnection: the workers were silent because this instance was away (invariant 4), so
-        their silence counts from now."""
-        if kind == "reconnected":
+        """Away, then back from a disconnection: the workers were silent because this instance was away
+        (invariant 4), so their silence counts from the reconnect. (nats-py says it is connected a moment before
+        it says so to the listeners: the reaper waits for the listeners' word.)"""
+        if kind == "disconnected":
+            self._away = True
+        elif kind == "reconnected":
             now = time.monotonic()
             for w in self._workers.values():
                 w.seen = now
+            self._away = False
 
     async def stop(self) -> None:
         self._unlisten()
@@ -327,7 +332,7 @@ class Roster:
             await asyncio.sleep(REAP_EVERY)
             now = time.monotonic()
             for w in list(self._workers.values()):
-                if now - w.seen > pool.REVOKE_AFTER and self.nc.is_connected:
+                if now - w.seen > pool.REVOKE_AFTER and self.nc.is_connected and not self._away:
                     self._gone(w, f"no heartbeat for {now - w.seen:.1f}s")
             pin = self._delivery.pin_id
             if pin is not None and pin != self._announced:
