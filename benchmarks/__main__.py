@@ -36,7 +36,7 @@ def _module(sid: str):
 
 
 def machine() -> dict:
-    from pcgroups.server import nats_server_binary
+    from pcgroups.testing._server import nats_server_binary
     try:
         server_version = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True,
                                         timeout=10).stdout.strip()

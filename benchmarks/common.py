@@ -16,7 +16,7 @@ import nats
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import partition_of_subject
-from pcgroups.server import EmbeddedServer
+from pcgroups.testing._server import EmbeddedServer
 
 
 @dataclass

@@ -44,8 +44,8 @@ from nats.js.api import StreamConfig
 
 from pcgroups import (PartitioningFilter, StaticConfig, add_members, create_elastic, create_static, delete_elastic,
                       static_member_filters)
-from pcgroups.instance import member_template, with_priority_group
-from pcgroups.jsapi import ConsumerConfig, JetStreamApi
+from pcgroups.consume._instance import member_template, with_priority_group
+from pcgroups.jetstream._api import ConsumerConfig, JetStreamApi
 
 from .common import (Result, Row, Size, cpu_seconds, keys_by_partition, process_cpu_seconds, publish_all, ratio,
                      round_robin_subjects, server_and_connection, static_stream, wait_until)

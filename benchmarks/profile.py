@@ -38,7 +38,7 @@ async def publish_only(url: str, n: int) -> None:
 
 
 async def p7_member(case: str, n: int) -> None:
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream._api import JetStreamApi
 
     from . import p7_consume as p7
     async with server_and_connection() as (server, nc):

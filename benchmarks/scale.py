@@ -44,10 +44,10 @@ from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import (JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members,
                       get_elastic_config, work_queue_name)
-from pcgroups.cluster import EmbeddedCluster
+from pcgroups.testing._cluster import EmbeddedCluster
 from pcgroups.errors import NotFoundError
-from pcgroups.exporter import GroupsExporter
-from pcgroups.server import EmbeddedServer, free_port
+from pcgroups.ops._exporter import GroupsExporter
+from pcgroups.testing._server import EmbeddedServer, free_port
 
 from .common import median
 from .procs import ROOT, Worker, start_module
@@ -333,7 +333,7 @@ async def timed_cg(url: str, *args: str, runs: int = 3) -> dict[str, Any]:
 async def library_calls(site: Site, runs: int = 3) -> dict[str, float]:
     """What ``ls`` and ``status`` do, timed in this process (no interpreter start-up): median seconds."""
     from pcgroups import list_elastic_groups, list_static_groups
-    from pcgroups.status import elastic_status, static_status
+    from pcgroups.ops._status import elastic_status, static_status
     calls = {"static ls": lambda: list_static_groups(site.nc, "MANY"),
              "elastic ls": lambda: list_elastic_groups(site.nc, "EMANY"),
              "static status": lambda: static_status(site.nc, "MANY", "s0"),

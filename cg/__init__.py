@@ -1,5 +1,7 @@
 """``cg``: the command-line tool of pcgroups (cg/main.py is the console script).
 
-The version lives here, so ``cg --version`` imports nothing else."""
+Its version is the distribution's (pyproject.toml), read here, so ``cg --version`` imports nothing else."""
 
-VERSION = "0.1.0"
+from importlib.metadata import version
+
+VERSION = version("pcgroups")

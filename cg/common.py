@@ -11,15 +11,15 @@ import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
 from .errors import CLIError, debugging
 
 if TYPE_CHECKING:
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
-    from pcgroups.scheduler import KeyFunc
-    from pcgroups.sources import Start
+    from pcgroups.consume import KeyFunc
+    from pcgroups.elastic import Start
 
 APP_HELP = "Partitioned Consumer Group CLI tool"
 
@@ -172,7 +172,7 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start]
     """``--start SPEC`` (every stream) and ``--start STREAM=SPEC`` (one stream) as a start per stream."""
     if not texts:
         return None
-    from pcgroups.sources import Start
+    from pcgroups.elastic import Start
 
     given = parse_by_stream("--start", texts, streams, Start.parse)
     starts: dict[str, str | Start] = {n: given.get(n, "all") for n in streams}
@@ -183,7 +183,7 @@ def parse_source_apis(domains: list[str], apis: list[str], streams: list[str]
                       ) -> tuple[dict[str, str] | None, dict[str, str] | None]:
     """``--source-domain [STREAM=]DOMAIN`` and ``--source-api [STREAM=]PREFIX``: the JetStream each stream is in
     when it is not the group's, as ``(source_domain, source_api)`` for the library."""
-    from pcgroups.jsapi import prefix_of
+    from pcgroups.jetstream import prefix_of
 
     by_domain = parse_by_stream("--source-domain", domains, streams, prefix_of)
     by_api = parse_by_stream("--source-api", apis, streams, lambda p: prefix_of(None, p))
@@ -209,13 +209,33 @@ class ConsumeConcurrency(NamedTuple):
 
     def key(self) -> KeyFunc | None:
         """The key function for the library (None: its default)."""
-        from pcgroups.scheduler import key_by_header, key_by_tokens
+        from pcgroups.consume import key_by_header, key_by_tokens
 
         if self.key_header is not None:
             return key_by_header(self.key_header)
         if self.key_tokens:
             return key_by_tokens(list(self.key_tokens))
         return None
+
+
+class ConsumeRequest(NamedTuple):
+    """What ``cg static|elastic consume`` was asked, checked, as one value (cg/flavour.py's ``join`` makes it,
+    cg/consume.py's ``consume`` runs it). ``keyed``: the concurrency options; ``dispatch``: the group's workers
+    run the handler; ``auto``, ``lease_ttl``, ``create``: elastic automatic membership; ``metrics_listen``:
+    serve metrics and probes there; ``otel``: export spans."""
+
+    kind: str
+    stream: str
+    group: str
+    member: str
+    sleep: float
+    keyed: ConsumeConcurrency = ConsumeConcurrency()
+    dispatch: bool = False
+    auto: bool = False
+    lease_ttl: float = 5.0
+    create: Any = None
+    metrics_listen: str | None = None
+    otel: bool = False
 
 
 #: ``consume``'s caps (README, *Key-level concurrency from the CLI*): handlers at once, and the consumer's window.
@@ -243,7 +263,7 @@ def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str 
                        "or ':')")
     tokens = _key_tokens(key_tokens) if key_tokens is not None else ()
     if max_ack_pending is None:
-        from pcgroups.scheduler import FAIR_WINDOW   # the library's keyed window: fair by default
+        from pcgroups.consume import FAIR_WINDOW   # the library's keyed window: fair by default
         max_ack_pending = 1 if concurrency == 1 else max(FAIR_WINDOW, concurrency)
     elif not 1 <= max_ack_pending <= MAX_WINDOW:
         raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")

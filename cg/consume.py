@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .common import ConsumeConcurrency
+from .common import ConsumeRequest
 from .errors import CLIError, warn
 from .output import go_duration, line_buffered_stdout, out, ranges
 
@@ -53,7 +53,7 @@ SLEEP_SPIN = 0.0001
 
 
 def consumer_template(max_ack_pending: int = MAX_ACK_PENDING):
-    from pcgroups.jsapi import ConsumerConfig
+    from pcgroups.jetstream import ConsumerConfig
 
     return ConsumerConfig(max_ack_pending=max_ack_pending, ack_wait=ACK_WAIT, ack_policy="explicit")
 
@@ -349,73 +349,75 @@ class Run:
                 _silence_stdout()
 
 
-async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
-                  sleep: float, *, auto: bool = False, lease_ttl: float = 5.0, create: Any = None,
-                  concurrency: ConsumeConcurrency | None = None, metrics_listen: str | None = None,
-                  dispatch: bool = False, otel: bool = False) -> int:
+async def consume(rt: Runtime, request: ConsumeRequest) -> int:
     """Run one member instance until the group is deleted, a signal, or an error (raised).
 
-    ``auto`` (elastic): automatic membership with instance leases of ``lease_ttl`` seconds; ``create``
-    (an ``ElasticSpec``) creates the group first if it does not exist; ``concurrency``: the handlers at
-    once, their key and max_ack_pending (default: one at a time, max_ack_pending 1); ``dispatch``: the
-    group's workers run the handler (``concurrency.handlers`` caps the messages at the workers, 0: their
-    capacities); ``metrics_listen``: serve the instance's metrics and health probes there (cg/metrics.py);
-    ``otel``: export its spans as the ``OTEL_*`` variables say (cg/otel.py). The connection is the
-    runtime's (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
+    ``request`` says what to run (:class:`~cg.common.ConsumeRequest`): its concurrency (default: one
+    message at a time, max_ack_pending 1), ``dispatch`` (the group's workers run the handler;
+    ``keyed.handlers`` caps the messages at the workers, 0: their capacities), ``auto`` (elastic: automatic
+    membership with leases of ``lease_ttl`` seconds; ``create``, an ``ElasticSpec``, creates the group first
+    if it does not exist), ``metrics_listen`` (the instance's metrics and health probes there:
+    cg/metrics.py), ``otel`` (its spans, exported as the ``OTEL_*`` variables say: cg/otel.py). The library
+    gets it as one :class:`~pcgroups.consume.ConsumeOptions`. The connection is the runtime's
+    (:meth:`Runtime.connect` with reconnection, :meth:`Runtime.close`).
     """
+    from pcgroups.consume import ConsumeOptions
+
+    kind, stream, group, member, keyed = request.kind, request.stream, request.group, request.member, request.keyed
     start: Callable[..., Any]
     if kind == "static":
         from pcgroups.static import static_consume as start
     else:
-        from pcgroups.elastic_instance import elastic_consume as start
+        from pcgroups.elastic import elastic_consume as start
 
     line_buffered_stdout()
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
-    if auto:
-        printer.status(f"[{member}] joined the group (automatic membership, lease TTL {go_duration(lease_ttl)})")
+    if request.auto:
+        printer.status(f"[{member}] joined the group (automatic membership, lease TTL "
+                       f"{go_duration(request.lease_ttl)})")
     run = Run(printer)
-    keyed = concurrency or ConsumeConcurrency()
-    handler = None if dispatch else make_handler(member, sleep, printer, run.stop, whole_lines=keyed.handlers > 1,
-                                                 group_gone=lambda: _group_deleted(run.nc, kind, stream, group))
+    handler = None if request.dispatch else make_handler(
+        member, request.sleep, printer, run.stop, whole_lines=keyed.handlers > 1,
+        group_gone=lambda: _group_deleted(run.nc, kind, stream, group))
     from .otel import traced_by_env
 
-    tracing, finish = traced_by_env(otel)
-    metrics_kwargs: dict[str, Any] = {} if tracing is None else {"tracing": tracing}
+    tracing, finish = traced_by_env(request.otel)
     served = None   # --metrics-listen: the metrics, the probes and their server
-    if metrics_listen:
+    told = None     # the metrics' own event callback
+    retry = None
+    if request.metrics_listen:
         from .metrics import instance_metrics
 
-        served = instance_metrics(kind, stream, group, member, metrics_listen, start)
-        metrics_kwargs.update(served.kwargs)
+        served = instance_metrics(kind, stream, group, member, request.metrics_listen)
+        told, retry = served.on_event, served.retry
         run.on_stop.append(served.health.stopping)
         if handler is not None:
             handler = served.metrics.wrap(handler)
+
+    def on_event(ev: Any) -> None:
+        if ev.kind == "unavailable":   # said at once: status lines wait for "consuming..."
+            warn(status_line(ev, stream, group, kind, request.auto))
+        else:
+            printer.status(status_line(ev, stream, group, kind, request.auto))
+        if told is not None:
+            told(ev)
+
+    options = ConsumeOptions(handler=handler, config=consumer_template(keyed.max_ack_pending),
+                             concurrency=1 if request.dispatch else keyed.handlers, key=keyed.key(), retry=retry,
+                             on_event=on_event, tracing=tracing, dispatch=request.dispatch,
+                             max_in_flight=keyed.handlers if request.dispatch else 0)
+    auto = {"auto": True, "lease_ttl": request.lease_ttl, "create": request.create} if request.auto else {}
 
     async def setup():
         nc, api = await _connect_patiently(rt)
         run.nc = nc
         await _check_key_tokens(nc, api, kind, stream, group, keyed.key_tokens)
-        extra = {"auto": True, "lease_ttl": lease_ttl, "create": create} if auto else {}
-        extra.update(metrics_kwargs)
-        if dispatch:
-            extra.update(dispatch=True, max_in_flight=keyed.handlers)
-        told = extra.pop("on_event", None)   # the metrics' too
-
-        def on_event(ev: Any) -> None:
-            if ev.kind == "unavailable":   # said at once: status lines wait for "consuming..."
-                warn(status_line(ev, stream, group, kind, auto))
-            else:
-                printer.status(status_line(ev, stream, group, kind, auto))
-            if told is not None:
-                told(ev)
-        inst = await start(nc, stream, group, member, handler, config=consumer_template(keyed.max_ack_pending),
-                           concurrency=1 if dispatch else keyed.handlers, key=keyed.key(), api=api,
-                           on_event=on_event, **extra)
+        inst = await start(nc, stream, group, member, api=api, options=options, **auto)
         if served is not None:
             served.readiness.attach(nc, inst)
             served.health.check()
-            if dispatch:
+            if request.dispatch:
                 served.metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
         return inst
 
@@ -431,10 +433,10 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
 
 async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *,
                otel: bool = False) -> int:
-    """``cg static|elastic worker``: a worker of the group's pool (pcgroups.worker) until a signal (it finishes
+    """``cg static|elastic worker``: a worker of the group's pool (pcgroups.pool._worker) until a signal (it finishes
     the calls it holds first) or an error; it prints the messages as ``consume`` does; ``otel``: a span per
     call, exported as the ``OTEL_*`` variables say (cg/otel.py)."""
-    from pcgroups.worker import serve_worker
+    from pcgroups.pool import serve_worker
 
     from .otel import traced_by_env
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter
     from pcgroups.elastic import ElasticSpec
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream import JetStreamApi
 
 elastic_app = flavour_app(ELASTIC)
 
@@ -238,7 +238,7 @@ def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
     seconds = parse_duration_option("--wait", timeout, positive=True)
 
     async def body(nc: Client, api: JetStreamApi):
-        from pcgroups.intake import skip_stuck
+        from pcgroups.elastic import skip_stuck
 
         return await skip_stuck(nc, stream, name, source=source, execute=execute, timeout=seconds, api=api)
 
@@ -293,7 +293,7 @@ async def _live_leases(nc: Client, stream: str, name: str, api: JetStreamApi) ->
     """The group's live leases, for the automatic-membership warning only: none when this user may not
     read them (an admin role needs no lease permissions, docs/SECURITY.md)."""
     from pcgroups.errors import PermissionDeniedError
-    from pcgroups.membership import list_leases
+    from pcgroups.elastic import list_leases
 
     try:
         return await list_leases(nc, stream, name, api=api)
@@ -415,7 +415,7 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
         spec = _shape(runtime(ctx), stream, name, create, filter, wildcards, source, partition_stream, start,
                       source_domain, source_api, max_buffered_msgs, max_buffered_bytes)
     if member is None:
-        from pcgroups.membership import auto_member_name
+        from pcgroups.elastic import auto_member_name
 
         member = auto_member_name()
     join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,

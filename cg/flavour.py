@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
-from .common import check_names, parse_concurrency, parse_dispatch, parse_duration_option, parse_sleep
+from .common import (ConsumeRequest, check_names, parse_concurrency, parse_dispatch, parse_duration_option,
+                     parse_sleep)
 from .errors import CLIError, warn
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -30,7 +31,7 @@ from .runtime import runtime
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream import JetStreamApi
 
 Fn = Callable[..., Any]
 
@@ -45,9 +46,9 @@ class Calls:
     membership: Fn      # (nc, stream, group, member, api=) -> (in the membership, active)
     delete: Fn
     step_down: Fn
-    status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
+    status: Fn          # pcgroups.ops._status (imported when called: only ``status`` needs it)
     layout: Fn | None = None   # the streams a group consumes (elastic)
-    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.intake)
+    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.elastic._intake)
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,14 @@ def _imported_when_called(module: str, name: str) -> Fn:
 def _static_calls() -> Calls:
     from functools import partial
 
-    from pcgroups import flavour as shared, static as lib
+    from pcgroups import flavour as shared
+    from pcgroups import static as lib
 
     return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
                  list_active_members=lib.list_static_active_members,
                  membership=partial(shared.is_in_membership_and_active, shared.STATIC),
                  delete=lib.delete_static, step_down=lib.static_member_step_down,
-                 status=_imported_when_called("pcgroups.status", "static_status"))
+                 status=_imported_when_called("pcgroups.ops._status", "static_status"))
 
 
 def _elastic_calls() -> Calls:
@@ -96,8 +98,8 @@ def _elastic_calls() -> Calls:
                  list_active_members=lib.list_elastic_active_members,
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
                  step_down=lib.elastic_member_step_down,
-                 status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout,
-                 stuck=_imported_when_called("pcgroups.intake", "stuck_sources_of"))
+                 status=_imported_when_called("pcgroups.ops._status", "elastic_status"), layout=lib.get_elastic_layout,
+                 stuck=_imported_when_called("pcgroups.elastic._intake", "stuck_sources_of"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
@@ -408,19 +410,19 @@ def _reset(flavour: Flavour) -> tuple[Fn, str]:
               execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing "
                                                     "changes)")] = False,
               json: Json = False) -> None:
-        from pcgroups import offsets
+        from pcgroups import ops
 
         from .offsets import print_plan
 
         check_names(stream=stream, group=name, members=members or [])
-        target = offsets.Target.of(earliest=to_earliest, latest=to_latest, seq=_whole("--to-seq", _once("--to-seq", to_seq)),
+        target = ops.Target.of(earliest=to_earliest, latest=to_latest, seq=_whole("--to-seq", _once("--to-seq", to_seq)),
                                    time=_once("--to-time", to_time), duration=_once("--by-duration", by_duration))
-        plan_fn = offsets.plan_static_reset if flavour.name == "static" else offsets.plan_elastic_reset
+        plan_fn = ops.plan_static_reset if flavour.name == "static" else ops.plan_elastic_reset
         _warn_future(target, to_time)
 
         async def body(nc: Client, api: JetStreamApi) -> Any:
             plan = await plan_fn(nc, stream, name, target, members or None, api=api)
-            return await offsets.execute_reset(nc, plan, api=api) if execute else plan
+            return await ops.execute_reset(nc, plan, api=api) if execute else plan
 
         print_plan(runtime(ctx).with_connection(body), as_json=json)
 
@@ -449,7 +451,7 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
     def worker(ctx: typer.Context, stream: Stream, name: Group, worker_name: WorkerName = None,
                capacity: Capacity = 1, sleep: Sleep = "20ms", otel: Otel = False) -> NoReturn:
         from pcgroups.pool import check_worker_name
-        from pcgroups.worker import default_worker_name
+        from pcgroups.pool import default_worker_name
 
         from .common import MAX_CONCURRENCY
         from .consume import work
@@ -486,20 +488,20 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
          concurrency: int | None = None, key_header: str | None = None, key_tokens: str | None = None,
          max_ack_pending: int | None = None, dispatch: bool = False, **options: Any) -> NoReturn:
     """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
-    (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`), then run the member instance
-    (cg/consume.py) until it ends; exits with its status."""
+    (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`) into one
+    :class:`~cg.common.ConsumeRequest`, then run the member instance (cg/consume.py) until it ends; exits with
+    its status."""
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
     seconds = parse_sleep(flavour_sleep(ctx, sleep))
     if dispatch:
         keyed = parse_dispatch(concurrency, key_header, key_tokens, max_ack_pending)
-        options["dispatch"] = True
     else:
         keyed = parse_concurrency(1 if concurrency is None else concurrency, key_header, key_tokens, max_ack_pending)
+    request = ConsumeRequest(flavour.name, stream, name, member, seconds, keyed, dispatch, **options)
     rt = runtime(ctx)
-    raise typer.Exit(rt.run_member(consume, rt, flavour.name, stream, name, member, seconds, concurrency=keyed,
-                                   **options))
+    raise typer.Exit(rt.run_member(consume, rt, request))
 
 
 __all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",

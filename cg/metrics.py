@@ -1,17 +1,17 @@
 """``cg metrics``: serve the groups' state on ``/metrics`` for Prometheus (docs/OPERATIONS.md), and
 the ``--metrics-listen`` of ``cg ... consume``; both serve the health probes ``/healthz`` and ``/readyz``
-too (:mod:`pcgroups.health`, docs/DEPLOYMENT.md).
+too (:mod:`pcgroups.ops._health`, docs/DEPLOYMENT.md).
 
 - :func:`parse_listen` reads ``HOST:PORT`` (``:PORT`` for every interface, ``[::1]:PORT``) and
   :func:`serve` opens the HTTP server on it; both fail with one line naming what is wrong.
-- :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.exporter.GroupsExporter`
+- :func:`run_exporter` connects (reconnecting forever), serves :class:`pcgroups.ops._exporter.GroupsExporter`
   and refreshes it every ``--interval`` until Ctrl-C/SIGTERM (exit 0). One line on stdout says where
   it listens, one on stderr what it reads (the server without its secret); a stream named that neither
   exists nor has a group is one warning at start; a refresh that fails, and the next that works
   again, are one line each on stderr. It is ready (``/readyz``) while its last refresh worked and is
   recent (:func:`exporter_readiness`).
 - :func:`instance_metrics`: ``consume --metrics-listen``, the instance's own metrics
-  (:mod:`pcgroups.metrics`) and its probes (:class:`pcgroups.health.InstanceReadiness`) served from its
+  (:mod:`pcgroups.ops._metrics`) and its probes (:class:`pcgroups.ops._health.InstanceReadiness`) served from its
   process.
 - :func:`require_client`: without the ``metrics`` extra, one line saying how to install it.
 
@@ -24,6 +24,7 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
 
 import typer
@@ -62,7 +63,7 @@ def serve(flag: str, host: str, port: int, registry: Any, health: Any = None) ->
     """Serve ``registry`` on http://host:port/metrics, and ``health``'s probes on /healthz and /readyz,
     from a daemon thread; the server (``shutdown()`` ends it). A port in use or an unknown host is one
     :class:`CLIError`."""
-    from pcgroups.health import serve as serve_http
+    from pcgroups.ops import serve_http
 
     try:
         server = serve_http(host, port, health=health, registry=registry)
@@ -89,8 +90,8 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
     from prometheus_client import CollectorRegistry
 
     from pcgroups.connect import redact
-    from pcgroups.exporter import GroupsExporter
-    from pcgroups.health import Health
+    from pcgroups.ops import GroupsExporter
+    from pcgroups.ops import Health
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -225,28 +226,26 @@ def metrics_command(
 
 class Served(NamedTuple):
     """What ``consume --metrics-listen`` serves: the metrics, the probes, the server, and the consume
-    keyword arguments that feed them."""
+    options that feed them (the instance's events, and the retry policy telling of dead letters)."""
 
     metrics: Any
     health: Any
     readiness: Any
     server: Any
-    kwargs: dict[str, Any]
+    on_event: Callable[[Any], None]
+    retry: Any
 
 
-def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str, start: Any) -> Served:
-    """``consume --metrics-listen``: the instance's :class:`pcgroups.metrics.InstanceMetrics` and its
-    probes (:class:`pcgroups.health.Health` of an :class:`~pcgroups.health.InstanceReadiness`, started on
-    the running event loop) served on ``listen``, and the consume keyword arguments that feed them (the
-    default retry policy telling of dead letters; ``on_event`` when the entry point ``start`` takes it).
-    Bad input is one :class:`CLIError`, before anything connects."""
-    import inspect
-
+def instance_metrics(kind: str, stream: str, group: str, member: str, listen: str) -> Served:
+    """``consume --metrics-listen``: the instance's :class:`pcgroups.ops.InstanceMetrics` and its probes
+    (:class:`pcgroups.ops.Health` of an :class:`~pcgroups.ops.InstanceReadiness`, started on the running event
+    loop) served on ``listen``, and what feeds them (the instance's events; the default retry policy telling
+    of dead letters). Bad input is one :class:`CLIError`, before anything connects."""
     host, port = parse_listen("--metrics-listen", listen)
     require_client()
-    from pcgroups.health import Health, InstanceReadiness
-    from pcgroups.metrics import InstanceMetrics
-    from pcgroups.scheduler import RetryPolicy
+    from pcgroups.ops import Health, InstanceReadiness
+    from pcgroups.ops import InstanceMetrics
+    from pcgroups.consume import RetryPolicy
 
     metrics = InstanceMetrics(kind, stream, group, member)
     readiness = InstanceReadiness(member)
@@ -259,10 +258,7 @@ def instance_metrics(kind: str, stream: str, group: str, member: str, listen: st
         readiness.on_event(event)
         health.check()
 
-    kwargs: dict[str, Any] = {"retry": RetryPolicy(on_dead_letter=metrics.on_dead_letter)}  # the default's retries
-    if "on_event" in inspect.signature(start).parameters:   # the consume entry points' instance events
-        kwargs["on_event"] = on_event
-    return Served(metrics, health, readiness, server, kwargs)
+    return Served(metrics, health, readiness, server, on_event, RetryPolicy(on_dead_letter=metrics.on_dead_letter))
 
 
 __all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "Served", "exporter_readiness", "instance_metrics", "metrics_command", "parse_listen", "register",

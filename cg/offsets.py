@@ -1,4 +1,4 @@
-"""``cg static|elastic reset``: print a replay/skip plan (pcgroups.offsets) and apply it with ``--execute``.
+"""``cg static|elastic reset``: print a replay/skip plan (pcgroups.ops._offsets) and apply it with ``--execute``.
 
 In a pipe: one plain line per member (static, elastic skip) or per stream (elastic replay), then on
 stderr whether anything changed. In a terminal: a table, then that line. ``--json``: the plan as JSON
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .output import out, ranges
 
 if TYPE_CHECKING:
-    from pcgroups.offsets import MemberMove, ResetPlan, SourceMove
+    from pcgroups.ops import MemberMove, ResetPlan, SourceMove
 
 
 def _when(stamp: str | None) -> str:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from pcgroups.config import ElasticConfig, MemberMapping, StaticConfig
-    from pcgroups.sources import Layout, SourceStream
+    from pcgroups.elastic import Layout, SourceStream
 
 # ---------------------------------------------------------------- Go %v formatting
 
@@ -231,7 +231,7 @@ def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticCo
     """``info`` of a ``kind`` (static, elastic) group: its config, active members and (elastic) the
     streams its work queue sources. In plain output a one-stream group prints the reference's lines
     only; a group over several streams adds one ``streams:`` line. A source stuck on an origin message
-    (``stuck``, pcgroups.intake) is a ``cg: warning:`` line (stdout keeps the reference's lines)."""
+    (``stuck``, pcgroups.elastic._intake) is a ``cg: warning:`` line (stdout keeps the reference's lines)."""
     if as_json:
         doc = {"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
                "active_members": list(active)}
@@ -257,7 +257,7 @@ def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticCo
 
 def print_skip(result: Any, *, as_json: bool) -> None:
     """``elastic skip-stuck``: the message stepped past (a dead letter left in its stream), what would be, or why
-    there is nothing to step past (``pcgroups.intake.SkipResult``)."""
+    there is nothing to step past (``pcgroups.elastic._intake.SkipResult``)."""
     if as_json:
         out.json(dataclasses.asdict(result))
         return
@@ -276,7 +276,7 @@ def print_skip(result: Any, *, as_json: bool) -> None:
 
 
 def stuck_line(stuck: Any, stream: str, group: str) -> str:
-    """A source stuck on an origin message (``pcgroups.intake.StuckSource``), and the way past it."""
+    """A source stuck on an origin message (``pcgroups.elastic._intake.StuckSource``), and the way past it."""
     step = f" (step past it: cg elastic skip-stuck {stream} {group})" if stuck.cause != "full" else ""
     return f"intake stopped: {stuck.describe()}{step}"
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
     from pcgroups.connect import ConnectionOptions
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream import JetStreamApi
 
 MODES = ("static", "elastic")
 NAME_TTL = 3.0          # seconds a looked-up list of names is reused by completion
@@ -442,7 +442,7 @@ class Repl:
     def start(self) -> None:
         """Connect (one clear error if that fails): the connection of every command of the session."""
         from pcgroups.connect import connect, resolve
-        from pcgroups.jsapi import JetStreamApi
+        from pcgroups.jetstream import JetStreamApi
 
         rc = resolve(self.opts)
         self.runner = asyncio.Runner()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
     from pcgroups.connect import ConnectionOptions, ResolvedConnection
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream import JetStreamApi
 
 T = TypeVar("T")
 
@@ -85,7 +85,7 @@ class Runtime:
     async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
         """A new connection (``reconnect``: forever after losing the server) and its JetStream API."""
         from pcgroups.connect import connect
-        from pcgroups.jsapi import JetStreamApi
+        from pcgroups.jetstream import JetStreamApi
 
         rc = self.resolve()
         nc = await connect(rc, reconnect=reconnect)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
     from pcgroups.config import MemberMapping
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream import JetStreamApi
 
 static_app = flavour_app(STATIC)
 create_app = typer.Typer(help="create a static partitioned consumer group", cls=CommandGroup)

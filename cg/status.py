@@ -8,7 +8,7 @@ membership the lease of the instance holding it: instance id, pid, host), the pe
 partition when it is counted per partition (elastic groups; static with ``--per-partition``), the
 partitions no member owns, the leases, and the workers of each dispatching member (``consume --dispatch``).
 
-- :func:`render_status` prints one :class:`pcgroups.status.GroupStatus`: rich tables on a terminal (the
+- :func:`render_status` prints one :class:`pcgroups.ops._status.GroupStatus`: rich tables on a terminal (the
   member table drops its least important columns rather than cut a number), aligned plain columns into
   a pipe, one JSON document with ``json=True``.
 - :func:`watch` refreshes it every ``interval`` seconds until Ctrl-C (a live view on a terminal; into
@@ -31,7 +31,7 @@ from rich.text import Text
 from .output import ranges, stuck_line, table as new_table
 
 if TYPE_CHECKING:
-    from pcgroups.status import GroupStatus, MemberStatus
+    from pcgroups.ops import GroupStatus, MemberStatus
 
     from .runtime import Runtime
 
@@ -80,7 +80,7 @@ def _footer(status: "GroupStatus") -> str:
 
 
 def stuck_lines(status: "GroupStatus") -> list[str]:
-    """One line per source stuck on an origin message (pcgroups.intake), with the way past it."""
+    """One line per source stuck on an origin message (pcgroups.elastic._intake), with the way past it."""
     return [stuck_line(s, status.stream, status.group) for s in status.stuck_sources]
 
 
@@ -248,7 +248,7 @@ WORKER_COLUMNS = ("MEMBER", "WORKER", "CAPACITY", "BUSY", "HANDLED")
 
 
 def _worker_rows(status: "GroupStatus") -> list[list[str]]:
-    """A row per worker of each dispatching member (the pinned instance's view: pcgroups.dispatch)."""
+    """A row per worker of each dispatching member (the pinned instance's view: pcgroups.pool._dispatcher)."""
     return [[str(p.get("member")), str(w.get("name")) + (" (stopping)" if w.get("stopping") else ""),
              str(w.get("capacity", 0)), str(w.get("busy", 0)), str(w.get("handled", 0))]
             for p in status.pools for w in p.get("workers") or []]

@@ -304,7 +304,7 @@ def _retryable(e: BaseException, *, answered: bool) -> bool:
     if isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)):
         return answered
     if isinstance(e, nats.js.errors.APIError):
-        from pcgroups.jsapi import ERR_NO_STREAM_MATCHES
+        from pcgroups.jetstream import ERR_NO_STREAM_MATCHES
 
         return e.code in (None, 503, 504) and e.err_code != ERR_NO_STREAM_MATCHES
     return isinstance(e, (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,

@@ -35,9 +35,8 @@ import nats
 from nats.js.api import KeyValueConfig, StreamConfig
 from nats.js.errors import KeyNotFoundError
 
-from pcgroups import (ConsumerConfig, PartitioningFilter, add_members, create_elastic, delete_members,
-                      elastic_consume)
-from pcgroups.server import EmbeddedServer
+from pcgroups import ConsumerConfig, PartitioningFilter, add_members, create_elastic, delete_members, elastic_consume
+from pcgroups.testing._server import EmbeddedServer
 
 KEYS = [f"k{i:02d}" for i in range(16)]
 

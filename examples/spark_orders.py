@@ -28,7 +28,7 @@ import time
 import nats
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups.server import EmbeddedServer
+from pcgroups.testing._server import EmbeddedServer
 
 PARTITIONS = 3
 CUSTOMERS = [f"c{i:02d}" for i in range(12)]

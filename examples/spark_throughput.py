@@ -27,7 +27,7 @@ import time
 import nats
 from nats.js.api import ConsumerConfig, StreamConfig, SubjectTransform
 
-from pcgroups.server import EmbeddedServer
+from pcgroups.testing._server import EmbeddedServer
 from pcgroups.spark import _nats
 from pcgroups.spark._options import ConnectionOptions
 

@@ -26,20 +26,20 @@ import os
 import re
 import socket
 import ssl
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import PCGroupsError
+from .jetstream._api import JetStreamApi, prefix_of
+from .jetstream._compat import tolerate_undecodable
 
 __all__ = [
     "DEFAULT_URL",
     "DEFAULT_TIMEOUT",
     "ConnectionOptions",
-    "ConnectionWatch",
     "NatsContext",
     "ResolvedConnection",
     "ServerUnreachableError",
@@ -50,7 +50,6 @@ __all__ = [
     "parse_duration",
     "redact",
     "resolve",
-    "tolerate_undecodable",
 ]
 
 log = logging.getLogger(__name__)
@@ -405,8 +404,6 @@ class ResolvedConnection:
     @property
     def api_prefix(self) -> str:
         """The JetStream API prefix: the domain's (``$JS.<domain>.API``), else the API prefix, else ``$JS.API``."""
-        from .jsapi import prefix_of
-
         return prefix_of(self.js_domain, self.js_api_prefix)
 
     def jetstream_kwargs(self) -> dict[str, Any]:
@@ -583,8 +580,6 @@ def _resolve_jetstream(rc: ResolvedConnection, o: ConnectionOptions, c: NatsCont
     else:
         rc.js_domain = c.jetstream_domain
         rc.js_api_prefix = None if c.jetstream_domain else c.jetstream_api_prefix
-    from .jsapi import prefix_of
-
     prefix_of(rc.js_domain, rc.js_api_prefix)   # one the server would not take is an error now, not at a request
 
 
@@ -716,8 +711,6 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
     if reconnect:
         enable_reconnect(nc)
     if rc.js_domain or rc.js_api_prefix:
-        from .jsapi import JetStreamApi
-
         JetStreamApi.bind(nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix)
     return nc
 
@@ -758,112 +751,3 @@ def _silence_ssl_eof_warning() -> None:
         logging.getLogger("asyncio").addFilter(_ssl_noise_filter)
 
 
-class ConnectionWatch:
-    """The disconnections and reconnections of one client, for several listeners; get it with :meth:`of`.
-
-    It attaches itself by wrapping the client's ``disconnected`` and ``reconnected`` callbacks (nats-py
-    keeps one of each, no list of listeners); the callbacks it wraps still run, after the listeners.
-    A listener gets ``("disconnected" | "reconnected", url)``, the server's URL without credentials.
-    """
-
-    def __init__(self, nc: Any):
-        self._nc = nc
-        self._listeners: list[Callable[[str, str], None]] = []
-        self._url = _plain_url(nc.connected_url)
-        self._forward_disconnected = nc._disconnected_cb
-        self._forward_reconnected = nc._reconnected_cb
-        nc._disconnected_cb = self._disconnected
-        nc._reconnected_cb = self._reconnected
-
-    @classmethod
-    def of(cls, nc: Any) -> "ConnectionWatch":
-        """The client's watch, attached on first use."""
-        watch = _connection_watches.get(nc)
-        if watch is None:
-            watch = _connection_watches[nc] = cls(nc)
-        return watch
-
-    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
-        """Call ``listener(kind, url)`` on each change; returns the function that stops it."""
-        self._listeners.append(listener)
-
-        def unlisten() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-        return unlisten
-
-    def _tell(self, kind: str) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(kind, self._url)
-            except Exception as e:  # noqa: BLE001 - one listener's failure is its own
-                log.warning("connection listener failed on %s: %r", kind, e)
-
-    async def _disconnected(self) -> None:
-        if not self._nc.is_closed:   # nats-py calls it on close() too: that is no disconnection
-            self._tell("disconnected")
-        if self._forward_disconnected is not None:
-            await self._forward_disconnected()
-
-    async def _reconnected(self) -> None:
-        self._url = _plain_url(self._nc.connected_url) or self._url
-        self._tell("reconnected")
-        if self._forward_reconnected is not None:
-            await self._forward_reconnected()
-
-
-_connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
-
-
-def tolerate_undecodable(nc: Any) -> None:
-    """Let the client take messages whose subject (or reply subject) is not valid UTF-8 (idempotent).
-
-    The server accepts any byte in a subject but ``\\r``, ``\\n``, space and tab; nats-py decodes subjects
-    as strict UTF-8 in ``Client._build_message``, called by its reader task, and the ``UnicodeDecodeError``
-    ends that task for good: the connection stays up and reads nothing more, so a member instance stops,
-    and after its reconnect the same message comes again. This wraps that one method of this client (not
-    nats-py's class): a message that decodes is built as before; one that does not is built with U+FFFD in
-    place of the invalid bytes (as nats-py decodes header values) and logged once, with its stream and
-    sequence when it is a JetStream message. The handler gets it like any other.
-    """
-    if getattr(nc, "_pcg_tolerant", False):
-        return
-    build = nc._build_message
-
-    def build_tolerantly(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> Any:
-        try:
-            return build(sid, subject, reply, data, headers)
-        except UnicodeDecodeError:
-            pass
-        fixed, fixed_reply = (b.decode("utf-8", "replace").encode() for b in (subject, reply))
-        log.warning("%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
-                    _undecodable_what(subject, reply), subject.decode("utf-8", "backslashreplace"))
-        return build(sid, fixed, fixed_reply, data, headers)
-
-    nc._build_message = build_tolerantly
-    nc._pcg_tolerant = True
-
-
-def _undecodable_what(subject: bytes, reply: bytes) -> str:
-    """Names a message that does not decode: for a JetStream delivery, its stream, sequence and consumer (from
-    the ack subject ``$JS.ACK.[<domain>.<account>.]<stream>.<consumer>.<delivered>.<seq>...``)."""
-    try:
-        subject.decode()
-        part = "the reply subject"
-    except UnicodeDecodeError:
-        part = "the subject"
-    t = [token.decode("utf-8", "replace") for token in reply.split(b".")]
-    if reply.startswith(b"$JS.ACK.") and len(t) >= 9:
-        stream, consumer, seq = (t[2], t[3], t[5]) if len(t) == 9 else (t[4], t[5], t[7])
-        return f"{part} of message {seq} of stream {stream} (consumer {consumer})"
-    return f"{part} of a message"
-
-
-def _plain_url(url: Any) -> str:
-    """``scheme://host:port`` of a parsed server URL (credentials left out); "" for None."""
-    if url is None:
-        return ""
-    host = url.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{url.scheme}://{host}:{url.port}" if url.port else f"{url.scheme}://{host}"

@@ -27,12 +27,12 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``unavailable``   at start: the server or JetStream does not answer (``detail`` says how); the start is
                   tried again until it does (``*_consume`` returns then) or is cancelled.
 
-A dispatching instance (``dispatch=True``, :mod:`pcgroups.dispatch`) also says:
+A dispatching instance (``dispatch=True``, :mod:`pcgroups.pool._dispatcher`) also says:
 
 ``worker-joined`` a worker enrolled with the group's pool: ``detail`` is its name and capacity;
 ``worker-left``   a worker left (stopped) or went silent: ``detail`` is its name and why.
 
-A worker (:mod:`pcgroups.worker`; ``member`` is the worker's name) says ``enrolled`` (a dispatching member
+A worker (:mod:`pcgroups.pool._worker`; ``member`` is the worker's name) says ``enrolled`` (a dispatching member
 answered it: ``detail`` names the member), ``no-dispatcher`` (none answered yet: ``detail`` names the group),
 ``disconnected`` and ``reconnected``.
 """

@@ -22,8 +22,8 @@ from nats.aio.client import Client
 
 from .config import ElasticConfig, StaticConfig, parse_elastic_config, parse_static_config, validate_name
 from .errors import ConfigError, NotAMemberError, NotFoundError, PCGroupsError
-from .jsapi import JetStreamApi
-from .store import ELASTIC_BUCKET, STATIC_BUCKET, group_entry, keys_of_stream
+from .jetstream._api import JetStreamApi
+from .jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, group_entry, keys_of_stream
 
 C = TypeVar("C", StaticConfig, ElasticConfig)
 

@@ -65,6 +65,7 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import wraps
 from typing import Any, Protocol
 
+from ._version import __version__
 from .errors import SupersededError
 
 __all__ = ["NO_TRACING", "InstanceTracing", "Traced", "Tracing"]
@@ -145,8 +146,6 @@ class Tracing:
 
     def __init__(self, tracer_provider: Any = None, *, propagator: Any = None) -> None:
         from opentelemetry import propagate, trace
-
-        from . import __version__
 
         self.tracer = trace.get_tracer("pcgroups", __version__, tracer_provider=tracer_provider)
         self.propagator = propagator if propagator is not None else propagate.get_global_textmap()

@@ -2,7 +2,7 @@
 
 usage: python -m tests.auto_proc URL STREAM GROUP [--member M] [--lease-ttl S] [--ack-wait S] [--work S]
 Prints JSON lines: {"ev":"ready","member":..,"instance":..}, the checker's start/end event lines
-(pcgroups.checker.event_line, instance = "<member>/<instance id>"), {"ev":"done","error":..}.
+(pcgroups.testing._checker.event_line, instance = "<member>/<instance id>"), {"ev":"done","error":..}.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import nats
 
 from pcgroups import ConsumerConfig, elastic_consume
-from pcgroups.checker import event_line, origin_of
+from pcgroups.testing._checker import event_line, origin_of
 
 
 def emit(line: str) -> None:

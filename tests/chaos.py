@@ -10,7 +10,7 @@ usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
 Each scenario starts its own nats-server (file storage, 127.0.0.1), creates its groups, starts member
 instances as subprocesses (``worker`` below), publishes continuously, injects its fault ``runs`` times,
 then stops publishing, waits until every published message was acked, stops every process it started
-and checks the record of all handler calls with :class:`pcgroups.checker.Recorder`: nothing lost, order
+and checks the record of all handler calls with :class:`pcgroups.testing._checker.Recorder`: nothing lost, order
 of success per partition, no two calls overlapping on one partition, redeliveries within the stated
 bound. Every wait is bounded; a scenario that overruns its limit fails.
 
@@ -78,7 +78,7 @@ async def worker_main(argv: list[str]) -> None:
     import nats
 
     from pcgroups import ConsumerConfig, elastic_consume, static_consume
-    from pcgroups.checker import event_line, origin_of
+    from pcgroups.testing._checker import event_line, origin_of
 
     p = argparse.ArgumentParser(prog="python -m tests.chaos worker")
     p.add_argument("url")
@@ -148,7 +148,7 @@ async def worker_main(argv: list[str]) -> None:
 
     if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
         # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
-        from pcgroups.delivery import Delivery
+        from pcgroups.consume._delivery import Delivery
         Delivery.pin_doubtful = lambda self: False
 
     def said(ev) -> None:
@@ -261,7 +261,7 @@ class Group:
 
     def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
                  progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False, sample: float = 0.0):
-        from pcgroups.checker import Recorder
+        from pcgroups.testing._checker import Recorder
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
         self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
         self.slow, self.proxied, self.sample = slow, proxied, sample
@@ -327,7 +327,7 @@ class Env:
     async def __aenter__(self) -> "Env":
         import nats
 
-        from pcgroups.server import EmbeddedServer
+        from pcgroups.testing._server import EmbeddedServer
         self.server = EmbeddedServer(store_dir=os.path.join(self.tmp.name, "server"))
         os.makedirs(self.server.store_dir, exist_ok=True)
         await asyncio.to_thread(self.server.start)
@@ -614,8 +614,8 @@ class ClusterEnv(Env):
     async def __aenter__(self) -> "ClusterEnv":
         import nats
 
-        from pcgroups.cluster import EmbeddedCluster
-        from pcgroups.server import free_port
+        from pcgroups.testing._cluster import EmbeddedCluster
+        from pcgroups.testing._server import free_port
 
         from .faultproxy import FaultProxy
         ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
@@ -764,7 +764,7 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
                       for n in re.findall(r"pin moved while this instance was paused; dropping (\d+)", env.log_of(w)))
         # Every overlap must be a paused instance's call in flight (frozen, it cannot stop: its handler
         # learns it was superseded once it runs again): without those calls, none may overlap.
-        from pcgroups.checker import Recorder
+        from pcgroups.testing._checker import Recorder
         rest = Recorder()
         rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
         rest_report = rest.check()
@@ -988,7 +988,7 @@ def _starts_after(env: Env, w: Worker, since: float, until: float) -> tuple[list
 def _fenced_result(env: Env, name: str, g: Group, runs: int, inflight: list[Any], **extra: Any) -> Result:
     """The result of a run whose faulted instances had calls in flight that ran on (a SIGSTOP, a partition):
     those calls may overlap their successors until the instance learns; no other call may overlap."""
-    from pcgroups.checker import Recorder
+    from pcgroups.testing._checker import Recorder
     rest = Recorder()
     rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
     unexplained = rest.check().overlaps
@@ -1300,7 +1300,7 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
 async def pool_server_restart(runs: int, verbose: bool = False) -> Result:
     """The nats-server (file storage) stopped with SIGTERM and started again under a pool's traffic (static group,
     m1 dispatching, 3 workers, 3 s calls that span the 2.5 s outage): the dispatcher and the workers reconnect, no
-    worker is declared gone for the outage (pcgroups.dispatch invariant 4), so no key runs on two workers at once."""
+    worker is declared gone for the outage (pcgroups.pool._dispatcher invariant 4), so no key runs on two workers at once."""
     t_start = time.time()
     async with Env("poolrestart", verbose=verbose) as env:
         # handlers as cg's: msg.superseded looked at when the work is done (a call spanning the outage goes on)
@@ -1388,7 +1388,7 @@ async def wq_source_crash_evidence() -> list[str]:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig, StreamSource
 
-    from pcgroups.server import EmbeddedServer
+    from pcgroups.testing._server import EmbeddedServer
 
     async def quiet(e: Exception) -> None:
         pass
@@ -1496,7 +1496,7 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
 
 
 def machine() -> dict[str, Any]:
-    from pcgroups.server import nats_server_binary
+    from pcgroups.testing._server import nats_server_binary
     mem = ""
     try:
         with open("/proc/meminfo") as f:

@@ -11,8 +11,8 @@ import uuid
 import nats
 import pytest
 
-from pcgroups.cluster import EmbeddedCluster
-from pcgroups.server import EmbeddedServer
+from pcgroups.testing._cluster import EmbeddedCluster
+from pcgroups.testing._server import EmbeddedServer
 
 # A suite started in the background (`./scripts/test &`) inherits SIGINT ignored, and so would every
 # process the tests start: the Ctrl-C tests (the demo, the REPL) need it as a terminal delivers it.

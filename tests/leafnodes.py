@@ -21,7 +21,7 @@ from typing import Any
 import nats
 
 from pcgroups.errors import PCGroupsError
-from pcgroups.server import EmbeddedServer, free_ports, on_fresh_ports
+from pcgroups.testing._server import EmbeddedServer, free_ports, on_fresh_ports
 
 DEPLOYMENT = Path(__file__).resolve().parent.parent / "docs" / "DEPLOYMENT.md"
 DOCUMENTED_LEAF_PORT = "7422"

@@ -5,7 +5,7 @@ usage: python -m tests.member_proc URL[,URL...] static|elastic STREAM GROUP MEMB
 Lines: {"ev":"ready"}, {"ev":"start"|"end","seq":..,"subject":..,"partition":..,"pin":..,"t":..}, {"ev":"done","error":..},
 {"ev":"connected","server":NAME} (on connect and each reconnect), {"ev":"disconnected"}.
 start/end lines also carry member, instance, key and order (the origin stream sequence), so that
-:meth:`pcgroups.checker.Recorder.feed` takes them as they are. Several comma-separated URLs are a
+:meth:`pcgroups.testing._checker.Recorder.feed` takes them as they are. Several comma-separated URLs are a
 cluster's servers; ``--context FILE`` connects through :func:`pcgroups.connect.connect` with that
 NATS context file instead (URL is then ignored).
 """
@@ -23,7 +23,7 @@ import time
 import nats
 
 from pcgroups import ConsumerConfig, elastic_consume, static_consume
-from pcgroups.checker import origin_of
+from pcgroups.testing._checker import origin_of
 from pcgroups.connect import ConnectionOptions, connect
 
 

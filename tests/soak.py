@@ -6,7 +6,7 @@ usage: python -m tests.soak [--minutes N] [--json PATH] [--plot PNG] [--sample S
 
 One nats-server (file storage, 127.0.0.1) and the harness of tests/chaos.py: every instance its own process
 (``python -m tests.chaos worker ... --sample S``), printing a JSON line per handler start and end for
-:class:`pcgroups.checker.Recorder` and, every S seconds, what it costs (tests/sampler.py: RSS, open file
+:class:`pcgroups.testing._checker.Recorder` and, every S seconds, what it costs (tests/sampler.py: RSS, open file
 descriptors, asyncio tasks, event-loop lag). AckWait 1 s, 4 partitions, 40 msg/s per group on 16 keys,
 a 2 ms handler, ``max_ack_pending`` 1.
 
@@ -21,7 +21,7 @@ happens at least once):
   dropped), so two long-lived instances are dropped and added again, and e1's instances take partitions and
   give them up [every two minutes];
 - **a server restart** (SIGTERM, then started again on the same port and store) [in the middle];
-- **resets** (``pcgroups.offsets``, a replay to a second before the oldest message not yet acked) of the
+- **resets** (``pcgroups.ops._offsets``, a replay to a second before the oldest message not yet acked) of the
   static and the elastic group in turn [every three minutes].
 
 At the end publishing stops, every message must be acked, and the record is checked: nothing lost, no two
@@ -168,7 +168,7 @@ class Soak:
 
     async def reset(self) -> Event:
         """Replay the static or the elastic group (in turn) from just before its oldest message not yet acked."""
-        from pcgroups.offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
+        from pcgroups.ops._offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
         g = (self.static, self.elastic)[self._resets % 2]
         self._resets += 1
         pending = g.expected - g.rec.acked_keys()

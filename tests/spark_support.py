@@ -165,7 +165,7 @@ class StandaloneCluster:
         return proc
 
     def start(self, timeout: float = 90.0) -> "StandaloneCluster":
-        from pcgroups.server import free_ports
+        from pcgroups.testing._server import free_ports
         self.port, self.ui_port = free_ports(2)
         self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                str(self.port), "--webui-port", str(self.ui_port)])

@@ -39,9 +39,9 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import ConsumerConfig, PartitioningFilter
-from pcgroups import store
+from pcgroups.jetstream import _store as store
 from pcgroups.errors import ConfigError
-from pcgroups.jsapi import JetStreamApi
+from pcgroups.jetstream._api import JetStreamApi
 from tests.support import wait_for
 from tests.test_cli_common import Result, acg, cg_env, closed_port_url, procs, run_cg
 
@@ -61,8 +61,7 @@ class World:
 
 
 async def _setup(url: str, w: World) -> None:
-    from pcgroups import (MemberMapping, add_members, create_elastic, create_static, set_member_mappings,
-                          static_consume)
+    from pcgroups import MemberMapping, add_members, create_elastic, create_static, set_member_mappings, static_consume
 
     nc = await nats.connect(url)
     try:

@@ -88,7 +88,7 @@ async def test_p7_elastic_side_acks_the_backlog_through_cg_elastic_consume(nats_
     group and its work queue are gone afterwards."""
     from benchmarks import p7_consume as p7
     from pcgroups.errors import NotFoundError
-    from pcgroups.jsapi import JetStreamApi
+    from pcgroups.jetstream._api import JetStreamApi
 
     api = JetStreamApi(nc)
     await p7.backlog(nc, uniq, "elastic", 400)

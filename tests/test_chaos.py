@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pcgroups.session import pinned_ttl
+from pcgroups.consume._session import pinned_ttl
 
 from .chaos import ACK_WAIT, SIZES, Result, percentile, run_scenario, table
 

@@ -7,7 +7,7 @@ import json
 import threading
 from types import SimpleNamespace
 
-from pcgroups.checker import Recorder, Report, event_line
+from pcgroups.testing._checker import Recorder, Report, event_line
 
 
 def clean_run() -> Recorder:

@@ -9,7 +9,7 @@ import re
 import signal
 import time
 
-from pcgroups.membership import list_leases
+from pcgroups.elastic._membership import list_leases
 
 from tests.support import wait_for
 from tests.test_cli_common import assert_cli_error, kv_value, make_stream, message_lines, procs, run_cg

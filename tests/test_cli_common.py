@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from pcgroups.server import free_port
+from pcgroups.testing._server import free_port
 from tests.fisk_sim import all_nats_argvs, check_fisk_model, nats_argv
 from tests.support import wait_for
 
@@ -398,8 +398,8 @@ async def test_options_anywhere_and_env(nats_server, js, uniq):
 async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, uniq):
     """~25 bad invocations, each a real subprocess: status 1, `cg: error:` first on stderr, nothing
     on stdout, never a traceback."""
-    from pcgroups.elastic import create_elastic
-    from pcgroups.static import create_static
+    from pcgroups.elastic._admin import create_elastic
+    from pcgroups.static._admin import create_static
 
     url = nats_server.url
     s = uniq

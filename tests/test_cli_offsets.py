@@ -147,7 +147,7 @@ def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
     from rich.console import Console
 
     from cg.offsets import plan_table
-    from pcgroups.offsets import MemberMove, ResetPlan, SourceMove
+    from pcgroups.ops._offsets import MemberMove, ResetPlan, SourceMove
 
     stamp = "2026-11-26T14:32:19.123456789Z"
     plan = ResetPlan(kind.split("-")[0], "ORDERS_EUROPE_WEST", "billing-and-invoicing", "time 2026-11-25T08:00:00Z")

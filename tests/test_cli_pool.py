@@ -136,7 +136,7 @@ async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
     url = nats_server.url
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
     (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
-    from pcgroups.server import free_port
+    from pcgroups.testing._server import free_port
     from tests.test_metrics import scrape   # the exporter tests' helper
 
     port = free_port()

@@ -314,7 +314,7 @@ def test_consume_returns_to_the_prompt_and_leaves_the_connection_clean(nats_serv
 
     def publish_then_delete() -> None:
         """Once the member is ready: 5 messages; once they are acked: delete the group."""
-        from pcgroups.static import delete_static
+        from pcgroups.static._admin import delete_static
 
         async def main() -> None:
             nc = await nats.connect(nats_server.url)

@@ -32,8 +32,8 @@ def _assert_fits_and_keeps(text: str, numbers: list[int | str], width: int = WID
 
 
 def _status(flavour: str = "static", *, members: int = 3, leases: bool = False, exact: bool = False):
-    from pcgroups.membership import Lease
-    from pcgroups.status import GroupStatus, MemberStatus, PartitionStatus
+    from pcgroups.elastic._membership import Lease
+    from pcgroups.ops._status import GroupStatus, MemberStatus, PartitionStatus
 
     ms, rows = [], []
     per = 4
@@ -166,7 +166,7 @@ def test_a_membership_change_at_80_columns():
 def test_demo_summary_at_80_columns_keeps_the_verdicts_and_numbers():
     from cg.demo.script import DemoResult, Move, Takeover
     from cg.demo.summary import summary
-    from pcgroups.checker import Report
+    from pcgroups.testing._checker import Report
 
     reports = {"static": Report(calls=123457, processed=123456, expected=123456, redelivered=1, redelivery_bound=1),
                "elastic": Report(calls=123460, processed=123456, expected=123456, redelivered=4,
@@ -217,9 +217,9 @@ def test_every_table_has_the_one_style():
     from cg.demo.summary import summary
     from cg.offsets import plan_table
     from cg.status import status_table
-    from pcgroups.checker import Report
+    from pcgroups.testing._checker import Report
     from pcgroups.config import ElasticConfig, StaticConfig
-    from pcgroups.offsets import MemberMove, ResetPlan
+    from pcgroups.ops._offsets import MemberMove, ResetPlan
 
     plan = ResetPlan("static", "foo", "cg", "earliest", members=[MemberMove("m1", [0, 1], now=5, after=1, replay=4)])
     result = DemoResult(exit_code=0, reports={"static": Report(calls=3, processed=3, expected=3)},
@@ -243,7 +243,7 @@ def test_the_demo_ends_with_its_verdict_and_figures_on_a_24_row_screen(passed):
     24 lines, the screen the demo ends with, hold every count of both groups and the verdict, last."""
     from cg.demo.script import DemoResult, Move, Takeover
     from cg.demo.summary import summary
-    from pcgroups.checker import Report
+    from pcgroups.testing._checker import Report
 
     redelivered = 2 if passed else 4
     reports = {"static": Report(calls=2684, processed=2683, expected=2683, redelivered=1, redelivery_bound=2),

@@ -46,7 +46,7 @@ async def test_wire_vectors_give_the_exact_kv_values(nats_server, js, stream):
 
 
 async def test_info_lines(nats_server, nc, stream):
-    from pcgroups.static import create_static
+    from pcgroups.static._admin import create_static
 
     url = nats_server.url
     (await run_cg("static", "create", "balanced", stream, "b", "10", "m1", "m2", "--filter", f"{stream}.*",

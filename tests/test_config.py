@@ -8,17 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pcgroups.config import (
-    ElasticConfig,
-    MemberMapping,
-    PartitioningFilter,
-    StaticConfig,
-    go_json,
-    parse_elastic_config,
-    parse_mapping,
-    parse_static_config,
-    validate_name,
-)
+from pcgroups.config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, go_json,
+                             parse_elastic_config, parse_mapping, parse_static_config, validate_name)
 from pcgroups.errors import ConfigError
 
 from tests.support import WIRE_VECTORS as VECTORS

@@ -17,18 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pcgroups.connect import (
-    DEFAULT_URL,
-    ConnectionOptions,
-    ResolvedConnection,
-    connect,
-    load_context,
-    parse_duration,
-    redact,
-    resolve,
-)
+from pcgroups.connect import (DEFAULT_URL, ConnectionOptions, ResolvedConnection, connect, load_context,
+                              parse_duration, redact, resolve)
 from pcgroups.errors import PCGroupsError
-from pcgroups.server import EmbeddedServer, free_port
+from pcgroups.testing._server import EmbeddedServer, free_port
 from tests.support import wait_for
 
 FAST = 3.0  # seconds: every failure must be reported within this

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg as NatsMsg
 
-from pcgroups.delivery import PIN_HEADER, Delivery, Msg, RecentAcks
+from pcgroups.consume._delivery import PIN_HEADER, Delivery, Msg, RecentAcks
 from pcgroups.errors import SupersededError
-from pcgroups.scheduler import KeyedDispatcher, RetryPolicy, SerialDispatcher, key_by_subject
+from pcgroups.consume._dispatchers import KeyedDispatcher, RetryPolicy, SerialDispatcher, key_by_subject
 
 from .support import wait_for
 
@@ -391,7 +391,7 @@ async def test_serial_overdue_is_the_running_message_after_the_interval():
 
 
 async def test_a_sync_handler_runs_in_a_worker_thread():
-    from pcgroups.session import as_handle
+    from pcgroups.consume._dispatchers import as_handle
 
     d = delivery(Wire())
     threads: list[int] = []

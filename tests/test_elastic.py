@@ -17,9 +17,9 @@ from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, ConsumerG
                       PartitioningFilter, add_members, create_elastic, delete_elastic, delete_member_mappings,
                       delete_members, elastic_consume, elastic_member_step_down, get_elastic_config,
                       list_elastic_active_members, partition_of_subject, set_member_mappings)
-from pcgroups.store import ELASTIC_BUCKET
+from pcgroups.jetstream._store import ELASTIC_BUCKET
 
-from pcgroups.checker import Recorder as _Recorder, origin_of
+from pcgroups.testing._checker import Recorder as _Recorder, origin_of
 from .support import WIRE_VECTORS as VECTORS, wait_for
 
 def Recorder() -> _Recorder:

@@ -1,4 +1,4 @@
-"""Health probes (pcgroups.health): /healthz and /readyz of ``consume --metrics-listen`` and ``cg metrics``,
+"""Health probes (pcgroups.ops._health): /healthz and /readyz of ``consume --metrics-listen`` and ``cg metrics``,
 asked over real HTTP while the event loop blocks, the server goes down and comes back, the member is
 dropped and added again, and the process is stopped."""
 
@@ -16,8 +16,8 @@ import pytest
 from nats.js.api import StreamConfig
 
 from pcgroups import PartitioningFilter, add_members, create_elastic
-from pcgroups.health import Health, serve
-from pcgroups.server import free_port
+from pcgroups.ops._health import Health, serve
+from pcgroups.testing._server import free_port
 from tests.support import wait_for
 from tests.test_cli_common import procs, run_cg
 

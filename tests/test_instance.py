@@ -15,8 +15,9 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members, elastic_consume,
-                      static_consume, static_member_step_down)
+from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members,
+                      create_elastic, create_static, delete_members, elastic_consume, static_consume,
+                      static_member_step_down)
 from pcgroups.events import InstanceEvent
 
 from .faultproxy import FaultProxy

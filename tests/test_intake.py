@@ -1,4 +1,4 @@
-"""An elastic group's intake stuck on one origin message, against a real nats-server (pcgroups.intake).
+"""An elastic group's intake stuck on one origin message, against a real nats-server (pcgroups.elastic._intake).
 
 The origin stream stores a message whose header block is a few bytes under the server's 64 KiB limit; its
 copy into the work queue gains a ``Nats-Stream-Source`` header, goes over, and the server retries it every
@@ -18,9 +18,9 @@ from nats.js.api import StreamConfig
 
 from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PCGroupsError, add_members, create_elastic,
                       elastic_consume)
-from pcgroups import elastic_instance, intake
-from pcgroups.exporter import group_families
-from pcgroups.status import elastic_status
+from pcgroups.elastic import _instance as elastic_instance, _intake as intake
+from pcgroups.ops._exporter import group_families
+from pcgroups.ops._status import elastic_status
 
 from .support import wait_for
 from .test_cli_common import assert_cli_error, procs, run_cg

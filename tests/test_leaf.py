@@ -22,9 +22,9 @@ from pcgroups import JetStreamApi, create_static, delete_static, get_static_conf
 from pcgroups.config import PartitioningFilter
 from pcgroups.connect import ConnectionOptions, connect, resolve
 from pcgroups.errors import ConfigError, PCGroupsError
-from pcgroups.jsapi import domain_of, prefix_of
-from pcgroups.permissions import Violation, kv_subjects
-from pcgroups.sources import Layout, SourceStream, externals_by_stream, layout_of, source_config
+from pcgroups.jetstream._api import domain_of, prefix_of
+from pcgroups.jetstream._permissions import Violation, kv_subjects
+from pcgroups.elastic._sources import Layout, SourceStream, externals_by_stream, layout_of, source_config
 
 from tests.leafnodes import HubAndLeaf
 from tests.support import wait_for

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from pcgroups import PCGroupsError
-from pcgroups.loop import CONTINUE, ControlLoop, Outcome, Stop
+from pcgroups.consume._loop import CONTINUE, ControlLoop, Outcome, Stop
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from nats.js.api import StreamConfig
 from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter,
                       create_elastic, delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config,
                       list_elastic_active_members, partition_of_subject)
-from pcgroups.checker import Recorder
-from pcgroups.membership import LEASE_STREAM, list_leases
-from pcgroups.sticky import moved_partitions
-from pcgroups.store import ELASTIC_BUCKET
+from pcgroups.testing._checker import Recorder
+from pcgroups.elastic._membership import LEASE_STREAM, list_leases
+from pcgroups.elastic._sticky import moved_partitions
+from pcgroups.jetstream._store import ELASTIC_BUCKET
 
 from .support import wait_for
 
@@ -661,7 +661,7 @@ def test_the_readme_states_the_debounce_the_code_uses():
     """The README says when joins and leaves make one rebalance: within the debounce of each other."""
     from pathlib import Path
 
-    from pcgroups.membership import DEFAULT_DEBOUNCE
+    from pcgroups.elastic._membership import DEFAULT_DEBOUNCE
 
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert (f"once the leases have been quiet for {DEFAULT_DEBOUNCE:g} s: instances started (or stopped) within "

@@ -1,4 +1,4 @@
-"""Metrics: ``cg metrics`` (the groups' exporter) and ``consume --metrics-listen`` / pcgroups.metrics (an
+"""Metrics: ``cg metrics`` (the groups' exporter) and ``consume --metrics-listen`` / pcgroups.ops._metrics (an
 instance's own), scraped over real HTTP from real processes on a real nats-server; the dashboard and the
 alert rules name only metrics that exist."""
 
@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
 from pcgroups.events import InstanceEvent
-from pcgroups.exporter import EXPORTER_METRICS, GROUP_METRICS
-from pcgroups.metrics import INSTANCE_METRICS, POOL_METRICS, InstanceMetrics
-from pcgroups.server import free_port
+from pcgroups.ops._exporter import EXPORTER_METRICS, GROUP_METRICS
+from pcgroups.ops._metrics import INSTANCE_METRICS, POOL_METRICS, InstanceMetrics
+from pcgroups.testing._server import free_port
 from tests.support import wait_for
 from tests.test_security import secured  # noqa: F401 - the secured server and its roles (a fixture)
 from tests.test_cli_common import (
@@ -115,7 +115,7 @@ async def _equals(probe, expected: float) -> bool:
 
 
 async def test_sourcing_lag_per_source_stream_and_a_broken_group_left_out(js, nc, server_url, uniq):
-    from pcgroups.store import ELASTIC_BUCKET
+    from pcgroups.jetstream._store import ELASTIC_BUCKET
 
     orders, payments = f"{uniq}o", f"{uniq}p"
     await make_stream(js, orders)
@@ -231,7 +231,7 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
 
     import nats
 
-    from pcgroups.exporter import GroupsExporter
+    from pcgroups.ops._exporter import GroupsExporter
 
     async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
         js = admin.jetstream()
@@ -263,7 +263,7 @@ async def test_a_refresh_reads_a_streams_consumers_once_for_all_its_static_group
     import nats
 
     from pcgroups import static_consume
-    from pcgroups.exporter import GroupsExporter
+    from pcgroups.ops._exporter import GroupsExporter
 
     async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
         await make_stream(admin.jetstream(), "S", transform=partition_transform("S", 2))
@@ -352,7 +352,7 @@ def test_importing_the_metrics_modules_imports_no_prometheus_client():
     import subprocess
     import sys
 
-    code = ("import sys, pcgroups, pcgroups.metrics, pcgroups.exporter, cg.consume; "
+    code = ("import sys, pcgroups, pcgroups.ops._metrics, pcgroups.ops._exporter, cg.consume; "
             "print('prometheus_client' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.stdout.strip() == "False", r.stderr
@@ -412,8 +412,8 @@ async def test_handler_wrapper_keeps_the_handler_kind_and_counts_errors():
 
 async def test_dead_letters_are_counted(js, nc, uniq):
     from pcgroups import static_consume
-    from pcgroups.jsapi import ConsumerConfig
-    from pcgroups.scheduler import RetryPolicy
+    from pcgroups.jetstream._api import ConsumerConfig
+    from pcgroups.consume._dispatchers import RetryPolicy
 
     await make_stream(js, uniq, transform=partition_transform(uniq, 1))
     await create_static(nc, uniq, "g", 1, members=["m1"])
@@ -687,7 +687,7 @@ async def test_the_observer_role_can_run_the_exporter(secured):  # noqa: F811 - 
     shows every group with no error. Without the streams it may not read the whole buckets: those refusals are
     the role's scope, counted once each (kind=refused), not errors of every refresh (which would fire the
     PcgroupsExporterDown alert for good), and named the same each time (said once)."""
-    from pcgroups.exporter import GroupsExporter
+    from pcgroups.ops._exporter import GroupsExporter
 
     nc = await secured.connect("observer")
     try:

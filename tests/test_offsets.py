@@ -8,23 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (
-    ConfigError,
-    ConsumerConfig,
-    JetStreamApi,
-    PartitioningFilter,
-    add_members,
-    create_elastic,
-    create_static,
-    elastic_consume,
-    static_consume,
-)
-from pcgroups.offsets import (
-    Target,
-    execute_reset,
-    plan_elastic_reset,
-    plan_static_reset,
-)
+from pcgroups import (ConfigError, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic,
+                      create_static, elastic_consume, static_consume)
+from pcgroups.ops._offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
 
 from .support import wait_for
 

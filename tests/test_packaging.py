@@ -111,7 +111,7 @@ def test_the_library_alone_imports_and_cg_says_what_to_install(lean):
 
 
 def test_the_embedded_server_says_what_it_needs(lean):
-    code = ("from pcgroups.server import EmbeddedServer\n"
+    code = ("from pcgroups.testing._server import EmbeddedServer\n"
             "try:\n    EmbeddedServer().start()\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
     done = _run(lean, "-c", code)
     assert done.returncode == 0, done.stderr

@@ -8,19 +8,10 @@ from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
 from pcgroups.errors import ConfigError
-from pcgroups.partitions import (
-    MAX_MEMBER_FILTERS,
-    balanced_assignment,
-    elastic_member_filters,
-    fnv1a32,
-    member_partitions,
-    partition_filters,
-    partition_of_subject,
-    static_member_filters,
-    strip_partition,
-    transform_destination,
-)
-from pcgroups.sources import SourceStream, source_config
+from pcgroups.partitions import (MAX_MEMBER_FILTERS, balanced_assignment, elastic_member_filters, fnv1a32,
+                                 member_partitions, partition_filters, partition_of_subject, static_member_filters,
+                                 strip_partition, transform_destination)
+from pcgroups.elastic._sources import SourceStream, source_config
 from tests.test_config import ADDED, VECTORS, elastic_from_cli, static_from_cli
 
 # ---------------------------------------------------------------------------------------------------------------------

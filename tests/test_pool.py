@@ -14,7 +14,7 @@ from nats.js.api import StreamConfig
 
 from pcgroups import RetryPolicy, serve_worker, static_consume
 from pcgroups.errors import ConfigError
-from pcgroups.pool import HEARTBEAT, STATUS_SUBJECT, decode
+from pcgroups.pool._wire import HEARTBEAT, STATUS_SUBJECT, decode
 
 from .support import wait_for
 from .test_scheduler import one_partition_group, publish
@@ -235,7 +235,7 @@ async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
 async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq,
                                                                                               connections):
     """The offer adds its Pcg-* headers: a message that fitted the stream can exceed the server's max payload.
-    It counts as a failed call (pcgroups.dispatch invariant 5): retried, then dead-lettered, here terminated as the
+    It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then dead-lettered, here terminated as the
     dead letter does not fit either; the next message of its key is handled."""
     await one_partition_group(js, nc, uniq)
     handled: list[int] = []
@@ -331,7 +331,7 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
     them in that order: the dispatcher must not take the call for a lost offer and offer it again (it was acked)."""
     from nats.aio.msg import Msg as NatsMsg
 
-    from pcgroups.pool import OFFER_GRACE, encode
+    from pcgroups.pool._wire import OFFER_GRACE, encode
     await one_partition_group(js, nc, uniq)
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
     pool_prefix = f"$PCG.POOL.static.{uniq}.g"

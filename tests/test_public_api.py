@@ -1,35 +1,40 @@
-"""The public package: its exact names, a lean import, and no import cycles (no server needed).
+"""The public package and the layout of the code (no server needed).
 
-- ``pcgroups.__all__`` is the public API: this test pins it, so adding or removing a name is a
-  decision made here, and every name in it resolves; ``dir(pcgroups)`` shows those names only, and the
-  README's "The API by task" lists each of them.
-- (Importing pcgroups imports none of the CLI's packages: tests/test_cli_structure.py, and
+- ``pcgroups.__all__`` is the public API: this test pins it, so adding or removing a name is a decision
+  made here; every name resolves, entry points come first, ``dir(pcgroups)`` holds nothing else public but
+  the subpackages and ``__version__``, and the README's "The API by task" lists each name.
+- Every subpackage lists its public names in ``__all__``, and each resolves.
+- Module paths from before the subpackages still import, with a ``DeprecationWarning`` naming the new place.
+- The import graphs of pcgroups and of cg, counting every import (inside functions and under
+  ``TYPE_CHECKING`` too), have no cycle, and no module imports from a layer above its own (``LAYERS``).
+  (Importing pcgroups imports none of the CLI's packages: tests/test_cli_structure.py, and
   tests/test_packaging.py in an environment without them.)
-- Among the modules of pcgroups, and among those of cg, module-level imports form no cycle
-  (an import inside a function runs later and is allowed: the CLI defers its imports that way).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+
+import pytest
 
 import pcgroups
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PUBLIC = [
+PUBLIC = {
     "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumeContext", "ConsumerConfig", "ConsumerGoneError",
-    "ConsumerInstance",
-    "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError", "JetStreamApi",
-    "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
-    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig", "SupersededError",
-    "WorkerInstance", "add_members", "add_source", "balanced_assignment", "create_elastic", "create_static", "delete_elastic",
-    "delete_member_mappings", "delete_members", "delete_static", "elastic_consume",
-    "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down",
+    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError",
+    "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
+    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig",
+    "SupersededError", "WorkerInstance", "add_members", "add_source", "balanced_assignment", "create_elastic",
+    "create_static", "delete_elastic", "delete_member_mappings", "delete_members", "delete_static",
+    "elastic_consume", "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down",
     "get_elastic_config", "get_elastic_layout", "get_static_config", "key_by_header", "key_by_partitioning",
     "key_by_subject", "key_by_tokens", "list_elastic_active_members", "list_elastic_groups", "list_leases",
     "list_static_active_members", "list_static_groups", "member_partitions", "parse_elastic_config",
@@ -37,58 +42,132 @@ PUBLIC = [
     "serve_worker", "set_member_mappings", "static_consume", "static_member_filters", "static_member_step_down",
     "sticky_assignment", "sticky_change", "sticky_mappings", "transform_destination", "validate_name",
     "work_queue_name",
-]
+}
+ENTRY_POINTS = ["static_consume", "elastic_consume", "serve_worker"]
+SUBPACKAGES = {"consume", "elastic", "jetstream", "ops", "pool", "static", "testing"}
+
+#: The layers of each package, lowest first: a module imports only from its own layer or below. A name is a
+#: module or a package (then every module in it).
+LAYERS: dict[str, list[set[str]]] = {
+    "pcgroups": [
+        {"pcgroups._version", "pcgroups._moved", "pcgroups.errors", "pcgroups.events", "pcgroups.config",
+         "pcgroups.partitions"},                                   # pure: no I/O
+        {"pcgroups.jetstream", "pcgroups.connect", "pcgroups.tracing", "pcgroups.testing"},  # talking to NATS
+        {"pcgroups.flavour"},                                      # what static and elastic groups share
+        {"pcgroups.consume"},                                      # running a member instance
+        {"pcgroups.pool"},                                         # its handlers in workers
+        {"pcgroups.static", "pcgroups.elastic"},                   # the two kinds of group
+        {"pcgroups.ops", "pcgroups.spark"},                        # operating them, reading them from Spark
+        {"pcgroups"},                                              # the public API
+    ],
+    "cg": [
+        {"cg", "cg.errors", "cg.help", "cg.coercion", "cg.plugin", "cg.output", "cg.runtime", "cg.otel",
+         "cg.common", "cg.demo.script", "cg.demo.worker"},         # parsing, printing, connecting
+        {"cg.changes", "cg.offsets", "cg.status", "cg.metrics", "cg.consume", "cg.prompt", "cg.tools",
+         "cg.demo"},                                               # what the commands do
+        {"cg.flavour", "cg.static", "cg.elastic", "cg.demo.command"},   # the commands
+        {"cg.app", "cg.main", "cg.__main__"},                      # the tree and the console script
+    ],
+}
 
 
-def test_all_is_the_pinned_list_sorted() -> None:
-    assert pcgroups.__all__ == PUBLIC
-    assert sorted(pcgroups._MODULE_OF) == PUBLIC   # the lazy import table names the same names
-    assert PUBLIC == sorted(PUBLIC)
+def test_all_is_the_public_names_entry_points_first() -> None:
+    assert set(pcgroups.__all__) == PUBLIC
+    assert len(pcgroups.__all__) == len(PUBLIC)   # each once
+    assert pcgroups.__all__[:len(ENTRY_POINTS)] == ENTRY_POINTS
 
 
-def test_the_namespace_is_the_public_names() -> None:
-    """``dir(pcgroups)`` lists the public API (and ``__version__``); the module's own imports and the
-    names a type checker sees are not attributes of it."""
-    code = "import pcgroups; print(' '.join(dir(pcgroups)))"
+def test_the_namespace_holds_the_public_names_and_the_subpackages() -> None:
+    code = "import pcgroups; print(' '.join(n for n in dir(pcgroups) if not n.startswith('_')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == sorted([*PUBLIC, "__version__"])
-    assert dir(pcgroups) == sorted([*PUBLIC, "__version__"])   # also after its submodules were imported
+    extra = set(done.stdout.split()) - PUBLIC
+    # the subpackages and public modules the names come from, nothing else (no stray import)
+    assert extra <= SUBPACKAGES | {"config", "connect", "errors", "events", "flavour", "partitions", "tracing"}, extra
+    assert isinstance(pcgroups.__version__, str) and pcgroups.__version__
     for name in ("annotations", "importlib", "Any", "TYPE_CHECKING", "typing", "drop_members"):
         assert not hasattr(pcgroups, name), name
+
+
+def test_the_version_is_the_distributions() -> None:
+    from importlib.metadata import version
+
+    import cg
+
+    assert pcgroups.__version__ == version("pcgroups") == cg.VERSION
 
 
 def test_the_readme_lists_every_public_name_by_task() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("### The API by task", 1)[1].split("\n#", 1)[0]
     named = set(re.findall(r"`(\w+)", section))
-    assert [name for name in PUBLIC if name not in named] == []
-
-
-def test_the_graph_skips_what_only_type_checkers_see() -> None:
-    tree = ast.parse("import typing as t\nif not t.TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
-                     "if TYPE_CHECKING:\n    import c\nelse:\n    import d\n")
-    assert [n for node in _top_level(tree.body) for n in _imported(node, "")] == ["typing", "a", "d"]
+    assert sorted(PUBLIC - named) == []
 
 
 def test_every_public_name_resolves() -> None:
-    missing = [name for name in pcgroups.__all__ if getattr(pcgroups, name, None) is None]
-    assert missing == []
+    assert [name for name in pcgroups.__all__ if getattr(pcgroups, name, None) is None] == []
     namespace: dict[str, object] = {}
     exec("from pcgroups import *", namespace)  # noqa: S102 - the star import is what the test checks
-    assert sorted(n for n in namespace if n != "__builtins__") == PUBLIC
+    assert {n for n in namespace if n != "__builtins__"} == PUBLIC
+
+
+@pytest.mark.parametrize("package", sorted(SUBPACKAGES))
+def test_each_subpackage_lists_what_it_gives(package: str) -> None:
+    module = importlib.import_module(f"pcgroups.{package}")
+    names = module.__all__
+    assert names and len(names) == len(set(names))
+    assert [n for n in names if getattr(module, n, None) is None] == []
+
+
+@pytest.mark.parametrize(("old", "name", "now"), [
+    ("pcgroups.scheduler", "RetryPolicy", "pcgroups.consume"),
+    ("pcgroups.delivery", "Msg", "pcgroups.consume"),
+    ("pcgroups.jsapi", "JetStreamApi", "pcgroups.jetstream"),
+    ("pcgroups.server", "EmbeddedServer", "pcgroups.testing"),
+    ("pcgroups.metrics", "InstanceMetrics", "pcgroups.ops"),
+])
+def test_an_old_module_path_still_imports_and_says_where_to_go(old: str, name: str, now: str) -> None:
+    code = (f"import warnings; warnings.simplefilter('error')\n"
+            f"try:\n    from {old} import {name}\nexcept DeprecationWarning as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert old in done.stdout and now in done.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        moved = importlib.import_module(old)
+    assert getattr(moved, name) is getattr(importlib.import_module(now), name)
+
+
+def test_a_name_that_left_a_package_module_still_resolves_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="pcgroups.pool.Heartbeat"):
+        from pcgroups.pool import Heartbeat   # the wire contract was pcgroups/pool.py
+    assert Heartbeat.__module__ == "pcgroups.pool._wire"
+    with pytest.raises(AttributeError):
+        pcgroups.pool.no_such_name   # noqa: B018 - the lookup is the test
+
+
+# --- the import graphs ---------------------------------------------------------------------------------------
+
+def _modules(package: str) -> dict[str, Path]:
+    base = ROOT / package.replace(".", "/")
+    out = {}
+    for path in base.rglob("*.py"):
+        parts = list(path.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join([package, *parts])] = path
+    return out
 
 
 def _module_imports(package: str) -> dict[str, set[str]]:
-    """Each module of ``package`` (dotted) -> the modules of the same package it imports at module level."""
-    base = ROOT / package.replace(".", "/")
-    modules = {_dotted(package, path, base): path for path in base.rglob("*.py")}
+    """Each module of ``package`` -> the modules of the same package it imports anywhere in it (module level,
+    in functions, under ``TYPE_CHECKING``)."""
+    modules = _modules(package)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _top_level(tree.body):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             for target in _imported(node, here):
                 while target and target not in modules:   # "from . import x": x may be a module or a name
                     target = target.rpartition(".")[0]
@@ -98,43 +177,7 @@ def _module_imports(package: str) -> dict[str, set[str]]:
     return graph
 
 
-def _dotted(package: str, path: Path, base: Path) -> str:
-    parts = list(path.relative_to(base).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join([package, *parts])
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (under any module alias)."""
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements that run on import: the module body, into if/try blocks, but not into functions,
-    classes' methods or what only type checkers see (``if TYPE_CHECKING:``, the ``else`` of ``if not
-    TYPE_CHECKING:``)."""
-    out: list[ast.stmt] = []
-    for node in body:
-        if isinstance(node, ast.If):
-            test = node.test
-            if _is_type_checking(test):
-                out += _top_level(node.orelse)
-            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_type_checking(test.operand):
-                out += _top_level(node.body)
-            else:
-                out += _top_level(node.body) + _top_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            out += _top_level(node.body) + _top_level(node.orelse) + _top_level(node.finalbody)
-            for handler in node.handlers:
-                out += _top_level(handler.body)
-        else:
-            out.append(node)
-    return out
-
-
-def _imported(node: ast.stmt, here: str) -> list[str]:
+def _imported(node: ast.AST, here: str) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom):
@@ -176,21 +219,46 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def test_the_graph_builder_finds_a_cycle() -> None:
+def _layer_of(module: str, layers: list[set[str]]) -> int:
+    """The layer of the longest name in ``layers`` that is ``module`` or a package holding it."""
+    best, found = -1, -1
+    for index, names in enumerate(layers):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, found = len(name), index
+    return found
+
+
+def _upward(package: str) -> list[str]:
+    layers = LAYERS[package]
+    graph = _module_imports(package)
+    unplaced = sorted(m for m in graph if _layer_of(m, layers) < 0)
+    assert unplaced == [], f"modules in no layer of {package}: {unplaced}"
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if _layer_of(t, layers) > _layer_of(m, layers))
+
+
+def test_the_graph_builder_finds_a_cycle_and_counts_every_import() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    tree = ast.parse("import typing\nif typing.TYPE_CHECKING:\n    import b\ndef f():\n    from . import c\n")
+    assert [n for node in ast.walk(tree) for n in _imported(node, "p")] == ["typing", "b", "p.c"]
 
 
 def test_the_graph_sees_relative_and_absolute_imports() -> None:
     graph = _module_imports("pcgroups")
-    assert "pcgroups.config" in graph["pcgroups.flavour"]        # from .config import ...
-    assert "pcgroups.partitions" in graph["pcgroups.spark._nats"]  # from ..partitions import ...
-    assert "pcgroups.flavour" in graph["pcgroups.static"]        # from . import flavour
+    assert "pcgroups.config" in graph["pcgroups.flavour"]              # from .config import ...
+    assert "pcgroups.partitions" in graph["pcgroups.spark._nats"]      # from ..partitions import ...
+    assert "pcgroups.consume._options" in graph["pcgroups.consume._session"]   # from ._options import ...
+    assert _layer_of("pcgroups.consume._session", LAYERS["pcgroups"]) == 3
+    assert _layer_of("pcgroups", LAYERS["pcgroups"]) == 7
 
 
-def test_no_import_cycle_among_pcgroups_modules() -> None:
-    assert _cycle(_module_imports("pcgroups")) == []
+@pytest.mark.parametrize("package", ["pcgroups", "cg"])
+def test_no_import_cycle(package: str) -> None:
+    assert _cycle(_module_imports(package)) == []
 
 
-def test_no_import_cycle_among_cg_modules() -> None:
-    assert _cycle(_module_imports("cg")) == []
+@pytest.mark.parametrize("package", ["pcgroups", "cg"])
+def test_no_import_runs_from_a_lower_layer_up(package: str) -> None:
+    assert _upward(package) == []

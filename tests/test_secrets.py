@@ -22,7 +22,7 @@ import pytest
 from pcgroups import ConsumerConfig, create_static, static_consume
 from pcgroups.connect import ConnectionOptions, connect, redact, resolve
 from pcgroups.errors import PCGroupsError
-from pcgroups.server import EmbeddedServer, free_port
+from pcgroups.testing._server import EmbeddedServer, free_port
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.spark._options import SourceOptions
 

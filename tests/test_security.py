@@ -22,17 +22,16 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PermissionDeniedError, add_members,
-                      create_elastic, create_static, delete_elastic, delete_static,
-                      elastic_consume, elastic_member_step_down, get_static_config, list_leases,
-                      partition_of_subject, serve_worker, set_member_mappings, static_consume,
-                      static_member_step_down)
+                      create_elastic, create_static, delete_elastic, delete_static, elastic_consume,
+                      elastic_member_step_down, get_static_config, list_leases, partition_of_subject, serve_worker,
+                      set_member_mappings, static_consume, static_member_step_down)
 from pcgroups.config import MemberMapping
 from pcgroups.connect import ConnectionOptions, connect
-from pcgroups import pool as pool_wire
-from pcgroups.permissions import PermissionWatch, Violation
-from pcgroups.server import EmbeddedServer
+from pcgroups.pool import _wire as pool_wire
+from pcgroups.jetstream._permissions import PermissionWatch, Violation
+from pcgroups.testing._server import EmbeddedServer
 from pcgroups.spark import _nats as spark_nats
-from pcgroups.static import create_static_consumers
+from pcgroups.static._admin import create_static_consumers
 from pcgroups.spark._options import SinkOptions, SourceOptions
 
 from .support import wait_for

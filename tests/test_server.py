@@ -3,7 +3,7 @@ import socket
 import nats
 import pytest
 
-from pcgroups.server import EmbeddedServer, PortInUseError
+from pcgroups.testing._server import EmbeddedServer, PortInUseError
 
 
 async def test_embedded_server_has_jetstream(nats_server):

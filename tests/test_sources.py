@@ -1,4 +1,4 @@
-"""Elastic groups over several streams (pcgroups.sources and the elastic functions that use it):
+"""Elastic groups over several streams (pcgroups.elastic._sources and the elastic functions that use it):
 aggregate groups, one stream per partition, streams added and removed under running members,
 joining by name, start positions. Real nats-servers; instances in-process or (SIGKILL) as processes.
 """
@@ -19,11 +19,11 @@ import pytest
 from pcgroups import (ConsumerConfig, ElasticSpec, GroupExistsError, PartitioningFilter, add_members, add_source,
                       create_elastic, elastic_consume, get_elastic_config, get_elastic_layout, remove_source,
                       work_queue_name)
-from pcgroups.checker import Recorder
+from pcgroups.testing._checker import Recorder
 from pcgroups.errors import ConfigError, NotFoundError
 from pcgroups.partitions import elastic_member_filters, partition_of_subject
-from pcgroups.sources import Layout, SourceStream, Start, assign_filters, layout_of, source_config
-from pcgroups.store import ELASTIC_BUCKET
+from pcgroups.elastic._sources import Layout, SourceStream, Start, assign_filters, layout_of, source_config
+from pcgroups.jetstream._store import ELASTIC_BUCKET
 
 from .support import wait_for
 

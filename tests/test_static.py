@@ -19,7 +19,7 @@ from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExis
                       JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static,
                       get_static_config, list_static_active_members, list_static_groups, static_consume,
                       static_member_step_down)
-from pcgroups.store import STATIC_BUCKET
+from pcgroups.jetstream._store import STATIC_BUCKET
 
 from .support import wait_for
 
@@ -433,7 +433,7 @@ async def test_double_ack_replies_come_back_time_out_and_report_no_responders(nc
     from nats.errors import NoRespondersError
     from nats.errors import TimeoutError as NatsTimeoutError
 
-    from pcgroups.session import AckReplies
+    from pcgroups.consume._session import AckReplies
 
     async def echo(msg):
         await msg.respond(b"ok:" + msg.data)

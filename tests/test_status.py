@@ -15,7 +15,7 @@ from cg.status import plain_lines, render_status, watch
 from pcgroups import (ConsumerConfig, PartitioningFilter, add_members, create_elastic, create_static, elastic_consume,
                       static_consume)
 from pcgroups.partitions import partition_of_subject
-from pcgroups.status import elastic_status, parse_timestamp, static_status
+from pcgroups.ops._status import elastic_status, parse_timestamp, static_status
 
 from .support import wait_for
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter
 from pcgroups.partitions import balanced_assignment
-from pcgroups.sticky import (group_members, moved_partitions, previous_assignment, sticky_assignment, sticky_change,
-                             sticky_mappings)
+from pcgroups.elastic._sticky import (group_members, moved_partitions, previous_assignment, sticky_assignment,
+                                      sticky_change, sticky_mappings)
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g", "h", "m1", "m10", "m2", "auto-0f3a", "Z", "_x"]
 names = st.sampled_from(NAMES)

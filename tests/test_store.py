@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from nats.js.api import KeyValueConfig
 
-from pcgroups import store
+from pcgroups.jetstream import _store as store
 from pcgroups.errors import NotFoundError
-from pcgroups.jsapi import JetStreamApi
+from pcgroups.jetstream._api import JetStreamApi
 
 
 async def test_snapshot_reads_every_live_key(nc, js, uniq):
@@ -69,7 +69,7 @@ async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_serve
 
     from pcgroups import create_static, static_consume
     from pcgroups.errors import JetStreamAPIError
-    from pcgroups.jsapi import ERR_MAXIMUM_CONSUMERS
+    from pcgroups.jetstream._api import ERR_MAXIMUM_CONSUMERS
 
     from .test_cli_common import acg, assert_cli_error
 
@@ -108,7 +108,7 @@ async def test_a_stopped_instance_leaves_no_watch_consumer(nc, uniq):
     held twice its consumers). Stopping an instance deletes its watches' consumers."""
     from nats.js.api import StreamConfig, SubjectTransform
 
-    from pcgroups import (PartitioningFilter, create_elastic, create_static, elastic_consume, static_consume)
+    from pcgroups import PartitioningFilter, create_elastic, create_static, elastic_consume, static_consume
 
     api = JetStreamApi(nc)
     js = nc.jetstream()

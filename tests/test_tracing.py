@@ -24,9 +24,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from pcgroups import (PartitioningFilter, RetryPolicy, add_members, create_elastic, create_static, elastic_consume,
                       partition_of_subject, static_consume, static_member_step_down)
 from pcgroups.errors import SupersededError
-from pcgroups.jsapi import ConsumerConfig
+from pcgroups.jetstream._api import ConsumerConfig
 from pcgroups.tracing import NO_TRACING, Tracing
-from pcgroups.worker import serve_worker
+from pcgroups.pool._worker import serve_worker
 from tests.support import wait_for
 from tests.test_cli_common import ROOT, acg, assert_cli_error, cg_env, make_stream, partition_transform, procs
 from tests.test_pool import connections, one_partition_group  # noqa: F401 - connections is a fixture
@@ -57,7 +57,7 @@ async def publish(js, tracer, subject: str, data: bytes, header: str = "tracepar
 
 
 def test_importing_pcgroups_imports_no_opentelemetry():
-    code = ("import sys, pcgroups, pcgroups.tracing, pcgroups.static, pcgroups.elastic_instance, cg.consume, cg.otel; "
+    code = ("import sys, pcgroups, pcgroups.tracing, pcgroups.static, pcgroups.elastic._instance, cg.consume, cg.otel; "
             "print('opentelemetry' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.stdout.strip() == "False", r.stderr
@@ -131,11 +131,11 @@ def test_a_worker_traces_a_call_itself_and_a_dead_letter_without_its_calls_joins
         carrier: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(carrier)
     msg = FakeMsg(headers={"Traceparent": carrier["traceparent"]}, key="k1")
-    with spans.handling(msg, {"pcgroups.member": "m2", "pcgroups.worker": "w1"}) as span:
+    with spans.handling(msg, {"pcgroups.member": "m2", "pcgroups.pool._worker": "w1"}) as span:
         assert trace.get_current_span() is span
     spans.dead_letter(FakeMsg(headers=carrier, stream_sequence=99), "boom")
     [process] = named(exporter, "process")
-    assert process.attributes["pcgroups.member"] == "m2" and process.attributes["pcgroups.worker"] == "w1"
+    assert process.attributes["pcgroups.member"] == "m2" and process.attributes["pcgroups.pool._worker"] == "w1"
     assert process.attributes["pcgroups.key"] == "k1"
     assert process.parent.span_id == producer.get_span_context().span_id
     [letter] = named(exporter, "dead-letter")
@@ -363,7 +363,7 @@ async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections)
         await w.stop()
         await d.stop()
     calls = named(exporter, "process")
-    assert {(s.attributes["pcgroups.member"], s.attributes["pcgroups.worker"]) for s in calls} == {("m", "w1")}
+    assert {(s.attributes["pcgroups.member"], s.attributes["pcgroups.pool._worker"]) for s in calls} == {("m", "w1")}
     assert sorted(s.parent.span_id for s in calls) == sorted([fine.span_id, poison.span_id, poison.span_id])
     assert [s.status.status_code for s in calls if s.parent.span_id == poison.span_id] == [StatusCode.ERROR] * 2
     [letter] = named(exporter, "dead-letter")

@@ -11,10 +11,10 @@ What it does, all on a throwaway nats-server (free loopback port, temporary stor
 3. SIGKILLs the pinned instance of m1, then the pinned one of e2, and times the standby's takeover;
 4. adds e3 to the elastic group, then drops e1, and times the hand-over of their partitions;
 5. stops publishing, lets the groups catch up, stops every instance and checks the record of every
-   handler call with :mod:`pcgroups.checker`: no loss, order of success per partition, no two
+   handler call with :mod:`pcgroups.testing._checker`: no loss, order of success per partition, no two
    instances on one partition at once, redeliveries within a bound. Any failure: exit status 1.
 
-With ``--cluster`` the server is a 3-node JetStream cluster (:class:`pcgroups.cluster.EmbeddedCluster`), the
+With ``--cluster`` the server is a 3-node JetStream cluster (:class:`pcgroups.testing._cluster.EmbeddedCluster`), the
 streams have three replicas, every instance connects with the three URLs, and one more phase SIGKILLs the
 node leading the ``orders`` stream, times how long until every partition of both groups is handled again
 (a JetStream leader election: 4-9 s), and restarts the node.

@@ -11,20 +11,27 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Protocol
 
 from .script import ELASTIC_GROUP, ELASTIC_STREAM, STATIC_GROUP, STATIC_STREAM, Plan
 
 if TYPE_CHECKING:
-    from pcgroups.checker import Recorder
+    from pcgroups.testing import Recorder
 
-    from .run import Demo
+
+class Tally(Protocol):
+    """What the instances report to (the demo's run): each flavour's record, the acks, who holds which pin."""
+
+    recorders: dict[str, Recorder]
+    acked: dict[str, Counter[int]]
+    pins: dict[str, str]
 
 
 class Worker:
     """One member instance process and what it reported."""
 
-    def __init__(self, demo: "Demo", flavour: str, member: str, name: str):
+    def __init__(self, demo: Tally, flavour: str, member: str, name: str):
         self.demo = demo
         self.flavour = flavour
         self.member = member

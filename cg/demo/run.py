@@ -1,7 +1,7 @@
 """The demo's run (:class:`Demo`): the server (or a 3-node cluster), the streams, the groups and the instance
 processes; the traffic; the kills and the membership changes at the times of the :class:`~cg.demo.script.Plan`,
 each timed until its partitions are handled again; catching up; then the checks of every handler call
-(:mod:`pcgroups.checker`). What it shows while it runs is :mod:`cg.demo.view`'s."""
+(:mod:`pcgroups.testing._checker`). What it shows while it runs is :mod:`cg.demo.view`'s."""
 
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ if TYPE_CHECKING:
 
     from nats.aio.client import Client
 
-    from pcgroups.checker import Report
-    from pcgroups.cluster import EmbeddedCluster
-    from pcgroups.jsapi import JetStreamApi
-    from pcgroups.server import EmbeddedServer
+    from pcgroups.testing import Report
+    from pcgroups.testing import EmbeddedCluster
+    from pcgroups.jetstream import JetStreamApi
+    from pcgroups.testing import EmbeddedServer
 
 
 class Demo:
     def __init__(self, *, duration: float, console: Console, rate: float, ack_wait: float | None, work: float,
                  live: bool | None, cluster: bool = False):
-        from pcgroups.checker import Recorder
+        from pcgroups.testing import Recorder
 
         self.duration = max(duration, MIN_DURATION)
         self.cluster_mode = cluster
@@ -52,7 +52,7 @@ class Demo:
         self._api: JetStreamApi | None = None
         self.recorders = {"static": Recorder(), "elastic": Recorder()}
         self.expected: dict[str, list[int]] = {"static": [], "elastic": []}
-        self.acked: dict[str, Counter] = defaultdict(Counter)   # per flavour: partition -> acks; per instance: 0
+        self.acked: dict[str, Counter[int]] = defaultdict(Counter)   # per flavour: partition -> acks; per instance: 0
         self.pins: dict[str, str] = {}
         self.workers: dict[str, Worker] = {}
         self.events: deque[tuple[float, Text]] = deque(maxlen=9)
@@ -84,9 +84,9 @@ class Demo:
         import nats
         from nats.js.api import StreamConfig, SubjectTransform
 
-        from pcgroups import (JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static)
-        from pcgroups.cluster import EmbeddedCluster
-        from pcgroups.server import EmbeddedServer
+        from pcgroups import JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static
+        from pcgroups.testing import EmbeddedCluster
+        from pcgroups.testing import EmbeddedServer
 
         if self.cluster_mode:
             self.cluster = EmbeddedCluster(size=3)
@@ -179,7 +179,7 @@ class Demo:
             self.publishing = False
 
     async def poll_status(self) -> None:
-        from pcgroups.status import elastic_status, static_status
+        from pcgroups.ops import elastic_status, static_status
 
         while True:
             try:
@@ -302,7 +302,7 @@ class Demo:
     async def kill_node(self) -> None:
         """--cluster: SIGKILL the node leading the orders stream; once every partition of both groups is
         handled again, restart it."""
-        from pcgroups.cluster import stream_leader
+        from pcgroups.testing import stream_leader
 
         assert self.cluster is not None
         try:

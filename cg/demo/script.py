@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pcgroups.checker import Report
+    from pcgroups.testing import Report
 
 DEFAULT_DURATION = 36.0
 CLUSTER_DURATION = 60.0       # the default with --cluster: a leader election takes 4-9 s

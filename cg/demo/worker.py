@@ -3,7 +3,7 @@
 usage: python -m cg.demo.worker URL[,URL...] static|elastic STREAM GROUP MEMBER INSTANCE [--ack-wait S] [--work S]
 
 Lines: ``{"ev":"ready"}``; ``{"ev":"pin","pin":..}`` when its pin changes (null: not pinned);
-``start``/``end`` of each handler call as :func:`pcgroups.checker.event_line` writes them (the
+``start``/``end`` of each handler call as :func:`pcgroups.testing._checker.event_line` writes them (the
 message id is the payload, an integer in publish order); ``{"ev":"done","error":..}`` at the end.
 It stops (letting the handler in flight finish) on SIGTERM, SIGINT or when its stdin closes (the
 demo went away), so no instance outlives the demo.
@@ -41,7 +41,7 @@ async def main() -> int:
     import nats
 
     from pcgroups import ConsumerConfig, ConsumerInstance, elastic_consume, static_consume
-    from pcgroups.checker import event_line
+    from pcgroups.testing import event_line
 
     nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance)
     member, instance = args.member, args.instance

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client as NATS
 
-from ..connect import ResolvedConnection, tolerate_undecodable
+from ..connect import ResolvedConnection
+from ..jetstream._compat import tolerate_undecodable
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, work_queue_name
-from ..jsapi import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
+from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
 from ..partitions import tokens_match
-from ..permissions import PermissionWatch
+from ..jetstream._permissions import PermissionWatch
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
@@ -90,7 +91,7 @@ class _NoResponders(PCGroupsError):
 
 
 async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes = b""):
-    """One request; refused permissions raise PermissionDeniedError at once (pcgroups.permissions)."""
+    """One request; refused permissions raise PermissionDeniedError at once (pcgroups.jetstream._permissions)."""
     try:
         return await PermissionWatch.of(nc).call(nc.request(full, payload, timeout=conn.timeout), [full])
     except nats.errors.NoRespondersError:

@@ -1,0 +1,22 @@
+"""Consuming a member's consumer: the options, the pull loop, the dispatchers and the message a handler gets.
+
+A member instance (:class:`ConsumerInstance`, on the ``ControlLoop`` of ``_loop``) runs one pull session
+(``_session``): pinned pulls, ``+WPI``, drain. What arrives goes to its ``Delivery`` (``_delivery``: the
+buffer, the pin, take-overs, epochs), from which a dispatcher (``_dispatchers``: one handler at a time, or
+key-level concurrency with :class:`RetryPolicy` and a key function) hands :class:`Msg` to the handler. How
+it consumes is one :class:`ConsumeOptions` (``_options``), which also makes the dispatcher. ``_report`` tells
+the owner what happens (events, rebalance hooks, the ``async for`` hand-off).
+"""
+
+from ._delivery import Msg
+from ._dispatchers import (FAIR_WINDOW, Handler, KeyFunc, RetryPolicy, key_by_header, key_by_partitioning,
+                           key_by_subject, key_by_tokens)
+from ._instance import ConsumerInstance, member_template, with_priority_group
+from ._loop import ConsumeContext
+from ._options import ConsumeOptions
+
+__all__ = [
+    "FAIR_WINDOW", "ConsumeContext", "ConsumeOptions", "ConsumerInstance", "Handler", "KeyFunc", "Msg",
+    "RetryPolicy", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens", "member_template",
+    "with_priority_group",
+]

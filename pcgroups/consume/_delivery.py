@@ -1,0 +1,689 @@
+"""The bridge between the pull loop and the dispatcher: what was delivered, and whether it may start.
+
+One :class:`Delivery` per :class:`~pcgroups.consume._session.PullSession`. It owns the state both sides of
+the consume loop read: the buffer of delivered, not yet started messages, the pin (its id, when the
+server last confirmed it, whether it is in doubt), the recent acks (to recognise redeliveries), the
+hold/stop flags, the pending-RESET filter, the partitions still handled, and the event that wakes the
+dispatcher. Everything runs in the event loop's thread except :meth:`Delivery.call`, which a sync
+handler's worker thread uses to send acks.
+
+Who calls what:
+
+- The **pull side** (``PullSession``: the subscription callback and the pull task) reports what the
+  server says: :meth:`~Delivery.pin_given` for a ``Nats-Pin-Id`` header, :meth:`~Delivery.pulled` for
+  each pull sent, :meth:`~Delivery.forget_pin` on status 423 or when the pin moved during a pause,
+  :meth:`~Delivery.pin_confirmed` when consumer info shows the pin again, :meth:`~Delivery.deliver`
+  for each message, and :meth:`~Delivery.taken_over` when a new pin's take-over may proceed. The session's lifecycle calls :meth:`~Delivery.hold` / :meth:`~Delivery.release`
+  (quiesce, reset and resume), :meth:`~Delivery.halt` (stop), :meth:`~Delivery.close`,
+  :meth:`~Delivery.expect_reset` and :meth:`~Delivery.take_all`.
+- A **dispatcher** (a :class:`Dispatcher`: ``scheduler.SerialDispatcher`` or
+  ``scheduler.KeyedDispatcher``) takes messages with :meth:`~Delivery.take`, asks
+  :meth:`~Delivery.may_start` before it starts a handler and :meth:`~Delivery.skip_acked` right before,
+  and sleeps in :meth:`~Delivery.wait_for_work` when it has nothing to do.
+- A **message** (:class:`Msg`) sends its acks through :meth:`~Delivery.publish` /
+  :meth:`~Delivery.request`, records them with :meth:`~Delivery.acked`, and asks its dispatcher what a
+  nak means.
+
+Invariants (tests/test_delivery.py checks each):
+
+1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
+   for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when
+   no pull carried it for 0.9 x PinnedTTL (the process was paused or its loop blocked: the server may
+   have given it away) until the pull side confirms it by consumer info or the server gives a pin;
+   and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and events to run first),
+   until the current pin is admitted (:meth:`~Delivery.admit`).
+2. A message whose pin is not the current pin is never handed out: :meth:`~Delivery.take` naks it
+   (the pin's new holder gets it).
+3. A redelivery of a message this instance acked is acked again, never handled: on arrival
+   (:meth:`~Delivery.deliver`) and once more just before its handler would start
+   (:meth:`~Delivery.skip_acked`: it may have been redelivered while it waited).
+4. After :meth:`~Delivery.expect_reset`, what arrives before the RESET's first delivery (consumer
+   sequence 1) is dropped: it was sent before the RESET and comes again.
+5. Messages of partitions outside :attr:`Delivery.partitions` (when set) are not handed out: the
+   partition's new owner handles them.
+6. A first delivery (delivery count 1) whose consumer sequence is not above the highest seen starts a
+   new **epoch**: the consumer was RESET (by this session, or from outside: ``cg ... reset``,
+   :mod:`pcgroups.ops._offsets`). Messages of the old epoch still buffered or queued in the dispatcher are
+   dropped without an ack or nak (they are no longer pending on the server; a nak would hit the new
+   epoch's delivery of the same stream sequence), and the recent acks are forgotten: an old epoch's
+   ack never marks a new epoch's redelivery as a duplicate. A handler of the old epoch that is still
+   running finishes, but its acks are not sent (an old epoch's ack would settle the new epoch's
+   delivery of the same stream sequence) nor remembered: a double ack (``Msg.ack_sync``) waiting for
+   the server's answer when the new epoch shows (the server never answers an ack of a delivery the
+   RESET dropped) stops waiting at once with :class:`~pcgroups.errors.SupersededError`, as does one
+   started later, so the dispatcher moves on to the new epoch within a round trip, not an ack timeout.
+7. A **take-over**: when the server gives this session a new pin (:meth:`~Delivery.pin_given`) and
+   :attr:`~Delivery.guarded` is set (the consumer may hold more than one unacked message), nothing is
+   handed out (:meth:`~Delivery.take` gives None, :meth:`~Delivery.may_start` is False) until the session
+   calls :meth:`~Delivery.taken_over`. The session does so once every message pending on the consumer was
+   delivered here (:meth:`~Delivery.own_pending`): the earlier holder's calls in flight ended (acked, or
+   nak'd, or their AckWait ran out), whichever instance ran them. Then the buffer is put in stream order (a
+   message the earlier holder nak'd arrives after newer ones), one copy per stream sequence. So no key's
+   message starts while an earlier holder still runs one of that key, and every key keeps stream order,
+   without a RESET (which would deliver again what was acked above the ack floor).
+8. A message whose pin was lost keeps ``+WPI`` for ``grace`` (AckWait) after the loss
+   (:meth:`~Delivery.extend`): the take-over of invariant 7 waits for its call, which may still ack it. Past
+   that it is :meth:`superseded <Delivery.superseded>` (its AckWait may run out and the new holder get it);
+   before that only a pin in doubt, a RESET or the end of the session supersede it. A pin lost while in doubt
+   (after a pause, or cut off from the server) has no grace: its messages are superseded at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+from nats.aio.msg import Msg as NatsMsg
+
+from ..errors import SupersededError
+
+PIN_HEADER = "Nats-Pin-Id"
+RECENT_ACKS = 4096
+
+Publish = Callable[[str, bytes], Awaitable[Any]]
+Request = Callable[[str, bytes, float], Awaitable[Any]]
+
+
+def message_size(data: bytes, headers: dict[str, str] | None) -> int:
+    """What a message with ``headers`` weighs against the server's max payload (nats-py checks the data only:
+    a message over it with its headers makes the server close the connection)."""
+    if not headers:
+        return len(data)
+    block = 12 + sum(len(k.encode()) + len(str(v).encode()) + 4 for k, v in headers.items())   # NATS/1.0 ... CRLFs
+    return len(data) + block
+
+
+def ack_numbers(reply: str) -> tuple[int, int, int]:
+    """(deliveries, stream sequence, consumer sequence) of a JetStream ack subject (v1 and v2 forms),
+    zeros when it is not one."""
+    tokens: list[str] = reply.split(".") if reply else []
+    try:
+        if len(tokens) == 9:
+            return int(tokens[4]), int(tokens[5]), int(tokens[6])
+        return int(tokens[-6]), int(tokens[-5]), int(tokens[-4])
+    except (ValueError, IndexError):
+        return 0, 0, 0
+
+
+class NakPolicy(Protocol):
+    """What ``msg.nak(delay)`` means where the message is handled."""
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        """What ``msg.nak(delay)`` means (the coroutine sends it, if anything is sent)."""
+
+
+class Dispatcher(NakPolicy, Protocol):
+    """How buffered messages reach the handler. A session picks one at construction."""
+
+    async def run(self) -> None:
+        """The dispatch task: take messages from the :class:`Delivery` and run the handler until the
+        Delivery closes; when cancelled, the handler tasks it started end with it."""
+
+    @property
+    def running(self) -> bool:
+        """A handler runs now."""
+
+    @property
+    def busy(self) -> bool:
+        """A handler runs, or a message waits inside the dispatcher."""
+
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running, or waiting inside the dispatcher."""
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free but every message held waits behind a busy key (more would help)."""
+
+    def drop_queued(self) -> list[Msg]:
+        """Forget the messages waiting inside the dispatcher (none started) and return them."""
+
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """The messages that need a ``+WPI`` now, so that the server does not redeliver them."""
+
+
+class MsgHost(Protocol):
+    """What a :class:`Msg` asks of where it came from: a :class:`Delivery` (a member instance), or a worker
+    of a pool (:class:`pcgroups.pool._worker.WorkerHost`)."""
+
+    @property
+    def epoch(self) -> int:
+        """The consumer epoch now (invariant 6)."""
+
+    def supersedes(self, m: Msg) -> bool:
+        """``m`` may now be handled by another instance (``Msg.superseded``, the epoch aside)."""
+
+    def call(self, coro: Coroutine[Any, Any, None]) -> Any:
+        """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+
+    @property
+    def publish(self) -> Publish:
+        """Sends an ack body on the ack subject."""
+
+    @property
+    def request(self) -> Request:
+        """Sends a double ack and waits for the server's answer."""
+
+    def acked(self, seq: int, epoch: int | None = None) -> None:
+        """``seq`` was acked."""
+
+
+def call_in(loop: asyncio.AbstractEventLoop, loop_thread: int, coro: Coroutine[Any, Any, None]) -> Any:
+    """``coro`` as it is in the loop's thread (to await); run there and waited for from any other thread."""
+    if threading.get_ident() == loop_thread:
+        return coro
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class RecentAcks:
+    """The stream sequences of the last ``size`` messages acked."""
+
+    def __init__(self, size: int = RECENT_ACKS):
+        self._order: deque[int] = deque()
+        self._members: set[int] = set()
+        self._size = size
+
+    def add(self, seq: int) -> None:
+        if seq in self._members:
+            return
+        self._order.append(seq)
+        self._members.add(seq)
+        if len(self._order) > self._size:
+            self._members.discard(self._order.popleft())
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._members
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+class Msg:
+    """A message as a handler sees it: the partition token stripped from the subject.
+
+    Acks pass straight to JetStream. In an ``async`` handler await them (``await msg.ack()``); in a
+    sync handler (run in a worker thread) call them plainly: they block until sent.
+    """
+
+    __slots__ = ("_msg", "_delivery", "_dispatcher", "subject", "partition", "pin_id", "_done", "_meta",
+                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch",
+                 "key", "naks")
+
+    def __init__(self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None,
+                 now: float | None = None):
+        self._msg = msg
+        self._delivery = delivery
+        self._dispatcher = dispatcher
+        self.pin_id = pin_id
+        # The ack subject is parsed once: the delivery count and the sequences serve dedup, resets and acks.
+        self._deliveries, self._stream_seq, self._consumer_seq = ack_numbers(msg.reply)
+        #: the consumer epoch it was delivered in (invariant 6; set again by Delivery.deliver)
+        self.epoch = delivery.epoch
+        token, dot, rest = msg.subject.partition(".")
+        self.subject = rest if dot else msg.subject
+        self.partition = int(token) if dot and token.isdigit() else -1
+        self._done = False
+        self._meta: Any = None
+        #: when it was received (monotonic)
+        self.received = time.monotonic() if now is None else now
+        #: when a dispatcher last handed it to the handler (monotonic; 0.0 before that)
+        self.started = 0.0
+        #: when the session last sent ``+WPI`` for it (monotonic; its receipt before the first)
+        self.last_progress = self.received
+        #: its key under key-level concurrency (set by the keyed dispatcher), else None
+        self.key: str | None = None
+        #: how many times ``nak()`` was called on it (retries in place included)
+        self.naks = 0
+
+    # --- what the handler reads ---------------------------------------------------------
+    @property
+    def nats_msg(self) -> NatsMsg:
+        """The nats-py message as the server delivered it (``nats.aio.msg.Msg``): its ``subject`` still
+        carries the partition token. For what this class does not carry over; acknowledge through this
+        class (``ack()``, ``nak()``...), not through it: acks sent on the nats-py message bypass the
+        instance's bookkeeping (the ordered release of partitions, resets, key-level retries)."""
+        return self._msg
+
+    @property
+    def partitioned_subject(self) -> str:
+        """The subject as stored in the stream the member consumes, partition token first."""
+        return self._msg.subject
+
+    @property
+    def data(self) -> bytes:
+        return self._msg.data
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return self._msg.headers
+
+    @property
+    def reply(self) -> str:
+        return self._msg.reply
+
+    @property
+    def metadata(self) -> Any:
+        """JetStream metadata (stream and consumer sequences, deliveries, timestamp, pending)."""
+        if self._meta is None:
+            self._meta = self._msg.metadata
+        return self._meta
+
+    @property
+    def deliveries(self) -> int:
+        """How many times the server delivered it (1 the first time; 0 without an ack subject)."""
+        return self._deliveries
+
+    @property
+    def stream_sequence(self) -> int:
+        """Its stream sequence, from the ack subject (0 without one)."""
+        return self._stream_seq
+
+    @property
+    def consumer_sequence(self) -> int:
+        """Its consumer sequence, from the ack subject (0 without one; 1 is the first after a RESET)."""
+        return self._consumer_seq
+
+    @property
+    def sequence(self) -> int:
+        return self._stream_seq or self.metadata.sequence.stream
+
+    @property
+    def superseded(self) -> bool:
+        """True once this instance lost the pin it received the message with, or may have lost it (it
+        sent no pull carrying the pin for nearly PinnedTTL: the process was paused or its event loop
+        blocked): another instance may now own the partition, so a long handler should stop and not ack.
+        Also True once the consumer was RESET after it was delivered (invariant 6): it comes again if the
+        new position is at or before it, so a retry or a long handler should stop."""
+        return self._delivery.supersedes(self) or self.epoch != self._delivery.epoch
+
+    @property
+    def reset_since(self) -> bool:
+        """True once the consumer was RESET after this message's delivery (invariant 6: its acks are not sent)."""
+        return self.epoch != self._delivery.epoch
+
+    # --- acks ---------------------------------------------------------------------------
+    def ack(self) -> Any:
+        return self._delivery.call(self.respond(b"+ACK", settle=True))
+
+    def ack_sync(self, timeout: float = 5.0) -> Any:
+        """Double ack: wait until the server confirmed the ack. Raises
+        :class:`~pcgroups.errors.SupersededError` (not acked) when the consumer was RESET after the
+        message's delivery, at once when the session sees it (invariant 6), not after ``timeout``."""
+        return self._delivery.call(self._ack_sync(timeout))
+
+    async def _ack_sync(self, timeout: float) -> None:
+        self._check_epoch()
+        try:
+            await self._delivery.request(self._msg.reply, b"+ACK", timeout)
+        except SupersededError:  # a new epoch showed while it waited: the server never answers
+            self._settled(acked=False)
+            raise
+        self._settled(acked=True)
+
+    def _check_epoch(self) -> None:
+        """Raise SupersededError (settled, not acked) once the consumer was RESET after its delivery."""
+        if self.epoch != self._delivery.epoch:
+            self._settled(acked=False)
+            raise SupersededError(f"message {self._stream_seq} was not acked: the consumer was reset after "
+                                  "its delivery")
+
+    def nak(self, delay: float | None = None) -> Any:
+        """Ask for redelivery. With key-level concurrency the retry happens in place (the key waits)."""
+        self.naks += 1
+        return self._delivery.call(self._dispatcher.nak(self, delay))
+
+    def in_progress(self) -> Any:
+        return self._delivery.call(self.respond(b"+WPI", settle=False))
+
+    def term(self, reason: str | None = None) -> Any:
+        return self._delivery.call(self.respond(b"+TERM" + (f" {reason}".encode() if reason else b""), settle=True))
+
+    async def respond(self, body: bytes, *, settle: bool) -> None:
+        """Send ``body`` (``+ACK``, ``-NAK``, ``+WPI``, ``+TERM ...``) on the ack subject; ``settle``: the
+        message is done with (an ``+ACK`` is remembered, to re-ack a redelivery). Nothing is sent for a
+        message of an epoch before a RESET (invariant 6)."""
+        if self.epoch != self._delivery.epoch:
+            if settle:
+                self._settled(acked=False)
+            return
+        await self._delivery.publish(self._msg.reply, body)
+        if settle:
+            self._settled(acked=body == b"+ACK")
+
+    def _settled(self, *, acked: bool) -> None:
+        if not self._done:
+            self._done = True
+            if acked:
+                self._delivery.acked(self._stream_seq, self.epoch)
+
+    @property
+    def settled(self) -> bool:
+        return self._done
+
+    def __repr__(self) -> str:
+        return f"<Msg partition={self.partition} subject={self.subject!r}>"
+
+
+class Delivery:
+    """The delivered messages and the rules for handing them out (see the module docstring).
+
+    ``publish(subject, body)`` and ``request(subject, body, timeout)`` send acks (a NATS client's);
+    ``pin_margin``: how long without a pull carrying the pin before it is in doubt (0.9 x PinnedTTL);
+    ``supersede()``: the double acks ``request`` waits for now stop waiting with SupersededError (called
+    when a new epoch shows: they are all of the old one). Create it in the event loop that will run the
+    session.
+    """
+
+    def __init__(self, publish: Publish, request: Request, *, pin_margin: float, recent_acks: int = RECENT_ACKS,
+                 supersede: Callable[[], None] | None = None, grace: float | None = None):
+        self.publish = publish
+        self.request = request
+        self._supersede = supersede
+        self.partitions: set[int] | None = None   # when set, messages of other partitions are not handed out
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._buffer: deque[Msg] = deque()
+        self._waiter: asyncio.Future[None] | None = None   # the dispatcher, asleep in wait_for_work()
+        self._acks = RecentAcks(recent_acks)
+        self._pin_id: str | None = None
+        self._pin_confirmed = 0.0   # when the server last gave or confirmed the pin
+        self._last_pull = 0.0
+        self._heard = time.monotonic()   # the consumer's last answer (a message, heartbeat or status)
+        self._pin_doubt = False     # a pull went out after a gap: the pin stays in doubt until confirmed
+        self._pin_margin = pin_margin
+        self._grace = pin_margin if grace is None else grace   # invariant 8
+        self._pin_lost = 0.0        # when the pin was last lost (forgotten, or replaced by another)
+        self.guarded = False        # invariant 7: a new pin waits for taken_over()
+        self.on_freed: Callable[[], None] | None = None   # told when a dispatcher is done with a message
+        self._taking_over = False
+        self._held = False
+        self._stopping = False
+        self._closed = False
+        self._await_reset = False
+        self.gated = False          # when set, handlers of a pin start only once it is admitted
+        self._admitted: str | None = None
+        self._epoch = 0            # bumped by each RESET seen in the deliveries (invariant 6)
+        self._last_cseq = 0        # the highest consumer sequence delivered in this epoch
+        self._recent_acks = recent_acks
+        self._last_ack: int | None = None
+
+    # --- the pin (pull side) --------------------------------------------------------------
+    @property
+    def pin_id(self) -> str | None:
+        return self._pin_id
+
+    def pin_given(self, pin: str, now: float) -> None:
+        """A delivery carried ``pin``: the server just gave (or kept) it, so its TTL starts now. A new pin
+        starts a take-over when :attr:`guarded` (invariant 7)."""
+        if pin != self._pin_id:
+            self._lose_pin(now)
+            self._taking_over = self.guarded
+        self._pin_id = pin
+        self._pin_confirmed = now
+        self._pin_doubt = False
+
+    def forget_pin(self) -> None:
+        """The pin is gone (status 423, or another instance holds it now)."""
+        self._lose_pin(time.monotonic())
+        self._pin_id = None
+        self._pin_doubt = False
+        self._taking_over = False
+
+    def _lose_pin(self, now: float) -> None:
+        """The pin held is going: its messages' grace starts now (invariant 8), unless the pin was in doubt (a
+        pause, a cut-off: their AckWait may have run out already, and another instance may have them)."""
+        if self._pin_id is not None:
+            self._pin_lost = now if not self.pin_doubtful() else now - self._grace
+
+    @property
+    def taking_over(self) -> bool:
+        """A new pin waits for :meth:`taken_over` (invariant 7)."""
+        return self._taking_over
+
+    def own_pending(self, upto: int | None = None) -> int:
+        """How many distinct messages of the current pin and epoch are buffered here (invariant 7); with ``upto``,
+        only those delivered at consumer sequences up to it: what a consumer info whose ``delivered`` says
+        ``upto`` counts in its num_ack_pending (a message delivered after it is here but not in that count)."""
+        return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch
+                    and (upto is None or m.consumer_sequence <= upto)})
+
+    def taken_over(self, pin: str | None) -> int:
+        """The take-over of ``pin`` may proceed: the buffer goes in stream order, one copy per stream
+        sequence (the last delivered), and handing out starts (invariant 7). Returns how many of the messages
+        handed out are redeliveries (an earlier holder's)."""
+        if pin != self._pin_id or not self._taking_over:
+            return 0
+        latest: dict[int, Msg] = {}
+        for m in self._buffer:
+            if m.pin_id == pin and m.epoch == self._epoch:
+                latest[m.stream_sequence] = m
+        self._buffer = deque(latest[seq] for seq in sorted(latest))
+        self._taking_over = False
+        self.wake()
+        return sum(1 for m in self._buffer if m.deliveries > 1)
+
+    def extend(self, m: Msg, now: float) -> bool:
+        """``m`` may get ``+WPI`` now: of the current pin, or of a pin lost less than ``grace`` ago
+        (invariant 8)."""
+        return m.pin_id == self._pin_id or now - self._pin_lost < self._grace
+
+    def heard(self, now: float) -> None:
+        """The consumer answered (a message, a heartbeat, a status other than "no responders")."""
+        self._heard = now
+
+    def pulled(self, now: float) -> None:
+        """A pull was sent. The first one after a gap leaves the pin in doubt until it is confirmed."""
+        if self.pin_doubtful():
+            self._pin_doubt = True
+        self._last_pull = now
+
+    @property
+    def last_pull(self) -> float:
+        """When the last pull was sent (monotonic)."""
+        return self._last_pull
+
+    def pin_doubtful(self) -> bool:
+        """No pull carried the pin for the margin (a pause, a blocked loop: or one did only after such a gap,
+        unconfirmed), or the consumer did not answer for as long (a partition: pulls go into a connection that
+        delivers nothing, or find no responders)."""
+        if self._pin_id is None:
+            return False
+        if self._pin_doubt:
+            return True
+        since = time.monotonic() - self._pin_margin
+        return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
+
+    def pin_confirmed(self, now: float) -> None:
+        """Consumer info shows the pin still ours: handlers may start again."""
+        self._pin_doubt = False
+        self._pin_confirmed = now
+        self.wake()
+
+    def admit(self, pin: str | None) -> None:
+        """With :attr:`gated`: the owner was told about ``pin`` (its rebalance hook ran), so handlers
+        of messages received with it may start."""
+        self._admitted = pin
+        self.wake()
+
+    def supersedes(self, m: Msg) -> bool:
+        return self.superseded(m.pin_id)
+
+    def superseded(self, pin: str | None) -> bool:
+        """A message received with ``pin`` may now be handled by another instance: the session ended, the pin
+        is in doubt, or it was lost ``grace`` ago or more (invariant 8)."""
+        if self._closed or self.pin_doubtful():
+            return True
+        return pin != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
+
+    def current(self, m: Msg) -> bool:
+        """``m`` came with the current pin."""
+        return m.pin_id == self._pin_id
+
+    # --- messages (pull side) -------------------------------------------------------------
+    async def deliver(self, m: Msg) -> bool:
+        """A message arrived: buffer it and wake the dispatcher. False when it is not buffered: sent
+        before a pending RESET, or a redelivery of one acked already (acked again)."""
+        if self._await_reset:
+            if m.consumer_sequence != 1:
+                return False  # delivered before the RESET: it comes again
+            self._await_reset = False
+        self._track_epoch(m)
+        if m.deliveries > 1 and m.stream_sequence in self._acks:
+            # The ack crossed AckWait, or was lost (a reconnect). Acked again: else it comes back after
+            # every AckWait and, with max_ack_pending 1, nothing else is ever delivered.
+            await self.reack(m)
+            return False
+        self._buffer.append(m)
+        self.wake()
+        return True
+
+    @property
+    def epoch(self) -> int:
+        """How many RESETs of the consumer this session has seen in its deliveries (invariant 6)."""
+        return self._epoch
+
+    def _track_epoch(self, m: Msg) -> None:
+        cseq = m.consumer_sequence
+        if m.deliveries == 1 and 0 < cseq <= self._last_cseq:
+            self._epoch += 1
+            self._buffer.clear()               # not pending on the server any more: no nak
+            self._acks = RecentAcks(self._recent_acks)
+            self._last_cseq = 0
+            if self._supersede is not None:
+                self._supersede()              # the server never answers an old epoch's double ack
+        self._last_cseq = max(self._last_cseq, cseq)
+        m.epoch = self._epoch
+
+    def expect_reset(self) -> None:
+        """A RESET is coming: drop the buffer, and what arrives until the RESET's first delivery."""
+        self._await_reset = True
+        self._buffer.clear()
+
+    def reset_failed(self) -> None:
+        self._await_reset = False
+
+    def take_all(self) -> list[Msg]:
+        """Empty the buffer: the messages no handler started."""
+        dropped = list(self._buffer)
+        self._buffer.clear()
+        return dropped
+
+    # --- starting handlers (lifecycle) ----------------------------------------------------
+    def hold(self) -> None:
+        """Start no new handler until :meth:`release` (quiesce)."""
+        self._held = True
+
+    def release(self) -> None:
+        """Handlers may start again (unless halted)."""
+        self._held = False
+        self.wake()
+
+    def halt(self) -> None:
+        """Start no new handler, for good (stop)."""
+        self._stopping = self._held = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.wake()
+
+    @property
+    def halted(self) -> bool:
+        """No handler starts any more: the session stops (:meth:`halt`) or is closed."""
+        return self._stopping or self._closed
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def may_start(self) -> bool:
+        """A handler may start now (invariant 1)."""
+        return (not (self._held or self._stopping or self._closed or self._taking_over) and not self.pin_doubtful()
+                and (not self.gated or self._pin_id == self._admitted))
+
+    # --- the dispatcher's side ------------------------------------------------------------
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """Buffered messages of the current epoch waiting ``interval`` since their receipt or last ``+WPI``."""
+        return [m for m in self._buffer if m.epoch == self._epoch and now - m.last_progress >= interval]
+
+    async def take(self) -> Msg | None:
+        """The oldest buffered message, if it may be handed out: None when the buffer is empty, during a
+        take-over (invariant 7), when it came with another pin (nak'd: invariant 2) or belongs to a partition
+        given up (invariant 5)."""
+        if not self._buffer or self._taking_over:
+            return None
+        m = self._buffer.popleft()
+        if m.epoch != self._epoch:
+            return None
+        if m.pin_id != self._pin_id:
+            await self.nak_quietly(m)
+            return None
+        if self.partitions is not None and m.partition not in self.partitions:
+            return None
+        return m
+
+    async def skip_acked(self, m: Msg) -> bool:
+        """True (and ``m`` acked again) when ``m`` is a redelivery of a message acked meanwhile: it was
+        redelivered while it waited here (AckWait ran out), and must not be handled again (invariant 3).
+        Also True (nothing sent) when ``m`` belongs to an epoch before a RESET (invariant 6)."""
+        if m.epoch != self._epoch:
+            return True
+        if m.deliveries > 1 and m.stream_sequence in self._acks:
+            await self.reack(m)
+            return True
+        return False
+
+    async def wait_for_work(self) -> None:
+        """Sleep until something changed: a message arrived, handlers may start again, a handler task
+        ended (:meth:`wake`), or the Delivery closed. Check the conditions first, without awaiting in
+        between: a wake-up that came before this call is not remembered. One task waits at a time
+        (the dispatcher's)."""
+        self._waiter = waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def freed(self) -> None:
+        """A dispatcher is done with a message (its call ended): room for another (the session's window)."""
+        if self.on_freed is not None:
+            self.on_freed()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # --- acks -----------------------------------------------------------------------------
+    def acked(self, seq: int, epoch: int | None = None) -> None:
+        """``seq`` was acked (by a message of ``epoch``: an older epoch's ack is not remembered)."""
+        self._last_ack = seq
+        if epoch is None or epoch == self._epoch:
+            self._acks.add(seq)
+
+    def last_acked(self) -> int | None:
+        """The stream sequence of the message acked last (None before the first ack), whatever its epoch."""
+        return self._last_ack
+
+    async def reack(self, m: Msg) -> None:
+        try:
+            await self.publish(m.reply, b"+ACK")
+        except Exception:  # disconnected: it is redelivered, and acked again, later
+            pass
+
+    async def nak_quietly(self, m: Msg) -> None:
+        try:
+            await self.publish(m.reply, b"-NAK")
+        except Exception:
+            pass
+
+    def call(self, coro: Coroutine[Any, Any, None]) -> Any:
+        """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+        return call_in(self._loop, self._loop_thread, coro)

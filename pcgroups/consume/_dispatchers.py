@@ -1,0 +1,477 @@
+"""The two dispatchers of a session: one handler at a time, or key-level concurrency.
+
+Both implement :class:`~pcgroups.consume._delivery.Dispatcher` and talk to the session's
+:class:`~pcgroups.consume._delivery.Delivery` through its public methods only; the session picks one at
+construction (``concurrency`` 1 or more).
+
+:class:`SerialDispatcher` runs the handler on one message at a time in delivery order; a failed
+handler ends the instance, ``nak()`` sends ``-NAK`` (the server redelivers).
+
+:class:`KeyedDispatcher` is key-level concurrency. With partition order a burst on one key delays
+every other key of its partition. Here each key keeps its own stream order and at most one message
+per key runs at a time, up to ``concurrency`` handlers at once; keys with work are served in turn,
+so a key with 1,000 queued messages gets one turn per round. A failed handler (exception or ``nak()``) blocks only its key: the message is retried in place
+with backoff (later messages of the key wait), and after ``max_deliver`` attempts it goes to a
+dead-letter subject and the key moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._delivery import PIN_HEADER, Delivery, Msg, message_size
+from ..errors import SupersededError
+from ..partitions import tokens_match
+
+log = logging.getLogger("pcgroups")
+
+KeyFunc = Callable[[Msg], str]
+Handler = Callable[[Msg], Awaitable[None] | None]   # what the user gives: async, or sync (run in a thread)
+Handle = Callable[[Msg], Awaitable[None]]   # the handler, sync ones already wrapped to run in a thread
+
+
+def as_handle(handler: Handler) -> Handle:
+    """The handler as a coroutine function: an ``async`` one as it is, a sync one run in a worker thread."""
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        return handler  # type: ignore[return-value]
+
+    async def in_thread(m: Msg) -> None:
+        await asyncio.to_thread(handler, m)
+    return in_thread
+
+
+def key_by_subject(msg: Msg) -> str:
+    """The default key: the subject with the partition token stripped."""
+    return msg.subject
+
+
+def key_by_tokens(indexes: list[int]) -> KeyFunc:
+    """Key by subject tokens (1-based, of the stripped subject), joined with '.'."""
+    def key(msg: Msg) -> str:
+        tokens = msg.subject.split(".")
+        return ".".join(tokens[i - 1] for i in indexes if 0 < i <= len(tokens))
+    return key
+
+
+def key_by_header(name: str) -> KeyFunc:
+    """Key by a header's value (messages without it share the empty key)."""
+    def key(msg: Msg) -> str:
+        return (msg.headers or {}).get(name, "")
+    return key
+
+
+def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
+    """Key by the tokens an elastic group partitions on: the first matching filter's wildcard
+    tokens (the whole subject when it has no indexes, or no filter matches)."""
+    parsed = [(f.split("."), [i for i, t in enumerate(f.split(".")) if t == "*"], idx) for f, idx in filters]
+
+    def key(msg: Msg) -> str:
+        tokens = msg.subject.split(".")
+        for ftoks, stars, idx in parsed:
+            if tokens_match(ftoks, tokens):
+                return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
+        return msg.subject
+    return key
+
+
+@dataclass
+class RetryPolicy:
+    """How a failed message of a key is retried before it is dead-lettered."""
+
+    max_deliver: int = 5            # attempts (server deliveries included) before dead-lettering; 0 = never
+    backoff: float = 0.1            # first retry delay, doubled each time
+    max_backoff: float = 5.0
+    dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
+    on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
+
+
+#: A keyed instance's default consumer window (``max_ack_pending``) and the most it holds at once: a burst
+#: on one key of up to about this many messages does not hold back other keys (:class:`Window`).
+FAIR_WINDOW = 16384
+#: Per handler slot, what a keyed instance asks for while no key is starved (the window's base).
+WINDOW_PER_SLOT = 4
+WINDOW_SHRINK_AFTER = 1.0   # seconds the window must have been under a quarter full before it halves
+#: The most message bytes a keyed instance holds at once, whatever its window: a burst of large messages
+#: is held as far as this reaches (256 messages of 256 KB), not up to :data:`FAIR_WINDOW` of them.
+WINDOW_BYTES = 64 * 1024 * 1024
+#: The most bytes one pull asks for (a quarter of the 64 MiB a server lets wait for one client, its
+#: ``max_pending``, past which it closes the connection as a slow consumer).
+PULL_BYTES = 16 * 1024 * 1024
+
+
+class MessageSize:
+    """A running average of the size of the messages received (each new one weighs 1/16), to bound
+    pulls and the window by bytes: :meth:`fit` caps a number of messages to a byte budget."""
+
+    def __init__(self) -> None:
+        self.average = 0.0
+
+    def saw(self, size: int) -> None:
+        self.average = size if self.average == 0 else self.average + (size - self.average) / 16
+
+    def fit(self, n: int, budget: int) -> int:
+        """``n`` at most, as many as ``budget`` bytes hold at the average size (one at least)."""
+        return n if self.average <= 0 else min(n, max(1, int(budget // self.average)))
+
+
+class Window:
+    """How many messages a keyed instance holds (buffered, waiting for their key, running), between ``base``
+    and ``cap`` (the consumer's max_ack_pending; the server never delivers more).
+
+    It doubles while it is (three quarters) full and starved (a handler slot is free but every message held
+    waits behind a busy key: a burst on one key), so other keys further in the stream are reached; it halves back toward
+    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. What is held costs memory
+    and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap`` messages, and
+    never more than :data:`WINDOW_BYTES` of them at the average message size (``sizes``).
+    """
+
+    def __init__(self, base: int, cap: int, sizes: MessageSize | None = None):
+        self.cap = max(cap, 1)
+        self.base = max(1, min(base, self.cap))
+        self.size = self.base
+        self.sizes = sizes or MessageSize()
+        self._low_since: float | None = None
+
+    def room(self, outstanding: int) -> int:
+        """How many more messages may be asked for, with ``outstanding`` held or requested."""
+        return max(self.sizes.fit(self.size, WINDOW_BYTES) - outstanding, 0)
+
+    def update(self, outstanding: int, starved: bool, now: float) -> None:
+        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull)."""
+        if starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
+            self.size = min(self.size * 2, self.cap)
+            self._low_since = None
+        elif outstanding < self.size // 4 and self.size > self.base:
+            if self._low_since is None:
+                self._low_since = now
+            elif now - self._low_since >= WINDOW_SHRINK_AFTER:
+                self.size = max(self.size // 2, self.base)
+                self._low_since = now
+        else:
+            self._low_since = None
+
+    def rebase(self, base: int) -> None:
+        """A new base (a worker pool's slots changed); the size follows it up, and shrinks to it over time."""
+        self.base = max(1, min(base, self.cap))
+        self.size = max(self.size, self.base)
+
+    def at_least(self, n: int) -> None:
+        """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
+        self.size = max(self.size, min(n, self.cap))
+
+
+class RetryLater(Exception):
+    """Raised by a handle that ran the call elsewhere (a worker) when it failed or nak'd: the keyed dispatcher
+    retries in place as for a local ``nak(delay)`` (``delay`` 0: its backoff), ``reason`` naming why."""
+
+    def __init__(self, reason: str = "", delay: float = 0.0):
+        super().__init__(reason or "nak")
+        self.reason = reason
+        self.delay = delay
+
+
+async def _noop() -> None:
+    return None
+
+
+def _unsettled_after_loss(d: Delivery, m: Msg) -> bool:
+    """A call ended without settling ``m`` after its pin was lost: to be nak'd, so that the new holder, which
+    waits for the calls of the earlier one (Delivery invariant 7), gets it at once rather than after AckWait."""
+    return not m.settled and not d.current(m) and m.epoch == d.epoch and not d.closed
+
+
+class SerialDispatcher:
+    """One handler at a time, in delivery order (concurrency 1).
+
+    A handler that raises ends the instance: its message is nak'd if it was not settled, and
+    ``on_fatal`` gets the error. ``nak()`` sends ``-NAK`` (with the delay, if any).
+    """
+
+    def __init__(self, delivery: Delivery, handle: Handle, on_fatal: Callable[[BaseException], None]):
+        self._delivery = delivery
+        self._handle = handle
+        self._on_fatal = on_fatal
+        self._current: Msg | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._current is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    @property
+    def held(self) -> int:
+        return 1 if self._current is not None else 0
+
+    starved = False   # one message at a time, in delivery order: a larger window would not help
+
+    def drop_queued(self) -> list[Msg]:
+        return []   # nothing waits here: the Delivery's buffer is the queue
+
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """The running message once its handler has run ``interval`` (then at every check)."""
+        m = self._current
+        return [m] if m is not None and not m.settled and now - m.started >= interval else []
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        body = b"-NAK" if not delay else f'-NAK {{"delay":{int(delay * 1e9)}}}'.encode()
+        return msg.respond(body, settle=True)
+
+    async def run(self) -> None:
+        d = self._delivery
+        while not d.closed:
+            if not d.buffered or not d.may_start():
+                await d.wait_for_work()
+                continue
+            m = await d.take()
+            if m is None or await d.skip_acked(m):
+                continue
+            if not await self._run_one(m):
+                return
+
+    async def _run_one(self, m: Msg) -> bool:
+        """Handle ``m``; False when the handler failed (the instance ends)."""
+        self._current = m
+        m.started = time.monotonic()
+        try:
+            await self._handle(m)
+        except asyncio.CancelledError:
+            raise
+        except SupersededError as e:  # its ack_sync met a RESET: not pending any more, nothing to do
+            log.info("%s", e)
+        except BaseException as e:  # the handler failed: redeliver, end the instance
+            if not m.settled and m.epoch == self._delivery.epoch:
+                await self._delivery.nak_quietly(m)
+            self._current = None
+            self._on_fatal(e)
+            return False
+        self._current = None
+        if _unsettled_after_loss(self._delivery, m):
+            await self._delivery.nak_quietly(m)
+        return True
+
+
+class ConsumerControl(Protocol):
+    """What the keyed dispatcher asks of the consumer it dispatches for (``PullSession`` is one)."""
+
+    stream: str
+    consumer: str
+    label: str
+
+    @property
+    def max_payload(self) -> int:
+        """The server's max payload (a dead letter over it is not published)."""
+
+    async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
+
+
+class KeyedDispatcher:
+    """Runs the handler with up to ``concurrency`` keys at once, one message per key, keys served in turn.
+
+    ``nak()`` retries in place: the key waits (later messages of the key too) and the message is handled
+    again after its delay, up to ``retry.max_deliver`` deliveries, then it is dead-lettered. Messages
+    waiting for their key's turn get ``+WPI`` like running ones (:meth:`overdue`).
+    """
+
+    def __init__(self, delivery: Delivery, handle: Handle, consumer: ConsumerControl, *, concurrency: int,
+                 key: KeyFunc, retry: RetryPolicy):
+        self._delivery = delivery
+        self._handle = handle
+        self._consumer = consumer
+        self.concurrency = concurrency
+        self.key = key
+        self.retry = retry
+        #: told the new concurrency when it changes (a pool's slots: the session's window follows)
+        self.on_resize: Callable[[int], None] = lambda slots: None
+        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()   # keys with queued messages
+        self._ready: deque[str] = deque()                          # keys with work and no handler running
+        self._running: dict[str, Msg] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
+        self._queued = 0                     # messages in self._keys
+
+    @property
+    def running(self) -> bool:
+        return bool(self._running)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running) or bool(self._keys)
+
+    @property
+    def held(self) -> int:
+        """Messages taken from the Delivery and not done: running or waiting for their key."""
+        return self._queued + len(self._running)
+
+    @property
+    def starved(self) -> bool:
+        """A handler slot is free, and every message held waits behind a key that runs: only more messages
+        (other keys, further in the stream) can use the slot (:class:`Window` grows)."""
+        return len(self._running) < self.concurrency and not self._ready and self._queued > 0
+
+    def drop_queued(self) -> list[Msg]:
+        self._queued = 0
+        dropped = [m for q in self._keys.values() for m in q]
+        self._keys.clear()
+        self._ready.clear()
+        return dropped
+
+    def overdue(self, now: float, interval: float) -> list[Msg]:
+        """Running messages and messages waiting for their key's turn, ``interval`` after their receipt
+        or their last ``+WPI``."""
+        waiting = [m for q in self._keys.values() for m in q]
+        return [m for m in [*self._running.values(), *waiting]
+                if not m.settled and now - m.last_progress >= interval]
+
+    def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
+        self._naks[msg] = delay or 0.0
+        return _noop()
+
+    async def run(self) -> None:
+        try:
+            await self._dispatch()
+        finally:
+            await self._cancel_tasks()
+
+    async def _dispatch(self) -> None:
+        d = self._delivery
+        while not d.closed:
+            while d.buffered and not d.taking_over:
+                m = await d.take()
+                if m is not None:
+                    self._admit(m)
+            while (taken := self._take()) is not None:
+                task = asyncio.create_task(self._run_one(*taken))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if not d.buffered or d.taking_over:
+                await d.wait_for_work()
+
+    def _admit(self, m: Msg) -> None:
+        k = m.key = self.key(m)
+        q = self._keys.get(k)
+        if q is None:
+            q = self._keys[k] = deque()
+            if k not in self._running:
+                self._ready.append(k)
+        q.append(m)
+        self._queued += 1
+
+    def _take(self) -> tuple[str, Msg] | None:
+        """The next ready key (round-robin) and its next message, marked running; None when
+        ``concurrency`` handlers run, no key is ready, or no handler may start."""
+        while self._ready and len(self._running) < self.concurrency and self._delivery.may_start():
+            k = self._ready.popleft()
+            q = self._keys.get(k)
+            if not q:
+                self._keys.pop(k, None)
+                continue
+            m = q.popleft()
+            self._queued -= 1
+            if not q:
+                del self._keys[k]
+            self._running[k] = m
+            return k, m
+        return None
+
+    async def _run_one(self, k: str, m: Msg) -> None:
+        """Handle ``m`` of key ``k``, then chain: while a slot is free this task takes the next ready
+        key itself (same round-robin, same ``running`` bookkeeping), without a round trip through the
+        dispatcher. The dispatcher is woken only when the task ends, i.e. when a slot really frees."""
+        try:
+            while True:
+                try:
+                    await self._attempts(k, m)
+                finally:
+                    self._naks.pop(m, None)
+                    del self._running[k]
+                    if k in self._keys:
+                        self._ready.append(k)
+                    self._delivery.freed()
+                taken = self._take()
+                if taken is None:
+                    return
+                k, m = taken
+        finally:
+            self._delivery.wake()
+
+    async def _attempts(self, k: str, m: Msg) -> None:
+        d = self._delivery
+        if await d.skip_acked(m):
+            return
+        attempt = 0
+        while not d.closed:
+            attempt += 1
+            m.started = time.monotonic()
+            self._naks.pop(m, None)
+            error: BaseException | None = None
+            try:
+                await self._handle(m)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                error = e
+            retry = self._naks.pop(m, None)
+            if isinstance(error, RetryLater):   # a remote call failed (a worker's): retry in place
+                retry, error = error.delay, (Exception(error.reason) if error.reason else None)
+            if isinstance(error, SupersededError) or m.epoch != d.epoch:
+                return  # the consumer was RESET: the message is not pending any more (invariant 6)
+            if error is None and retry is None:
+                # acked, termed, or left to the handler (no ack: redelivered after AckWait); a message of a pin
+                # lost meanwhile goes back to the server at once, for the new holder (it waited for this call)
+                if _unsettled_after_loss(d, m):
+                    await d.nak_quietly(m)
+                return
+            reason = (str(error) if type(error) is Exception else repr(error)) if error is not None else "nak"
+            deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
+            if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
+                await self._dead_letter(m, reason, deliveries)
+                return
+            delay = retry if retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+            log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
+                     m.sequence, reason, attempt, delay)
+            await asyncio.sleep(delay)
+            if not d.current(m):
+                if _unsettled_after_loss(d, m):
+                    await d.nak_quietly(m)
+                return  # the pin moved: the new holder gets it (it waited for this call)
+
+    async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:
+        c = self._consumer
+        if self.retry.dead_letter_subject:
+            headers = dict(m.headers or {})
+            headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject,
+                            "Pcg-Stream": c.stream, "Pcg-Consumer": c.consumer,
+                            "Pcg-Stream-Seq": str(m.sequence), "Pcg-Deliveries": str(deliveries)})
+            headers.pop(PIN_HEADER, None)
+            try:
+                if message_size(m.data, headers) > c.max_payload:   # the server would close the connection
+                    raise ValueError(f"{message_size(m.data, headers)} bytes with the dead letter's headers, over "
+                                     f"the max payload ({c.max_payload})")
+                await c.dead_letter(self.retry.dead_letter_subject, m.data, headers)
+            except Exception as e:  # too large, refused: terminated all the same
+                log.error("%s: message %d could not be dead-lettered to %s: %s", c.label, m.sequence,
+                          self.retry.dead_letter_subject, e)
+        log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
+                    m.subject, deliveries, reason)
+        await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
+        if self.retry.on_dead_letter is not None:
+            self.retry.on_dead_letter(m, reason)
+
+    async def _cancel_tasks(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
