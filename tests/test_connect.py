@@ -519,3 +519,49 @@ async def test_no_log_noise_even_with_logging_configured(caplog):
         with pytest.raises(PCGroupsError):
             await connect(ConnectionOptions(server=f"127.0.0.1:{port}"), env={})
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_what_pcgroups_wraps_on_a_nats_py_client_is_still_there():
+    """pcgroups wraps these private attributes of nats-py's Client (jetstream/_compat.py): an upgrade of nats-py
+    that renames or reshapes one fails here, not in production."""
+    import inspect
+
+    from nats.aio.client import Client
+
+    from pcgroups.jetstream._compat import PATCHED
+
+    nc = Client()
+    assert [name for name in PATCHED if not hasattr(nc, name)] == []
+    assert list(inspect.signature(nc._build_message).parameters) == ["sid", "subject", "reply", "data", "headers"]
+    assert inspect.iscoroutinefunction(nc._error_cb)
+
+
+async def test_one_connection_object_owns_the_client_and_the_users_callbacks_still_run(fresh_server):
+    import nats
+
+    from pcgroups.jetstream import Connection, JetStreamApi
+
+    said: list[str] = []
+
+    async def disconnected() -> None:
+        said.append("user: disconnected")
+
+    async def reconnected() -> None:
+        said.append("user: reconnected")
+
+    nc = await nats.connect(fresh_server.url, disconnected_cb=disconnected, reconnected_cb=reconnected,
+                            reconnect_time_wait=0.2, max_reconnect_attempts=-1)
+    try:
+        connection = Connection.of(nc)
+        assert Connection.of(nc) is connection and JetStreamApi(nc).permissions is connection.permissions
+        stop = connection.watch.listen(lambda kind, url: said.append(f"pcgroups: {kind}"))
+        assert JetStreamApi(nc).prefix == "$JS.API"
+        connection.bind(domain="hub")
+        assert JetStreamApi(nc).prefix == "$JS.hub.API" and connection.domain == "hub"
+        connection.bind()
+        fresh_server.restart()
+        await wait_for(lambda: "user: reconnected" in said, timeout=15, what="the reconnect")
+        assert said == ["pcgroups: disconnected", "user: disconnected", "pcgroups: reconnected", "user: reconnected"]
+        stop()
+    finally:
+        await nc.close()

@@ -28,7 +28,7 @@ from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, Permissi
 from pcgroups.config import MemberMapping
 from pcgroups.connect import ConnectionOptions, connect
 from pcgroups.pool import _wire as pool_wire
-from pcgroups.jetstream._permissions import PermissionWatch, Violation
+from pcgroups.jetstream import Connection, Violation
 from pcgroups.testing._server import EmbeddedServer
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.static._admin import create_static_consumers
@@ -317,7 +317,7 @@ async def test_observer_reads_everything_and_cannot_consume_or_ack(secured):
         await refused(elastic_member_step_down(nc, "EVENTS", "billing", "m1"), "$JS.API.CONSUMER.UNPIN.EVENTS-billing.m1")
         # an ack (or a pull) is a plain publish, never answered: the watch reports the refusal
         seen: list[Violation] = []
-        stop = PermissionWatch.of(nc).listen(seen.append)
+        stop = Connection.of(nc).permissions.listen(seen.append)
         await nc.publish("$JS.ACK.ORDERS.shipping-m1.1.1.1.1.0", b"+ACK")
         await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ORDERS.shipping-m1", b'{"batch":1}')
         await wait_for(lambda: len(seen) >= 2, FAST, what="the refused ack and pull")

@@ -32,7 +32,7 @@ from nats.js.kv import KeyValue
 
 from nats.aio.client import Client
 
-from ..jetstream._compat import ConnectionWatch
+from ..jetstream._connection import Connection
 from ._delivery import Msg
 from ..errors import ConfigError, JetStreamAPIError, PCGroupsError
 from ..events import InstanceEvent
@@ -40,7 +40,7 @@ from ._report import Handoff, HookError, Reporter
 from ..jetstream._api import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
                               pinned_client_id)
 from ._loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
-from ..jetstream._permissions import PermissionWatch, Violation
+from ..jetstream._permissions import Violation
 from ._dispatchers import Handler, KeyFunc, RetryPolicy, as_handle, key_by_subject
 from ._options import ConsumeOptions, Member, Remote, dispatcher_factory
 from ._session import PullSession, pinned_ttl
@@ -340,8 +340,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         await self._consuming.wait()
 
     def _start(self, watcher: Watch) -> None:
-        self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
-        self._unwatch = ConnectionWatch.of(self.nc).listen(
+        self._unlisten = Connection.of(self.nc).permissions.listen(self._denied)
+        self._unwatch = Connection.of(self.nc).watch.listen(
             lambda kind, url: self._reporter.emit(kind, detail=url))
         self._watcher = watcher
         self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")

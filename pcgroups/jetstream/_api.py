@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +27,11 @@ import nats.errors
 from nats.aio.client import Client
 
 from ..config import go_json
-from ._compat import tolerate_undecodable
-from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PermissionDeniedError
-from ._permissions import PermissionWatch
+from ._connection import Connection, domain_of, prefix_of
+from ..errors import JetStreamAPIError, NotFoundError, PermissionDeniedError
 
 log = logging.getLogger("pcgroups")
 
-DEFAULT_API_PREFIX = "$JS.API"
 PRIORITY_GROUP = "PCG"
 PINNED_CLIENT = "pinned_client"
 
@@ -193,33 +190,6 @@ def kv_bucket_config(bucket: str, *, replicas: int) -> StreamConfig:
         duplicate_window=120_000_000_000, deny_delete=True, allow_rollup_hdrs=True, allow_direct=True)
 
 
-def prefix_of(domain: str | None = None, prefix: str | None = None) -> str:
-    """The JetStream API prefix of ``domain`` (``$JS.<domain>.API``), or ``prefix`` itself (a trailing ``.``
-    dropped), or ``$JS.API``; a ConfigError for a name the server would not take, or for both."""
-    if domain and prefix:
-        raise ConfigError(f"give a JetStream domain or an API prefix, not both (domain {domain!r}, "
-                          f"API prefix {prefix!r})")
-    if domain:
-        if any(c in ".*>" or c.isspace() for c in domain):
-            raise ConfigError(f"invalid JetStream domain {domain!r}: a domain may not contain '.', '*', '>' or "
-                              "whitespace")
-        return f"$JS.{domain}.API"
-    if prefix:
-        subject = prefix.removesuffix(".")
-        tokens = subject.split(".")
-        if any(not t or t in ("*", ">") or any(c.isspace() for c in t) for t in tokens):
-            raise ConfigError(f"invalid JetStream API prefix {prefix!r}: it must be a subject without wildcards "
-                              "(e.g. $JS.hub.API or JS.acme.API)")
-        return subject
-    return DEFAULT_API_PREFIX
-
-
-def domain_of(prefix: str) -> str | None:
-    """The domain of an API prefix ``$JS.<domain>.API``; None for any other prefix."""
-    parts = prefix.split(".")
-    return parts[1] if len(parts) == 3 and parts[0] == "$JS" and parts[2] == "API" else None
-
-
 def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | None,
                  group: str = PRIORITY_GROUP) -> bytes:
     """A priority-group pull request body, fields in nats.go's order."""
@@ -228,9 +198,6 @@ def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | 
         body["id"] = pin_id
     body["group"] = group
     return go_json(body)
-
-
-_bound: "weakref.WeakKeyDictionary[Client, str]" = weakref.WeakKeyDictionary()
 
 
 def consumer_limit_error(stream: str, *, subject: str = "") -> JetStreamAPIError:
@@ -261,10 +228,10 @@ class JetStreamApi:
     def __init__(self, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
                  timeout: float = 5.0):
         self.nc = nc
-        self.prefix = prefix_of(domain, api_prefix) if domain or api_prefix else _bound.get(nc, DEFAULT_API_PREFIX)
+        connection = Connection.of(nc)   # the client's one owner: its bound JetStream, listeners, patches
+        self.prefix = prefix_of(domain, api_prefix) if domain or api_prefix else connection.prefix
         self.timeout = timeout
-        self.permissions = PermissionWatch.of(nc)
-        tolerate_undecodable(nc)   # a subject that is not UTF-8 must not stop the connection's reader
+        self.permissions = connection.permissions
         self._answered = time.monotonic()    # JetStream's last answer to a request
         self._reconnected = 0.0              # the last reconnect away from a silent server
 
@@ -272,8 +239,8 @@ class JetStreamApi:
     def bind(cls, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
              timeout: float = 5.0) -> "JetStreamApi":
         """Make ``domain`` (or ``api_prefix``; neither: ``$JS.API``) the JetStream of every pcgroups call on
-        ``nc`` made without ``api=``, and return an API for it."""
-        _bound[nc] = prefix_of(domain, api_prefix)
+        ``nc`` made without ``api=`` (:meth:`Connection.bind`), and return an API for it."""
+        Connection.of(nc).bind(domain=domain, api_prefix=api_prefix)
         return cls(nc, timeout=timeout)
 
     @property

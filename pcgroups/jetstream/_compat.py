@@ -12,7 +12,6 @@ that nats-py still has each, so an upgrade that changes them fails loudly.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +22,8 @@ PATCHED = ("_disconnected_cb", "_reconnected_cb", "_error_cb", "_build_message")
 
 
 class ConnectionWatch:
-    """The disconnections and reconnections of one client, for several listeners; get it with :meth:`of`.
+    """The disconnections and reconnections of one client, for several listeners: its ``Connection``'s
+    (``Connection.of(nc).watch``).
 
     It attaches itself by wrapping the client's ``disconnected`` and ``reconnected`` callbacks (nats-py
     keeps one of each, no list of listeners); the callbacks it wraps still run, after the listeners.
@@ -38,14 +38,6 @@ class ConnectionWatch:
         self._forward_reconnected = nc._reconnected_cb
         nc._disconnected_cb = self._disconnected
         nc._reconnected_cb = self._reconnected
-
-    @classmethod
-    def of(cls, nc: Any) -> "ConnectionWatch":
-        """The client's watch, attached on first use."""
-        watch = _connection_watches.get(nc)
-        if watch is None:
-            watch = _connection_watches[nc] = cls(nc)
-        return watch
 
     def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
         """Call ``listener(kind, url)`` on each change; returns the function that stops it."""
@@ -74,9 +66,6 @@ class ConnectionWatch:
         self._tell("reconnected")
         if self._forward_reconnected is not None:
             await self._forward_reconnected()
-
-
-_connection_watches: "weakref.WeakKeyDictionary[Any, ConnectionWatch]" = weakref.WeakKeyDictionary()
 
 
 def tolerate_undecodable(nc: Any) -> None:

@@ -19,15 +19,15 @@ nats-py lower-cases the error text, subject included; the error names the subjec
 wrote it when it matches one of the subjects (or patterns) guarded, otherwise with its well-known
 prefix (``$JS.API.``, ``$JS.<domain>.API.``, ``$KV.``, ``_INBOX.``) in capitals.
 
-The watch attaches itself to a client by wrapping the client's error callback (``_error_cb``: nats-py
-keeps no list of listeners); the callback it wraps still gets every error.
+The watch attaches itself to a client by wrapping the client's error callback (``_compat``: nats-py
+keeps no list of listeners); the callback it wraps still gets every error. A client has one watch, its
+``Connection``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -112,11 +112,9 @@ class _Guard:
         return any(_matches(s, v.subject) for s in self.subjects)
 
 
-_watches: "weakref.WeakKeyDictionary[Any, PermissionWatch]" = weakref.WeakKeyDictionary()
-
-
 class PermissionWatch:
-    """The permission violations of one connection (see the module doc); get it with :meth:`of`."""
+    """The permission violations of one connection (see the module doc): its ``Connection``'s
+    (``Connection.of(nc).permissions``)."""
 
     def __init__(self, nc: Any):
         wrap_error_callback(nc, self._on_error)
@@ -124,14 +122,6 @@ class PermissionWatch:
         self._guards: list[_Guard] = []
         self._listeners: list[Callable[[Violation], None]] = []
         self.inbox_denied: Violation | None = None   # the reply inbox subscription was refused
-
-    @classmethod
-    def of(cls, nc: Any) -> "PermissionWatch":
-        """The connection's watch, attached on first use."""
-        watch = _watches.get(nc)
-        if watch is None:
-            watch = _watches[nc] = cls(nc)
-        return watch
 
     async def _on_error(self, error: Exception) -> None:
         v = Violation.parse(error)

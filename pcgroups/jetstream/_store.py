@@ -39,10 +39,10 @@ from nats.js.kv import KeyValue
 
 from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from ..config import go_json
-from ._api import (DEFAULT_API_PREFIX, ERR_MAXIMUM_CONSUMERS, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND,
+from ._api import (ERR_MAXIMUM_CONSUMERS, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND,
                    ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi, consumer_limit_error, kv_bucket_config)
-from ._compat import ConnectionWatch
-from ._permissions import PermissionWatch, kv_subjects
+from ._connection import DEFAULT_API_PREFIX, Connection
+from ._permissions import kv_subjects
 
 log = logging.getLogger("pcgroups")
 
@@ -93,7 +93,7 @@ async def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> T:
     PermissionDeniedError when the user's permissions refuse it (see :mod:`pcgroups.jetstream._permissions`), and names
     the bucket's stream when a watch finds it out of consumers."""
     try:
-        return await PermissionWatch.of(kv._js._nc).call(aw, kv_subjects(kv._name, key, kv._js._prefix))
+        return await Connection.of(kv._js._nc).permissions.call(aw, kv_subjects(kv._name, key, kv._js._prefix))
     except nats.js.errors.APIError as e:
         if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:   # nats-py's KV errors may lack it
             raise consumer_limit_error(f"KV_{kv._name}") from None
@@ -114,7 +114,7 @@ async def stop_watch(watcher: Any, timeout: float = 1.0) -> None:
         if stream and consumer and nc is not None and nc.is_connected:
             subject = f"{sub._js._prefix}.CONSUMER.DELETE.{stream}.{consumer}"
             try:
-                await PermissionWatch.of(nc).call(nc.request(subject, b"", timeout=timeout), [subject])
+                await Connection.of(nc).permissions.call(nc.request(subject, b"", timeout=timeout), [subject])
             except Exception as e:  # noqa: BLE001 - left to the server's inactive threshold
                 log.debug("the consumer %s of a watch of %s is left to the server: %s", consumer, stream, e)
 
@@ -339,7 +339,7 @@ class Watch:
         """The watch, once its consumer exists (a refused permission raises at once)."""
         watch = cls(kv, keys)
         watch._follow(await watch._open())
-        watch._unlisten = ConnectionWatch.of(watch._nc).listen(watch._on_connection)
+        watch._unlisten = Connection.of(watch._nc).watch.listen(watch._on_connection)
         return watch
 
     def __aiter__(self) -> "Watch":

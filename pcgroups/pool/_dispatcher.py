@@ -48,7 +48,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
 from . import _wire as pool
-from ..jetstream._compat import ConnectionWatch
+from ..jetstream._connection import Connection
 from ..consume._delivery import PIN_HEADER, Delivery, Msg, message_size
 from ..consume._dispatchers import ConsumerControl, KeyedDispatcher, KeyFunc, RetryLater, RetryPolicy
 from ..consume._options import Member, WorkerNews
@@ -141,7 +141,7 @@ class Roster:
                       await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status),
                       await self.nc.subscribe(f"{p}.STATUS", cb=self._on_status)]
         self._reaper = asyncio.create_task(self._reap(), name=f"pcg-roster-{self.spec.member}")
-        self._unlisten = ConnectionWatch.of(self.nc).listen(self._connection)
+        self._unlisten = Connection.of(self.nc).watch.listen(self._connection)
 
     def _connection(self, kind: str, url: str) -> None:
         """Away, then back from a disconnection: the workers were silent because this instance was away

@@ -36,14 +36,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
 from . import _wire as pool
-from ..jetstream._compat import ConnectionWatch
+from ..jetstream._connection import Connection
 from ..consume._delivery import Msg, call_in
 from ..errors import ConfigError
 from ..events import EventCallback
 from ..consume._report import Reporter
 from ..consume._instance import Starting
 from ..consume._loop import CONTINUE, ControlLoop, Outcome, Stop
-from ..jetstream._permissions import PermissionWatch, Violation
+from ..jetstream._permissions import Violation
 from ..consume._dispatchers import _noop
 from ..consume._dispatchers import Handler, as_handle
 from ..tracing import NO_TRACING, Tracing
@@ -168,8 +168,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
     # --- start, heartbeats, end ----------------------------------------------------------------
     async def _start(self) -> None:
         p = self.prefix
-        self._unlisten = PermissionWatch.of(self.nc).listen(self._denied)
-        self._unwatch = ConnectionWatch.of(self.nc).listen(lambda kind, url: self._reporter.emit(kind, detail=url))
+        self._unlisten = Connection.of(self.nc).permissions.listen(self._denied)
+        self._unwatch = Connection.of(self.nc).watch.listen(lambda kind, url: self._reporter.emit(kind, detail=url))
         self._subs = [
             await self.nc.subscribe(pool.worker_subject(p, self.member_name, self.id, "work"), cb=self._on_offer),
             await self.nc.subscribe(pool.worker_subject(p, self.member_name, self.id, "hb"), cb=self._on_answer),

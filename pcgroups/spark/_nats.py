@@ -28,7 +28,7 @@ from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsErro
 from ..flavour import ELASTIC, STATIC, work_queue_name
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
 from ..partitions import tokens_match
-from ..jetstream._permissions import PermissionWatch
+from ..jetstream._connection import Connection
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
@@ -93,7 +93,7 @@ class _NoResponders(PCGroupsError):
 async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes = b""):
     """One request; refused permissions raise PermissionDeniedError at once (pcgroups.jetstream._permissions)."""
     try:
-        return await PermissionWatch.of(nc).call(nc.request(full, payload, timeout=conn.timeout), [full])
+        return await Connection.of(nc).permissions.call(nc.request(full, payload, timeout=conn.timeout), [full])
     except nats.errors.NoRespondersError:
         raise _NoResponders(f"JetStream is not enabled or not reachable ({full}: no responders)") from None
     except nats.errors.TimeoutError:
@@ -520,7 +520,7 @@ async def publish_all(js, rows, *, window: int, timeout: float, expected_stream:
         for row in rows:
             subjects.append(row[0])
             yield row
-    return await PermissionWatch.of(js._nc).call(
+    return await Connection.of(js._nc).permissions.call(
         _publish_all(js, seen(rows), window=window, timeout=timeout, expected_stream=expected_stream), subjects)
 
 
