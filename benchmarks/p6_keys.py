@@ -24,7 +24,7 @@ import time
 
 from pcgroups import ConsumerConfig, create_static, static_consume
 from pcgroups.jetstream._api import JetStreamApi
-from pcgroups.consume._dispatchers import FAIR_WINDOW
+from pcgroups.consume._window import FAIR_WINDOW
 
 from .burst import BURST_KEY, burst_then_others, publish_burst
 from .common import Result, Row, Size, pct, publish_all, ratio, server_and_connection, static_stream, wait_until

@@ -1,7 +1,7 @@
 """Module paths from before the subpackages, kept importable as deprecated aliases.
 
-``import pcgroups.scheduler`` still works: it gives the module the names went to and warns once
-(``DeprecationWarning``) with the path to use. Only this table knows the old paths.
+``import pcgroups.scheduler`` still works: it gives a module whose names are those of the modules they went
+to, and warns (``DeprecationWarning``) with the path to use. Only this table knows the old paths.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import warnings
 from collections.abc import Callable
 from types import ModuleType
 
-#: old module -> (its module now, where to import from instead)
+#: old module -> (the modules its names are in now, comma-separated; where to import from instead)
 MOVED: dict[str, tuple[str, str]] = {
     "pcgroups.jsapi": ("pcgroups.jetstream._api", "pcgroups or pcgroups.jetstream"),
     "pcgroups.store": ("pcgroups.jetstream._store", "pcgroups.jetstream"),
     "pcgroups.permissions": ("pcgroups.jetstream._permissions", "pcgroups.jetstream"),
     "pcgroups.delivery": ("pcgroups.consume._delivery", "pcgroups or pcgroups.consume"),
-    "pcgroups.scheduler": ("pcgroups.consume._dispatchers", "pcgroups or pcgroups.consume"),
+    "pcgroups.scheduler": ("pcgroups.consume._dispatchers,pcgroups.consume._keys,pcgroups.consume._retry,"
+                           "pcgroups.consume._window", "pcgroups or pcgroups.consume"),
     "pcgroups.session": ("pcgroups.consume._session", "pcgroups.consume"),
     "pcgroups.loop": ("pcgroups.consume._loop", "pcgroups or pcgroups.consume"),
-    "pcgroups.hooks": ("pcgroups.consume._report", "pcgroups.consume"),
+    "pcgroups.hooks": ("pcgroups.consume._report,pcgroups.consume._handoff", "pcgroups.consume"),
     "pcgroups.instance": ("pcgroups.consume._instance", "pcgroups or pcgroups.consume"),
     "pcgroups.elastic_instance": ("pcgroups.elastic._instance", "pcgroups or pcgroups.elastic"),
     "pcgroups.sources": ("pcgroups.elastic._sources", "pcgroups or pcgroups.elastic"),
@@ -50,9 +51,15 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self) if fullname in MOVED else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module, instead = MOVED[spec.name]
+        modules, instead = MOVED[spec.name]
         warnings.warn(f"{spec.name} is deprecated: import from {instead}", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(module)
+        alias = ModuleType(spec.name, f"Deprecated: use {instead}.")
+        for name in modules.split(","):
+            module = importlib.import_module(name)
+            for key, value in vars(module).items():
+                if not key.startswith("__"):
+                    alias.__dict__.setdefault(key, value)
+        return alias
 
     def exec_module(self, module: ModuleType) -> None:
         """The module it moved to ran already."""

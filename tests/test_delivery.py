@@ -18,7 +18,9 @@ from nats.aio.msg import Msg as NatsMsg
 
 from pcgroups.consume._delivery import PIN_HEADER, Delivery, Msg, RecentAcks
 from pcgroups.errors import SupersededError
-from pcgroups.consume._dispatchers import KeyedDispatcher, RetryPolicy, SerialDispatcher, key_by_subject
+from pcgroups.consume._dispatchers import KeyedDispatcher, SerialDispatcher
+from pcgroups.consume._retry import RetryPolicy
+from pcgroups.consume._keys import key_by_subject
 
 from .support import wait_for
 

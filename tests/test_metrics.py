@@ -413,7 +413,7 @@ async def test_handler_wrapper_keeps_the_handler_kind_and_counts_errors():
 async def test_dead_letters_are_counted(js, nc, uniq):
     from pcgroups import static_consume
     from pcgroups.jetstream._api import ConsumerConfig
-    from pcgroups.consume._dispatchers import RetryPolicy
+    from pcgroups.consume._retry import RetryPolicy
 
     await make_stream(js, uniq, transform=partition_transform(uniq, 1))
     await create_static(nc, uniq, "g", 1, members=["m1"])

@@ -15,7 +15,7 @@ from nats.js.api import StreamConfig, SubjectTransform
 from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume, static_member_step_down
 import nats
 
-from pcgroups.consume._dispatchers import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
+from pcgroups.consume._window import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
 
 from .support import wait_for
 

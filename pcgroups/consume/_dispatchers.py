@@ -23,16 +23,15 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._delivery import PIN_HEADER, Delivery, Msg, message_size
+from ._keys import KeyFunc
+from ._retry import RetryLater, RetryPolicy
 from ..errors import SupersededError
-from ..partitions import tokens_match
 
 log = logging.getLogger("pcgroups")
 
-KeyFunc = Callable[[Msg], str]
 Handler = Callable[[Msg], Awaitable[None] | None]   # what the user gives: async, or sync (run in a thread)
 Handle = Callable[[Msg], Awaitable[None]]   # the handler, sync ones already wrapped to run in a thread
 
@@ -45,136 +44,6 @@ def as_handle(handler: Handler) -> Handle:
     async def in_thread(m: Msg) -> None:
         await asyncio.to_thread(handler, m)
     return in_thread
-
-
-def key_by_subject(msg: Msg) -> str:
-    """The default key: the subject with the partition token stripped."""
-    return msg.subject
-
-
-def key_by_tokens(indexes: list[int]) -> KeyFunc:
-    """Key by subject tokens (1-based, of the stripped subject), joined with '.'."""
-    def key(msg: Msg) -> str:
-        tokens = msg.subject.split(".")
-        return ".".join(tokens[i - 1] for i in indexes if 0 < i <= len(tokens))
-    return key
-
-
-def key_by_header(name: str) -> KeyFunc:
-    """Key by a header's value (messages without it share the empty key)."""
-    def key(msg: Msg) -> str:
-        return (msg.headers or {}).get(name, "")
-    return key
-
-
-def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
-    """Key by the tokens an elastic group partitions on: the first matching filter's wildcard
-    tokens (the whole subject when it has no indexes, or no filter matches)."""
-    parsed = [(f.split("."), [i for i, t in enumerate(f.split(".")) if t == "*"], idx) for f, idx in filters]
-
-    def key(msg: Msg) -> str:
-        tokens = msg.subject.split(".")
-        for ftoks, stars, idx in parsed:
-            if tokens_match(ftoks, tokens):
-                return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
-        return msg.subject
-    return key
-
-
-@dataclass
-class RetryPolicy:
-    """How a failed message of a key is retried before it is dead-lettered."""
-
-    max_deliver: int = 5            # attempts (server deliveries included) before dead-lettering; 0 = never
-    backoff: float = 0.1            # first retry delay, doubled each time
-    max_backoff: float = 5.0
-    dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
-    on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
-
-
-#: A keyed instance's default consumer window (``max_ack_pending``) and the most it holds at once: a burst
-#: on one key of up to about this many messages does not hold back other keys (:class:`Window`).
-FAIR_WINDOW = 16384
-#: Per handler slot, what a keyed instance asks for while no key is starved (the window's base).
-WINDOW_PER_SLOT = 4
-WINDOW_SHRINK_AFTER = 1.0   # seconds the window must have been under a quarter full before it halves
-#: The most message bytes a keyed instance holds at once, whatever its window: a burst of large messages
-#: is held as far as this reaches (256 messages of 256 KB), not up to :data:`FAIR_WINDOW` of them.
-WINDOW_BYTES = 64 * 1024 * 1024
-#: The most bytes one pull asks for (a quarter of the 64 MiB a server lets wait for one client, its
-#: ``max_pending``, past which it closes the connection as a slow consumer).
-PULL_BYTES = 16 * 1024 * 1024
-
-
-class MessageSize:
-    """A running average of the size of the messages received (each new one weighs 1/16), to bound
-    pulls and the window by bytes: :meth:`fit` caps a number of messages to a byte budget."""
-
-    def __init__(self) -> None:
-        self.average = 0.0
-
-    def saw(self, size: int) -> None:
-        self.average = size if self.average == 0 else self.average + (size - self.average) / 16
-
-    def fit(self, n: int, budget: int) -> int:
-        """``n`` at most, as many as ``budget`` bytes hold at the average size (one at least)."""
-        return n if self.average <= 0 else min(n, max(1, int(budget // self.average)))
-
-
-class Window:
-    """How many messages a keyed instance holds (buffered, waiting for their key, running), between ``base``
-    and ``cap`` (the consumer's max_ack_pending; the server never delivers more).
-
-    It doubles while it is (three quarters) full and starved (a handler slot is free but every message held
-    waits behind a busy key: a burst on one key), so other keys further in the stream are reached; it halves back toward
-    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. What is held costs memory
-    and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap`` messages, and
-    never more than :data:`WINDOW_BYTES` of them at the average message size (``sizes``).
-    """
-
-    def __init__(self, base: int, cap: int, sizes: MessageSize | None = None):
-        self.cap = max(cap, 1)
-        self.base = max(1, min(base, self.cap))
-        self.size = self.base
-        self.sizes = sizes or MessageSize()
-        self._low_since: float | None = None
-
-    def room(self, outstanding: int) -> int:
-        """How many more messages may be asked for, with ``outstanding`` held or requested."""
-        return max(self.sizes.fit(self.size, WINDOW_BYTES) - outstanding, 0)
-
-    def update(self, outstanding: int, starved: bool, now: float) -> None:
-        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull)."""
-        if starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
-            self.size = min(self.size * 2, self.cap)
-            self._low_since = None
-        elif outstanding < self.size // 4 and self.size > self.base:
-            if self._low_since is None:
-                self._low_since = now
-            elif now - self._low_since >= WINDOW_SHRINK_AFTER:
-                self.size = max(self.size // 2, self.base)
-                self._low_since = now
-        else:
-            self._low_since = None
-
-    def rebase(self, base: int) -> None:
-        """A new base (a worker pool's slots changed); the size follows it up, and shrinks to it over time."""
-        self.base = max(1, min(base, self.cap))
-        self.size = max(self.size, self.base)
-
-    def at_least(self, n: int) -> None:
-        """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
-        self.size = max(self.size, min(n, self.cap))
-
-
-class RetryLater(Exception):
-    """Raised by a handle that ran the call elsewhere (a worker) when it failed or nak'd: the keyed dispatcher
-    retries in place as for a local ``nak(delay)`` (``delay`` 0: its backoff), ``reason`` naming why."""
-
-    def __init__(self, reason: str = "", delay: float = 0.0):
-        super().__init__(reason or "nak")
-        self.reason = reason
-        self.delay = delay
 
 
 async def _noop() -> None:

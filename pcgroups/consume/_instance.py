@@ -36,12 +36,15 @@ from ..jetstream._connection import Connection
 from ._delivery import Msg
 from ..errors import ConfigError, JetStreamAPIError, PCGroupsError
 from ..events import InstanceEvent
-from ._report import Handoff, HookError, Reporter
+from ._handoff import Handoff
+from ._report import HookError, Reporter
 from ..jetstream._api import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
                               pinned_client_id)
 from ._loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from ..jetstream._permissions import Violation
-from ._dispatchers import Handler, KeyFunc, RetryPolicy, as_handle, key_by_subject
+from ._dispatchers import Handler, as_handle
+from ._keys import KeyFunc, key_by_subject
+from ._retry import RetryPolicy
 from ._options import ConsumeOptions, Member, Remote, dispatcher_factory
 from ._session import PullSession, pinned_ttl
 from ..jetstream._store import Watch, stop_watch

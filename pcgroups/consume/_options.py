@@ -29,8 +29,10 @@ from ..events import EventCallback, PartitionsHook
 from ..jetstream._api import ConsumerConfig
 from ..tracing import Tracing
 from ._delivery import Delivery, Dispatcher
-from ._dispatchers import (FAIR_WINDOW, WINDOW_PER_SLOT, ConsumerControl, Handle, Handler, KeyedDispatcher, KeyFunc,
-                           MessageSize, RetryPolicy, SerialDispatcher, Window)
+from ._window import FAIR_WINDOW, WINDOW_PER_SLOT, MessageSize, Window
+from ._dispatchers import ConsumerControl, Handle, Handler, KeyedDispatcher, SerialDispatcher
+from ._keys import KeyFunc
+from ._retry import RetryPolicy
 
 DEFAULT_BATCH = 500
 DEFAULT_ACK_WAIT = 5.0

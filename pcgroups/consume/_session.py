@@ -31,7 +31,7 @@ from ..errors import NotFoundError, SupersededError
 from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from ..tracing import NO_TRACING, InstanceTracing
 from ._delivery import PIN_HEADER, Delivery, Dispatcher, Msg
-from ._dispatchers import PULL_BYTES, MessageSize, Window
+from ._window import PULL_BYTES, MessageSize, Window
 from ._options import ConsumeOptions, DispatcherFactory
 
 log = logging.getLogger("pcgroups")

@@ -34,7 +34,8 @@ from ..jetstream._api import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_
 from ..consume._loop import CONTINUE, Outcome
 from ._membership import auto_member_name, check_joinable, check_lease_ttl, join
 from ..partitions import elastic_member_filters, member_partitions
-from ..consume._dispatchers import KeyFunc, RetryPolicy, key_by_partitioning
+from ..consume._keys import KeyFunc, key_by_partitioning
+from ..consume._retry import RetryPolicy
 from ..consume._dispatchers import Handler
 from ..consume._loop import ConsumeContext
 from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options

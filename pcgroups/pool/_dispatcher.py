@@ -50,7 +50,9 @@ from nats.aio.msg import Msg as NatsMsg
 from . import _wire as pool
 from ..jetstream._connection import Connection
 from ..consume._delivery import PIN_HEADER, Delivery, Msg, message_size
-from ..consume._dispatchers import ConsumerControl, KeyedDispatcher, KeyFunc, RetryLater, RetryPolicy
+from ..consume._dispatchers import ConsumerControl, KeyedDispatcher
+from ..consume._keys import KeyFunc
+from ..consume._retry import RetryLater, RetryPolicy
 from ..consume._options import Member, WorkerNews
 
 log = logging.getLogger("pcgroups")

@@ -30,7 +30,8 @@ from ..consume._instance import (KEPT_SETTINGS, ConsumerInstance, setting_differ
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from ..consume._loop import CONTINUE, Outcome
 from ..partitions import member_partitions, static_member_filters
-from ..consume._dispatchers import KeyFunc, RetryPolicy
+from ..consume._keys import KeyFunc
+from ..consume._retry import RetryPolicy
 from ..consume._dispatchers import Handler
 from ..consume._loop import ConsumeContext
 from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options
