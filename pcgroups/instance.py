@@ -38,8 +38,8 @@ from .dispatch import PoolDispatcher, PoolSpec
 from .errors import ConfigError, JetStreamAPIError, PCGroupsError
 from .events import EventCallback, InstanceEvent, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
-from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
-                    pinned_client_id)
+from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, ConsumerTemplate,
+                    JetStreamApi, pinned_client_id)
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .pool import dispatcher_subjects, prefix
@@ -75,9 +75,10 @@ def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
     return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
 
 
-def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
-    """The user's consumer template with AckWait defaulted (5 s), as the reference does."""
-    cfg = replace(template) if template is not None else ConsumerConfig()
+def member_template(template: ConsumerTemplate | None) -> ConsumerConfig:
+    """The user's consumer template (pcgroups' or nats-py's type) with AckWait defaulted (5 s), as the reference
+    does."""
+    cfg = ConsumerConfig.of(template) if template is not None else ConsumerConfig()
     if cfg.ack_wait <= 0:
         cfg.ack_wait = DEFAULT_ACK_WAIT
     return cfg

