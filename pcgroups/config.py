@@ -43,7 +43,7 @@ def _q(text: str) -> str:
 # Decoding: Go's json.Unmarshal semantics (unknown fields ignored, names case-insensitive, null leaves the zero value)
 
 
-class _Obj(list):
+class _Obj(list[tuple[str, Any]]):
     """A decoded JSON object as its ordered (key, value) pairs, so duplicate keys resolve as in Go (the last wins)."""
 
 

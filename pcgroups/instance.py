@@ -174,7 +174,8 @@ class Starting(Generic[S]):
 
     async def __aenter__(self) -> S:
         self._instance = await self._start
-        return await self._instance.__aenter__()
+        entered: S = await self._instance.__aenter__()
+        return entered
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._instance.__aexit__(*exc)
@@ -300,7 +301,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
         self._watcher: Watch | None = None   # the group's config key, set by _start
-        self._watch_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
         self._leaving = False       # its own leave is under way: the membership change it makes is no news

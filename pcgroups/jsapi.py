@@ -343,7 +343,7 @@ class JetStreamApi:
         asyncio.ensure_future(self.nc.force_reconnect())
         return True
 
-    async def request(self, subject: str, body: bytes | dict | None = None, *,
+    async def request(self, subject: str, body: bytes | dict[str, Any] | None = None, *,
                       timeout: float | None = None) -> dict[str, Any]:
         """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises, and so does a request
         the user's permissions refuse, at once (:class:`PermissionDeniedError`, see pcgroups.permissions)."""

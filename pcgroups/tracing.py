@@ -191,7 +191,7 @@ class _Spans(InstanceTracing):
         self._getter = _header_getter()
         self._context, self._trace = context, trace
         self._Link, self._CONSUMER, self._INTERNAL = Link, SpanKind.CONSUMER, SpanKind.INTERNAL
-        self._error = lambda description: Status(StatusCode.ERROR, description)
+        self._error: Callable[[str], Any] = lambda description: Status(StatusCode.ERROR, description)
         self.group = group
         self._labels: dict[str, Any] = {
             "messaging.system": SYSTEM, "messaging.consumer.group.name": group,
