@@ -112,6 +112,25 @@ def _cg() -> list[str]:
     (["statik", "ls", "s"], "no such command 'statik' (did you mean static?); try 'cg -h' for help"),
     (["static", "staus", "s", "g"], "no such command 'staus' (did you mean status?); try 'cg static -h' for help"),
     (["static", "ls", "--concurrency", "3", "s"], "no such option: --concurrency; try 'cg static ls -h' for help"),
+    # an option without its value, at the end or before the command it would take for one
+    (["static", "consume", "s", "g", "m1", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "--sleep", "consume", "s", "g", "m1"], "option '--sleep' needs a value"),
+    (["elastic", "consume", "s", "g", "m1", "--sleep"], "option '--sleep' needs a value"),
+    (["elastic", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "worker", "s", "g", "--sleep"], "option '--sleep' needs a value"),
+    (["elastic", "worker", "s", "g", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "ls", "s", "-s"], "option '-s' needs a value"),
+    (["-s", "static", "ls", "s"], "option '-s' needs a value"),
+    (["static", "consume", "s", "g", "m1", "--concurrency"], "option '--concurrency' needs a value"),
+    (["static", "create", "s", "g2", "10", "m1", "m2"],
+     "no such command 's': cg static create takes balanced or mapped first (cg static create balanced|mapped s g2 10 "
+     "m1 m2); try 'cg static create -h' for help"),
+    # a suggestion only for a likely typo, among the options that go there (the root's go anywhere)
+    (["--bogus", "static", "ls", "s"], "no such option: --bogus; try 'cg -h' for help"),
+    (["static", "ls", "s", "--servr", "x"], "no such option: --servr (did you mean --server?); try 'cg static ls -h' "
+                                            "for help"),
+    (["static", "consume", "s", "g", "m1", "--concurency", "2"],
+     "no such option: --concurency (did you mean --concurrency?); try 'cg static consume -h' for help"),
 ])
 def test_a_misplaced_flag_or_a_typo_says_what_was_meant(argv, said):
     """No server needed: parsing fails before anything connects."""
