@@ -12,8 +12,11 @@
    after the command path), ``cg static``/``cg elastic``'s ``--sleep`` from anywhere after the
    flavour to just after it; then Typer parses the tree of cg/app.py.
 3. Every failure, usage errors included, is ``cg: error: <message>`` on stderr with status 1
-   (cg/errors.py). Ctrl-C is not a failure: status 130, as shells expect, and no line of ours (the
-   terminal shows ``^C``; a command with something to say on the way out, ``cg demo``, says it).
+   (cg/errors.py); a root or flavour option at the end of the line, or followed by a command name where
+   the line then fails to parse, was given without its value and is said so. Ctrl-C is not a failure,
+   whenever it comes (while Python imports what the command needs too): status 130, as shells expect,
+   and no line of ours (the terminal shows ``^C``; a command with something to say on the way out,
+   ``cg demo``, or ``consume`` waiting for its handler, says it).
 4. Run as a nats CLI plugin (the console script's parent process is ``nats``), cg ends when that
    ``nats`` is gone, as on SIGTERM (``consume`` lets its handler in flight finish and exits 0): a
    supervisor's SIGTERM reaches only the ``nats`` it started, and a ``consume`` left behind would
@@ -43,7 +46,15 @@ CLI_PACKAGES = ("typer", "rich", "prompt_toolkit")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``cg`` console script. Returns the exit status (0, 1, or 130 after Ctrl-C)."""
+    """The ``cg`` console script. Returns the exit status (0, 1, or 130 after Ctrl-C, whenever it comes: while
+    Python imports what a command needs too)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
         from . import VERSION

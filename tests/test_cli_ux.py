@@ -222,6 +222,27 @@ def test_the_shell_wants_a_unit_too(nats_server, clean_env):  # noqa: F811 - the
     assert out.getvalue().splitlines()[-1] == "processing time: 0"
 
 
+@pytest.mark.parametrize("argv,module", [
+    (["static", "ls", "{S}"], "prompt_toolkit"),            # the check that the cli extra is there
+    (["static", "ls", "{S}"], "typer"),                     # the parser
+    (["static", "ls", "{S}"], "cg.app"),                    # the command tree
+    (["static", "ls", "{S}"], "nats"),                      # connecting
+    (["static", "consume", "{S}", "g", "m1"], "cg.consume"),
+])
+async def test_ctrl_c_while_a_command_starts_exits_130_quietly(nats_server, static_stream, tmp_path, argv, module):
+    """Ctrl-C in a command's first moments, while Python imports what it needs (tests/data/sigint_at sends
+    SIGINT then): exit status 130 and nothing said, as later on."""
+    from tests.test_cli_common import ROOT, cg_argv
+
+    seen = tmp_path / "seen"
+    env = cg_env(nats_server.url, PCG_TEST_SIGINT_AT=module, PCG_TEST_SIGINT_SEEN=str(seen),
+                 PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "data" / "sigint_at"), str(ROOT)]))
+    done = await asyncio.to_thread(subprocess.run, cg_argv(*[a.replace("{S}", static_stream) for a in argv]),
+                                   capture_output=True, text=True, env=env, timeout=60)
+    assert seen.read_text() == module   # the Ctrl-C came at that moment
+    assert (done.returncode, done.stderr) == (130, ""), done.stderr
+
+
 async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
     """Ctrl-C at ``delete``'s (y/n): exit 130, nothing deleted, and the question's line ended, so the shell's
     next prompt does not land behind it."""
