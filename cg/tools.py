@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import check_names, parse_sleep
+from .common import check_names, given, parse_sleep
 from .errors import CLIError, expected
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
@@ -47,6 +47,9 @@ def stream_setup(
     check_names(stream=stream)
     if partitions < 1:
         raise CLIError(f"invalid --partitions {partitions}: must be at least 1")
+    if given(ctx, "partitions") and not static:
+        raise CLIError("--partitions is the partition count of --static's subject transform: add --static, or "
+                       "leave --partitions out")
     if static and subjects:
         raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
     subjects = subjects or [f"{stream}.*"]

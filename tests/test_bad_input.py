@@ -192,6 +192,13 @@ ROWS = [
       ["the max number of buffered messages must be a 64-bit integer", "got 99999999999999999999"]),
     R("elastic-buffer-not-integer", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "1e3"],
       ["invalid --max-buffered-msgs: '1e3' is not a whole number"]),
+    R("elastic-buffer-negative", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "-5"],
+      ["invalid --max-buffered-msgs -5: give a limit, or 0 for none"]),
+    R("elastic-buffer-bytes-negative", ["elastic", "create", "{E}", "g", "2", "--max-buffered-bytes", "-2"],
+      ["invalid --max-buffered-bytes -2: give a limit, or 0 for none"]),
+    R("elastic-consume-create-buffer-negative", ["elastic", "consume", "{E}", "g", "--auto", "--create", "2",
+                                                 "--max-buffered-msgs", "-5"],
+      ["invalid --max-buffered-msgs -5"], proc=True),   # a subprocess: taken, it would consume on
     # ---- missing streams and groups
     R("static-create-missing-stream", ["static", "create", "balanced", "no{S}", "g", "2", "m1"],
       ["the static consumer group's stream does not exist: no{S}"]),
@@ -248,6 +255,10 @@ ROWS = [
       ["invalid --sleep '-5ms'", "must not be negative"]),
     R("elastic-consume-no-member", ["elastic", "consume", "{E}", "eg"],
       ["a member name is required", "--auto"]),
+    R("elastic-consume-lease-ttl-without-auto", ["elastic", "consume", "{E}", "eg", "a", "--lease-ttl", "10s"],
+      ["--lease-ttl is the lease of an --auto instance", "add --auto, or leave --lease-ttl out"], proc=True),
+    R("tools-partitions-without-static", ["tools", "stream-setup", "--stream", "{S}x", "--partitions", "4"],
+      ["--partitions is the partition count of --static's subject transform", "add --static"]),
     # ---- delete confirmation
     R("static-delete-answer-no", ["static", "delete", "{S}", "sg"], ["operation canceled"], input="n\n"),
     R("elastic-delete-no-answer", ["elastic", "delete", "{E}", "eg"], ["operation canceled"], proc=True),
