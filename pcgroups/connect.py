@@ -230,6 +230,9 @@ def _normalize_url(url: str) -> str:
         raise bad(f"the scheme {parts.scheme}:// is not NATS's; use {schemes} (e.g. nats://127.0.0.1:4222)")
     if not parts.hostname or (parts.path not in ("", "/") and parts.scheme not in ("ws", "wss")):
         raise bad("write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")
+    if parts.hostname.isdigit():   # taken for a host (an IPv4 address as one number), it waits for a timeout
+        raise bad(f"{parts.hostname} is a port number, not a host: write nats://HOST:{parts.hostname} (e.g. "
+                  f"nats://127.0.0.1:{parts.hostname})")
     try:
         port = parts.port
     except ValueError:
