@@ -25,10 +25,10 @@ class CLIError(Exception):
 
 
 class Canceled(CLIError):
-    """The user answered anything but ``y`` to a confirmation."""
+    """The user answered anything but ``y`` to a confirmation (``why``: what else to say)."""
 
-    def __init__(self) -> None:
-        super().__init__("operation canceled")
+    def __init__(self, why: str = "") -> None:
+        super().__init__(f"operation canceled: {why}" if why else "operation canceled")
 
 
 def debugging() -> bool:

@@ -261,7 +261,8 @@ ROWS = [
       ["--partitions is the partition count of --static's subject transform", "add --static"]),
     # ---- delete confirmation
     R("static-delete-answer-no", ["static", "delete", "{S}", "sg"], ["operation canceled"], input="n\n"),
-    R("elastic-delete-no-answer", ["elastic", "delete", "{E}", "eg"], ["operation canceled"], proc=True),
+    R("elastic-delete-no-answer", ["elastic", "delete", "{E}", "eg"],
+      ["operation canceled: no answer (stdin ended); -f deletes without asking"], proc=True),
     # ---- connection, contexts, usage
     R("unreachable-server", ["-s", BAD, "elastic", "ls", "{E}"], ["can't connect to " + BAD, "connection refused"],
       proc=True),

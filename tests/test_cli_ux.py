@@ -268,6 +268,33 @@ async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
     assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
 
 
+async def test_delete_with_no_answer_on_stdin_says_how_to_delete_without_asking(nats_server, static_stream):
+    """``delete`` run with nothing on stdin (not a terminal) and stdout a terminal: the question's line ends
+    before the error, which says that ``-f`` deletes without asking; nothing is deleted."""
+    import pty
+
+    from tests.test_cli_common import cg_argv
+
+    s = static_stream
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
+    primary, secondary = pty.openpty()
+    try:
+        done = await asyncio.to_thread(subprocess.run, cg_argv("static", "delete", s, "g"), stdin=subprocess.DEVNULL,
+                                       stdout=secondary, stderr=subprocess.PIPE, env=cg_env(nats_server.url),
+                                       timeout=30)
+        os.close(secondary)
+        shown = b""
+        with contextlib.suppress(OSError):   # the terminal's end once read out
+            while chunk := os.read(primary, 4096):
+                shown += chunk
+    finally:
+        os.close(primary)
+    assert done.returncode == 1
+    assert done.stderr == b"cg: error: operation canceled: no answer (stdin ended); -f deletes without asking\n"
+    assert shown.endswith(b"are you sure? (y/n): \r\n"), shown
+    assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
+
+
 async def test_create_and_delete_say_one_line_in_a_terminal_and_nothing_in_a_pipe(nats_server, js, static_stream,
                                                                                     uniq):
     s, e, url = static_stream, f"{uniq}e", nats_server.url
