@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 
+import nats
 import pytest
 
 from tests.support import wait_for
@@ -573,6 +574,47 @@ async def _consumers(js, stream: str):
 # ---------------------------------------------------------------- the traffic script
 
 
+async def test_clean_deletes_pcgroups_buckets_only_when_they_hold_nothing(fresh_server, uniq):
+    """``cg tools clean``: a bucket holding a group or a live lease is kept, said with the way out; once the
+    groups are deleted and the instances stopped, the three KV streams go and nothing else."""
+    url = fresh_server.url
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+
+    async def streams() -> list[str]:
+        return sorted(s.config.name for s in await js.streams_info())
+
+    try:
+        await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+        (await run_cg("static", "create", "balanced", uniq, "sg", "2", "m1", url=url)).ok()
+        (await run_cg("elastic", "create", uniq, "eg", "2", "--filter", f"{uniq}.*", url=url)).ok()
+        async with procs() as start:
+            auto = await start("elastic", "consume", uniq, "eg", "--auto", url=url)
+            await auto.wait_text("consuming...", timeout=20)
+            r = (await acg("tools", "clean", url=url)).ok()
+            assert r.out == ""
+            assert r.err.splitlines() == [
+                f"cg: warning: KV bucket static-consumer-groups kept: it holds static groups ({uniq}.sg); delete "
+                f"them first: cg static delete {uniq} sg ...",
+                f"cg: warning: KV bucket elastic-consumer-groups kept: it holds elastic groups ({uniq}.eg); delete "
+                f"them first: cg elastic delete {uniq} eg ...",
+                r.err.splitlines()[-1]]
+            assert r.err.splitlines()[-1].startswith("cg: warning: KV bucket pcgroups-leases kept: it holds the "
+                                                     "leases of running --auto instances (")
+            (await run_cg("static", "delete", uniq, "sg", "-f", url=url)).ok()
+            (await run_cg("elastic", "delete", uniq, "eg", "-f", url=url)).ok()
+            assert (await auto.wait(20)).code == 0
+        assert "KV_pcgroups-leases" in await streams()
+        r = (await acg("tools", "clean", url=url)).ok()
+        assert (r.out, r.err) == ("KV bucket static-consumer-groups deleted (stream KV_static-consumer-groups)\n"
+                                  "KV bucket elastic-consumer-groups deleted (stream KV_elastic-consumer-groups)\n"
+                                  "KV bucket pcgroups-leases deleted (stream KV_pcgroups-leases)\n", "")
+        assert await streams() == [uniq]
+        assert (await acg("tools", "clean", url=url)).ok().out == "no pcgroups KV bucket to delete\n"
+    finally:
+        await nc.close()
+
+
 async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
     import nats
 
@@ -674,7 +716,8 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
     sections = [heading for heading, _ in commands]
     assert all(heading in sections for heading in WALKTHROUGH[:-1]), sections      # the plugin's: nats only
     assert any("SHOP" in c for _, c in commands) and any("REFUNDS" in c for _, c in commands)
-    assert commands[-1][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-1]
+    assert commands[-2][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-2]
+    assert commands[-1][1] == "cg tools clean", commands[-1]
     env = cg_env(fresh_server.url, CG=str(CG_BIN), PATH=f"{CG_BIN.parent}{os.pathsep}{os.environ['PATH']}")
     instances: list[Proc] = []
     traffic: list[asyncio.subprocess.Process] = []   # in the order started: `kill %1` stops the last one with &
@@ -721,6 +764,11 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
             assert b"cg: error" not in err, (command, err.decode())
         r = (await acg("tools", "stream-rm", "foo", env=env))
         assert r.code == 1 and r.err == "cg: error: no stream foo\n", r.err          # the clean-up removed them
+        nc = await nats.connect(fresh_server.url)
+        try:
+            assert [s.config.name for s in await nc.jetstream().streams_info()] == []   # the KV buckets too
+        finally:
+            await nc.close()
         await _the_library_example(fresh_server.url, env)
     finally:
         for p in traffic:
