@@ -281,9 +281,10 @@ class Publisher:
         from .output import go_duration
 
         retried = f", {self.retries} publishes retried" if self.retries else ""
-        return (f"published {self.sent} messages to {self.prefix}.<0..{self.max_subjects - 1}> (stream {self.stream}) "
-                f"in {self.seconds:.1f}s, {self.rate():.0f}/s (each publish waits for its ack, then a "
-                f"{go_duration(self.pause)} pause){retried}")
+        last = min(self.sent, self.max_subjects) - 1   # the subjects it did publish to
+        to = f" to {self.prefix}.0" if last == 0 else f" to {self.prefix}.<0..{last}>" if last > 0 else ""
+        return (f"published {self.sent} messages{to} (stream {self.stream}) in {self.seconds:.1f}s, "
+                f"{self.rate():.0f}/s (each publish waits for its ack, then a {go_duration(self.pause)} pause){retried}")
 
     def _progress_text(self) -> str:
         return f"published {self.sent} messages ({self.rate():.0f}/s)"

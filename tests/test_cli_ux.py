@@ -574,6 +574,14 @@ async def _consumers(js, stream: str):
 # ---------------------------------------------------------------- the traffic script
 
 
+@pytest.mark.parametrize("count,to", [(10, "acme.<0..9>"), (1, "acme.0"), (250, "acme.<0..99>")])
+async def test_traffic_names_the_subjects_it_published_to(nats_server, js, uniq, count, to):
+    await make_stream(js, uniq, subjects=[f"{uniq}.*.*"])
+    r = (await acg("tools", "traffic", "--stream", uniq, "--subject", f"{uniq}.acme", "--count", str(count),
+                   "--sleep", "0s", url=nats_server.url)).ok()
+    assert r.out.startswith(f"published {count} messages to {uniq}.{to} (stream {uniq}) in "), r.out
+
+
 async def test_clean_deletes_pcgroups_buckets_only_when_they_hold_nothing(fresh_server, uniq):
     """``cg tools clean``: a bucket holding a group or a live lease is kept, said with the way out; once the
     groups are deleted and the instances stopped, the three KV streams go and nothing else."""

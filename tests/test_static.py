@@ -191,6 +191,8 @@ async def test_bad_input_is_refused_before_anything_is_written(nc, js, uniq):
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
     with pytest.raises(ConfigError, match="max number of members must be at least 1"):
         await create_static(nc, uniq, "g", 0, members=["a"])
+    with pytest.raises(ConfigError, match="the max number of members must be an int, got str '2'"):
+        await create_static(nc, uniq, "g", "2", members=["a"])   # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="member name"):
         await create_static(nc, uniq, "g", 2, members=["a.b"])
     with pytest.raises(ConfigError, match="partition"):
