@@ -102,6 +102,9 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
     from pcgroups.elastic import ElasticSpec
 
     check_names(stream=stream, group=name)
+    for flag, value in (("--max-buffered-msgs", max_buffered_msgs), ("--max-buffered-bytes", max_buffered_bytes)):
+        if value < -1:   # the work queue's max_msgs/max_bytes: the server takes any negative one for no limit
+            raise CLIError(f"invalid {flag} {value}: give a limit, or 0 for none")
     sources, partition_streams = split_list(source), split_list(partition_stream)
     pfs: list[PartitioningFilter] | None
     if filter:
@@ -119,9 +122,6 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
                        "--partition-stream per partition, in partition order")
     for s in [*sources, *partition_streams]:
         check_names(stream=s)
-    for flag, value in (("--max-buffered-msgs", max_buffered_msgs), ("--max-buffered-bytes", max_buffered_bytes)):
-        if value < -1:   # the work queue's max_msgs/max_bytes: the server takes any negative one for no limit
-            raise CLIError(f"invalid {flag} {value}: give a limit, or 0 for none")
     check_config("elastic", ElasticConfig(max_members=max_members, partitioning_filters=pfs,
                                           max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes))
     streams = partition_streams or [stream, *sources]

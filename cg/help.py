@@ -138,8 +138,9 @@ class Group(typer.core.TyperGroup):
                     import shlex
 
                     path = ctx.command_path
-                    e.message = (f"{e.message.rstrip('.')}: {path} takes {', '.join(shown[:-1])} or {shown[-1]} "
-                                 f"first ({path} {'|'.join(shown)} {shlex.join(args)})")
+                    e.message = (f"{path} takes {', '.join(shown[:-1])} or {shown[-1]} first: "
+                                 f"{path} {'|'.join(shown)} {shlex.join(args)}")
+                    e.ctx = None   # the line is the usage: no "try -h" after it
             raise
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

@@ -124,8 +124,7 @@ def _cg() -> list[str]:
     (["-s", "static", "ls", "s"], "option '-s' needs a value"),
     (["static", "consume", "s", "g", "m1", "--concurrency"], "option '--concurrency' needs a value"),
     (["static", "create", "s", "g2", "10", "m1", "m2"],
-     "no such command 's': cg static create takes balanced or mapped first (cg static create balanced|mapped s g2 10 "
-     "m1 m2); try 'cg static create -h' for help"),
+     "cg static create takes balanced or mapped first: cg static create balanced|mapped s g2 10 m1 m2"),
     # a suggestion only for a likely typo, among the options that go there (the root's go anywhere)
     (["--bogus", "static", "ls", "s"], "no such option: --bogus; try 'cg -h' for help"),
     (["static", "ls", "s", "--servr", "x"], "no such option: --servr (did you mean --server?); try 'cg static ls -h' "
