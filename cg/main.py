@@ -36,7 +36,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False   # as typing.TYPE_CHECKING, without importing typing: a Ctrl-C before main() runs is Python's
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The exit status after Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
