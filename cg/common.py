@@ -81,6 +81,14 @@ def parse_duration_option(flag: str, text: str, *, minimum: float = 0.0, positiv
     return seconds
 
 
+def given(ctx: Any, name: str) -> bool:
+    """Whether the command's parameter ``name`` was given (on the command line or by its environment
+    variable), not left at its default."""
+    from typer._click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
 def parse_sleep(text: str) -> float:
     """A ``--sleep`` value: a Go duration, not negative."""
     return parse_duration_option("--sleep", text)

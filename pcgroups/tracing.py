@@ -66,7 +66,7 @@ from functools import wraps
 from typing import Any, Protocol
 
 from ._version import __version__
-from .errors import SupersededError
+from .errors import SupersededError, extra_missing
 
 __all__ = ["NO_TRACING", "InstanceTracing", "Traced", "Tracing"]
 
@@ -145,7 +145,10 @@ class Tracing:
     global one, W3C trace context and baggage unless ``OTEL_PROPAGATORS`` says otherwise)."""
 
     def __init__(self, tracer_provider: Any = None, *, propagator: Any = None) -> None:
-        from opentelemetry import propagate, trace
+        try:
+            from opentelemetry import propagate, trace
+        except ModuleNotFoundError as e:
+            raise extra_missing(e, "pcgroups.tracing.Tracing", "otel") from None
 
         self.tracer = trace.get_tracer("pcgroups", __version__, tracer_provider=tracer_provider)
         self.propagator = propagator if propagator is not None else propagate.get_global_textmap()
@@ -187,7 +190,7 @@ class _Spans(InstanceTracing):
         self._getter = _header_getter()
         self._context, self._trace = context, trace
         self._Link, self._CONSUMER, self._INTERNAL = Link, SpanKind.CONSUMER, SpanKind.INTERNAL
-        self._error = lambda description: Status(StatusCode.ERROR, description)
+        self._error: Callable[[str], Any] = lambda description: Status(StatusCode.ERROR, description)
         self.group = group
         self._labels: dict[str, Any] = {
             "messaging.system": SYSTEM, "messaging.consumer.group.name": group,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from ._delivery import Msg
 
@@ -19,7 +20,7 @@ class Handoff:
     """The handler of an instance iterated with ``async for`` (see the module docstring); ``done`` is
     the instance's end (None, or the error the loop raises)."""
 
-    def __init__(self, done: asyncio.Future):
+    def __init__(self, done: asyncio.Future[Any]) -> None:
         self._done = done
         self._queue: asyncio.Queue[tuple[Msg, asyncio.Future[bool]]] = asyncio.Queue()
 

@@ -38,7 +38,8 @@ from ..errors import ConfigError, JetStreamAPIError, PCGroupsError
 from ..events import InstanceEvent
 from ._handoff import Handoff
 from ._report import HookError, Reporter
-from ..jetstream._api import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
+from ..jetstream._api import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, ConsumerTemplate,
+                              JetStreamApi,
                               pinned_client_id)
 from ._loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from ..jetstream._permissions import Violation
@@ -76,8 +77,9 @@ def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
     return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
 
 
-def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
-    """The user's consumer template with AckWait defaulted (5 s), as the reference does."""
+def member_template(template: ConsumerTemplate | None) -> ConsumerConfig:
+    """The user's consumer template (pcgroups' or nats-py's type) with AckWait defaulted (5 s), as the reference
+    does."""
     return ConsumeOptions(config=template).template()
 
 
@@ -160,7 +162,8 @@ class Starting(Generic[S]):
 
     async def __aenter__(self) -> S:
         self._instance = await self._start
-        return await self._instance.__aenter__()
+        entered: S = await self._instance.__aenter__()
+        return entered
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._instance.__aexit__(*exc)
@@ -274,7 +277,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
         self._watcher: Watch | None = None   # the group's config key, set by _start
-        self._watch_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
         self._leaving = False       # its own leave is under way: the membership change it makes is no news

@@ -19,14 +19,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from nats.aio.client import Client
 
 from ..errors import ConfigError
 from ..events import EventCallback, PartitionsHook
-from ..jetstream._api import ConsumerConfig
+from ..jetstream._api import ConsumerConfig, ConsumerTemplate
 from ..tracing import Tracing
 from ._delivery import Delivery, Dispatcher
 from ._window import FAIR_WINDOW, WINDOW_PER_SLOT, MessageSize, Window
@@ -73,7 +73,7 @@ class ConsumeOptions:
     group's workers (:func:`pcgroups.serve_worker`), at most ``max_in_flight`` at once (0: their capacities)."""
 
     handler: Handler | None = None
-    config: ConsumerConfig | None = None
+    config: ConsumerTemplate | None = None
     batch: int = DEFAULT_BATCH
     auto_in_progress: bool = True
     concurrency: int = 1
@@ -108,9 +108,9 @@ class ConsumeOptions:
         return self.concurrency > 1 or self.dispatch
 
     def template(self) -> ConsumerConfig:
-        """The member consumer's template: ``config`` with AckWait defaulted (5 s, as the reference), and a
-        fair window (:data:`FAIR_WINDOW`) when keyed and ``max_ack_pending`` is unset."""
-        cfg = replace(self.config) if self.config is not None else ConsumerConfig()
+        """The member consumer's template: ``config`` (pcgroups' or nats-py's type) with AckWait defaulted (5 s, as
+        the reference), and a fair window (:data:`FAIR_WINDOW`) when keyed and ``max_ack_pending`` is unset."""
+        cfg = ConsumerConfig.of(self.config) if self.config is not None else ConsumerConfig()
         if cfg.ack_wait <= 0:
             cfg.ack_wait = DEFAULT_ACK_WAIT
         if self.keyed and cfg.max_ack_pending <= 0:

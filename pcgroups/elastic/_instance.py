@@ -29,7 +29,7 @@ from ..flavour import ELASTIC, api_of, check_names, stream_gone, work_queue_name
 from ._intake import STUCK_AFTER, SourceWatch, stuck_sources
 from ..consume._instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                                  setting_differences, startable, with_priority_group)
-from ..jetstream._api import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig,
+from ..jetstream._api import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, ConsumerTemplate,
                               JetStreamApi, pinned_client_id)
 from ..consume._loop import CONTINUE, Outcome
 from ._membership import auto_member_name, check_joinable, check_lease_ttl, join
@@ -58,7 +58,7 @@ STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
 
 @startable
 async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                          config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                           auto: bool = False, lease_ttl: float = 5.0,

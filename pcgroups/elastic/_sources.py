@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 
 from ..config import PartitioningFilter
 from ..errors import ConfigError
-from ..jetstream._api import JetStreamApi, domain_of, prefix_of
+from ..jetstream._api import JetStreamApi
+from ..jetstream._connection import domain_of, prefix_of
 from ..partitions import subjects_intersect, transform_destination
 
 T = TypeVar("T")

@@ -12,9 +12,10 @@ from ._api import (ERR_CONSUMER_NOT_FOUND, ERR_NO_MESSAGE_FOUND, ERR_NO_STREAM_M
                    PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, StreamConfig)
 from ._connection import Connection, domain_of, prefix_of
 from ._permissions import PermissionWatch, Violation
+from ._store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 
 __all__ = [
-    "ERR_CONSUMER_NOT_FOUND", "ERR_NO_MESSAGE_FOUND", "ERR_NO_STREAM_MATCHES", "ERR_STREAM_NOT_FOUND",
-    "PINNED_CLIENT", "PRIORITY_GROUP", "Connection", "ConsumerConfig", "JetStreamApi", "PermissionWatch",
-    "StreamConfig", "Violation", "domain_of", "prefix_of",
+    "ELASTIC_BUCKET", "ERR_CONSUMER_NOT_FOUND", "ERR_NO_MESSAGE_FOUND", "ERR_NO_STREAM_MATCHES", "ERR_STREAM_NOT_FOUND",
+    "PINNED_CLIENT", "PRIORITY_GROUP", "STATIC_BUCKET", "Connection", "ConsumerConfig", "JetStreamApi", "PermissionWatch",
+    "StreamConfig", "Violation", "domain_of", "prefix_of", "snapshot",
 ]

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from ..errors import extra_missing
 from ..events import InstanceEvent
 from ._health import serve
 
@@ -73,7 +74,10 @@ class MetricFamilies:
     """The metric objects in one registry, shared by the :class:`InstanceMetrics` of a process."""
 
     def __init__(self, registry: Any = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ModuleNotFoundError as e:
+            raise extra_missing(e, "pcgroups.ops.InstanceMetrics", "metrics") from None
 
         self.registry = registry if registry is not None else CollectorRegistry()
         m, r = INSTANCE_METRICS, self.registry

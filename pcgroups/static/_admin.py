@@ -17,7 +17,7 @@ from ..errors import (ConfigError, GroupExistsError, JetStreamAPIError,
                       NotFoundError)
 from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
 from ..consume._instance import (KEPT_SETTINGS, member_template, setting_differences, with_priority_group)
-from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi
+from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi
 from ..partitions import static_member_filters
 from ..jetstream._store import group_entry, group_key, kv_call, open_or_create_bucket, read
 
@@ -79,7 +79,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     return current
 
 
-async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerConfig | None = None,
+async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerTemplate | None = None,
                                   api: JetStreamApi | None = None) -> list[str]:
     """Create every member's consumer as its first instance would with the consumer template ``config`` (give
     the one the instances will use: AckWait, max_ack_pending); returns their names. Idempotent; a consumer

@@ -27,7 +27,7 @@ from ..errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStr
 from ..events import EventCallback, PartitionsHook
 from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name, stream_gone
 from ..consume._instance import (KEPT_SETTINGS, ConsumerInstance, setting_differences, startable)
-from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
+from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi, pinned_client_id
 from ..consume._loop import CONTINUE, Outcome
 from ..partitions import member_partitions, static_member_filters
 from ..consume._keys import KeyFunc
@@ -46,7 +46,7 @@ log = logging.getLogger("pcgroups")
 
 @startable
 async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                         config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                         config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                          on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
