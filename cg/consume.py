@@ -199,6 +199,7 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
                           "--dispatch)"),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
+        "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
     }
     return f"[{m}] {said[ev.kind]}"
 

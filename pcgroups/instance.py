@@ -433,7 +433,8 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                               label=f"{self.group_name}/{self.member_name}", concurrency=self.concurrency,
                               key=self.key or self._default_key(), retry=self.retry,
                               on_pin=lambda: self._post(PinChanged()), gated=self._reporter.gates,
-                              max_ack_pending=self.template.max_ack_pending, dispatch=self._pool, trace=self.trace)
+                              max_ack_pending=self.template.max_ack_pending, dispatch=self._pool, trace=self.trace,
+                              on_refused=lambda detail: self._reporter.emit("dead-letter-refused", detail=detail))
         if self._stop_requested:
             session.halt()
         await session.start()

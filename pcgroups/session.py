@@ -171,8 +171,10 @@ class PullSession:
                  on_gone: Callable[[str], None] | None = None, label: str = "",
                  on_pin: Callable[[], None] | None = None, gated: bool = False,
                  concurrency: int = 1, key: KeyFunc | None = None, retry: RetryPolicy | None = None,
-                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None, trace: InstanceTracing = NO_TRACING):
+                 max_ack_pending: int = 0, dispatch: PoolSpec | None = None, trace: InstanceTracing = NO_TRACING,
+                 on_refused: Callable[[str], None] | None = None):
         self.nc = nc
+        self.on_refused = on_refused   # a dead letter was refused (scheduler.ConsumerControl.dead_letter_refused)
         self.trace = trace
         self.api = api
         self.stream = stream
@@ -389,8 +391,11 @@ class PullSession:
         return self.nc.max_payload
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
-        await self.nc.publish(subject, data, headers=headers)
-        await self.nc.flush()
+        await self.api.publish(subject, data, headers)
+
+    def dead_letter_refused(self, detail: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(detail)
 
     # --- receiving ------------------------------------------------------------------------
     async def _on_msg(self, msg: NatsMsg) -> None:
