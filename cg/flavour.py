@@ -47,7 +47,7 @@ class Calls:
     step_down: Fn
     status: Fn          # pcgroups.status (imported when called: only ``status`` needs it)
     layout: Fn | None = None   # the streams a group consumes (elastic)
-    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.intake)
+    stuck: Fn | None = None    # sources stuck on an origin message, or losing messages (elastic: pcgroups.intake)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _elastic_calls() -> Calls:
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
                  step_down=lib.elastic_member_step_down,
                  status=_imported_when_called("pcgroups.status", "elastic_status"), layout=lib.get_elastic_layout,
-                 stuck=_imported_when_called("pcgroups.intake", "stuck_sources_of"))
+                 stuck=_imported_when_called("pcgroups.intake", "intake_of"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
