@@ -32,7 +32,7 @@ from .instance import (KEPT_SETTINGS, ConsumerInstance, member_template, setting
                        with_priority_group)
 from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
-from .partitions import member_partitions, static_member_filters
+from .partitions import check_member_filters, member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
 from .session import DEFAULT_BATCH, Handler
 from .store import Watch, group_entry, group_key, kv_call, open_or_create_bucket, read, stop_watch
@@ -69,6 +69,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     try:
         validate_partition_count(max_members)
         cfg.validate()
+        check_member_filters(cfg)
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
     info = await consumer_stream_info(STATIC, api, stream, group)

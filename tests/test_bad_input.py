@@ -75,6 +75,7 @@ async def _setup(url: str, w: World) -> None:
         await create_elastic(nc, w.E, "eg", 4, partitioning_filters=[PartitioningFilter(f"{w.E}.*", [1])])
         await add_members(nc, w.E, "eg", ["a", "b"])
         await create_elastic(nc, w.E, "em", 4)
+        await create_elastic(nc, w.E, "big", 20001)   # no member yet: one would own more than a consumer can filter
         await set_member_mappings(nc, w.E, "em", [MemberMapping("x", [0, 1]), MemberMapping("y", [2, 3])])
         # a durable member consumer that must survive every failed command (static consumers outlive instances)
         inst = await static_consume(nc, w.S, "sg", "m1", lambda msg: None, config=ConsumerConfig(ack_wait=1.0))
@@ -224,6 +225,16 @@ ROWS = [
       ["can not be updated to the requested one", "delete the existing elastic consumer group"]),
     R("elastic-add-to-mapped", ["elastic", "add", "{E}", "em", "z"],
       ["can't add members to an elastic consumer group that uses member mappings", "--sticky"]),
+    # ---- configs no member could consume under: refused before anything is written
+    R("static-create-member-over-filters", ["static", "create", "balanced", "{S}", "bigX", "20001", "m1"],
+      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects",
+       "use fewer partitions"]),
+    R("static-create-mapping-over-filters", ["static", "create", "mapped", "{S}", "bigM", "20001", "m1:0-20000"],
+      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
+    R("elastic-add-member-over-filters", ["elastic", "add", "{E}", "big", "a"],
+      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
+    R("elastic-mapping-over-filters", ["elastic", "create-mapping", "{E}", "big", "a:0-20000"],
+      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
     # ---- wrong flavour
     R("static-info-on-elastic", ["static", "info", "{E}", "eg"],
       ["static consumer group eg on stream {E} not found", "(eg is an elastic consumer group)"]),
