@@ -384,7 +384,7 @@ async def consume(rt: Runtime, kind: str, stream: str, group: str, member: str,
     tracing, finish = traced_by_env(otel)
     metrics_kwargs: dict[str, Any] = {} if tracing is None else {"tracing": tracing}
     served = None   # --metrics-listen: the metrics, the probes and their server
-    if metrics_listen:
+    if metrics_listen is not None:   # "" is a bad address, not no address
         from .metrics import instance_metrics
 
         served = instance_metrics(kind, stream, group, member, metrics_listen, start)
