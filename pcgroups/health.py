@@ -57,7 +57,7 @@ TIMEOUT = 5.0          # seconds a connection has to send its request, and again
 BACKLOG = 512          # connections the kernel queues while all are taken
 WORKERS = 4            # threads answering requests (one answer may wait for the event loop: a pool's metrics)
 MAX_REQUEST = 16384    # bytes of request line and headers
-GRACE = 0.5            # seconds a connection may take to send its request before a new one may take its place
+GRACE = 0.25           # seconds a connection may take to send its request before a new one may take its place
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 PROBES = ("/healthz", "/readyz")
