@@ -11,7 +11,7 @@ import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import VERSION  # noqa: F401 - re-exported; it lives in cg/__init__.py (cg --version imports only that)
 from .errors import CLIError, debugging
@@ -79,6 +79,14 @@ def parse_duration_option(flag: str, text: str, *, minimum: float = 0.0, positiv
         allowed = "must not be negative" if minimum == 0 else f"must be at least {minimum:g}s"
         raise CLIError(f"invalid {flag} {text!r}: {allowed}")
     return seconds
+
+
+def given(ctx: Any, name: str) -> bool:
+    """Whether the command's parameter ``name`` was given (on the command line or by its environment
+    variable), not left at its default."""
+    from typer._click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def parse_sleep(text: str) -> float:

@@ -7,7 +7,8 @@ With ``--concurrency K`` > 1 several messages are handled at once, so each gets 
 ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for <sleep> ...`` before and the same
 head with ``acked`` (or the message) after.
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
-finishes; a second signal exits at once), 1 with ``cg: error: ...`` when the instance fails.
+finishes, which a first Ctrl-C says at once on stderr; a second signal exits at once), 1 with
+``cg: error: ...`` when the instance fails.
 
 What the instance is doing is one line per event (``pcgroups.events``), each naming the member:
 ``[m1] pinned: partitions 0-3``, ``[m1] standby: ...``, ``[m1] lost the pin``, ``[m1] not a member of
@@ -70,6 +71,9 @@ class Printer:
         self.status_on_stdout = status_on_stdout
         self.width = width
         self._open = False                        # a message line is started and not ended
+        self._begun = ""                          # its first part, written again if a line came in between
+        self._cut = False                         # an interruption ended it early (a terminal)
+        self.in_flight = 0                        # handlers running (make_handler counts them)
         self._ready = False
         self._header: list[str] = []               # consuming... and the like: before any message line
         self._early: list[tuple[bool, str]] = []   # status lines before ready()
@@ -88,15 +92,27 @@ class Printer:
     def begin(self, text: str) -> bool:
         """The first part of a message line (flushed: the processing comes next)."""
         self._before_message()
-        self._open = True
+        self._open, self._begun, self._cut = True, text, False
         return self._stdout(text)
 
     def end(self, text: str) -> bool:
-        """The end of the open message line; then the lines that waited."""
-        written = self._stdout(text + "\n")
-        self._open = False
+        """The end of the open message line (all of it, when an interruption cut it); then the lines that
+        waited."""
+        written = self._stdout((self._begun if self._cut else "") + text + "\n")
+        self._open = self._cut = False
         self._release()
         return written
+
+    def interrupt(self, text: str) -> None:
+        """Say ``text`` on stderr at once, even while a message line is open: on a terminal that line is ended
+        first (after the ``^C`` the terminal shows) and written whole when its message is done."""
+        if self._open and self.status_on_stdout and not self._cut:
+            self._cut = self._stdout("\n")
+        try:
+            sys.stdout.flush()
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def whole(self, text: str) -> bool:
         """A whole message line (handlers running at once write whole lines, never an open one)."""
@@ -109,8 +125,9 @@ class Printer:
         """The instance ended: a message line its handler left open ends (an error then has a line of
         its own), and the lines that waited are written."""
         if self._open:
-            self._stdout("\n")
-            self._open = False
+            if not self._cut:
+                self._stdout("\n")
+            self._open = self._cut = False
         self._release()
 
     def _before_message(self) -> None:
@@ -238,36 +255,40 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
-        seq = msg.sequence
-        head = f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
-        first = f"{head}Processing for {sleep_text} ..."
-        if not (printer.whole(first) if whole_lines else printer.begin(first + " ")):
-            on_broken()
-            return  # not acked: redelivered to whoever carries on
-        if sleep > 0:
-            await precise_sleep(sleep)
-        if msg.superseded:   # another instance may be handling it now: the library's rule is not to ack
-            text = ("superseded by a reset (not acked)" if msg.reset_since else
-                    "superseded: another instance took over (not acked)")
+        printer.in_flight += 1   # what a first Ctrl-C waits for (Run)
+        try:
+            seq = msg.sequence
+            head = f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
+            first = f"{head}Processing for {sleep_text} ..."
+            if not (printer.whole(first) if whole_lines else printer.begin(first + " ")):
+                on_broken()
+                return  # not acked: redelivered to whoever carries on
+            if sleep > 0:
+                await precise_sleep(sleep)
+            if msg.superseded:   # another instance may be handling it now: the library's rule is not to ack
+                text = ("superseded by a reset (not acked)" if msg.reset_since else
+                        "superseded: another instance took over (not acked)")
+                if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
+                    on_broken()
+                return
+            try:
+                await msg.ack_sync()
+            except SupersededError:  # a reset moved the consumer while it was handled: not an error
+                text = "superseded by a reset (not acked)"
+            except NoRespondersError as e:
+                if group_gone is not None and await group_gone():
+                    text = "not acked: the group was deleted"
+                else:
+                    text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
+                            f"pinned id change) it will be or may already have been re-delivered: {e}")
+            except Exception as e:  # noqa: BLE001 - reported as the reference does, then carry on
+                text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
+            else:
+                text = "acked"
             if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
                 on_broken()
-            return
-        try:
-            await msg.ack_sync()
-        except SupersededError:  # a reset moved the consumer while it was handled: not an error
-            text = "superseded by a reset (not acked)"
-        except NoRespondersError as e:
-            if group_gone is not None and await group_gone():
-                text = "not acked: the group was deleted"
-            else:
-                text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
-                        f"pinned id change) it will be or may already have been re-delivered: {e}")
-        except Exception as e:  # noqa: BLE001 - reported as the reference does, then carry on
-            text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
-        else:
-            text = "acked"
-        if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
-            on_broken()
+        finally:
+            printer.in_flight -= 1
 
     return handler
 
@@ -302,6 +323,11 @@ class Run:
                 pass
             os._exit(130)
         self._received.add(sig)
+        if sig == signal.SIGINT and self.printer.in_flight:   # said at once: the stop waits for them
+            n = self.printer.in_flight
+            what = "the message" if n == 1 else f"the {n} messages"
+            self.printer.interrupt(f"cg: stopping after {what} in flight (at most {go_duration(ACK_WAIT)}; Ctrl-C "
+                                   "again: now)")
         self.stop()
 
     async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,

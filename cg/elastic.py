@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .common import (check_config, check_names, group_exists, parse_duration_option, parse_mappings,
+from .common import (check_config, check_names, given, group_exists, parse_duration_option, parse_mappings,
                      parse_source_apis, parse_starts, parse_wildcards, partitioning_filters, split_list)
 from .errors import CLIError, warn
 from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
@@ -102,6 +102,9 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
     from pcgroups.elastic import ElasticSpec
 
     check_names(stream=stream, group=name)
+    for flag, value in (("--max-buffered-msgs", max_buffered_msgs), ("--max-buffered-bytes", max_buffered_bytes)):
+        if value < -1:   # the work queue's max_msgs/max_bytes: the server takes any negative one for no limit
+            raise CLIError(f"invalid {flag} {value}: give a limit, or 0 for none")
     sources, partition_streams = split_list(source), split_list(partition_stream)
     pfs: list[PartitioningFilter] | None
     if filter:
@@ -409,6 +412,9 @@ def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMem
                        "and --max-buffered-* describe the group to create: give them with --create PARTITIONS")
     if create is not None and not auto:
         raise CLIError("--create needs --auto: a named member of a new group would wait forever to be added")
+    if not auto and given(ctx, "lease_ttl"):
+        raise CLIError("--lease-ttl is the lease of an --auto instance (automatic membership): add --auto, or "
+                       "leave --lease-ttl out")
     lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
     spec = None
     if create is not None:

@@ -25,10 +25,10 @@ class CLIError(Exception):
 
 
 class Canceled(CLIError):
-    """The user answered anything but ``y`` to a confirmation."""
+    """The user answered anything but ``y`` to a confirmation (``why``: what else to say)."""
 
-    def __init__(self) -> None:
-        super().__init__("operation canceled")
+    def __init__(self, why: str = "") -> None:
+        super().__init__(f"operation canceled: {why}" if why else "operation canceled")
 
 
 def debugging() -> bool:
@@ -62,13 +62,19 @@ def message_of(e: BaseException) -> str:
     return describe(e)
 
 
-def usage_message(e: Any) -> str:
-    """One line for a parsing error (a click ``UsageError``/``BadParameter``), with where to get help."""
+def usage_message(e: Any, suggestions: list[str] | None = None) -> str:
+    """One line for a parsing error (a click ``UsageError``/``BadParameter``), with where to get help;
+    ``suggestions``: what a mistyped option was likely meant to be (instead of click's)."""
     name = getattr(e, "option_name", None)
     if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
         text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be at least 1)"
+    elif suggestions is not None or getattr(e, "possibilities", None):
+        if suggestions is None:
+            suggestions = close_options(name or "", e.possibilities)
+        text = e.message + (f" (did you mean {' or '.join(suggestions)}?)" if suggestions else "")
     else:
         text = e.format_message().strip()
+        text = re.sub(r"^Option ('[^']+') requires (an argument|\d+ arguments)\.$", r"option \1 needs a value", text)
         value = re.fullmatch(r"Invalid value for '([^']+)'(?: / '[^']+')*: (.*)", text, re.S)
         if value:  # "invalid MAX-MEMBERS: '2.5' is not a whole number"
             text = f"invalid {value[1]}: {value[2]}"
@@ -83,6 +89,15 @@ def usage_message(e: Any) -> str:
     if ctx is not None:  # on the same line: an error is one line
         text += f"; try '{ctx.command_path} -h' for help"
     return text
+
+
+def close_options(typed: str, spellings: Any) -> list[str]:
+    """The option spellings (``--server``) ``typed`` is likely a typo of, compared without their dashes (with
+    them, ``--bogus`` is as close to ``--user`` as a typo)."""
+    from difflib import get_close_matches
+
+    bare = {s.lstrip("-"): s for s in spellings}
+    return [bare[m] for m in get_close_matches(typed.lstrip("-"), list(bare), n=3, cutoff=0.75)]
 
 
 def fail(message: str) -> int:

@@ -290,7 +290,7 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
 async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
     """An elastic group's work queue is left without its config (a delete that stopped half way): say so; the
     delete removes it."""
-    from pcgroups.elastic import work_queue_name
+    from pcgroups import work_queue_name
     from pcgroups.errors import NotFoundError
 
     if flavour.name != "elastic":

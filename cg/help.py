@@ -114,6 +114,10 @@ def close_names(typed: str, names: Iterable[str]) -> list[str]:
     return get_close_matches(typed, list(names))
 
 
+#: A group with at most this many commands names them when the word after it is none of them.
+FEW_COMMANDS = 3
+
+
 class Group(typer.core.TyperGroup):
     """A ``cg`` command group with the plain help page of this module (its commands listed last), and a
     "did you mean" for a mistyped command (Typer's looks only at the commands built so far: none at the root,
@@ -127,8 +131,16 @@ class Group(typer.core.TyperGroup):
         except UsageError as e:
             if args and "Did you mean" not in e.message:
                 matches = close_names(args[0], self.list_commands(ctx))
+                shown = [n for n in self.list_commands(ctx) if not getattr(self.get_command(ctx, n), "hidden", False)]
                 if matches:
                     e.message = f"{e.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+                elif 1 < len(shown) <= FEW_COMMANDS:   # cg static create foo ...: balanced or mapped forgotten
+                    import shlex
+
+                    path = ctx.command_path
+                    e.message = (f"{path} takes {', '.join(shown[:-1])} or {shown[-1]} first: "
+                                 f"{path} {'|'.join(shown)} {shlex.join(args)}")
+                    e.ctx = None   # the line is the usage: no "try -h" after it
             raise
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

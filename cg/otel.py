@@ -13,20 +13,24 @@ standard ``OTEL_*`` environment variables say (docs/OPERATIONS.md, *Traces*).
   ``OTEL_SDK_DISABLED``.
 
 :func:`tracing_from_env` checks all of that before anything connects: an exporter that is not installed
-or a protocol that does not exist is one ``cg: error:`` line. :func:`finish` exports what is left when
-the instance has ended, waiting at most :data:`FLUSH_LIMIT`; :func:`traced_by_env` gives both, for a
-command's ``--otel``.
+or a protocol that does not exist is one ``cg: error:`` line. A collector that does not answer is one
+``cg: warning:`` line naming where the spans went, the first time an export fails; the exporters' own
+complaints (a long line per retry) are not shown (:class:`ExportFailures`). :func:`finish` exports what is
+left when the instance has ended, waiting at most :data:`FLUSH_LIMIT`; :func:`traced_by_env` gives both,
+for a command's ``--otel``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import CLIError, warn
+from .errors import CLIError, debugging, warn
 
 INSTALL_HINT = "OpenTelemetry is not installed: pip install 'pcgroups[otel]'"
 PROTOCOLS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
@@ -71,8 +75,41 @@ def _exporter(name: str) -> Any:
     return cls()
 
 
-def tracing_from_env(env: Mapping[str, str] = os.environ) -> tuple[Any, Any]:
-    """The :class:`pcgroups.tracing.Tracing` and the tracer provider ``--otel`` uses (see the module doc)."""
+class ExportFailures(logging.Filter):
+    """On cg's log handlers while spans are exported: what OpenTelemetry's exporters and span processors
+    log about a failed export is said once, as one warning naming ``endpoints``, and then dropped."""
+
+    LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk")
+
+    def __init__(self, endpoints: list[str]) -> None:
+        super().__init__()
+        self.endpoints = endpoints
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith(self.LOGGERS):
+            return True
+        if not self.said:
+            self.said = True
+            errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", record.getMessage())
+            why = f" ({errno[1].strip().lower()})" if errno else ""
+            where = ", ".join(self.endpoints) or "the collector"
+            warn(f"traces: can't export spans to {where}{why}; they are dropped until it answers "
+                 "(OTEL_EXPORTER_OTLP_ENDPOINT says where)")
+        return False
+
+    def install(self) -> None:
+        """On cg's handlers of the root logger; not with ``CG_DEBUG`` (everything is shown then)."""
+        if debugging():
+            return
+        for handler in logging.getLogger().handlers:
+            if getattr(handler, "_cg", False):
+                handler.addFilter(self)
+
+
+def tracing_from_env(env: Mapping[str, str] = os.environ) -> tuple[Any, Any, ExportFailures]:
+    """The :class:`pcgroups.tracing.Tracing` and the tracer provider ``--otel`` uses (see the module doc), and
+    the filter that says a failed export once (installed on cg's log handlers)."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -95,16 +132,18 @@ def tracing_from_env(env: Mapping[str, str] = os.environ) -> tuple[Any, Any]:
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
-    return Tracing(provider), provider
+    failures = ExportFailures([e._endpoint for e in exporters if isinstance(getattr(e, "_endpoint", None), str)])
+    failures.install()
+    return Tracing(provider), provider, failures
 
 
-def finish(provider: Any) -> None:
+def finish(provider: Any, failures: ExportFailures | None = None) -> None:
     """Export the spans left (the instance has ended), waiting at most :data:`FLUSH_LIMIT`: an exporter
-    that can not reach its collector does not hold the exit up."""
+    that can not reach its collector does not hold the exit up (nor says so again after ``failures`` did)."""
     done = threading.Thread(target=provider.shutdown, name="cg-otel-shutdown", daemon=True)
     done.start()
     done.join(FLUSH_LIMIT)
-    if done.is_alive():
+    if done.is_alive() and not (failures is not None and failures.said):
         warn(f"traces: the exporter did not finish within {FLUSH_LIMIT:g}s; the last spans may be lost")
 
 
@@ -113,8 +152,8 @@ def traced_by_env(otel: bool) -> tuple[Any, Callable[[], None]]:
     the instance has ended (:func:`finish`; nothing without)."""
     if not otel:
         return None, lambda: None
-    tracing, provider = tracing_from_env()
-    return tracing, lambda: finish(provider)
+    tracing, provider, failures = tracing_from_env()
+    return tracing, lambda: finish(provider, failures)
 
 
-__all__ = ["INSTALL_HINT", "exporter_names", "finish", "traced_by_env", "tracing_from_env"]
+__all__ = ["INSTALL_HINT", "ExportFailures", "exporter_names", "finish", "traced_by_env", "tracing_from_env"]

@@ -131,7 +131,11 @@ class Runtime:
         if force:
             return
         answer = await self.ask_async(DELETE_WARNING)
-        if answer is None or answer.strip() != "y":
+        if not self.stdin_is_terminal() and _stdout_is_terminal():   # no answer echoed ended the question's line
+            _end_prompt_line()
+        if answer is None:
+            raise Canceled("no answer (stdin ended); -f deletes without asking")
+        if answer.strip() != "y":
             raise Canceled()
 
 
@@ -173,6 +177,13 @@ def read_answer(prompt: str) -> str | None:
     if line == "":
         return None
     return line.rstrip("\r\n")
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _end_prompt_line() -> None:

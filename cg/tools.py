@@ -5,6 +5,10 @@
 - ``stream-setup``: the stream ``foo`` with subjects ``foo.*`` (or ``--subjects``); ``--static`` adds the subject
   transform ``foo.*`` → ``{{partition(10,1)}}.foo.{{wildcard(1)}}`` static groups need; ``stream-rm`` deletes
   streams (the README's clean-up).
+- ``clean``: deletes pcgroups' own KV buckets (the groups' configs, the leases of automatic membership),
+  each only when it holds nothing: a bucket with a group or a live lease is kept, and said so with the
+  way out. Nothing else is looked at: run it when no group is being created (a group written between
+  the look and the delete would go with its bucket).
 - ``traffic``: publishes synchronously (waiting for each ack, then 10ms) to ``foo.<n>``, ``n`` cycling
   below 100, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo --multisubject
   --multisubjectmax 100 --sleep 10ms``); through a server restart it waits and publishes again
@@ -17,12 +21,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import check_names, parse_sleep
-from .errors import CLIError, expected
+from .common import check_names, given, parse_sleep
+from .errors import CLIError, expected, warn
 from .help import Command, Group as CommandGroup
 from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up and removal, traffic)", add_completion=False,
+tools_app = typer.Typer(help="demo helpers (stream set-up and removal, traffic, clean-up)", add_completion=False,
                         cls=CommandGroup)
 
 
@@ -47,6 +51,9 @@ def stream_setup(
     check_names(stream=stream)
     if partitions < 1:
         raise CLIError(f"invalid --partitions {partitions}: must be at least 1")
+    if given(ctx, "partitions") and not static:
+        raise CLIError("--partitions is the partition count of --static's subject transform: add --static, or "
+                       "leave --partitions out")
     if static and subjects:
         raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
     subjects = subjects or [f"{stream}.*"]
@@ -95,6 +102,43 @@ def stream_rm(
     if missing:
         raise CLIError(f"no stream {' '.join(missing)} (the others were deleted)" if len(missing) < len(streams)
                        else f"no stream {' '.join(missing)}")
+
+
+@tools_app.command("clean", help="delete pcgroups' KV buckets that hold no group and no lease", cls=Command)
+def clean(ctx: typer.Context) -> None:
+    from .output import out
+
+    async def body(_nc: Any, api: Any) -> tuple[list[str], list[str]]:
+        from pcgroups.errors import NotFoundError
+        from pcgroups.membership import LEASE_BUCKET
+        from pcgroups.store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
+
+        deleted, kept = [], []
+        for bucket, kind in ((STATIC_BUCKET, "static"), (ELASTIC_BUCKET, "elastic"), (LEASE_BUCKET, "")):
+            try:
+                keys = [entry.key for entry in await snapshot(api, bucket)]
+            except NotFoundError:
+                continue
+            if not keys:
+                if await api.delete_stream(f"KV_{bucket}"):
+                    deleted.append(f"KV bucket {bucket} deleted (stream KV_{bucket})")
+                continue
+            shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+            if kind:
+                way = f"delete them first: cg {kind} delete {' '.join(keys[0].split('.', 1))} ..."
+                kept.append(f"KV bucket {bucket} kept: it holds {kind} groups ({shown}); {way}")
+            else:
+                kept.append(f"KV bucket {bucket} kept: it holds the leases of running --auto instances ({shown}); "
+                            "stop them first")
+        return deleted, kept
+
+    deleted, kept = runtime(ctx).with_connection(body)
+    for line in deleted:
+        out.line(line)
+    for line in kept:
+        warn(line)
+    if not deleted and not kept:
+        out.line("no pcgroups KV bucket to delete")
 
 
 @tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects",
@@ -237,9 +281,10 @@ class Publisher:
         from .output import go_duration
 
         retried = f", {self.retries} publishes retried" if self.retries else ""
-        return (f"published {self.sent} messages to {self.prefix}.<0..{self.max_subjects - 1}> (stream {self.stream}) "
-                f"in {self.seconds:.1f}s, {self.rate():.0f}/s (each publish waits for its ack, then a "
-                f"{go_duration(self.pause)} pause){retried}")
+        last = min(self.sent, self.max_subjects) - 1   # the subjects it did publish to
+        to = f" to {self.prefix}.0" if last == 0 else f" to {self.prefix}.<0..{last}>" if last > 0 else ""
+        return (f"published {self.sent} messages{to} (stream {self.stream}) in {self.seconds:.1f}s, "
+                f"{self.rate():.0f}/s (each publish waits for its ack, then a {go_duration(self.pause)} pause){retried}")
 
     def _progress_text(self) -> str:
         return f"published {self.sent} messages ({self.rate():.0f}/s)"

@@ -32,10 +32,12 @@ import random
 import sys
 
 import nats
+from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StreamConfig
 from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
-from pcgroups import (ConsumerConfig, PartitioningFilter, add_members, create_elastic, delete_members,
+from pcgroups import (ConsumerConfig, Msg, PartitioningFilter, add_members, create_elastic, delete_members,
                       elastic_consume)
 from pcgroups.server import EmbeddedServer
 
@@ -45,7 +47,7 @@ KEYS = [f"k{i:02d}" for i in range(16)]
 class PartitionState:
     """The totals of the partitions one instance owns: ``{partition: {key: [total, last number]}}``."""
 
-    def __init__(self, kv, name: str) -> None:
+    def __init__(self, kv: KeyValue, name: str) -> None:
         self.kv = kv
         self.name = name
         self.owned: dict[int, dict[str, list[int]]] = {}
@@ -55,7 +57,7 @@ class PartitionState:
         for p in partitions:
             try:
                 entry = await self.kv.get(f"p{p}")
-                self.owned[p] = json.loads(entry.value)
+                self.owned[p] = json.loads(entry.value or b"{}")
             except KeyNotFoundError:
                 self.owned[p] = {}
         print(f"[{self.name}] assigned {sorted(partitions)}: state loaded")
@@ -65,7 +67,7 @@ class PartitionState:
             await self.kv.put(f"p{p}", json.dumps(self.owned.pop(p, {})).encode())
         print(f"[{self.name}] revoked {sorted(partitions)}: state stored")
 
-    async def handle(self, msg) -> None:
+    async def handle(self, msg: Msg) -> None:
         key = msg.subject.split(".")[-1]
         number, amount = (int(x) for x in msg.data.decode().split(":"))
         total = self.owned[msg.partition].setdefault(key, [0, 0])
@@ -76,7 +78,7 @@ class PartitionState:
         await msg.ack()
 
 
-async def publish(js, count: int, sent: dict[str, list[int]]) -> None:
+async def publish(js: JetStreamContext, count: int, sent: dict[str, list[int]]) -> None:
     for _ in range(count):
         key = random.choice(KEYS)
         total = sent.setdefault(key, [0, 0])
@@ -86,7 +88,7 @@ async def publish(js, count: int, sent: dict[str, list[int]]) -> None:
         await js.publish(f"tally.{key}", f"{total[1]}:{amount}".encode())
 
 
-async def settled(js, stream: str, published: int, timeout: float = 30.0) -> None:
+async def settled(js: JetStreamContext, stream: str, published: int, timeout: float = 30.0) -> None:
     """Until the work queue has taken all ``published`` messages from the stream (sourcing runs in the
     background) and every one was consumed (a work queue deletes what is acked)."""
     loop = asyncio.get_running_loop()
@@ -128,7 +130,7 @@ async def run(url: str, messages: int) -> int:
     stored: dict[str, list[int]] = {}
     for p in range(4):
         try:
-            stored.update(json.loads((await kv.get(f"p{p}")).value))
+            stored.update(json.loads((await kv.get(f"p{p}")).value or b"{}"))
         except KeyNotFoundError:
             pass
     await nc.close()

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import socket
+from typing import Any
 
 
 def where_pcgroups_is(_: object) -> tuple[str, str, int]:
@@ -58,7 +59,7 @@ def main() -> None:
     def say(**fields: object) -> None:
         print(json.dumps(fields), flush=True)
 
-    def source(read):
+    def source(read: Any) -> Any:   # spark.read or spark.readStream
         r = read.format("pcgroups").option("servers", args.servers).option("stream", args.stream)
         r = r.option("group", args.group) if args.group else r.option("partitionCount", args.partitions)
         return r

@@ -24,6 +24,7 @@ import random
 import sys
 import tempfile
 import time
+from typing import Any
 
 import nats
 from nats.js.api import StreamConfig, SubjectTransform
@@ -45,7 +46,7 @@ async def setup_streams(url: str) -> None:
     await nc.close()
 
 
-async def publish_orders(url: str, n: int, rng: random.Random, expected: dict) -> None:
+async def publish_orders(url: str, n: int, rng: random.Random, expected: dict[str, tuple[int, int]]) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=2000)
     futs = []
@@ -59,20 +60,21 @@ async def publish_orders(url: str, n: int, rng: random.Random, expected: dict) -
     await nc.close()
 
 
-async def latest_totals(url: str) -> dict:
+async def latest_totals(url: str) -> tuple[dict[str, dict[str, Any]], int]:
+    """The last total per customer in TOTALS, and how many messages it holds."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     out = {}
     info = await js.stream_info("TOTALS", subjects_filter="totals.*")
     for subject in sorted(info.state.subjects or {}):
         msg = await js.get_last_msg("TOTALS", subject)
-        out[subject.split(".", 1)[1]] = json.loads(msg.data)
+        out[subject.split(".", 1)[1]] = json.loads(msg.data or b"{}")
     n = info.state.messages
     await nc.close()
     return out, n
 
 
-def run_job(spark, url: str, checkpoint: str) -> list[int]:
+def run_job(spark: Any, url: str, checkpoint: str) -> list[int]:
     from pyspark.sql import functions as F
 
     orders = (spark.readStream.format("pcgroups")
@@ -117,7 +119,7 @@ def main() -> int:
     from pcgroups.spark import register
 
     rng = random.Random(7)
-    expected: dict = {}
+    expected: dict[str, tuple[int, int]] = {}
     started = time.monotonic()
     with EmbeddedServer() as server, tempfile.TemporaryDirectory(prefix="pcg-spark-") as tmp:
         url = server.url

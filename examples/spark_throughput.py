@@ -23,13 +23,17 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import nats
-from nats.js.api import ConsumerConfig, StreamConfig, SubjectTransform
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig, SubjectTransform
 
 from pcgroups.server import EmbeddedServer
 from pcgroups.spark import _nats
 from pcgroups.spark._options import ConnectionOptions
+
+T = TypeVar("T")
 
 
 async def fill(url: str, n: int, partitions: int, payload: int) -> None:
@@ -50,8 +54,8 @@ async def fill(url: str, n: int, partitions: int, payload: int) -> None:
 async def plain_pull(url: str) -> int:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    sub = await js.pull_subscribe(">", stream="BENCH", config=ConsumerConfig(ack_policy="none", mem_storage=True,
-                                                                            inactive_threshold=10))
+    sub = await js.pull_subscribe(">", stream="BENCH", config=ConsumerConfig(ack_policy=AckPolicy.NONE,
+                                                                            mem_storage=True, inactive_threshold=10))
     n = 0
     while True:
         try:
@@ -66,7 +70,8 @@ async def plain_pull(url: str) -> int:
     return n
 
 
-async def source_reader(url: str, partitions: int, last: int, cls) -> int:
+async def source_reader(url: str, partitions: int, last: int,
+                        cls: type[_nats.DirectRangeReader] | type[_nats.ConsumerRangeReader]) -> int:
     """The data source's own range reader (what each Spark task runs), partition after partition."""
     conn = ConnectionOptions(servers=(url,))
     nc = await _nats.connect(conn)
@@ -90,7 +95,7 @@ async def plain_publish(url: str, n: int, window: int, payload: int) -> None:
     await nc.close()
 
 
-def timed(fn):
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
@@ -107,7 +112,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     results: list[tuple[str, int, float]] = []
 
-    def report(what, rows, secs):
+    def report(what: str, rows: int, secs: float) -> None:
         results.append((what, rows, secs))
         print(f"  {what:<58} {rows:>8} rows {secs:>7.2f} s {rows / secs:>10,.0f} rows/s", flush=True)
 
@@ -149,13 +154,13 @@ def main() -> int:
                 secs, _ = timed(lambda: df.write.format("noop").mode("overwrite").save())
                 report(f"read: spark.read pcgroups -> noop, readMode={mode}", n, secs)
 
-            def gen(rows):
+            def gen(rows: int) -> Any:
                 return (spark.range(rows, numPartitions=2)
                         .select(F.concat(F.lit("out.s"), (F.col("id") % 1000).cast("string")).alias("subject"),
                                 F.expr(f"repeat('z', {args.payload})").alias("data")))
 
             for acks, rows in ((1, w), (256, n)):
-                def write(prefix, rows=rows, acks=acks):
+                def write(prefix: str, rows: int = rows, acks: int = acks) -> None:
                     (gen(rows).write.format("pcgroups").mode("append").option("servers", url)
                      .option("maxPendingAcks", acks).option("msgIdPrefix", prefix).save())
                 write(f"warm{acks}", rows=2000)

@@ -85,12 +85,12 @@ else:  # what type checkers and IDEs see: the same names, imported eagerly
     from .elastic import (ElasticSpec, add_members, add_source, create_elastic, delete_elastic,
                           delete_member_mappings, delete_members, elastic_is_in_membership_and_active,
                           elastic_member_step_down, get_elastic_config, get_elastic_layout,
-                          list_elastic_active_members, list_elastic_groups, remove_source, set_member_mappings,
-                          work_queue_name)
+                          list_elastic_active_members, list_elastic_groups, remove_source, set_member_mappings)
     from .elastic_instance import elastic_consume
     from .errors import (ConfigChangedError, ConfigError, ConsumerGoneError, GroupExistsError, JetStreamAPIError,
                          NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError, SupersededError)
     from .events import InstanceEvent
+    from .flavour import work_queue_name
     from .instance import ConsumerInstance
     from .jsapi import ConsumerConfig, JetStreamApi
     from .loop import ConsumeContext

@@ -49,7 +49,8 @@ class ClusterNode:
     def monitor(self, path: str, timeout: float = 1.0) -> dict[str, Any]:
         """GET a monitoring endpoint (``/jsz``, ``/varz``) of this node as JSON."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=timeout) as r:
-            return json.loads(r.read())
+            answer: dict[str, Any] = json.loads(r.read())
+        return answer
 
 
 @dataclass
@@ -65,7 +66,7 @@ class EmbeddedCluster:
     routes: list[list[str]] | None = None
     #: extra nats-server arguments for every node
     extra_args: list[str] = field(default_factory=list)
-    _tmp: tempfile.TemporaryDirectory | None = None
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def urls(self) -> list[str]:
@@ -148,7 +149,7 @@ class EmbeddedCluster:
                 continue
             seen.add(meta.get("leader") or None)
         if len(seen) == 1:
-            leader = seen.pop()
+            leader: str | None = seen.pop()
             if leader and self.node(leader).running:
                 return leader
         return None
@@ -178,7 +179,7 @@ class EmbeddedCluster:
     def __enter__(self) -> "EmbeddedCluster":
         return self.start() if not self.nodes else self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -43,7 +43,7 @@ def _q(text: str) -> str:
 # Decoding: Go's json.Unmarshal semantics (unknown fields ignored, names case-insensitive, null leaves the zero value)
 
 
-class _Obj(list):
+class _Obj(list[tuple[str, Any]]):
     """A decoded JSON object as its ordered (key, value) pairs, so duplicate keys resolve as in Go (the last wins)."""
 
 
@@ -178,7 +178,10 @@ def _decode(kind: str, data: bytes | str, build: Callable[[Any], T]) -> T:
 
 
 def _validate_max_members(max_members: Any) -> None:
-    if type(max_members) is not int or max_members < 1:
+    if type(max_members) is not int:
+        raise ConfigError(f"the max number of members must be an int, got {type(max_members).__name__} "
+                          f"{max_members!r}")
+    if max_members < 1:
         raise ConfigError(f"the max number of members must be at least 1, got {max_members!r}")
     if max_members > _UINT64_MAX:  # Go's uint: a larger value could be written but never read back
         raise ConfigError(f"the max number of members must be at most {_UINT64_MAX}, got {max_members}")
@@ -229,9 +232,10 @@ def _validate_membership(max_members: int, members: list[str], mappings: list[Me
     if len(seen) != max_members:
         missing = list(itertools.islice((p for p in range(max_members) if p not in seen), 10))
         listed = ", ".join(map(str, missing)) + (", ..." if max_members - len(seen) > len(missing) else "")
+        which = f"partition {listed} is" if max_members - len(seen) == 1 else f"partitions {listed} are"
         raise ConfigError(
             "the number of unique partition numbers must be equal to the max number of members: "
-            f"every partition must be assigned, partitions {listed} are not"
+            f"every partition must be assigned, {which} not"
         )
 
 

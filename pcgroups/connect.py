@@ -30,10 +30,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .errors import PCGroupsError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 __all__ = [
     "DEFAULT_URL",
@@ -237,6 +240,9 @@ def _normalize_url(url: str) -> str:
         raise bad(f"the scheme {parts.scheme}:// is not NATS's; use {schemes} (e.g. nats://127.0.0.1:4222)")
     if not parts.hostname or (parts.path not in ("", "/") and parts.scheme not in ("ws", "wss")):
         raise bad("write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")
+    if parts.hostname.isdigit():   # taken for a host (an IPv4 address as one number), it waits for a timeout
+        raise bad(f"{parts.hostname} is a port number, not a host: write nats://HOST:{parts.hostname} (e.g. "
+                  f"nats://127.0.0.1:{parts.hostname})")
     try:
         port = parts.port
     except ValueError:
@@ -496,7 +502,8 @@ def _read_seed(rc: ResolvedConnection, path: str) -> str:
     raise rc.error(f"nkey file {path} holds no nkey seed")
 
 
-def _jwt_callbacks(rc: ResolvedConnection, user_jwt: str, user_seed: str):
+def _jwt_callbacks(rc: ResolvedConnection, user_jwt: str,
+                   user_seed: str) -> tuple[Callable[[], bytes], Callable[[str], bytes]]:
     try:
         import nkeys
     except ImportError:
@@ -678,7 +685,7 @@ def enable_reconnect(nc: Any, *, time_wait: float = RECONNECT_TIME_WAIT) -> None
 
 async def connect(options: ConnectionOptions | ResolvedConnection | None = None, *,
                   env: Mapping[str, str] | None = None, reconnect: bool = True,
-                  **nats_kwargs: Any):
+                  **nats_kwargs: Any) -> Client:
     """A connected ``nats.aio.client.Client``, or one :class:`PCGroupsError` naming the server.
 
     ``nats_kwargs`` override the computed ``nats.connect`` arguments (e.g. ``reconnected_cb``).

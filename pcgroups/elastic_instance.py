@@ -30,7 +30,7 @@ from .intake import STUCK_AFTER, GapWatch, Origins, SourceGap, SourceWatch, stuc
 from .instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                        member_template, setting_differences, startable, with_priority_group)
 from .jsapi import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE,
-                    ConsumerConfig, JetStreamApi, pinned_client_id)
+                    ConsumerConfig, ConsumerTemplate, JetStreamApi, pinned_client_id)
 from .loop import CONTINUE, Outcome
 from .membership import AutoInstance, auto_member_name, check_joinable, check_lease_ttl, join
 from .partitions import elastic_member_filters, member_partitions
@@ -53,7 +53,7 @@ STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
 
 @startable
 async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                          config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                          config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
                           auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                           retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                           auto: bool = False, lease_ttl: float = 5.0,

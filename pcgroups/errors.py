@@ -60,3 +60,9 @@ class PermissionDeniedError(PCGroupsError):
         super().__init__(message)
         self.operation = operation
         self.subject = subject
+
+
+def extra_missing(error: ModuleNotFoundError, what: str, extra: str) -> ModuleNotFoundError:
+    """``error`` (a package of one of pcgroups' extras is not installed) as one that says what to install."""
+    return ModuleNotFoundError(f"{what} needs the {extra} extra, which is not installed (no module named "
+                               f"{error.name!r}): pip install 'pcgroups[{extra}]'", name=error.name)

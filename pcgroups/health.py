@@ -177,7 +177,8 @@ def _app(health: Health | None, registry: Any) -> Any:
         probe = health.answer(environ.get("PATH_INFO", "")) if health is not None else None
         if probe is None:
             if metrics is not None:
-                return metrics(environ, start_response)
+                page: list[bytes] = metrics(environ, start_response)
+                return page
             probe = 404, {"status": "fail", "reason": f"nothing here: try {' or '.join(PROBES)}"}
         code, body = probe
         data = (json.dumps(body) + "\n").encode()

@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 from .delivery import Msg
 from .events import EventCallback, InstanceEvent, PartitionsHook
@@ -118,7 +119,7 @@ class Handoff:
     """The handler of an instance iterated with ``async for`` (see the module docstring); ``done`` is
     the instance's end (None, or the error the loop raises)."""
 
-    def __init__(self, done: asyncio.Future):
+    def __init__(self, done: asyncio.Future[Any]) -> None:
         self._done = done
         self._queue: asyncio.Queue[tuple[Msg, asyncio.Future[bool]]] = asyncio.Queue()
 

@@ -38,8 +38,8 @@ from .dispatch import PoolDispatcher, PoolSpec
 from .errors import ConfigError, JetStreamAPIError, PCGroupsError
 from .events import EventCallback, InstanceEvent, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
-from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi,
-                    pinned_client_id)
+from .jsapi import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, ConsumerTemplate,
+                    JetStreamApi, pinned_client_id)
 from .loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
 from .permissions import PermissionWatch, Violation
 from .pool import dispatcher_subjects, prefix
@@ -75,9 +75,10 @@ def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
     return [(k, shown(k, have.get(k)), shown(k, want.get(k))) for k in keys if have.get(k) != want.get(k)]
 
 
-def member_template(template: ConsumerConfig | None) -> ConsumerConfig:
-    """The user's consumer template with AckWait defaulted (5 s), as the reference does."""
-    cfg = replace(template) if template is not None else ConsumerConfig()
+def member_template(template: ConsumerTemplate | None) -> ConsumerConfig:
+    """The user's consumer template (pcgroups' or nats-py's type) with AckWait defaulted (5 s), as the reference
+    does."""
+    cfg = ConsumerConfig.of(template) if template is not None else ConsumerConfig()
     if cfg.ack_wait <= 0:
         cfg.ack_wait = DEFAULT_ACK_WAIT
     return cfg
@@ -173,7 +174,8 @@ class Starting(Generic[S]):
 
     async def __aenter__(self) -> S:
         self._instance = await self._start
-        return await self._instance.__aenter__()
+        entered: S = await self._instance.__aenter__()
+        return entered
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._instance.__aexit__(*exc)
@@ -299,7 +301,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
         self._watcher: Watch | None = None   # the group's config key, set by _start
-        self._watch_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
         self._leaving = False       # its own leave is under way: the membership change it makes is no news

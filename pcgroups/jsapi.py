@@ -14,14 +14,16 @@ the options' or the context's domain), else ``$JS.API``.
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Union
 
 import nats.errors
+import nats.js.api
 from nats.aio.client import Client
 
 from .config import go_json
@@ -68,7 +70,8 @@ class ConsumerConfig:
     """A pull consumer config, serialised in Go's ``jetstream.ConsumerConfig`` field order.
 
     Durations are in seconds. The zero values are Go's: explicit acks, deliver all, replay instant.
-    This is also the *template* users pass to ``static_consume``/``elastic_consume``.
+    This is also the *template* users pass to ``static_consume``/``elastic_consume``, which take nats-py's
+    ``nats.js.api.ConsumerConfig`` too (:meth:`of`).
     """
 
     name: str = ""
@@ -98,6 +101,34 @@ class ConsumerConfig:
     priority_policy: str = ""
     priority_timeout: float = 0.0
     priority_groups: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, config: ConsumerTemplate) -> ConsumerConfig:
+        """A copy of ``config`` as this type. nats-py's ``nats.js.api.ConsumerConfig`` is converted (its enums
+        to their values); a field left None (nats-py's "unset") takes the default. A nats-py field this type
+        lacks (a push consumer's ``deliver_subject``, ``opt_start_time``, ...) is a :class:`ConfigError`, any
+        other type a TypeError naming the types to use."""
+        if not isinstance(config, (cls, nats.js.api.ConsumerConfig)):
+            raise TypeError(f"config must be a pcgroups.ConsumerConfig (or nats-py's nats.js.api.ConsumerConfig), "
+                            f"not {type(config).__module__}.{type(config).__qualname__}")
+        given = {f.name: getattr(config, f.name) for f in fields(config)}
+        ours = {f.name for f in fields(cls)}
+        lacking = sorted(name for name, value in given.items() if name not in ours and value not in (None, False))
+        if lacking:
+            raise ConfigError(f"config sets {', '.join(lacking)}, which a member's consumer (a pull consumer with "
+                              "a priority group) does not take: leave it unset (pcgroups.ConsumerConfig lists "
+                              "the settings)")
+        values: dict[str, Any] = {}
+        for name in ours:
+            value = given.get(name)
+            if value is None:
+                continue   # the default
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, (list, dict)):
+                value = type(value)(value)
+            values[name] = value
+        return cls(**values)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object Go's encoder writes (omitempty fields left out, durations in ns)."""
@@ -135,6 +166,10 @@ class ConsumerConfig:
         put("priority_timeout", ns(self.priority_timeout))
         put("priority_groups", list(self.priority_groups))
         return out
+
+
+#: What ``config=`` of the consume entry points takes: pcgroups' :class:`ConsumerConfig` or nats-py's.
+ConsumerTemplate = Union[ConsumerConfig, nats.js.api.ConsumerConfig]
 
 
 @dataclass
@@ -308,7 +343,7 @@ class JetStreamApi:
         asyncio.ensure_future(self.nc.force_reconnect())
         return True
 
-    async def request(self, subject: str, body: bytes | dict | None = None, *,
+    async def request(self, subject: str, body: bytes | dict[str, Any] | None = None, *,
                       timeout: float | None = None) -> dict[str, Any]:
         """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises, and so does a request
         the user's permissions refuse, at once (:class:`PermissionDeniedError`, see pcgroups.permissions)."""

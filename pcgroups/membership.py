@@ -50,7 +50,7 @@ from .instance import ConsumerInstance
 from .jsapi import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, ControlLoop, Outcome, Stop
 from .sticky import moved_partitions, previous_assignment, sticky_mappings
-from .store import (ELASTIC_BUCKET, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream, open_bucket,
+from .store import (ELASTIC_BUCKET, Entry, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream, open_bucket,
                     snapshot, stop_watch,
                     update)
 
@@ -327,9 +327,9 @@ class AutoInstance(ControlLoop[AutoEvent]):
         self._due: float | None = None               # when to rebalance (debounced)
         self._next_check = 0.0                       # when to re-check the membership, in case a write was lost
         self._renew_now = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._watchers: list[Any] = []
-        self._consumer_task: asyncio.Task | None = None
+        self._consumer_task: asyncio.Task[None] | None = None
         self._consumer_ended = False
         self._lease_dropped = False
         self._watch_failures = 0
@@ -374,7 +374,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
 
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until the group's config holds the membership of the live leases (including this one)."""
-        async def poll():
+        async def poll() -> None:
             while not self.settled:
                 await asyncio.sleep(0.02)
         try:
@@ -429,7 +429,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         log.info("%s/%s: joined %s/%s with lease %s (TTL %gs)", self.member_name, self.instance_id,
                  self.stream_name, self.group_name, self._key, self.lease_ttl)
 
-    async def _pump(self, watcher, which: str) -> None:
+    async def _pump(self, watcher: Any, which: str) -> None:
         try:
             async for entry in watcher:
                 if which == "lease":
@@ -568,7 +568,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         started = time.time_ns()
         changed: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
 
-        async def change(entry):
+        async def change(entry: Entry | None) -> bytes | None:
             if entry is None:
                 return None  # the group was deleted
             try:
@@ -804,7 +804,8 @@ class AutoInstance(ControlLoop[AutoEvent]):
         return result
 
 
-async def _cas(kv: KeyValue, key: str, change, attempts: int = 20) -> bytes | None:
+async def _cas(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]],
+               attempts: int = 20) -> bytes | None:
     """``store.update`` (compare-and-set), also retrying the conflicts it lets through: nats-py raises
     a conflict as ``KeyWrongLastSequenceError``, which carries no ``err_code``."""
     for attempt in range(attempts):
@@ -819,7 +820,7 @@ def _as_dict(mappings: list[MemberMapping]) -> dict[str, list[int]]:
     return {m.member: list(m.partitions) for m in mappings}
 
 
-async def _quietly(aw) -> None:
+async def _quietly(aw: Awaitable[Any]) -> None:
     try:
         await asyncio.wait_for(aw, 2.0)
     except Exception:  # noqa: BLE001 - best effort clean-up

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from .errors import extra_missing
 from .events import InstanceEvent
 
 __all__ = ["INSTANCE_METRICS", "InstanceMetrics", "MetricFamilies", "POOL_METRICS", "pool_families"]
@@ -75,7 +76,10 @@ class MetricFamilies:
     """The metric objects in one registry, shared by the :class:`InstanceMetrics` of a process."""
 
     def __init__(self, registry: Any = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ModuleNotFoundError as e:
+            raise extra_missing(e, "pcgroups.metrics.InstanceMetrics", "metrics") from None
 
         self.registry = registry if registry is not None else CollectorRegistry()
         m, r = INSTANCE_METRICS, self.registry

@@ -42,17 +42,12 @@ from typing import Any
 from nats.aio.client import Client
 
 from .config import validate_name
-from .elastic import (
-    get_elastic_config,
-    get_elastic_layout,
-    settle_starts,
-    work_queue_name,
-)
+from .elastic import get_elastic_config, get_elastic_layout, settle_starts
 from .errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
-from .flavour import ELASTIC, STATIC, stream_gone
+from .flavour import ELASTIC, STATIC, static_consumer_name, stream_gone, work_queue_name
 from .jsapi import JetStreamApi
 from .partitions import member_partitions, static_member_filters
-from .static import get_static_config, static_consumer_name
+from .static import get_static_config
 
 ERR_NO_MESSAGE_FOUND = 10037
 
@@ -186,7 +181,8 @@ async def _between(api: JetStreamApi, stream: str, subjects: list[str], a: int, 
 async def _msg_time(api: JetStreamApi, stream: str, seq: int) -> str | None:
     """The time of the message at ``seq`` (None when there is none)."""
     try:
-        return (await api.request(f"STREAM.MSG.GET.{stream}", {"seq": seq}))["message"].get("time")
+        time: str | None = (await api.request(f"STREAM.MSG.GET.{stream}", {"seq": seq}))["message"].get("time")
+        return time
     except JetStreamAPIError as e:
         if e.err_code == ERR_NO_MESSAGE_FOUND:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import ElasticConfig, MemberMapping, StaticConfig
 from .errors import ConfigError
 
@@ -200,7 +202,7 @@ def subjects_intersect(a: str, b: str) -> bool:
     return len(ta) == len(tb)
 
 
-def unmatched_filters(filters: list[str], stream_config: dict) -> list[str]:
+def unmatched_filters(filters: list[str], stream_config: dict[str, Any]) -> list[str]:
     """The filters that can match no message of a stream whose subjects are known from its config.
 
     Only a plain stream is judged: one with `subjects` and no subject transform, sources or mirror (their stored

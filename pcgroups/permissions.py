@@ -103,7 +103,7 @@ def kv_subjects(bucket: str, key: str = ">", prefix: str = "$JS.API") -> list[st
 class _Guard:
     subjects: Sequence[str]
     replies: bool
-    failed: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    failed: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def claims(self, v: Violation, inbox: str) -> bool:
         if v.operation == "subscribe":

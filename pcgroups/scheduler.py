@@ -458,7 +458,7 @@ class KeyedDispatcher:
                 return
 
     def _backoff(self, attempt: int) -> float:
-        return min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+        return min(self.retry.backoff * 2.0 ** (attempt - 1), self.retry.max_backoff)
 
     async def _wait(self, m: Msg, delay: float) -> bool:
         """Sleep ``delay`` holding ``m``; False when it is not ours to handle any more (the pin moved: the new

@@ -86,8 +86,8 @@ class EmbeddedServer:
     extra_args: list[str] = field(default_factory=list)
     config_file: str | None = None
     ready_marks: tuple[str, ...] = (READY,)   # log lines that say the server is up (each start's own)
-    proc: subprocess.Popen | None = None
-    _tmp: tempfile.TemporaryDirectory | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
     log_file: str = ""
     _log_start: int = 0   # the size of the (appended) log when this process started
 
@@ -199,6 +199,6 @@ class EmbeddedServer:
     def __enter__(self) -> "EmbeddedServer":
         return self.start() if self.proc is None else self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 

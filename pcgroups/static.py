@@ -30,7 +30,7 @@ from .events import EventCallback, PartitionsHook
 from .flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name, stream_gone
 from .instance import (KEPT_SETTINGS, ConsumerInstance, member_template, setting_differences, startable,
                        with_priority_group)
-from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, JetStreamApi, pinned_client_id
+from .jsapi import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi, pinned_client_id
 from .loop import CONTINUE, Outcome
 from .partitions import check_member_filters, member_partitions, static_member_filters
 from .scheduler import KeyFunc, RetryPolicy
@@ -97,7 +97,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     return current
 
 
-async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerConfig | None = None,
+async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerTemplate | None = None,
                                   api: JetStreamApi | None = None) -> list[str]:
     """Create every member's consumer as its first instance would with the consumer template ``config`` (give
     the one the instances will use: AckWait, max_ack_pending); returns their names. Idempotent; a consumer
@@ -195,7 +195,7 @@ async def static_member_step_down(nc: Client, stream: str, group: str, member: s
 
 @startable
 async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                         config: ConsumerConfig | None = None, batch: int = DEFAULT_BATCH,
+                         config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
                          on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,

@@ -130,7 +130,8 @@ class GroupStatus:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (times as RFC 3339 strings)."""
-        return _jsonable(asdict(self))
+        jsonable: dict[str, Any] = _jsonable(asdict(self))
+        return jsonable
 
 
 def _jsonable(value: Any) -> Any:
@@ -172,7 +173,7 @@ class _Counting(JetStreamApi):
         self.prefix = api.prefix
         self.n = 0
 
-    async def request(self, subject: str, body: bytes | dict | None = None, *,
+    async def request(self, subject: str, body: bytes | dict[str, Any] | None = None, *,
                       timeout: float | None = None) -> dict[str, Any]:
         self.n += 1
         return await super().request(subject, body, timeout=timeout)

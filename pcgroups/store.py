@@ -247,7 +247,7 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
             pass
 
 
-async def _drain(api: JetStreamApi, sub, pull: str, bucket: str, timeout: float) -> list[KeyValue.Entry]:
+async def _drain(api: JetStreamApi, sub: Any, pull: str, bucket: str, timeout: float) -> list[KeyValue.Entry]:
     """The snapshot consumer's messages, pulled with ``no_wait`` until the server says nothing is left."""
     prefix = f"$KV.{bucket}."
     out: list[KeyValue.Entry] = []
@@ -329,8 +329,8 @@ class Watch:
         self._nc = kv._js._nc
         self._items: asyncio.Queue[Any] = asyncio.Queue()
         self._watcher: Any = None
-        self._pump: asyncio.Task | None = None
-        self._restart: asyncio.Task | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._restart: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._stopped = False
 
@@ -352,7 +352,8 @@ class Watch:
             if item.error is not None:
                 raise item.error
             raise StopAsyncIteration
-        return item
+        entry: KeyValue.Entry | None | Restarted = item
+        return entry
 
     async def stop(self) -> None:
         """Stop watching (idempotent); the iteration ends."""

@@ -65,7 +65,7 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import wraps
 from typing import Any, Protocol
 
-from .errors import SupersededError
+from .errors import SupersededError, extra_missing
 
 __all__ = ["NO_TRACING", "InstanceTracing", "Traced", "Tracing"]
 
@@ -144,7 +144,10 @@ class Tracing:
     global one, W3C trace context and baggage unless ``OTEL_PROPAGATORS`` says otherwise)."""
 
     def __init__(self, tracer_provider: Any = None, *, propagator: Any = None) -> None:
-        from opentelemetry import propagate, trace
+        try:
+            from opentelemetry import propagate, trace
+        except ModuleNotFoundError as e:
+            raise extra_missing(e, "pcgroups.tracing.Tracing", "otel") from None
 
         from . import __version__
 
@@ -188,7 +191,7 @@ class _Spans(InstanceTracing):
         self._getter = _header_getter()
         self._context, self._trace = context, trace
         self._Link, self._CONSUMER, self._INTERNAL = Link, SpanKind.CONSUMER, SpanKind.INTERNAL
-        self._error = lambda description: Status(StatusCode.ERROR, description)
+        self._error: Callable[[str], Any] = lambda description: Status(StatusCode.ERROR, description)
         self.group = group
         self._labels: dict[str, Any] = {
             "messaging.system": SYSTEM, "messaging.consumer.group.name": group,

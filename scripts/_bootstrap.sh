@@ -1,7 +1,10 @@
 # Sourced by scripts/*: make .venv if missing and install the project into it.
 # PCG_EXTRAS picks the extras (default: dev), PYTHON the interpreter that makes the venv (python3) and
-# PCG_VENV the venv (.venv). Re-installs only when pyproject.toml changed.
+# PCG_VENV the venv (.venv). Re-installs only when pyproject.toml or the install mode changed.
 # Says what it does, one line per step on stderr; pip's output is shown only when a step fails.
+# The install is editable in setuptools' compat mode: a .pth file puts this tree on sys.path, which type
+# checkers read (the default mode's import hook is invisible to mypy: a user's program then type-checks
+# as if pcgroups were not installed), and PYTHONPATH still comes first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PCG_VENV:-$ROOT/.venv}"
@@ -37,8 +40,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   _step "updating pip in ${VENV#"$ROOT"/}"
   _quiet "$VENV/bin/python" -m pip install --upgrade pip
 fi
+EDITABLE_MODE=compat
 STAMP="$VENV/.installed-${EXTRAS:-base}"
-WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+WANT="$( (cat "$ROOT/pyproject.toml"; echo "editable_mode=$EDITABLE_MODE") | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   if [ -n "$EXTRAS" ]; then SPEC="$ROOT[$EXTRAS]"; else SPEC="$ROOT"; fi
   case ",$EXTRAS," in
@@ -46,7 +50,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     *,spark,*) _step "installing pcgroups[$EXTRAS] into ${VENV#"$ROOT"/} (pyspark: a minute or more)" ;;
     *) _step "installing pcgroups[$EXTRAS] into ${VENV#"$ROOT"/}" ;;
   esac
-  _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$SPEC"
+  _quiet "$VENV/bin/python" -m pip install --disable-pip-version-check \
+    --config-settings "editable_mode=$EDITABLE_MODE" -e "$SPEC"
   echo "$WANT" > "$STAMP"
   _step "installed; ${VENV#"$ROOT"/}/bin/cg is the CLI"
 fi

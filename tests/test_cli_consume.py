@@ -10,6 +10,7 @@ on stdout is the order in which handlers started and ended.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import time
@@ -206,6 +207,26 @@ async def test_sigterm_waits_for_every_handler_in_flight(nats_server, js, uniq):
     starts = [seq for what, seq, _ in events(res.out) if what == "start"]
     assert sorted(starts) == sorted(ends) == [1, 2, 3, 4], res.out
     assert (await js.stream_info(f"{uniq}-g")).state.messages == 4   # the other four wait for the next instance
+
+
+async def test_a_first_ctrl_c_says_at_once_that_it_stops_after_the_message_in_flight(nats_server, js, uniq):
+    """Ctrl-C during a long handler: one stderr line at once (the stop itself waits up to AckWait for the
+    handler), then exit 0."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    await js.publish(f"{uniq}.k", b"x")
+    async with procs() as start:
+        p = await start("static", "--sleep", "10s", "consume", uniq, "g", "m1", url=url)
+        await p.wait_text("Processing for 10s ... ", timeout=20)
+        p.signal(signal.SIGINT)
+        said = ""
+        deadline = time.monotonic() + 1.0   # well before the stop's 2 s
+        while "cg: stopping" not in said and time.monotonic() < deadline:
+            said += (await asyncio.wait_for(p.proc.stderr.readline(), deadline - time.monotonic())).decode()
+        assert said.endswith("cg: stopping after the message in flight (at most 2s; Ctrl-C again: now)\n"), said
+        res = await p.wait(timeout=15)
+    assert res.code == 0, res.err
 
 
 BAD = [

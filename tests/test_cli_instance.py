@@ -133,6 +133,24 @@ def test_the_printer_holds_status_lines_until_the_message_line_ends(capsys):
             assert (err, out2, err2) == (early[0] + "\n", "acked\nconsuming...\n", "[m1] partitions now 0-1\n")
 
 
+def test_a_line_said_at_once_cuts_an_open_message_line_on_a_terminal_only(capsys):
+    """Server-free: what a first Ctrl-C says goes out at once; on a terminal the open message line ends first
+    and comes again whole with its end; in a pipe stdout keeps the reference's line as it is."""
+    from cg.consume import Printer
+
+    for on_stdout in (True, False):
+        p = Printer(status_on_stdout=on_stdout)
+        p.ready()
+        p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 10s ... ")
+        p.interrupt("cg: stopping")
+        out, err = capsys.readouterr()
+        assert err == "cg: stopping\n"
+        p.end("acked")
+        out2, _ = capsys.readouterr()
+        head = "[m1] subject=a, seq=1, pinnedID=x. Processing for 10s ... "
+        assert out + out2 == (f"{head}\n{head}acked\n" if on_stdout else f"{head}acked\n")
+
+
 def test_consuming_comes_before_a_message_handled_before_the_ready_check_ended(capsys):
     from cg.consume import Printer
 

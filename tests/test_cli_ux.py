@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 
+import nats
 import pytest
 
 from tests.support import wait_for
@@ -112,6 +113,24 @@ def _cg() -> list[str]:
     (["statik", "ls", "s"], "no such command 'statik' (did you mean static?); try 'cg -h' for help"),
     (["static", "staus", "s", "g"], "no such command 'staus' (did you mean status?); try 'cg static -h' for help"),
     (["static", "ls", "--concurrency", "3", "s"], "no such option: --concurrency; try 'cg static ls -h' for help"),
+    # an option without its value, at the end or before the command it would take for one
+    (["static", "consume", "s", "g", "m1", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "--sleep", "consume", "s", "g", "m1"], "option '--sleep' needs a value"),
+    (["elastic", "consume", "s", "g", "m1", "--sleep"], "option '--sleep' needs a value"),
+    (["elastic", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "worker", "s", "g", "--sleep"], "option '--sleep' needs a value"),
+    (["elastic", "worker", "s", "g", "--sleep"], "option '--sleep' needs a value"),
+    (["static", "ls", "s", "-s"], "option '-s' needs a value"),
+    (["-s", "static", "ls", "s"], "option '-s' needs a value"),
+    (["static", "consume", "s", "g", "m1", "--concurrency"], "option '--concurrency' needs a value"),
+    (["static", "create", "s", "g2", "10", "m1", "m2"],
+     "cg static create takes balanced or mapped first: cg static create balanced|mapped s g2 10 m1 m2"),
+    # a suggestion only for a likely typo, among the options that go there (the root's go anywhere)
+    (["--bogus", "static", "ls", "s"], "no such option: --bogus; try 'cg -h' for help"),
+    (["static", "ls", "s", "--servr", "x"], "no such option: --servr (did you mean --server?); try 'cg static ls -h' "
+                                            "for help"),
+    (["static", "consume", "s", "g", "m1", "--concurency", "2"],
+     "no such option: --concurency (did you mean --concurrency?); try 'cg static consume -h' for help"),
 ])
 def test_a_misplaced_flag_or_a_typo_says_what_was_meant(argv, said):
     """No server needed: parsing fails before anything connects."""
@@ -203,6 +222,27 @@ def test_the_shell_wants_a_unit_too(nats_server, clean_env):  # noqa: F811 - the
     assert out.getvalue().splitlines()[-1] == "processing time: 0"
 
 
+@pytest.mark.parametrize("argv,module", [
+    (["static", "ls", "{S}"], "prompt_toolkit"),            # the check that the cli extra is there
+    (["static", "ls", "{S}"], "typer"),                     # the parser
+    (["static", "ls", "{S}"], "cg.app"),                    # the command tree
+    (["static", "ls", "{S}"], "nats"),                      # connecting
+    (["static", "consume", "{S}", "g", "m1"], "cg.consume"),
+])
+async def test_ctrl_c_while_a_command_starts_exits_130_quietly(nats_server, static_stream, tmp_path, argv, module):
+    """Ctrl-C in a command's first moments, while Python imports what it needs (tests/data/sigint_at sends
+    SIGINT then): exit status 130 and nothing said, as later on."""
+    from tests.test_cli_common import ROOT, cg_argv
+
+    seen = tmp_path / "seen"
+    env = cg_env(nats_server.url, PCG_TEST_SIGINT_AT=module, PCG_TEST_SIGINT_SEEN=str(seen),
+                 PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "data" / "sigint_at"), str(ROOT)]))
+    done = await asyncio.to_thread(subprocess.run, cg_argv(*[a.replace("{S}", static_stream) for a in argv]),
+                                   capture_output=True, text=True, env=env, timeout=60)
+    assert seen.read_text() == module   # the Ctrl-C came at that moment
+    assert (done.returncode, done.stderr) == (130, ""), done.stderr
+
+
 async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
     """Ctrl-C at ``delete``'s (y/n): exit 130, nothing deleted, and the question's line ended, so the shell's
     next prompt does not land behind it."""
@@ -225,6 +265,33 @@ async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
             await p.wait()
     assert p.returncode == 130 and err == b"", err
     assert rest == b"\n"
+    assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
+
+
+async def test_delete_with_no_answer_on_stdin_says_how_to_delete_without_asking(nats_server, static_stream):
+    """``delete`` run with nothing on stdin (not a terminal) and stdout a terminal: the question's line ends
+    before the error, which says that ``-f`` deletes without asking; nothing is deleted."""
+    import pty
+
+    from tests.test_cli_common import cg_argv
+
+    s = static_stream
+    (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
+    primary, secondary = pty.openpty()
+    try:
+        done = await asyncio.to_thread(subprocess.run, cg_argv("static", "delete", s, "g"), stdin=subprocess.DEVNULL,
+                                       stdout=secondary, stderr=subprocess.PIPE, env=cg_env(nats_server.url),
+                                       timeout=30)
+        os.close(secondary)
+        shown = b""
+        with contextlib.suppress(OSError):   # the terminal's end once read out
+            while chunk := os.read(primary, 4096):
+                shown += chunk
+    finally:
+        os.close(primary)
+    assert done.returncode == 1
+    assert done.stderr == b"cg: error: operation canceled: no answer (stdin ended); -f deletes without asking\n"
+    assert shown.endswith(b"are you sure? (y/n): \r\n"), shown
     assert (await run_cg("static", "ls", s, url=nats_server.url)).ok().out == "static consumer groups: [g]\n"
 
 
@@ -506,6 +573,55 @@ async def _consumers(js, stream: str):
 # ---------------------------------------------------------------- the traffic script
 
 
+@pytest.mark.parametrize("count,to", [(10, "acme.<0..9>"), (1, "acme.0"), (250, "acme.<0..99>")])
+async def test_traffic_names_the_subjects_it_published_to(nats_server, js, uniq, count, to):
+    await make_stream(js, uniq, subjects=[f"{uniq}.*.*"])
+    r = (await acg("tools", "traffic", "--stream", uniq, "--subject", f"{uniq}.acme", "--count", str(count),
+                   "--sleep", "0s", url=nats_server.url)).ok()
+    assert r.out.startswith(f"published {count} messages to {uniq}.{to} (stream {uniq}) in "), r.out
+
+
+async def test_clean_deletes_pcgroups_buckets_only_when_they_hold_nothing(fresh_server, uniq):
+    """``cg tools clean``: a bucket holding a group or a live lease is kept, said with the way out; once the
+    groups are deleted and the instances stopped, the three KV streams go and nothing else."""
+    url = fresh_server.url
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+
+    async def streams() -> list[str]:
+        return sorted(s.config.name for s in await js.streams_info())
+
+    try:
+        await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+        (await run_cg("static", "create", "balanced", uniq, "sg", "2", "m1", url=url)).ok()
+        (await run_cg("elastic", "create", uniq, "eg", "2", "--filter", f"{uniq}.*", url=url)).ok()
+        async with procs() as start:
+            auto = await start("elastic", "consume", uniq, "eg", "--auto", url=url)
+            await auto.wait_text("consuming...", timeout=20)
+            r = (await acg("tools", "clean", url=url)).ok()
+            assert r.out == ""
+            assert r.err.splitlines() == [
+                f"cg: warning: KV bucket static-consumer-groups kept: it holds static groups ({uniq}.sg); delete "
+                f"them first: cg static delete {uniq} sg ...",
+                f"cg: warning: KV bucket elastic-consumer-groups kept: it holds elastic groups ({uniq}.eg); delete "
+                f"them first: cg elastic delete {uniq} eg ...",
+                r.err.splitlines()[-1]]
+            assert r.err.splitlines()[-1].startswith("cg: warning: KV bucket pcgroups-leases kept: it holds the "
+                                                     "leases of running --auto instances (")
+            (await run_cg("static", "delete", uniq, "sg", "-f", url=url)).ok()
+            (await run_cg("elastic", "delete", uniq, "eg", "-f", url=url)).ok()
+            assert (await auto.wait(20)).code == 0
+        assert "KV_pcgroups-leases" in await streams()
+        r = (await acg("tools", "clean", url=url)).ok()
+        assert (r.out, r.err) == ("KV bucket static-consumer-groups deleted (stream KV_static-consumer-groups)\n"
+                                  "KV bucket elastic-consumer-groups deleted (stream KV_elastic-consumer-groups)\n"
+                                  "KV bucket pcgroups-leases deleted (stream KV_pcgroups-leases)\n", "")
+        assert await streams() == [uniq]
+        assert (await acg("tools", "clean", url=url)).ok().out == "no pcgroups KV bucket to delete\n"
+    finally:
+        await nc.close()
+
+
 async def test_traffic_keeps_going_through_a_server_restart(fresh_server, uniq):
     import nats
 
@@ -607,7 +723,8 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
     sections = [heading for heading, _ in commands]
     assert all(heading in sections for heading in WALKTHROUGH[:-1]), sections      # the plugin's: nats only
     assert any("SHOP" in c for _, c in commands) and any("REFUNDS" in c for _, c in commands)
-    assert commands[-1][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-1]
+    assert commands[-2][1].startswith("cg tools stream-rm foo bar SHOP ORDERS"), commands[-2]
+    assert commands[-1][1] == "cg tools clean", commands[-1]
     env = cg_env(fresh_server.url, CG=str(CG_BIN), PATH=f"{CG_BIN.parent}{os.pathsep}{os.environ['PATH']}")
     instances: list[Proc] = []
     traffic: list[asyncio.subprocess.Process] = []   # in the order started: `kill %1` stops the last one with &
@@ -654,6 +771,11 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
             assert b"cg: error" not in err, (command, err.decode())
         r = (await acg("tools", "stream-rm", "foo", env=env))
         assert r.code == 1 and r.err == "cg: error: no stream foo\n", r.err          # the clean-up removed them
+        nc = await nats.connect(fresh_server.url)
+        try:
+            assert [s.config.name for s in await nc.jetstream().streams_info()] == []   # the KV buckets too
+        finally:
+            await nc.close()
         await _the_library_example(fresh_server.url, env)
     finally:
         for p in traffic:

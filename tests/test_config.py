@@ -262,6 +262,9 @@ def test_base_validation_sequence(cfg, error):
         ),
         (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, -1])]), "partition -1 is out of range"),
         (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 2])]), "partitions 1, 3 are not"),
+        (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 1, 2])]), "every partition must be assigned, "
+                                                                             "partition 3 is not"),
+        (StaticConfig("10", members=["m1"]), "the max number of members must be an int, got str '10'"),  # type: ignore[arg-type]
         (
             StaticConfig(1, member_mappings=[MemberMapping("a", [0]), MemberMapping("b", [])]),
             "the number of member mappings must be between 1 and the max number of members: got 2 mappings for 1",

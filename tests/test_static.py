@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 import nats.aio.msg
+import nats.js.api
 import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
@@ -134,6 +135,48 @@ async def test_a_handler_reaches_the_nats_py_message(nc, js, uniq):
     assert raw.metadata.sequence.stream == msg.sequence == 1
 
 
+async def test_nats_py_consumer_config_is_a_template_its_unset_fields_the_defaults(nc, js, uniq):
+    """nats-py's ``ConsumerConfig`` (what nats-py's examples build) is taken as the template: unset fields (None
+    there) are the defaults, AckWait 5 s among them; pcgroups' own takes None the same way."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
+        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await create_static(nc, uniq, "g", 2, members=["m1", "m2"])
+    got: list[str] = []
+
+    async def handler(msg):
+        got.append(msg.subject)
+        await msg.ack()
+
+    templates = {"m1": nats.js.api.ConsumerConfig(max_ack_pending=1000),
+                 "m2": ConsumerConfig(max_ack_pending=3, ack_wait=None)}   # type: ignore[arg-type]
+    for member, template in templates.items():
+        async with static_consume(nc, uniq, "g", member, handler, config=template):
+            info = await js.consumer_info(uniq, f"g-{member}")
+            assert (info.config.max_ack_pending, info.config.ack_wait) == (template.max_ack_pending, 5.0)
+            assert info.config.ack_policy == nats.js.api.AckPolicy.EXPLICIT
+    explicit = nats.js.api.ConsumerConfig(ack_wait=2, ack_policy=nats.js.api.AckPolicy.EXPLICIT)
+    async with (static_consume(nc, uniq, "g", "m1", handler, config=explicit),
+                static_consume(nc, uniq, "g", "m2", handler, config=explicit)):
+        for k in range(4):
+            await js.publish(f"{uniq}.k{k}", b"x")
+        await wait_for(lambda: len(got) == 4, 5, what="the messages of both partitions")
+        assert (await js.consumer_info(uniq, "g-m1")).config.ack_wait == 2.0
+    assert sorted(got) == [f"{uniq}.k{k}" for k in range(4)]
+
+
+def test_a_template_of_another_type_or_with_push_settings_is_refused():
+    with pytest.raises(TypeError, match=r"config must be a pcgroups.ConsumerConfig \(or nats-py's "
+                                        r"nats.js.api.ConsumerConfig\), not builtins.dict"):
+        ConsumerConfig.of({"max_ack_pending": 1})   # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="config sets deliver_subject, idle_heartbeat, which a member's consumer"):
+        ConsumerConfig.of(nats.js.api.ConsumerConfig(deliver_subject="x", idle_heartbeat=1.0, flow_control=False))
+    converted = ConsumerConfig.of(nats.js.api.ConsumerConfig(
+        ack_policy=nats.js.api.AckPolicy.ALL, replay_policy=nats.js.api.ReplayPolicy.ORIGINAL, backoff=[1.0, 2.0],
+        metadata={"team": "a"}))
+    assert converted == ConsumerConfig(ack_policy="all", replay_policy="original", backoff=[1.0, 2.0],
+                                       metadata={"team": "a"})
+
+
 async def test_create_is_idempotent_and_a_different_config_is_an_error(nc, js, uniq):
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
     first = await create_static(nc, uniq, "g", 4, members=["a", "b"])
@@ -149,6 +192,8 @@ async def test_bad_input_is_refused_before_anything_is_written(nc, js, uniq):
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
     with pytest.raises(ConfigError, match="max number of members must be at least 1"):
         await create_static(nc, uniq, "g", 0, members=["a"])
+    with pytest.raises(ConfigError, match="the max number of members must be an int, got str '2'"):
+        await create_static(nc, uniq, "g", "2", members=["a"])   # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="member name"):
         await create_static(nc, uniq, "g", 2, members=["a.b"])
     with pytest.raises(ConfigError, match="partition"):

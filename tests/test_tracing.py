@@ -442,6 +442,32 @@ async def test_cg_consume_otel_exports_over_otlp_http(js, nc, server_url, uniq):
     assert '"name": "process' in r.err and "Traceback" not in r.err
 
 
+async def test_cg_consume_otel_without_a_collector_says_so_once(js, nc, server_url, uniq):
+    """``--otel`` with nothing listening at the endpoint: one warning naming it, and nothing more from the
+    exporter while consume goes on (it retried every batch with a long line each), nor when it ends."""
+    from pcgroups.server import free_ports
+
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    await create_static(nc, uniq, "g", 2, members=["m1"])
+    endpoint = f"http://127.0.0.1:{free_ports(1)[0]}"
+    env = cg_env(server_url, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_BSP_SCHEDULE_DELAY="100")
+    said = f"cg: warning: traces: can't export spans to {endpoint}/v1/traces (connection refused); they are dropped"
+    async with procs() as start:
+        p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--otel", env=env)
+        await p.wait_text("consuming...")
+        err = ""
+        for i in range(4):   # batches of their own, each failing
+            await js.publish(f"{uniq}.k{i}", b"x")
+            await p.wait_output(lambda o: o.count("acked\n") == i + 1, what=f"{i + 1} acked")
+            while i == 0 and said not in err:
+                err += (await asyncio.wait_for(p.proc.stderr.readline(), 15)).decode()
+        p.signal(signal.SIGINT)
+        r = await p.wait(20)
+    assert r.code == 0, err + r.err
+    told = [line for line in (err + r.err).splitlines() if "export" in line.lower() or "trace" in line.lower()]
+    assert len(told) == 1 and told[0].startswith(said), told
+
+
 async def test_bad_otel_settings_are_one_line(server_url, tmp_path):
     args = ("static", "consume", "s", "g", "m1", "--otel")
     r = await acg(*args, env=cg_env(server_url, OTEL_TRACES_EXPORTER="nosuch"))

@@ -18,18 +18,20 @@ without it.
 
 from __future__ import annotations
 
+from typing import Any
+
 FORMAT = "pcgroups"
 
 __all__ = ["FORMAT", "register", "PcgroupsDataSource", "SCHEMA"]
 
 
-def register(spark) -> None:
+def register(spark: Any) -> None:
     """Register the ``pcgroups`` format with ``spark`` (a SparkSession)."""
     from .source import PcgroupsDataSource
     spark.dataSource.register(PcgroupsDataSource)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in ("PcgroupsDataSource", "SCHEMA", "PublishStats", "NatsRange"):
         from . import source
         return getattr(source, name)

@@ -17,10 +17,13 @@ import calendar
 import json
 import re
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from ..connect import ResolvedConnection, tolerate_undecodable
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
@@ -89,7 +92,7 @@ class _NoResponders(PCGroupsError):
     pass
 
 
-async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes = b""):
+async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes = b"") -> Msg:
     """One request; refused permissions raise PermissionDeniedError at once (pcgroups.permissions)."""
     try:
         return await PermissionWatch.of(nc).call(nc.request(full, payload, timeout=conn.timeout), [full])
@@ -99,11 +102,11 @@ async def _request(nc: NATS, conn: ConnectionOptions, full: str, payload: bytes 
         raise PCGroupsError(f"JetStream request {full} timed out after {conn.timeout}s") from None
 
 
-async def api(nc: NATS, conn: ConnectionOptions, subject: str, body: dict | None = None) -> dict:
+async def api(nc: NATS, conn: ConnectionOptions, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """A JetStream API request; an error reply raises :class:`JetStreamAPIError`."""
     full = f"{conn.api_prefix}.{subject}"
     msg = await _request(nc, conn, full, json.dumps(body).encode() if body is not None else b"")
-    resp = json.loads(msg.data)
+    resp: dict[str, Any] = json.loads(msg.data)
     err = resp.get("error")
     if err:
         raise JetStreamAPIError(err.get("description", "error"), code=err.get("code", 0),
@@ -111,7 +114,7 @@ async def api(nc: NATS, conn: ConnectionOptions, subject: str, body: dict | None
     return resp
 
 
-async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict:
+async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict[str, Any]:
     try:
         return await api(nc, conn, f"STREAM.INFO.{stream}")
     except JetStreamAPIError as e:
@@ -120,7 +123,7 @@ async def stream_info(nc: NATS, conn: ConnectionOptions, stream: str) -> dict:
         raise
 
 
-async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict | None:
+async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict[str, Any] | None:
     """The latest value of a KV key as JSON, or None when the key (or bucket) does not exist.
 
     A direct get of the key's own subject, which a permission can allow for that key alone
@@ -135,7 +138,7 @@ async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) 
     return _config_json(bucket, key, msg.data)
 
 
-async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict | None:
+async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) -> dict[str, Any] | None:
     try:
         resp = await api(nc, conn, f"STREAM.MSG.GET.KV_{bucket}", {"last_by_subj": f"$KV.{bucket}.{key}"})
     except JetStreamAPIError as e:
@@ -149,11 +152,12 @@ async def _kv_get_json_by_msg_get(nc: NATS, conn: ConnectionOptions, bucket: str
     return _config_json(bucket, key, base64.b64decode(m.get("data") or ""))
 
 
-def _config_json(bucket: str, key: str, data: bytes) -> dict:
+def _config_json(bucket: str, key: str, data: bytes) -> dict[str, Any]:
     try:
-        return json.loads(data)
+        config: dict[str, Any] = json.loads(data)
     except ValueError:
         raise ConfigError(f"KV {bucket}/{key} does not hold a JSON group config") from None
+    return config
 
 
 @dataclass(frozen=True)
@@ -272,14 +276,14 @@ class Columns:
 
     __slots__ = ("subject", "data", "headers", "sequence", "timestamp")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.subject: list[str] = []
         self.data: list[bytes] = []
-        self.headers: list = []
+        self.headers: list[list[tuple[str, str]] | None] = []
         self.sequence: list[int] = []
         self.timestamp: list[int] = []
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.sequence)
 
 
@@ -320,14 +324,14 @@ class DirectRangeReader(RangeReader):
             self.next_by_subj = f"{self.partition}.>"
             self.client_filters = tuple(s.split(".", 1)[1] for s in self.filter_subjects)
         self.inbox = self.nc.new_inbox()
-        self.msgs: list = []
-        self.waiter: asyncio.Future | None = None
+        self.msgs: list[Msg] = []
+        self.waiter: asyncio.Future[dict[str, str]] | None = None
         self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1,
                                            pending_bytes_limit=-1)
         self.subject = f"{self.conn.api_prefix}.DIRECT.GET.{self.stream}"
         await self._request()
 
-    async def _on_msg(self, msg) -> None:
+    async def _on_msg(self, msg: Msg) -> None:
         h = msg.headers
         if h is not None and "Nats-Sequence" not in h and "Status" in h:
             if self.waiter is not None and not self.waiter.done():
@@ -358,7 +362,7 @@ class DirectRangeReader(RangeReader):
         out = Columns()
         last = None
         for m in msgs:
-            h = m.headers
+            h = m.headers or {}
             seq = int(h["Nats-Sequence"])
             if seq >= self.end:
                 self.done = True
@@ -421,15 +425,15 @@ class ConsumerRangeReader(RangeReader):
             raise PCGroupsError(f"cannot create a reader consumer on stream {self.stream!r}: {e}") from None
         self.name = resp["name"]
         self.inbox = self.nc.new_inbox()
-        self.msgs: list = []
-        self.waiter: asyncio.Future | None = None
+        self.msgs: list[tuple[Msg, int, int, int]] = []   # (message, stream sequence, time ns, pending)
+        self.waiter: asyncio.Future[str | None] | None = None
         self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1,
                                            pending_bytes_limit=-1)
         if resp.get("num_pending", 0) == 0:
             self.done = True
         await self._pull()
 
-    async def _on_msg(self, msg) -> None:
+    async def _on_msg(self, msg: Msg) -> None:
         h = msg.headers
         if not msg.reply:  # a status: 404 no messages, 408 pull expired, 409 ...
             if self.waiter is not None and not self.waiter.done():
@@ -506,7 +510,7 @@ class ConsumerRangeReader(RangeReader):
 # publishing (run in Spark tasks)
 
 
-async def publish_all(js, rows, *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
+async def publish_all(js: Any, rows: Iterable[tuple[str, bytes, dict[str, str] | None]], *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
     """Publish ``(subject, data, headers)`` rows with acks, at most ``window`` un-acked at a time.
 
     Returns ``(published, duplicates)``: duplicates are messages the stream dropped because their
@@ -515,7 +519,8 @@ async def publish_all(js, rows, *, window: int, timeout: float, expected_stream:
     # the subjects published last (a refusal comes within a window of publishes after its own): it names one
     subjects: deque[str] = deque(maxlen=4 * max(window, 1) + 64)
 
-    def seen(rows):
+    def seen(rows: Iterable[tuple[str, bytes, dict[str, str] | None]]
+             ) -> Iterator[tuple[str, bytes, dict[str, str] | None]]:
         for row in rows:
             subjects.append(row[0])
             yield row
@@ -523,7 +528,7 @@ async def publish_all(js, rows, *, window: int, timeout: float, expected_stream:
         _publish_all(js, seen(rows), window=window, timeout=timeout, expected_stream=expected_stream), subjects)
 
 
-async def _publish_all(js, rows, *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
+async def _publish_all(js: Any, rows: Iterable[tuple[str, bytes, dict[str, str] | None]], *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
     sent = dups = 0
     if window <= 1:
         for subject, data, headers in rows:
@@ -533,7 +538,7 @@ async def _publish_all(js, rows, *, window: int, timeout: float, expected_stream
         return sent, dups
     # When the window is full, wait until half of it is acked: yielding to the event loop once per
     # message (a sliding window) makes nats-py write every message in its own syscall, ~5x slower.
-    inflight: deque = deque()
+    inflight: deque[asyncio.Future[Any]] = deque()
     low = window // 2
     for subject, data, headers in rows:
         # no wait_stall: with one, nats-py wraps every publish in a task (a yield per message); our own

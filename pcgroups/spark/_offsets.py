@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError, PCGroupsError
 from ._options import EARLIEST, LATEST
@@ -43,7 +44,7 @@ class StreamState:
         return self.last_seq + 1
 
     @classmethod
-    def from_info(cls, info: dict) -> "StreamState":
+    def from_info(cls, info: dict[str, Any]) -> "StreamState":
         cfg, state = info.get("config", {}), info.get("state", {})
         return cls(name=cfg.get("name", ""), first_seq=int(state.get("first_seq", 0)),
                    last_seq=int(state.get("last_seq", 0)), retention=cfg.get("retention", "limits"),
@@ -63,11 +64,11 @@ class Layout:
         return tuple(f"{p}.{f}" for f in self.filters) if self.filters else (f"{p}.>",)
 
 
-def to_json(stream: str, seqs: dict[int, int]) -> dict:
+def to_json(stream: str, seqs: dict[int, int]) -> dict[str, dict[str, int]]:
     return {stream: {str(p): int(s) for p, s in sorted(seqs.items())}}
 
 
-def from_json(layout: Layout, offsets: dict) -> dict[int, int]:
+def from_json(layout: Layout, offsets: dict[str, Any]) -> dict[int, int]:
     """Offsets as Spark hands them back (from our own :func:`to_json`, possibly out of a checkpoint)."""
     if not isinstance(offsets, dict) or len(offsets) != 1:
         raise ConfigError(f"not a pcgroups offset: {offsets!r}")
@@ -85,16 +86,14 @@ def from_json(layout: Layout, offsets: dict) -> dict[int, int]:
     return out
 
 
-def resolve_start(spec, state: StreamState, partitions: tuple[int, ...], *, timestamp_seq: int | None = None,
-                  default: str = "earliest") -> dict[int, int]:
+def resolve_start(spec: str | dict[int, int] | None, state: StreamState, partitions: tuple[int, ...], *,
+                  timestamp_seq: int | None = None, default: str = "earliest") -> dict[int, int]:
     """Starting offsets from ``startingOffsets`` (or ``startingTimestamp``, resolved to a sequence)."""
     if timestamp_seq is not None:
         return {p: max(timestamp_seq, state.earliest) for p in partitions}
     spec = default if spec is None else spec
-    if spec == "earliest":
-        return {p: state.earliest for p in partitions}
-    if spec == "latest":
-        return {p: state.latest for p in partitions}
+    if isinstance(spec, str):   # earliest or latest (_options.parse_offsets)
+        return {p: state.earliest if spec == "earliest" else state.latest for p in partitions}
     missing = [p for p in partitions if p not in spec]
     extra = sorted(set(spec) - set(partitions))
     if missing or extra:
@@ -107,9 +106,9 @@ def resolve_start(spec, state: StreamState, partitions: tuple[int, ...], *, time
     return out
 
 
-def resolve_end(spec, state: StreamState, partitions: tuple[int, ...]) -> dict[int, int]:
+def resolve_end(spec: str | dict[int, int], state: StreamState, partitions: tuple[int, ...]) -> dict[int, int]:
     """Batch ending offsets (exclusive) from ``endingOffsets``."""
-    if spec == "latest":
+    if isinstance(spec, str):   # latest (_options.parse_offsets; earliest is refused there)
         return {p: state.latest for p in partitions}
     missing = [p for p in partitions if p not in spec]
     if missing:

@@ -168,7 +168,7 @@ class SourceOptions:
     fetch_batch: int = DEFAULT_FETCH_BATCH
     read_mode: str = "auto"
     ending_given: bool = False
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
+    raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":

@@ -15,13 +15,14 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
                                         DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
                                         WriterCommitMessage)
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
     from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 except ImportError as e:  # pragma: no cover - depends on the installed pyspark
     raise ImportError(f"pcgroups.spark needs pyspark>=4.2 with pyarrow (pip install 'pcgroups[spark]'): {e}") from e
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
 
 log = logging.getLogger("pcgroups.spark")
+T = TypeVar("T")
 
 FORMAT = "pcgroups"
 SCHEMA = ("partition INT, subject STRING, data BINARY, headers MAP<STRING,STRING>, sequence LONG, "
@@ -77,7 +79,7 @@ class NatsRange(InputPartition):
     partition: int
     start: int
     end: int
-    filter_subjects: tuple
+    filter_subjects: tuple[str, ...]
     mode: str
 
     def __repr__(self) -> str:
@@ -92,12 +94,12 @@ def _check_schema(schema: StructType) -> None:
 class _Driver:
     """A driver-side event loop and connection, opened lazily and never pickled."""
 
-    def __init__(self, opts: SourceOptions):
+    def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.loop: asyncio.AbstractEventLoop | None = None
         self.nc: Client | None = None
 
-    def run(self, fn):
+    def run(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         """Run ``fn(nc)`` (a coroutine function); reconnect once if the connection went stale."""
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
@@ -112,6 +114,7 @@ class _Driver:
                 if attempt == 2:
                     raise
                 self.close_nc()  # e.g. the server dropped an idle connection: once more on a new one
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def close_nc(self) -> None:
         if self.nc is not None and self.loop is not None:
@@ -128,7 +131,7 @@ class _Driver:
             self.loop = None
 
 
-def _once(opts: SourceOptions, fn):
+def _once(opts: SourceOptions, fn: Callable[[Client], Awaitable[T]]) -> T:
     """Run ``fn(nc)`` on a short-lived connection (batch planning)."""
     d = _Driver(opts)
     try:
@@ -137,7 +140,7 @@ def _once(opts: SourceOptions, fn):
         d.close()
 
 
-async def _plan_and_state(nc, opts: SourceOptions) -> tuple[_nats.ReadPlan, int | None]:
+async def _plan_and_state(nc: Client, opts: SourceOptions) -> tuple[_nats.ReadPlan, int | None]:
     plan = await _nats.resolve(nc, opts)
     ts_seq = None
     if opts.starting_timestamp_ms is not None:
@@ -152,7 +155,7 @@ def _loss_checked(start: dict[int, int], state: StreamState, opts: SourceOptions
     return _offsets.check_data_loss(start, state, opts.fail_on_data_loss)
 
 
-def _read_range(opts: SourceOptions, schema: StructType, part: NatsRange) -> Iterator:
+def _read_range(opts: SourceOptions, schema: StructType, part: NatsRange) -> Iterator[Any]:
     """Executor side: read one range with the task's own connection and event loop."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -200,14 +203,14 @@ def _read_range(opts: SourceOptions, schema: StructType, part: NatsRange) -> Ite
         loop.close()
 
 
-def _to_partitions(layout: Layout, mode: str, spans) -> list[NatsRange]:
+def _to_partitions(layout: Layout, mode: str, spans: Iterable[tuple[int, int, int]]) -> list[NatsRange]:
     return [NatsRange(layout.stream, p, s, e, layout.filter_subjects(p), mode) for p, s, e in spans]
 
 
 class PcgroupsBatchReader(DataSourceReader):
     """A batch read: one input partition per group partition, ``[startingOffsets, endingOffsets)``."""
 
-    def __init__(self, opts: SourceOptions, schema: StructType):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         _check_schema(schema)
         if opts.starting == "latest":
             raise ConfigError("startingOffsets=latest is not valid for a batch read (it would read nothing)")
@@ -227,7 +230,7 @@ class PcgroupsBatchReader(DataSourceReader):
             parts = _to_partitions(layout, plan.mode, [(p, 0, 0)])
         return parts
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NatsRange), partition   # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
@@ -237,7 +240,7 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Offsets live in Spark's checkpoint only: the reader creates no consumer and acks nothing."""
 
-    def __init__(self, opts: SourceOptions, schema: StructType):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         _check_schema(schema)
         if opts.ending_given:
             raise ConfigError("endingOffsets is for batch reads only")
@@ -247,12 +250,12 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: int | None = None
         self._driver: _Driver | None = None
 
-    def __getstate__(self):  # shipped to executors for read(): options only
+    def __getstate__(self) -> dict[str, Any]:  # shipped to executors for read(): options only
         d = dict(self.__dict__)
         d["_driver"] = None
         return d
 
-    def _run(self, fn):
+    def _run(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         if self._driver is None:
             self._driver = _Driver(self.opts)
         return self._driver.run(fn)
@@ -271,7 +274,7 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._plan = self._run(lambda nc: _nats.resolve(nc, self.opts))
         return self._plan
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         state = self._state()
         layout = self._resolved().layout
         ts_seq = None
@@ -282,14 +285,14 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                        default="latest")
         return _offsets.to_json(layout.stream, start)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._state().latest
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         state = self._state()
         layout = self._resolved().layout
         s = _loss_checked(_offsets.from_json(layout, start), state, self.opts)
@@ -298,12 +301,12 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = _offsets.next_end(s, state.latest, max_rows, self._target)
         return _offsets.to_json(layout.stream, end)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         if self._plan is None or self._latest is None:
             return None
         return _offsets.to_json(self._plan.layout.stream, {p: self._latest for p in self._plan.layout.partitions})
 
-    def partitions(self, start: dict, end: dict) -> list[NatsRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[NatsRange]:
         plan = self._resolved()
         layout = plan.layout
         s, e = _offsets.from_json(layout, start), _offsets.from_json(layout, end)
@@ -311,11 +314,11 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = {p: (v if v <= e[p] else 1) for p, v in s.items()}
         return _to_partitions(layout, plan.mode, _offsets.ranges(s, e))
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NatsRange), partition   # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         pass  # nothing to do: JetStream keeps no state for Spark
 
     def stop(self) -> None:
@@ -351,7 +354,7 @@ def _check_sink_schema(opts: SinkOptions, schema: StructType) -> None:
 
 
 class _Publisher:
-    def __init__(self, opts: SinkOptions, schema: StructType):
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         _check_sink_schema(opts, schema)
         self.opts = opts
         names = set(schema.names)
@@ -359,7 +362,7 @@ class _Publisher:
         self.has_headers = "headers" in names and opts.include_headers
         self.has_msg_id = "msg_id" in names
 
-    def _rows(self, batches, id_base: str):
+    def _rows(self, batches: Iterable[Any], id_base: str) -> Iterator[tuple[str, bytes, dict[str, str] | None]]:
         i = 0
         fixed = self.opts.subject
         for rb in batches:
@@ -384,7 +387,7 @@ class _Publisher:
                 yield subject, payload, hdrs
                 i += 1
 
-    def publish(self, batches, id_base: str, partition: int) -> PublishStats:
+    def publish(self, batches: Iterable[Any], id_base: str, partition: int) -> PublishStats:
         opts = self.opts
         loop = asyncio.new_event_loop()
         nc = None
@@ -405,7 +408,7 @@ class _Publisher:
             loop.close()
 
 
-def _task_context():
+def _task_context() -> Any:
     from pyspark import TaskContext
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - write() always runs in a task
@@ -419,21 +422,21 @@ class PcgroupsBatchWriter(DataSourceArrowWriter):
     ``prefix`` is the ``msgIdPrefix`` option, or a random id per write job: retried tasks of one job
     write no duplicates; re-running the whole job does only with the same ``msgIdPrefix``."""
 
-    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool):
+    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise ConfigError("the pcgroups sink only appends (publishing cannot overwrite a stream); "
                               "use mode append")
         self.pub = _Publisher(opts, schema)
         self.prefix = opts.msg_id_prefix or uuid.uuid4().hex
 
-    def write(self, iterator) -> PublishStats:
+    def write(self, iterator: Iterator[Any]) -> PublishStats:
         pid = _task_context().partitionId()
         return self.pub.publish(iterator, f"{self.prefix}:{pid}", pid)
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_stats(messages, None)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning("pcgroups sink: write aborted; messages already published stay in the stream")
 
 
@@ -449,11 +452,11 @@ class PcgroupsStreamWriter(DataSourceStreamArrowWriter):
     derived from the row's values, unchanged rows are dropped by the stream as duplicates. (Spark
     offers update mode to no Python sink.)"""
 
-    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool):
+    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
         self.pub = _Publisher(opts, schema)
         self.prefix = opts.msg_id_prefix
 
-    def write(self, iterator) -> PublishStats:
+    def write(self, iterator: Iterator[Any]) -> PublishStats:
         ctx = _task_context()
         pid = ctx.partitionId()
         batch_id = ctx.getLocalProperty("streaming.sql.batchId")
@@ -462,15 +465,15 @@ class PcgroupsStreamWriter(DataSourceStreamArrowWriter):
             raise PCGroupsError("the pcgroups stream sink cannot see the micro-batch id (streaming.sql.batchId)")
         return self.pub.publish(iterator, f"{prefix}:{batch_id}:{pid}", pid)
 
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_stats(messages, batchId)
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("pcgroups sink: batch %s aborted; messages already published stay in the stream (a replay "
                     "publishes the same message ids, which the stream drops as duplicates)", batchId)
 
 
-def _log_stats(messages, batch_id) -> None:
+def _log_stats(messages: Iterable[WriterCommitMessage | None], batch_id: int | None) -> None:
     stats = [m for m in messages if isinstance(m, PublishStats)]
     log.info("pcgroups sink%s: published %d messages (%d duplicates dropped by the stream)",
              "" if batch_id is None else f" batch {batch_id}", sum(s.published for s in stats),
