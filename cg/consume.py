@@ -216,6 +216,7 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
                           "--dispatch)"),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
+        "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
     }
     return f"[{m}] {said[ev.kind]}"
 
@@ -412,7 +413,7 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
     served = None   # --metrics-listen: the metrics, the probes and their server
     told = None     # the metrics' own event callback
     retry = None
-    if request.metrics_listen:
+    if request.metrics_listen is not None:   # "" is a bad address, not no address
         from .metrics import instance_metrics
 
         served = instance_metrics(kind, stream, group, member, request.metrics_listen)

@@ -48,7 +48,7 @@ class Calls:
     step_down: Fn
     status: Fn          # pcgroups.ops._status (imported when called: only ``status`` needs it)
     layout: Fn | None = None   # the streams a group consumes (elastic)
-    stuck: Fn | None = None    # the sources stuck on an origin message (elastic: pcgroups.elastic._intake)
+    stuck: Fn | None = None    # sources stuck on an origin message, or losing messages (elastic: pcgroups.elastic)
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,8 @@ def _elastic_calls() -> Calls:
                  list_active_members=lib.list_elastic_active_members,
                  membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
                  step_down=lib.elastic_member_step_down,
-                 status=_imported_when_called("pcgroups.ops._status", "elastic_status"), layout=lib.get_elastic_layout,
-                 stuck=_imported_when_called("pcgroups.elastic._intake", "stuck_sources_of"))
+                 status=_imported_when_called("pcgroups.ops", "elastic_status"), layout=lib.get_elastic_layout,
+                 stuck=_imported_when_called("pcgroups.elastic", "intake_of"))
 
 
 _SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),

@@ -230,15 +230,17 @@ def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticCo
                as_json: bool, layout: Layout | None = None, stuck: Sequence[Any] = ()) -> None:
     """``info`` of a ``kind`` (static, elastic) group: its config, active members and (elastic) the
     streams its work queue sources. In plain output a one-stream group prints the reference's lines
-    only; a group over several streams adds one ``streams:`` line. A source stuck on an origin message
-    (``stuck``, pcgroups.elastic._intake) is a ``cg: warning:`` line (stdout keeps the reference's lines)."""
+    only; a group over several streams adds one ``streams:`` line. A source stuck on an origin message, or
+    losing origin messages (``stuck``, pcgroups.elastic) is a ``cg: warning:`` line (stdout keeps the reference's
+    lines)."""
     if as_json:
         doc = {"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
                "active_members": list(active)}
         if layout is not None:
             doc["layout"] = layout.kind
             doc["streams"] = [_stream_doc(s) for s in layout.streams]
-            doc["stuck_sources"] = [dataclasses.asdict(s) for s in stuck]
+            doc["stuck_sources"] = [dataclasses.asdict(s) for s in stuck if hasattr(s, "cause")]
+            doc["source_gaps"] = [dataclasses.asdict(s) for s in stuck if not hasattr(s, "cause")]
         out.json(doc)
     elif out.pretty:
         for renderable in _pretty_info(kind, stream, group, cfg, active, layout):
@@ -276,7 +278,10 @@ def print_skip(result: Any, *, as_json: bool) -> None:
 
 
 def stuck_line(stuck: Any, stream: str, group: str) -> str:
-    """A source stuck on an origin message (``pcgroups.elastic._intake.StuckSource``), and the way past it."""
+    """A source stuck on an origin message (``pcgroups.elastic.StuckSource``), and the way past it; or origin
+    messages lost before sourcing (``pcgroups.elastic.SourceGap``)."""
+    if not hasattr(stuck, "cause"):
+        return f"intake lost messages: {stuck.describe()}"
     step = f" (step past it: cg elastic skip-stuck {stream} {group})" if stuck.cause != "full" else ""
     return f"intake stopped: {stuck.describe()}{step}"
 

@@ -80,8 +80,9 @@ def _footer(status: "GroupStatus") -> str:
 
 
 def stuck_lines(status: "GroupStatus") -> list[str]:
-    """One line per source stuck on an origin message (pcgroups.elastic._intake), with the way past it."""
-    return [stuck_line(s, status.stream, status.group) for s in status.stuck_sources]
+    """One line per source stuck on an origin message (pcgroups.elastic), with the way past it, and per gap of
+    origin messages lost before sourcing."""
+    return [stuck_line(s, status.stream, status.group) for s in [*status.stuck_sources, *status.source_gaps]]
 
 
 def _pinned_for(m: "MemberStatus", now: datetime) -> str:

@@ -182,6 +182,8 @@ def _secret(value: str | None, env: Mapping[str, str], what: str) -> str | None:
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+#: Go's longest duration (an int64 of nanoseconds), in seconds: ``2562047h47m16.854775807s``, about 292 years.
+MAX_DURATION = (2**63 - 1) / 1e9
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -208,6 +210,9 @@ def parse_duration(text: str) -> float:
         pos = m.end()
     if not s:
         raise PCGroupsError(f"invalid duration {text!r}: use e.g. 5s, 1m30s, 500ms")
+    if total > MAX_DURATION:
+        raise PCGroupsError(f'duration "{text.strip()}" is out of range: at most 2562047h47m16.854775807s (about '
+                            "292 years), as in Go")
     return sign * total
 
 
@@ -220,10 +225,15 @@ def _normalize_url(url: str) -> str:
     a NATS server's (another scheme, no host, a path, a bad port) is an error saying what is wrong."""
     given = url.strip()
     url = given if "://" in given else "nats://" + given
-    parts = urlsplit(url)
 
     def bad(why: str) -> PCGroupsError:
         return PCGroupsError(f'invalid server URL "{redact(given)}": {why}')
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:   # an unclosed [ (Invalid IPv6 URL), ...
+        raise bad("it is malformed; write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222, "
+                  "nats://[::1]:4222)") from None
 
     if parts.scheme not in URL_SCHEMES:
         schemes = ", ".join(f"{s}://" for s in URL_SCHEMES)
@@ -244,8 +254,13 @@ def _normalize_url(url: str) -> str:
 
 def redact(url: str) -> str:
     """The URL with its secret replaced by ``***``: the password of ``user:password@``, or the whole user
-    part when there is no password (``token@``, as nats URLs carry a token)."""
-    parts = urlsplit(url)
+    part when there is no password (``token@``, as nats URLs carry a token); a malformed URL keeps only what
+    follows its last ``@``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        scheme, sep, rest = url.rpartition("://")
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
     if "@" not in parts.netloc:
         return url
     host = parts.netloc.rpartition("@")[2]

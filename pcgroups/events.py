@@ -26,6 +26,9 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``reconnected``   the connection is back, to ``detail``;
 ``unavailable``   at start: the server or JetStream does not answer (``detail`` says how); the start is
                   tried again until it does (``*_consume`` returns then) or is cancelled.
+``dead-letter-refused``  key-level concurrency: a message's dead letter was refused (``detail`` names the
+                  message, the subject and the server's reason); the message is held and its dead letter
+                  tried again (:mod:`pcgroups.consume._dispatchers`). Said at each refusal.
 
 A dispatching instance (``dispatch=True``, :mod:`pcgroups.pool._dispatcher`) also says:
 
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 
 KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
          "disconnected", "reconnected", "unavailable", "worker-joined", "worker-left", "enrolled",
-         "no-dispatcher")
+         "no-dispatcher", "dead-letter-refused")
 
 
 @dataclass(frozen=True)

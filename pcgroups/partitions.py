@@ -119,6 +119,16 @@ def elastic_member_filters(cfg: ElasticConfig, member: str) -> list[str]:
     )
 
 
+def check_member_filters(cfg: StaticConfig | ElasticConfig) -> None:
+    """Each member's consumer takes at most MAX_MEMBER_FILTERS filter subjects, or a :class:`ConfigError` names the
+    first that would not: a config is checked before it is written (a member could never consume under it)."""
+    for member in cfg.membership():
+        if isinstance(cfg, ElasticConfig):
+            elastic_member_filters(cfg, member)
+        else:
+            static_member_filters(cfg, member)
+
+
 def transform_destination(filter: str, wildcards: list[int] | None, max_members: int) -> str:
     """The work-queue source transform destination of a partitioning filter (the reference's getPartitioningTransformDest)."""
     tokens = filter.split(".")

@@ -74,6 +74,7 @@ async def _setup(url: str, w: World) -> None:
         await create_elastic(nc, w.E, "eg", 4, partitioning_filters=[PartitioningFilter(f"{w.E}.*", [1])])
         await add_members(nc, w.E, "eg", ["a", "b"])
         await create_elastic(nc, w.E, "em", 4)
+        await create_elastic(nc, w.E, "big", 20001)   # no member yet: one would own more than a consumer can filter
         await set_member_mappings(nc, w.E, "em", [MemberMapping("x", [0, 1]), MemberMapping("y", [2, 3])])
         # a durable member consumer that must survive every failed command (static consumers outlive instances)
         inst = await static_consume(nc, w.S, "sg", "m1", lambda msg: None, config=ConsumerConfig(ack_wait=1.0))
@@ -230,6 +231,16 @@ ROWS = [
       ["can not be updated to the requested one", "delete the existing elastic consumer group"]),
     R("elastic-add-to-mapped", ["elastic", "add", "{E}", "em", "z"],
       ["can't add members to an elastic consumer group that uses member mappings", "--sticky"]),
+    # ---- configs no member could consume under: refused before anything is written
+    R("static-create-member-over-filters", ["static", "create", "balanced", "{S}", "bigX", "20001", "m1"],
+      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects",
+       "use fewer partitions"]),
+    R("static-create-mapping-over-filters", ["static", "create", "mapped", "{S}", "bigM", "20001", "m1:0-20000"],
+      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
+    R("elastic-add-member-over-filters", ["elastic", "add", "{E}", "big", "a"],
+      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
+    R("elastic-mapping-over-filters", ["elastic", "create-mapping", "{E}", "big", "a:0-20000"],
+      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
     # ---- wrong flavour
     R("static-info-on-elastic", ["static", "info", "{E}", "eg"],
       ["static consumer group eg on stream {E} not found", "(eg is an elastic consumer group)"]),
@@ -252,6 +263,10 @@ ROWS = [
       ["m9 is not a member of static consumer group sg (members: "], proc=True),
     R("static-consume-bad-sleep", ["static", "join", "{S}", "sg", "m1", "--sleep", "-5ms"],
       ["invalid --sleep '-5ms'", "must not be negative"]),
+    R("elastic-consume-sleep-out-of-range", ["elastic", "consume", "{E}", "eg", "a", "--sleep", "99999999999h"],
+      ['invalid --sleep: duration "99999999999h" is out of range', "at most 2562047h47m16.854775807s"]),
+    R("static-consume-empty-metrics-listen", ["static", "consume", "{S}", "sg", "m1", "--metrics-listen", ""],
+      ["invalid --metrics-listen ''", "give HOST:PORT with a port from 1 to 65535"]),
     R("elastic-consume-no-member", ["elastic", "consume", "{E}", "eg"],
       ["a member name is required", "--auto"]),
     R("elastic-consume-lease-ttl-without-auto", ["elastic", "consume", "{E}", "eg", "a", "--lease-ttl", "10s"],
@@ -277,6 +292,10 @@ ROWS = [
       env={"NATS_URL": "4501"}),
     R("server-url-port", ["--server", "nats://127.0.0.1:99999", "elastic", "ls", "{E}"],
       ['invalid server URL "nats://127.0.0.1:99999"', "the port must be a number from 1 to 65535"], proc=True),
+    R("server-url-unclosed-ipv6", ["-s", "nats://[::1", "static", "ls", "{S}"],
+      ['invalid server URL "nats://[::1"', "it is malformed", "nats://HOST:PORT", "nats://[::1]:4222"], proc=True),
+    R("server-url-unclosed-ipv6-secret", ["-s", "nats://alice:s3cret@[::1", "elastic", "ls", "{E}"],
+      ['invalid server URL "nats://***@[::1"', "it is malformed"], proc=True),
     R("unknown-context-option", ["--context", "nosuchctx", "static", "ls", "{S}"],
       ['unknown context "nosuchctx" (--context)', "nosuchctx.json"], proc=True),
     R("unknown-context-env", ["elastic", "ls", "{E}"], ['unknown context "envctx" (NATS_CONTEXT)'], proc=True,

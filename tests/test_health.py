@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -31,7 +33,7 @@ def probe(port: int, path: str) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-    except (ConnectionError, urllib.error.URLError):
+    except (ConnectionError, TimeoutError, urllib.error.URLError):   # nothing listens, or no answer in time
         return 0, {}
 
 
@@ -138,3 +140,104 @@ async def test_consume_probes_follow_the_server_the_membership_and_ctrl_c(fresh_
         assert await aprobe(port, "/healthz") == (0, {})
     finally:
         await nc.close()
+
+
+def _threads_and_cpu(pid: int) -> tuple[int, float]:
+    """A process's threads and the CPU seconds it used so far (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        threads = int(next(line.split()[1] for line in f if line.startswith("Threads:")))
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return threads, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hold(port: int, n: int) -> list[socket.socket]:
+    """``n`` connections to the port, each with the start of a request that never ends (a slow client); a connect
+    that does not get through in 2 s is left out, and none is tried after 10 s."""
+    held: list[socket.socket] = []
+    deadline = time.monotonic() + 10
+    while len(held) < n and time.monotonic() < deadline:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            continue
+        held.append(s)
+    return held
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+async def test_held_connections_cost_neither_the_probes_nor_the_reconnect(fresh_server, uniq, tmp_path):
+    """A member limited to 128 descriptors: 300 connections opened to its --metrics-listen and held (nothing sent)
+    keep its threads and descriptors bounded, it does not spin, /readyz answers, and after the server restarts the
+    member reconnects (a descriptor for its connection is left)."""
+    import resource
+
+    import nats
+
+    from tests.test_cli_common import cg_argv, cg_env
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    url = fresh_server.url
+    async with await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2) as nc:
+        await nc.jetstream().add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
+        await create_elastic(nc, uniq, "g", 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+        await add_members(nc, uniq, "g", ["m1"])
+    port = free_port()
+    with open(tmp_path / "err", "wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *cg_argv("elastic", "consume", uniq, "g", "m1", "--metrics-listen", f"127.0.0.1:{port}"),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err, env=cg_env(url),
+            preexec_fn=limit)
+    held: list[socket.socket] = []
+    try:
+        await until(port, "/readyz", 200)
+        held = await asyncio.to_thread(_hold, port, 300)
+        await until(port, "/readyz", 200, timeout=20)
+        threads, cpu = _threads_and_cpu(proc.pid)
+        await asyncio.sleep(1.0)   # a window to measure the CPU the process uses while the connections are held
+        threads2, cpu2 = _threads_and_cpu(proc.pid)
+        assert max(threads, threads2) < 40 and cpu2 - cpu < 0.5, (threads, threads2, cpu2 - cpu)
+        assert len(os.listdir(f"/proc/{proc.pid}/fd")) < 100
+        fresh_server.stop()
+        await until(port, "/readyz", 503, "disconnected from the server", timeout=20)
+        fresh_server.restart()
+        await until(port, "/readyz", 200, timeout=30)
+    finally:
+        for s in held:
+            s.close()
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    assert proc.returncode is not None, (tmp_path / "err").read_text()
+
+
+async def test_a_client_that_never_ends_its_request_holds_no_place_for_long(monkeypatch):
+    """Two places, both taken by clients that never end their request: a probe closes the older one after GRACE and
+    is answered; the other is closed after TIMEOUT; 50 probes at once are all answered, two at a time."""
+    from pcgroups import health as module
+
+    monkeypatch.setattr(module, "TIMEOUT", 1.0)
+    h = Health(lambda: (True, {}))
+    h.start()
+    server = module.Listener("127.0.0.1", 0, module._app(h, None), max_connections=2)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_port
+    try:
+        slow = await asyncio.to_thread(_hold, port, 2)
+        assert len(slow) == 2
+        code, body = await aprobe(port, "/healthz")
+        assert code == 200 and body["status"] == "ok"
+        for s in slow:   # both closed by the listener: one for the probe, the other after TIMEOUT
+            s.settimeout(3)
+            assert await asyncio.to_thread(s.recv, 100) == b""
+        answers = await asyncio.gather(*[aprobe(port, "/healthz") for _ in range(50)])
+        assert [code for code, _ in answers] == [200] * 50
+    finally:
+        for s in slow:
+            s.close()
+        server.shutdown()
+        h.stop()
+    assert await aprobe(port, "/healthz") == (0, {})

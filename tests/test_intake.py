@@ -14,12 +14,12 @@ import logging
 import signal
 
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import DiscardPolicy, StreamConfig
 
 from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PCGroupsError, add_members, create_elastic,
                       elastic_consume)
 from pcgroups.elastic import _instance as elastic_instance, _intake as intake
-from pcgroups.ops._exporter import group_families
+from pcgroups.ops._exporter import GroupsExporter, group_families
 from pcgroups.ops._status import elastic_status
 
 from .support import wait_for
@@ -172,3 +172,115 @@ async def _said(result, line: str) -> str | None:
 
 async def _queued(js, stream: str, n: int) -> bool:
     return (await js.stream_info(f"{stream}-g")).state.messages == n
+
+
+# --- origin messages removed before their source copied them ------------------------------------------------
+
+async def lossy_group(nc, js, stream: str) -> None:
+    """An origin keeping its last 10 messages (discard old) and a group buffering 10: messages 1-10 are queued,
+    then (:data:`MORE`) 100 more are published while nothing consumes: the origin keeps 101-110, and 11-100 are
+    never copied."""
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"], max_msgs=10, discard=DiscardPolicy.OLD))
+    await create_elastic(nc, stream, "g", 2, partitioning_filters=[PartitioningFilter(f"{stream}.*", [1])],
+                         max_buffered_msgs=10)
+    await publish_n(js, stream, 10)
+    await wait_for(lambda: _source_at(js, stream, 10), 10, what="messages 1-10 queued")
+
+
+MORE = 100
+
+
+async def publish_n(js, stream: str, n: int) -> None:
+    futs = [await js.publish_async(f"{stream}.k{i % 7}", b"x") for i in range(n)]
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
+
+
+async def _source_at(js, stream: str, seq: int) -> bool:
+    info = await JetStreamApi(js._nc).stream_info(f"{stream}-g")
+    return [s.get("seq") for s in info.get("sources") or []] == [seq]
+
+
+async def test_messages_an_origin_removed_before_sourcing_are_said_everywhere(nc, js, uniq, quick, caplog):
+    """status, the exporter and a running instance (once) say the 90 messages lost; afterwards (the source caught
+    up, lag 0) one look sees nothing, and a watch that looked before and after counts them."""
+    caplog.set_level(logging.WARNING)
+    await lossy_group(nc, js, uniq)
+    watch = intake.GapWatch()
+    assert await watch.update(JetStreamApi(nc), await JetStreamApi(nc).stream_info(f"{uniq}-g")) == []
+    exporter = GroupsExporter(nc, streams=[uniq])
+
+    async def exported() -> float:
+        await exporter.refresh()
+        return sample(exporter.families, "pcgroups_elastic_source_lost_messages", source=uniq)
+    assert await exported() == 0
+    await publish_n(js, uniq, MORE)
+    lost = intake.SourceGap(uniq, 11, 100, 90)
+    assert await exported() == 90
+    status = await elastic_status(nc, uniq, "g")
+    assert status.source_gaps == [lost] and status.source_lost == {uniq: 90}
+    assert sample(list(group_families([status], status.taken_at)), "pcgroups_elastic_source_lost_messages",
+                  source=uniq) == 90
+    assert await intake.source_gaps_of(nc, uniq, "g") == [lost]
+    await add_members(nc, uniq, "g", ["m1"])
+    got: list[str] = []
+
+    async def handler(msg):
+        got.append(msg.subject)
+        await msg.ack()
+    async with await elastic_consume(nc, uniq, "g", "m1", handler, config=ConsumerConfig(ack_wait=1)):
+        await wait_for(lambda: len(got) == 20, 30, what="the 10 queued and the 10 the origin kept")
+        said = (f"m1: elastic consumer group g on stream {uniq} lost messages: 90 message(s) of {uniq} (sequences "
+                "11-100) were removed from it")
+        await wait_for(lambda: any(said in r.getMessage() for r in caplog.records), 15, what="the instance's warning")
+        await wait_for(lambda: _source_at(js, uniq, 110), 10, what="the source caught up")
+        await asyncio.sleep(2.5)   # more checks of the instance: it said the loss once
+        assert await exported() == 90
+    assert sum(said in r.getMessage() for r in caplog.records) == 1
+    assert (await elastic_status(nc, uniq, "g")).source_gaps == []   # one look sees nothing any more
+    assert await exported() == 90     # the exporter's counter keeps them
+    assert await watch.update(JetStreamApi(nc), await JetStreamApi(nc).stream_info(f"{uniq}-g")) == [lost]
+    assert watch.lost == {uniq: 90}   # a watch that looked before and after: lost between its looks
+
+
+async def test_cg_status_and_info_say_the_messages_lost_before_sourcing(nats_server, nc, js, uniq):
+    url = nats_server.url
+    await lossy_group(nc, js, uniq)
+    await publish_n(js, uniq, MORE)
+    line = (f"intake lost messages: 90 message(s) of {uniq} (sequences 11-100) were removed from it (its max "
+            "messages, bytes or age, or a purge) before the group's source copied them: they never reach the group")
+    status = (await run_cg("elastic", "status", uniq, "g", url=url)).ok()
+    assert line in status.out
+    info = await run_cg("elastic", "info", uniq, "g", url=url)
+    assert info.code == 0 and f"cg: warning: {line}" in info.err and line not in info.out
+    doc = json.loads((await run_cg("elastic", "info", uniq, "g", "--json", url=url)).ok().out)
+    assert doc["source_gaps"] == [{"stream": uniq, "first": 11, "last": 100, "count": 90}]
+    assert doc["stuck_sources"] == [] or all(s["cause"] == "full" for s in doc["stuck_sources"])
+
+
+async def test_a_source_taking_part_of_its_origin_is_not_said_to_lose_the_rest(nc, js, uniq):
+    """The origin drops messages of subjects the group does not take: none of them was the group's."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"], max_msgs=50, discard=DiscardPolicy.OLD))
+    await create_elastic(nc, uniq, "g", 2, partitioning_filters=[PartitioningFilter(f"{uniq}.a.*", [1])],
+                         max_buffered_msgs=5)
+    for i in range(5):
+        await js.publish(f"{uniq}.a.{i}", b"x")
+    await wait_for(lambda: _source_at(js, uniq, 5), 10, what="messages 1-5 queued")
+    futs = [await js.publish_async(f"{uniq}.b.{i}", b"x") for i in range(300)]
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
+    await js.publish(f"{uniq}.a.9", b"x")   # the source is behind now (full), and the origin dropped 6-256
+    assert (await js.stream_info(uniq)).state.first_seq == 257
+    status = await elastic_status(nc, uniq, "g")
+    assert status.source_gaps == [] and status.source_lost == {}
+
+
+def test_a_source_takes_every_subject_of_its_origin_only_when_its_filters_cover_them():
+    def source(*filters):
+        return {"subject_transforms": [{"src": f, "dest": "x"} for f in filters]}
+    takes = intake.takes_every_subject
+    assert takes(source("o.*"), {"subjects": ["o.*"]})
+    assert takes(source("o.*", "p.>"), {"subjects": ["o.*", "p.x.y"]})
+    assert takes(source(">"), {})                                  # whole subjects: whatever it stores
+    assert not takes(source("o.*"), {"subjects": ["o.>"]})
+    assert not takes(source("o.a"), {"subjects": ["o.*"]})
+    assert not takes(source("o.*"), {})                            # stores what it sources: unknown subjects
+    assert not takes(source("o.*"), {"subjects": ["o.*"], "subject_transform": {"src": "o.*", "dest": "p.*"}})

@@ -87,7 +87,8 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
     """A handler that raises (or naks) at a worker: the dispatcher retries the message in place (its key waits),
     then dead-letters it after max_deliver, and the key moves on."""
     await one_partition_group(js, nc, uniq)
-    dead = await nc.subscribe("dlq")
+    await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[f"dlq.{uniq}"]))   # a dead letter needs a stream
+    dead = await nc.subscribe(f"dlq.{uniq}")
     calls: list[tuple[str, int]] = []
 
     async def handler(msg):
@@ -100,7 +101,7 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
         await msg.ack()
 
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
-                             retry=RetryPolicy(max_deliver=3, backoff=0.01, dead_letter_subject="dlq"))
+                             retry=RetryPolicy(max_deliver=3, backoff=0.01, dead_letter_subject=f"dlq.{uniq}"))
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=2)
     try:
         await w.wait_for_consuming(10)
@@ -235,8 +236,9 @@ async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
 async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq,
                                                                                               connections):
     """The offer adds its Pcg-* headers: a message that fitted the stream can exceed the server's max payload.
-    It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then dead-lettered, here terminated as the
-    dead letter does not fit either; the next message of its key is handled."""
+    It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then given up, here terminated (no
+    dead-letter subject: its dead letter would not fit either, and would be held); the next message of its key is
+    handled."""
     await one_partition_group(js, nc, uniq)
     handled: list[int] = []
 
@@ -245,7 +247,7 @@ async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_k
         await msg.ack()
 
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
-                             retry=RetryPolicy(max_deliver=2, backoff=0.01, dead_letter_subject="dlq-" + uniq))
+                             retry=RetryPolicy(max_deliver=2, backoff=0.01))
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w")
     try:
         await w.wait_for_consuming(10)

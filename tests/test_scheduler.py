@@ -10,12 +10,13 @@ import random
 import time
 
 import pytest
-from nats.js.api import StreamConfig, SubjectTransform
+from nats.js.api import DiscardPolicy, StreamConfig, SubjectTransform
 
-from pcgroups import ConsumerConfig, RetryPolicy, create_static, static_consume, static_member_step_down
+from pcgroups import (ConsumerConfig, PartitioningFilter, RetryPolicy, add_members, create_elastic, create_static,
+                      elastic_consume, static_consume, static_member_step_down)
 import nats
-
 from pcgroups.consume._window import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
+from pcgroups.ops import InstanceMetrics
 
 from .support import wait_for
 
@@ -200,14 +201,15 @@ async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq)
     assert failures["A"] == 0
 
 
+async def dead_letters(js, stream: str) -> list:
+    """The messages of ``stream``, in order."""
+    state = (await js.stream_info(stream)).state
+    return [await js.get_msg(stream, seq) for seq in range(state.first_seq, state.last_seq + 1)] if state.messages else []
+
+
 async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq):
     await one_partition_group(js, nc, uniq)
-    dead = []
-
-    async def collect(m):
-        dead.append(m)
-
-    sub = await nc.subscribe(f"dlq.{uniq}", cb=collect)
+    await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[f"dlq.{uniq}"]))
     ok: list[int] = []
 
     async def handler(msg):
@@ -219,16 +221,16 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
     inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2,
                                 retry=RetryPolicy(max_deliver=3, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"))
     try:
-        await js.publish(f"{uniq}.P", b"0", headers={"X-Test": "yes"})
+        await js.publish(f"{uniq}.P", b"0", headers={"X-Test": "yes", "Nats-Msg-Id": f"{uniq}-0"})
         await js.publish(f"{uniq}.P", b"1")
         await js.publish(f"{uniq}.P", b"2")
-        await wait_for(lambda: len(ok) == 2 and len(dead) == 1, 10, what="dead letter and the rest")
+        await wait_for(lambda: len(ok) == 2, 10, what="the rest of the key")
     finally:
         await inst.stop()
-        await sub.unsubscribe()
-    msg = dead[0]
+    [msg] = await dead_letters(js, f"{uniq}-dlq")
     assert msg.data == b"0"
     assert msg.headers["X-Test"] == "yes"
+    assert msg.headers["Pcg-Orig-Nats-Msg-Id"] == f"{uniq}-0" and "Nats-Msg-Id" not in msg.headers
     assert "poison" in msg.headers["Pcg-Dead-Reason"]
     assert msg.headers["Pcg-Deliveries"] == "3"
     assert msg.headers["Pcg-Subject"] == "P"
@@ -237,6 +239,94 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
         info = await js.consumer_info(uniq, "g-m")
         return info.num_ack_pending == 0 and info.num_pending == 0
     await wait_for(all_settled, 5, what="the acks and the +TERM applied")
+
+
+async def test_an_elastic_groups_dead_letter_is_stored_without_the_source_header(nc, js, uniq):
+    """A work-queue message carries Nats-Stream-Source, which JetStream refuses on a publish (err 10227): the
+    dead letter keeps it as Pcg-Orig-Nats-Stream-Source, and is stored."""
+    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
+    await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[f"dlq.{uniq}"]))
+    await create_elastic(nc, uniq, "g", 1, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
+    await add_members(nc, uniq, "g", ["m"])
+    ok: list[bytes] = []
+
+    async def handler(msg):
+        if msg.data.startswith(b"poison"):
+            raise ValueError("poison")
+        ok.append(msg.data)
+        await msg.ack()
+
+    inst = await elastic_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2,
+                                 retry=RetryPolicy(max_deliver=2, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"))
+    try:
+        for i in range(3):
+            await js.publish(f"{uniq}.k", b"poison %d" % i)
+        await js.publish(f"{uniq}.k", b"fine")
+        await wait_for(lambda: ok == [b"fine"], 10, what="the key moves on past the three")
+    finally:
+        await inst.stop()
+    letters = await dead_letters(js, f"{uniq}-dlq")
+    assert [m.data for m in letters] == [b"poison 0", b"poison 1", b"poison 2"]
+    for m in letters:
+        assert "Nats-Stream-Source" not in m.headers
+        assert m.headers["Pcg-Orig-Nats-Stream-Source"].startswith(uniq)
+        assert m.headers["Pcg-Stream"] == f"{uniq}-g" and m.headers["Pcg-Subject"] == f"{uniq}.k"
+
+
+async def test_a_refused_dead_letter_holds_its_message_and_key_until_a_stream_takes_it(nc, js, uniq, caplog):
+    """No stream on the dead-letter subject, then a full one (discard new): each refusal is an error line naming
+    the subject and the reason, and a dead-letter-refused event; the message is not terminated and its key
+    waits. Once the stream has room the dead letter is stored, then the message terminated."""
+    await one_partition_group(js, nc, uniq)
+    dlq = f"dlq.{uniq}"
+    events: list = []
+    metrics = InstanceMetrics("static", uniq, "g", "m")
+    ok: list[int] = []
+
+    def on_event(ev):
+        events.append(ev)
+        metrics.on_event(ev)
+
+    def refusals(fragment: str) -> list:
+        return [e for e in events if e.kind == "dead-letter-refused" and fragment in e.detail]
+
+    async def handler(msg):
+        if int(msg.data) == 0:
+            raise ValueError("poison")
+        ok.append(int(msg.data))
+        await msg.ack()
+
+    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2, on_event=on_event,
+                                retry=RetryPolicy(max_deliver=2, backoff=0.02, max_backoff=0.2,
+                                                  dead_letter_subject=dlq))
+    try:
+        await publish(js, uniq, ["P", "P", "Q"])
+        await wait_for(lambda: ok == [2] and len(refusals("no stream takes the subject")) >= 2, 10,
+                       what="two refusals without a stream, the other key handled")
+        assert f"message 1 (P) to {dlq}" in refusals("no stream")[0].detail
+        lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any(f"not dead-lettered: {dlq} refused it: no stream takes the subject" in line for line in lines)
+
+        await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[dlq], max_msgs=1, discard=DiscardPolicy.NEW))
+        await js.publish(dlq, b"earlier")
+        await wait_for(lambda: len(refusals("maximum messages exceeded")) >= 2, 10, what="refused by a full stream")
+        info = await js.consumer_info(uniq, "g-m")
+        assert ok == [2] and info.num_ack_pending == 2     # held: not terminated, and P's next message waits
+        get = metrics.registry.get_sample_value
+        labels = {"flavour": "static", "stream": uniq, "group": "g", "member": "m"}
+        assert get("pcgroups_instance_dead_letters_refused_total", labels) == len(refusals(""))
+
+        await js.purge_stream(f"{uniq}-dlq")
+        await wait_for(lambda: ok == [2, 1], 10, what="the dead letter stored, the key moves on")
+    finally:
+        await inst.stop()
+    [letter] = await dead_letters(js, f"{uniq}-dlq")
+    assert letter.data == b"0" and letter.headers["Pcg-Stream-Seq"] == "1"
+
+    async def all_settled():
+        info = await js.consumer_info(uniq, "g-m")
+        return info.num_ack_pending == 0 and info.num_pending == 0
+    await wait_for(all_settled, 5, what="the +TERM applied")
 
 
 async def test_a_fresh_pin_does_not_wait(nc, js, uniq, caplog):

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import nats.aio.msg
 import nats.js.api
+import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
@@ -463,11 +464,19 @@ async def _acked_all(nc, stream: str) -> bool:
 
 
 async def test_a_member_share_too_large_for_one_consumer_is_a_clear_error(nc, js, uniq):
-    """A valid but huge max_members (here 10^9, one member): consuming ends at once with a clear error instead of
-    building a billion filter subjects."""
+    """A valid but huge max_members (here 10^9, one member): the create refuses it and stores nothing; written by
+    another tool (as the Go reference would), consuming ends at once with a clear error instead of building a
+    billion filter subjects."""
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"]))
-    await create_static(nc, uniq, "g", 10**9, members=["m1"])
-    with pytest.raises(ConfigError, match="member m1 would own 1000000000 of the group's 1000000000 partitions"):
+    share = "member m1 would own 1000000000 of the group's 1000000000 partitions"
+    with pytest.raises(ConfigError, match=share):
+        await create_static(nc, uniq, "g", 10**9, members=["m1"])
+    await create_static(nc, uniq, "other", 2, members=["m1"])   # the bucket
+    kv = await js.key_value(STATIC_BUCKET)
+    with pytest.raises(nats.js.errors.KeyNotFoundError):   # nothing stored by the refused create
+        await kv.get(f"{uniq}.g")
+    await kv.put(f"{uniq}.g", json.dumps({"max_members": 10**9, "members": ["m1"]}).encode())
+    with pytest.raises(ConfigError, match=share):
         await asyncio.wait_for(static_consume(nc, uniq, "g", "m1", counter({}, "m1"), config=FAST), 10)
     assert await JetStreamApi(nc).list_consumers(uniq) == []
 

@@ -13,6 +13,20 @@ per key runs at a time, up to ``concurrency`` handlers at once; keys with work a
 so a key with 1,000 queued messages gets one turn per round. A failed handler (exception or ``nak()``) blocks only its key: the message is retried in place
 with backoff (later messages of the key wait), and after ``max_deliver`` attempts it goes to a
 dead-letter subject and the key moves on.
+
+Dead letters (``RetryPolicy.dead_letter_subject``):
+
+1. A message is terminated (``+TERM``) only once a stream acknowledged its dead letter (a JetStream publish
+   answered with a PubAck). Without a dead-letter subject it is terminated after ``max_deliver``.
+2. A dead letter is refused when no stream takes the subject, none answers in time, or the stream refuses
+   it (full with ``discard new``, too large, ...): an error line names the subject and the server's reason,
+   the instance says ``dead-letter-refused`` (:mod:`pcgroups.events`), and the message stays held: its key
+   waits and the dead letter is tried again with the retries' backoff, until a stream takes it or the pin
+   moves (the new holder gets the message).
+3. A dead letter carries the message's data and headers but the ones JetStream acts on (``Nats-*``: it
+   refuses a copy with ``Nats-Stream-Source``, dedupes on ``Nats-Msg-Id``, checks ``Nats-Expected-*``,
+   expires on ``Nats-TTL``, ...): each is kept as ``Pcg-Orig-<name>``; plus the ``Pcg-*`` headers saying
+   where it came from and why it was given up.
 """
 
 from __future__ import annotations
@@ -44,6 +58,17 @@ def as_handle(handler: Handler) -> Handle:
     async def in_thread(m: Msg) -> None:
         await asyncio.to_thread(handler, m)
     return in_thread
+
+
+def dead_letter_headers(headers: dict[str, str] | None) -> dict[str, str]:
+    """A dead letter's copy of a message's headers: the pin gone, each ``Nats-*`` header (JetStream acts on them)
+    renamed ``Pcg-Orig-<name>`` (invariant 3)."""
+    out: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if name.lower() == PIN_HEADER.lower():
+            continue
+        out[f"Pcg-Orig-{name}" if name.lower().startswith("nats-") else name] = value
+    return out
 
 
 async def _noop() -> None:
@@ -140,7 +165,11 @@ class ConsumerControl(Protocol):
     def max_payload(self) -> int:
         """The server's max payload (a dead letter over it is not published)."""
 
-    async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None: ...
+    async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+        """Publish a dead letter; returns once a stream acknowledged it, raises why not."""
+
+    def dead_letter_refused(self, detail: str) -> None:
+        """A dead letter was refused (``detail`` says which and why): tell the instance's owner."""
 
 
 class KeyedDispatcher:
@@ -303,38 +332,62 @@ class KeyedDispatcher:
             reason = (str(error) if type(error) is Exception else repr(error)) if error is not None else "nak"
             deliveries = attempt + max(m.metadata.num_delivered - 1, 0)
             if self.retry.max_deliver and deliveries >= self.retry.max_deliver:
-                await self._dead_letter(m, reason, deliveries)
+                await self._give_up(m, reason, deliveries)
                 return
-            delay = retry if retry else min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
+            delay = retry if retry else self._backoff(attempt)
             log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
                      m.sequence, reason, attempt, delay)
-            await asyncio.sleep(delay)
-            if not d.current(m):
-                if _unsettled_after_loss(d, m):
-                    await d.nak_quietly(m)
-                return  # the pin moved: the new holder gets it (it waited for this call)
+            if not await self._wait(m, delay):
+                return
 
-    async def _dead_letter(self, m: Msg, reason: str, deliveries: int) -> None:
-        c = self._consumer
-        if self.retry.dead_letter_subject:
-            headers = dict(m.headers or {})
-            headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject,
-                            "Pcg-Stream": c.stream, "Pcg-Consumer": c.consumer,
-                            "Pcg-Stream-Seq": str(m.sequence), "Pcg-Deliveries": str(deliveries)})
-            headers.pop(PIN_HEADER, None)
+    def _backoff(self, attempt: int) -> float:
+        return min(self.retry.backoff * 2.0 ** (attempt - 1), self.retry.max_backoff)
+
+    async def _wait(self, m: Msg, delay: float) -> bool:
+        """Sleep ``delay`` holding ``m``; False when it is not ours to handle any more (the pin moved: the new
+        holder gets it, it waited for this call; or the consumer was RESET)."""
+        d = self._delivery
+        await asyncio.sleep(delay)
+        if m.epoch != d.epoch:
+            return False
+        if not d.current(m):
+            if _unsettled_after_loss(d, m):
+                await d.nak_quietly(m)
+            return False
+        return not d.closed
+
+    async def _give_up(self, m: Msg, reason: str, deliveries: int) -> None:
+        """Dead-letter ``m``, then terminate it; a refused dead letter holds it, tried again (invariants 1, 2)."""
+        c, subject = self._consumer, self.retry.dead_letter_subject
+        refusals = 0
+        while subject:
             try:
-                if message_size(m.data, headers) > c.max_payload:   # the server would close the connection
-                    raise ValueError(f"{message_size(m.data, headers)} bytes with the dead letter's headers, over "
-                                     f"the max payload ({c.max_payload})")
-                await c.dead_letter(self.retry.dead_letter_subject, m.data, headers)
-            except Exception as e:  # too large, refused: terminated all the same
-                log.error("%s: message %d could not be dead-lettered to %s: %s", c.label, m.sequence,
-                          self.retry.dead_letter_subject, e)
-        log.warning("%s: message %d (%s) dead-lettered after %d deliveries: %s", c.label, m.sequence,
-                    m.subject, deliveries, reason)
+                await self._dead_letter(m, subject, reason, deliveries)
+                break
+            except Exception as e:
+                refusals += 1
+                delay = self._backoff(refusals)
+                log.error("%s: message %d (%s) not dead-lettered: %s refused it: %s; the message is held (its key "
+                          "waits), trying again in %.2fs", c.label, m.sequence, m.subject, subject, e, delay)
+                c.dead_letter_refused(f"message {m.sequence} ({m.subject}) to {subject}: {e}")
+            if not await self._wait(m, delay):
+                return
+        log.warning("%s: message %d (%s) %s after %d deliveries: %s", c.label, m.sequence, m.subject,
+                    "dead-lettered" if subject else "terminated", deliveries, reason)
         await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
         if self.retry.on_dead_letter is not None:
             self.retry.on_dead_letter(m, reason)
+
+    async def _dead_letter(self, m: Msg, subject: str, reason: str, deliveries: int) -> None:
+        c = self._consumer
+        headers = dead_letter_headers(m.headers)
+        headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject, "Pcg-Stream": c.stream,
+                        "Pcg-Consumer": c.consumer, "Pcg-Stream-Seq": str(m.sequence),
+                        "Pcg-Deliveries": str(deliveries)})
+        if message_size(m.data, headers) > c.max_payload:   # the server would close the connection
+            raise ValueError(f"{message_size(m.data, headers)} bytes with the dead letter's headers, over the "
+                             f"max payload ({c.max_payload})")
+        await c.dead_letter(subject, m.data, headers)
 
     async def _cancel_tasks(self) -> None:
         for t in list(self._tasks):

@@ -310,6 +310,9 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     def fatal(self, error: BaseException) -> None:
         self._post(Fatal(error))
 
+    def dead_letter_refused(self, detail: str) -> None:
+        self._reporter.emit("dead-letter-refused", detail=detail)
+
     def _worker_said(self, kind: str, name: str, detail: str) -> None:
         self._reporter.emit(kind, detail=f"{name}: {detail}")
 

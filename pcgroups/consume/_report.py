@@ -27,7 +27,7 @@ _STATE_OF = {"pinned": "pin", "standby": "pin", "lost-pin": "pin",
              "not-a-member": "membership", "added": "membership", "partitions": "membership",
              "dropped": "membership", "disconnected": "connection", "reconnected": "connection",
              "unavailable": "connection", "worker-joined": "workers", "worker-left": "workers",
-             "enrolled": "dispatchers", "no-dispatcher": "dispatchers"}
+             "enrolled": "dispatchers", "no-dispatcher": "dispatchers", "dead-letter-refused": ""}
 
 
 class HookError(Exception):
@@ -87,9 +87,10 @@ class Reporter:
         """Tell ``on_event``, unless the last event of this kind of state was the same."""
         event = InstanceEvent(kind, self.member, tuple(sorted(partitions)), detail)
         state = _STATE_OF[kind]
-        if self._last.get(state) == event:
-            return
-        self._last[state] = event
+        if state:   # a kind of state: said once per change ("": each time)
+            if self._last.get(state) == event:
+                return
+            self._last[state] = event
         if self._on_event is None:
             return
         try:

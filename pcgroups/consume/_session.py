@@ -51,6 +51,9 @@ class SessionOwner(Protocol):
     def fatal(self, error: BaseException) -> None:
         """An error the session can not recover from (a failed handler on the strict path)."""
 
+    def dead_letter_refused(self, detail: str) -> None:
+        """A dead letter was refused (``detail`` says which and why); its message is held."""
+
 
 def pull_expiry(ack_wait: float) -> float:
     """Pull ``expires`` = max(AckWait/2, 1 s): pins are renewed well inside PinnedTTL."""
@@ -368,8 +371,11 @@ class PullSession:
         return self.nc.max_payload
 
     async def dead_letter(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
-        await self.nc.publish(subject, data, headers=headers)
-        await self.nc.flush()
+        await self.api.publish(subject, data, headers)
+
+    def dead_letter_refused(self, detail: str) -> None:
+        if self.owner is not None:
+            self.owner.dead_letter_refused(detail)
 
     # --- receiving ------------------------------------------------------------------------
     async def _on_msg(self, msg: NatsMsg) -> None:

@@ -26,7 +26,7 @@ from .. import flavour
 from ..flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
 from ._sticky import sticky_change
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig
-from ..partitions import unmatched_filters
+from ..partitions import check_member_filters, unmatched_filters
 from ._sources import (Layout, SourceStream, Start, assign_filters, explicit_start, external_prefixes,
                        externals_by_stream, layout_of, resolve_start, source_config, starts_by_stream)
 from ..jetstream._store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
@@ -183,6 +183,7 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     try:
         validate_partition_count(max_members)
         cfg.validate()
+        check_member_filters(cfg)
         names, roles = _plan_streams(stream, cfg, list(sources or []), list(partition_streams or []))
         starts = starts_by_stream(start, names)
         given = externals_by_stream(source_domain, source_api, names)
@@ -363,6 +364,7 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
         new = change(stored_config(stream, group, entry.value))
         try:
             new.validate()
+            check_member_filters(new)
         except ConfigError as e:
             raise ConfigError(f"invalid elastic consumer group config: {e}") from None
         result[:] = [new]

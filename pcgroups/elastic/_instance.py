@@ -26,7 +26,7 @@ from ..errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStr
                       PermissionDeniedError)
 from ..events import EventCallback, PartitionsHook
 from ..flavour import ELASTIC, api_of, check_names, stream_gone, work_queue_name
-from ._intake import STUCK_AFTER, SourceWatch, stuck_sources
+from ._intake import STUCK_AFTER, GapWatch, Origins, SourceGap, SourceWatch, stuck_sources
 from ..consume._instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
                                  setting_differences, startable, with_priority_group)
 from ..jetstream._api import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, ConsumerTemplate,
@@ -155,6 +155,8 @@ class ElasticInstance(ConsumerInstance):
         self._sources = SourceWatch()   # how long each source has copied nothing (a source stuck on a message)
         self._intake_due = 0.0
         self._stuck_said: set[tuple[str, int]] = set()
+        self._gaps = GapWatch()    # origin messages removed before their source copied them
+        self._losing: dict[str, tuple[SourceGap, int]] = {}   # by source, the loss going on, and how much was said
         watcher = await Watch.start(kv, self._key)
         self._start(watcher)
         self._post(Reconcile())
@@ -474,14 +476,17 @@ class ElasticInstance(ConsumerInstance):
             self._post(ConsumerGone("consumer not found"))
 
     async def _check_intake(self, info: dict[str, Any]) -> None:
-        """Say once per message when a source is stuck on it (pcgroups.elastic._intake), and when it moves again."""
+        """Say once per message when a source is stuck on it (pcgroups.elastic._intake), and when it moves again; once
+        when a source loses origin messages before copying them, and the total once no more go."""
         self._sources.update(info)
         now = time.monotonic()
         if now < self._intake_due:
             return
         self._intake_due = now + STUCK_AFTER
+        origins = Origins(self.api)
         try:
-            stuck = {(s.stream, s.seq): s for s in await stuck_sources(self.api, info, self._sources.still)}
+            stuck = {(s.stream, s.seq): s for s in await stuck_sources(self.api, info, self._sources.still, origins)}
+            gaps = await self._gaps.update(self.api, info, origins)
         except PermissionDeniedError as e:   # optional (docs/SECURITY.md): asked no more, so no server log per check
             log.info("%s: the intake of %s is not watched by this instance: %s", self.member_name, self.work_queue, e)
             self._intake_due = float("inf")
@@ -495,6 +500,27 @@ class ElasticInstance(ConsumerInstance):
         for stream, seq in self._stuck_said - stuck.keys():
             log.warning("%s: sourcing from %s moves again (past its message %d)", self.member_name, stream, seq)
         self._stuck_said = set(stuck)
+        self._say_losses(gaps)
+
+    def _say_losses(self, gaps: list[SourceGap]) -> None:
+        """A loss is said when it starts; if it went on past that look, its total once a look finds no more."""
+        new: dict[str, SourceGap] = {}
+        for g in gaps:
+            had = new.get(g.stream)
+            new[g.stream] = g if had is None else SourceGap(g.stream, had.first, g.last, had.count + g.count)
+        for stream, g in new.items():
+            had, said = self._losing.get(stream, (None, 0))
+            if had is None:
+                log.warning("%s: elastic consumer group %s on stream %s lost messages: %s", self.member_name,
+                            self.group_name, self.stream_name, g.describe())
+                self._losing[stream] = (g, g.count)
+            else:
+                self._losing[stream] = (SourceGap(stream, had.first, g.last, had.count + g.count), said)
+        for stream in [s for s in self._losing if s not in new]:
+            g, said = self._losing.pop(stream)
+            if g.count > said:
+                log.warning("%s: sourcing from %s loses no more messages: %d lost in all (sequences %d-%d)",
+                            self.member_name, stream, g.count, g.first, g.last)
 
     async def _quick_info(self, stream: str, external_api: str = "") -> dict[str, Any] | None:
         """Stream info (of a stream in another JetStream: ``external_api``) with a short timeout; None when

@@ -1,4 +1,5 @@
-"""An elastic group's intake: a source stuck on one origin message, and stepping past it.
+"""An elastic group's intake: a source stuck on one origin message, and stepping past it; origin messages
+removed before their source copied them.
 
 nats-server copies an origin message into the work queue with a ``Nats-Stream-Source`` header added
 (``<stream> <seq> <filter> <transform> <subject> <id>``, 70-110 bytes). A message whose header block is within
@@ -27,6 +28,16 @@ partition, reaches the group, and the source's ``lag`` and ``active`` in the wor
    ``timeout``) the source is removed and added back starting after the message, then its start is dropped
    from the config once it runs. The message stays in the origin stream (it is reported, as a dead letter,
    by its stream and sequence); the other sources and everything queued are untouched.
+5. Origin messages are **lost before sourcing** when the origin removes them (its ``max_msgs``, ``max_bytes`` or
+   ``max_age`` with ``discard old``, or a purge) before the source copied them (a full work queue, a source
+   down): the source then goes on from the origin's first message, and its lag says nothing of those. The
+   gap is seen two ways, by :class:`GapWatch`: the origin's first sequence past the next one the source would
+   copy (lost now, each sequence between them), and, for a caller that looks again and again, the sources'
+   sequences moving on by more than the work queue stored, over sequences the origin no longer holds (the
+   loss happened between two looks). Each gap is said once (:class:`SourceGap`). Only a source whose filters
+   take every subject of its origin is watched: otherwise a message the origin removed may never have been
+   the group's, and nothing tells them apart. The origin is asked only when a source is behind (its lag, a
+   full work queue) and copies nothing, or moved on by more than the work queue stored.
 """
 
 from __future__ import annotations
@@ -48,8 +59,8 @@ from ..jetstream._store import ELASTIC_BUCKET, group_entry
 from ..partitions import tokens_match
 from ._admin import settle_starts
 
-__all__ = ["HEADER_LIMIT", "STUCK_AFTER", "SkipResult", "SourceWatch", "StuckSource", "skip_stuck", "stuck_sources",
-           "stuck_sources_of"]
+__all__ = ["HEADER_LIMIT", "STUCK_AFTER", "GapWatch", "Origins", "SkipResult", "SourceGap", "SourceWatch",
+           "StuckSource", "intake_of", "skip_stuck", "source_gaps_of", "stuck_sources", "stuck_sources_of"]
 
 STUCK_AFTER = 5.0           # seconds a source may copy nothing while an origin message waits before it counts as stuck
 HEADER_LIMIT = 65535        # the largest header block nats-server stores
@@ -79,6 +90,44 @@ class StuckSource:
         if self.cause == "full":
             return f"{what}: the work queue is full (max buffered messages or bytes): it takes more as members ack"
         return f"{what}: the server does not copy it into the work queue (see its log)"
+
+
+@dataclass
+class SourceGap:
+    """``count`` messages of origin ``stream``, between its sequences ``first`` and ``last``, were removed from it
+    before the group's source copied them (invariant 5): they never reach the group."""
+
+    stream: str
+    first: int
+    last: int
+    count: int
+
+    def describe(self) -> str:
+        span = f"sequence {self.first}" if self.first == self.last else f"sequences {self.first}-{self.last}"
+        return (f"{self.count} message(s) of {self.stream} ({span}) were removed from it (its max messages, bytes "
+                f"or age, or a purge) before the group's source copied them: they never reach the group")
+
+
+class Origins:
+    """The origin streams' info, asked at most once per look at a work queue (the stuck and gap checks share it)."""
+
+    def __init__(self, api: JetStreamApi) -> None:
+        self.api = api
+        self._infos: dict[str, dict[str, Any] | None] = {}
+
+    async def info(self, source: dict[str, Any]) -> dict[str, Any] | None:
+        """The info of ``source``'s origin (through its JetStream), None when it does not answer or is gone;
+        :class:`~pcgroups.errors.PermissionDeniedError` when the user may not ask (invariant 3)."""
+        name = str(source.get("name") or "")
+        if name not in self._infos:
+            try:
+                self._infos[name] = await self.api.at((source.get("external") or {}).get("api")).stream_info(name)
+            except (NotFoundError, JetStreamAPIError):
+                self._infos[name] = None
+        return self._infos[name]
+
+    def asked(self, name: str) -> bool:
+        return name in self._infos
 
 
 @dataclass
@@ -117,9 +166,10 @@ class SourceWatch:
         return time.monotonic() - since if last == seq else 0.0
 
 
-async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still | None = None
-                        ) -> list[StuckSource]:
+async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still | None = None,
+                        origins: Origins | None = None) -> list[StuckSource]:
     """The stuck sources of a work queue, from its stream info (invariants 1-3)."""
+    origins = origins if origins is not None else Origins(api)
     now = parse_timestamp(wq_info.get("ts"))
     if now is None:
         return []
@@ -135,8 +185,8 @@ async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still
     for source in wq_info.get("sources") or []:
         if still(str(source.get("name") or ""), int(source.get("seq") or 0)) < STUCK_AFTER:
             continue   # copying: nothing to ask
-        stuck = await _stuck(api.at((source.get("external") or {}).get("api")), source, config, state,
-                             now.timestamp())
+        stuck = await _stuck(api.at((source.get("external") or {}).get("api")), await origins.info(source), source,
+                             config, state, now.timestamp())
         if stuck is not None:
             out.append(stuck)
     return out
@@ -149,20 +199,18 @@ async def stuck_sources_of(nc: Client, stream: str, group: str, *, api: JetStrea
     return await stuck_sources(api, await api.stream_info(work_queue_name(stream, group)))
 
 
-async def _stuck(api: JetStreamApi, source: dict[str, Any], config: dict[str, Any], state: dict[str, Any],
-                 now: float) -> StuckSource | None:
+async def _stuck(api: JetStreamApi, origin: dict[str, Any] | None, source: dict[str, Any], config: dict[str, Any],
+                 state: dict[str, Any], now: float) -> StuckSource | None:
     name = str(source.get("name") or "")
     copied = int(source.get("seq") or 0)
     start = next((int(s.get("opt_start_seq") or 0) for s in config.get("sources") or [] if s.get("name") == name), 0)
     after = max(copied + 1, start)
-    try:
-        origin = await api.stream_info(name)
-    except (NotFoundError, JetStreamAPIError):
+    if origin is None:
         return None
     if int((origin.get("state") or {}).get("last_seq") or 0) < after:
         return None   # nothing left to copy
     transforms = source.get("subject_transforms") or []
-    filters = [t.get("src") or ">" for t in transforms] or [source.get("filter_subject") or ">"]
+    filters = _filters(source)
     found = [m for m in [await _next_message(api, name, after, f) for f in filters] if m is not None]
     if not found:
         return None
@@ -195,6 +243,127 @@ async def _next_message(api: JetStreamApi, stream: str, seq: int, subject: str) 
         raise
     message: dict[str, Any] | None = reply.get("message")
     return message
+
+
+def _filters(source: dict[str, Any]) -> list[str]:
+    """The origin subjects a source takes."""
+    return [t.get("src") or ">" for t in source.get("subject_transforms") or []] or [source.get("filter_subject") or ">"]
+
+
+def takes_every_subject(source: dict[str, Any], origin_config: dict[str, Any]) -> bool:
+    """``source``'s filters take every subject its origin stores (invariant 5)."""
+    filters = _filters(source)
+    if ">" in filters:
+        return True
+    subjects = origin_config.get("subjects") or []
+    if not subjects or origin_config.get("subject_transform"):
+        return False   # what it stores is not named by its subjects
+    return all(any(_within(subject, f) for f in filters) for subject in subjects)
+
+
+def _within(subject: str, filter_: str) -> bool:
+    """Every subject that ``subject`` (a pattern) matches, ``filter_`` matches too."""
+    s, f = subject.split("."), filter_.split(".")
+    for i, token in enumerate(f):
+        if token == ">":
+            return i < len(s)
+        if i >= len(s) or s[i] == ">" or (token != "*" and token != s[i]):
+            return False
+    return len(s) == len(f)
+
+
+class GapWatch:
+    """The origin messages a work queue's sources lost before copying them (invariant 5), over successive looks at
+    the work queue's info (:meth:`update`); ``once``: one look (a status), which sees only the gaps there are now.
+    ``lost`` is the count by source since the first look.
+
+    A watch that looks again and again asks the origin of a source that has copied nothing yet for its first
+    sequence, once: from there on the origin's messages are the group's (a source starting at a time excepted),
+    so the ones it removes before the source's first copy count too."""
+
+    def __init__(self, *, once: bool = False) -> None:
+        self.once = once
+        self.lost: dict[str, int] = {}
+        self._seen: tuple[dict[str, int], int] | None = None   # the sources' sequences, the work queue's last
+        self._through: dict[str, int] = {}     # by source, the origin sequence up to which gaps were counted
+        self._floor: dict[str, int | None] = {}   # by source that had copied nothing, the origin's first seq - 1
+
+    async def update(self, api: JetStreamApi, wq_info: dict[str, Any], origins: Origins | None = None
+                     ) -> list[SourceGap]:
+        """The gaps seen since the last look (invariant 5)."""
+        origins = origins if origins is not None else Origins(api)
+        config = wq_info.get("config") or {}
+        starts = {str(c.get("name") or ""): c for c in config.get("sources") or []}
+        sources = [s for s in wq_info.get("sources") or [] if s.get("seq") is not None]   # copied one at least
+        if not self.once:
+            await self._floors(wq_info, starts, origins)
+        seqs = {str(s.get("name") or ""): int(s.get("seq") or 0) for s in sources}
+        stored = int((wq_info.get("state") or {}).get("last_seq") or 0)
+        seen, self._seen = self._seen, (seqs, stored)
+        if seen is not None and (stored < seen[1] or any(seqs.get(n, 0) < q for n, q in seen[0].items())
+                                 or any(n not in seen[0] and self._floor.get(n) is None for n in seqs)):
+            seen = None   # the work queue or a source started over, or one copied its first from no known floor
+        floors = {n: f for n, f in self._floor.items() if f is not None}
+        before = {n: seen[0].get(n, floors.get(n, q)) for n, q in seqs.items()} if seen is not None else seqs
+        counted = sum(max(min(self._through.get(n, 0), q) - before[n], 0) for n, q in seqs.items())
+        # origin sequences the sources moved past without a copy, not counted yet (in-flight copies aside)
+        unstored = sum(q - before[n] for n, q in seqs.items()) - (stored - seen[1]) - counted if seen else 0
+        full = _full(config, wq_info.get("state") or {})
+        gaps: list[SourceGap] = []
+        for source in sources:
+            name = str(source.get("name") or "")
+            seq, was = seqs[name], before[name]
+            behind = seq == was and (int(source.get("lag") or 0) > 0 or full)
+            if not (behind or (unstored > 0 and seq > was) or origins.asked(name)):
+                continue
+            origin = await origins.info(source)
+            if origin is None or not takes_every_subject(source, origin.get("config") or {}):
+                continue
+            first = int((origin.get("state") or {}).get("first_seq") or 0)
+            start = int(starts.get(name, {}).get("opt_start_seq") or 0)
+            through = max(self._through.get(name, 0), start - 1)   # a start skips what is before it
+            low, gone = max(was, through), min(first - 1, seq)
+            passed = min(gone - low, unstored)          # moved past while gone: lost between the looks
+            if passed > 0:
+                unstored -= passed
+                gaps.append(SourceGap(name, low + 1, gone, passed))
+            low = max(seq, through)
+            if first - 1 > low:                          # gone before the source got to them: lost now
+                gaps.append(SourceGap(name, low + 1, first - 1, first - 1 - low))
+            self._through[name] = max(through, first - 1)
+        for gap in gaps:
+            self.lost[gap.stream] = self.lost.get(gap.stream, 0) + gap.count
+        return gaps
+
+    async def _floors(self, wq_info: dict[str, Any], starts: dict[str, dict[str, Any]], origins: Origins) -> None:
+        """The floor of each source that has copied nothing yet, asked once (see the class doc)."""
+        for source in wq_info.get("sources") or []:
+            name = str(source.get("name") or "")
+            if source.get("seq") is not None or name in self._floor:
+                continue
+            if starts.get(name, {}).get("opt_start_time"):
+                self._floor[name] = None   # starts at a time: at which sequence is unknown
+                continue
+            origin = await origins.info(source)
+            if origin is not None:
+                first = int((origin.get("state") or {}).get("first_seq") or 1)
+                self._floor[name] = max(first, int(starts.get(name, {}).get("opt_start_seq") or 0)) - 1
+
+
+async def source_gaps_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+                         ) -> list[SourceGap]:
+    """The gaps an elastic group's sources show now (one look: :class:`GapWatch`)."""
+    api = api if api is not None else JetStreamApi(nc)
+    return await GapWatch(once=True).update(api, await api.stream_info(work_queue_name(stream, group)))
+
+
+async def intake_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+                    ) -> list[StuckSource | SourceGap]:
+    """What stops or loses an elastic group's intake now: its stuck sources, then its gaps (one look)."""
+    api = api if api is not None else JetStreamApi(nc)
+    info, origins = await api.stream_info(work_queue_name(stream, group)), Origins(api)
+    stuck: list[StuckSource | SourceGap] = [*await stuck_sources(api, info, origins=origins)]
+    return stuck + await GapWatch(once=True).update(api, info, origins)
 
 
 def _transform_of(transforms: list[dict[str, Any]], subject: str) -> tuple[str, str]:

@@ -341,6 +341,30 @@ class JetStreamApi:
                                     err_code=err.get("err_code", 0), subject=full)
         return reply
 
+    async def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """Publish to JetStream and return the stream's PubAck: :class:`JetStreamAPIError` when no stream takes
+        ``subject`` (503), none answers in time (408), the answer is not a PubAck, or the stream refuses the
+        message (the server's reason and error code); :class:`PermissionDeniedError` when the user may not."""
+        try:
+            msg = await self.permissions.call(self.nc.request(subject, data, timeout=self.timeout, headers=headers),
+                                              [subject])
+        except nats.errors.NoRespondersError:
+            raise JetStreamAPIError("no stream takes the subject (no responders)", code=503, subject=subject) from None
+        except nats.errors.TimeoutError:
+            raise JetStreamAPIError(f"no stream acknowledged it within {self.timeout:g}s", code=408,
+                                    subject=subject) from None
+        try:
+            ack = json.loads(msg.data)
+        except ValueError:
+            ack = None
+        if not isinstance(ack, dict) or not ("stream" in ack or "error" in ack):
+            raise JetStreamAPIError("the answer was not a stream's acknowledgement", subject=subject)
+        err = ack.get("error")
+        if err:
+            raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
+                                    err_code=err.get("err_code", 0), subject=subject)
+        return ack
+
     # --- streams -------------------------------------------------------------------------
     async def stream_info(self, stream: str, subjects_filter: str | None = None) -> dict[str, Any]:
         """Stream info; with ``subjects_filter`` also every matching subject's count (all pages)."""

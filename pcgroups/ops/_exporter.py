@@ -16,7 +16,9 @@ A refresh reuses the status view (:mod:`pcgroups.ops._status`, what ``cg ... sta
 - an elastic group: one consumer list of its work queue, one stream info of the work queue with
   its per-subject counts (one request per 100,000 subjects) and its sources' lag (not the leases:
   the instances are counted from the consumers), and one stream info of each origin stream, to tell
-  a source stuck on one message (:mod:`pcgroups.elastic._intake`; plus a message read while a source is behind).
+  a source stuck on one message (:mod:`pcgroups.elastic._intake`; plus a message read while a source is behind) or
+  losing origin messages before it copies them (an origin's info only while a source is behind, or moved on
+  by more than the work queue stored: a :class:`~pcgroups.elastic._intake.GapWatch` per group, kept between refreshes).
 
 A last request (core NATS, not JetStream: ``$PCG.POOL.STATUS``) gathers every dispatching instance's
 pool (:mod:`pcgroups.pool._dispatcher`), answered at once when there is none. So a refresh takes ``7 + 2 T + 3 E``
@@ -40,6 +42,7 @@ from ..jetstream._api import JetStreamApi
 from ._status import GroupStatus, MemberStatus, elastic_status, static_status
 from ..jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 from ..elastic._admin import stored_config as elastic_config
+from ..elastic._intake import GapWatch
 from ..static._admin import stored_config as static_config
 from ..pool._dispatcher import pool_status
 from ._metrics import pool_families
@@ -74,6 +77,9 @@ GROUP_METRICS: dict[str, str] = {
         "stuck from 5 s on): nothing after it reaches the group (cg elastic skip-stuck)",
     "pcgroups_elastic_source_stuck_sequence":
         "The origin stream sequence the source is stuck on (0: not stuck)",
+    "pcgroups_elastic_source_lost_messages":
+        "Origin messages removed from the source stream (its max messages, bytes or age, or a purge) before the "
+        "group's source copied them, seen since the exporter started: they never reach the group",
 }
 
 #: name -> help of the metrics about the exporter itself (counters without their ``_total``).
@@ -118,6 +124,7 @@ class GroupsExporter:
         self.refused: set[str] = set()         # the refused reads seen (each counted once)
         self.last_error: str | None = None     # the last refresh's error (None: it worked)
         self._due = 0.0                        # when the next refresh is due (monotonic)
+        self._gaps: dict[tuple[str, str], Any] = {}   # an elastic group's GapWatch, kept between refreshes
 
     # ------------------------------------------------------------ refreshing
 
@@ -141,6 +148,7 @@ class GroupsExporter:
             self.last_error = f"{type(e).__name__}: {e}"
         else:
             self.up, self.statuses = 1, statuses
+            self._gaps = {k: w for k, w in self._gaps.items() if k in {(s.stream, s.group) for s in statuses}}
             self.families = list(group_families(statuses, datetime.now(timezone.utc)))
             self.errors["group"] += len(failures)
             self.errors["refused"] += len(set(refused) - self.refused)   # a role's scope, not an incident: once each
@@ -203,8 +211,10 @@ class GroupsExporter:
                                                      config=static_config(stream, group, value),
                                                      stream_view=await self._stream_view(stream, views))
                     else:
+                        gaps = self._gaps.setdefault((stream, group), GapWatch())
                         status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
-                                                      pools=False, config=elastic_config(stream, group, value))
+                                                      pools=False, config=elastic_config(stream, group, value),
+                                                      gaps=gaps)
                 except PermissionDeniedError as e:
                     refused.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
                     continue
@@ -282,7 +292,7 @@ def _member_rows(status: GroupStatus) -> Iterator[tuple[list[str], MemberStatus]
 
 def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[Any]:
     """The group metrics (:data:`GROUP_METRICS`) of some groups' status, pins aged at ``now``."""
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     group_labels = ["flavour", "stream", "group"]
     member_labels = [*group_labels, "member"]
@@ -302,6 +312,8 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
     source_lag = family("pcgroups_elastic_source_lag_messages", ["stream", "group", "source"])
     stuck_for = family("pcgroups_elastic_source_stuck_seconds", ["stream", "group", "source"])
     stuck_at = family("pcgroups_elastic_source_stuck_sequence", ["stream", "group", "source"])
+    lost = CounterMetricFamily("pcgroups_elastic_source_lost_messages",
+                               GROUP_METRICS["pcgroups_elastic_source_lost_messages"], labels=["stream", "group", "source"])
     for s in statuses:
         group = [s.flavour, s.stream, s.group]
         members.add_metric(group, len(s.members))
@@ -324,6 +336,7 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
                 source_lag.add_metric([s.stream, s.group, source], lag)
                 stuck_for.add_metric([s.stream, s.group, source], stuck[source].waiting if source in stuck else 0)
                 stuck_at.add_metric([s.stream, s.group, source], stuck[source].seq if source in stuck else 0)
+                lost.add_metric([s.stream, s.group, source], s.source_lost.get(source, 0))
     yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag, stuck_for,
-                stuck_at)
+                stuck_at, lost)
     yield from pool_families([a for s in statuses for a in s.pools])

@@ -12,7 +12,8 @@ instances of one process then share a registry, one label set each). It plugs in
   plain, so the instance runs it as before);
 - :meth:`InstanceMetrics.on_event` takes the instance's :class:`pcgroups.events.InstanceEvent`
   (``on_event=``): pins gained (``pinned``) and lost (``lost-pin``), whether it is pinned now,
-  rebalances (``added``, ``partitions``, ``dropped``) and the partitions it handles;
+  rebalances (``added``, ``partitions``, ``dropped``), the partitions it handles, and dead letters
+  refused (``dead-letter-refused``);
 - :meth:`InstanceMetrics.on_dead_letter` is a ``RetryPolicy(on_dead_letter=...)``: messages
   dead-lettered after their retries.
 
@@ -46,6 +47,8 @@ INSTANCE_METRICS: dict[str, str] = {
                                     "(added, partitions, dropped)",
     "pcgroups_instance_partitions": "Partitions this instance's member owns, as of the last event",
     "pcgroups_instance_dead_lettered": "Messages dead-lettered after their retries",
+    "pcgroups_instance_dead_letters_refused": "Dead letters no stream acknowledged (refused, no stream, no answer): "
+                                              "the message is held and its dead letter tried again",
 }
 
 #: name (counters without ``_total``) -> help of a dispatching instance's pool (``dispatch=True``): served by
@@ -98,6 +101,7 @@ class MetricFamilies:
         self.rebalances = counter("pcgroups_instance_rebalances", ("kind",))
         self.partitions = gauge("pcgroups_instance_partitions")
         self.dead_lettered = counter("pcgroups_instance_dead_lettered")
+        self.dead_letters_refused = counter("pcgroups_instance_dead_letters_refused")
 
 
 class InstanceMetrics:
@@ -117,6 +121,7 @@ class InstanceMetrics:
         self._rebalances = {kind: f.rebalances.labels(*labels, kind) for kind in REBALANCES}
         self._partitions = f.partitions.labels(*labels)
         self._dead = f.dead_lettered.labels(*labels)
+        self._refused = f.dead_letters_refused.labels(*labels)
 
     @property
     def registry(self) -> Any:
@@ -178,6 +183,8 @@ class InstanceMetrics:
             self._partitions.set(0 if kind == "dropped" else len(event.partitions))
         elif kind == "not-a-member":
             self._partitions.set(0)
+        elif kind == "dead-letter-refused":
+            self._refused.inc()
 
     def on_dead_letter(self, msg: Any, reason: str) -> None:
         """A ``RetryPolicy(on_dead_letter=...)`` callback: one message dead-lettered."""

@@ -16,7 +16,8 @@ What is counted per partition and what per member:
 - **elastic**: the work-queue stream keeps exactly the messages not yet acked, so one stream-info
   request counts them per partition (``pending``: not yet acked, the one in flight included). Each
   source's origin is asked for its info too, and a source stuck on one origin message is named
-  (``stuck_sources``, :mod:`pcgroups.elastic._intake`): nothing after it reaches the group, pending or not.
+  (``stuck_sources``, :mod:`pcgroups.elastic._intake`): nothing after it reaches the group, pending or not. So are
+  origin messages removed before their source copied them (``source_gaps``, the same module).
 
 A member's running instances are counted from its consumer: a pcgroups instance keeps exactly one
 pull request waiting on it (pcgroups/session.py), so ``instances`` is the consumer's waiting pulls, and
@@ -27,9 +28,9 @@ waiting: when the server has messages it would deliver and does not (some pendin
 keep two pulls waiting when busy, and counts twice then.
 
 The request count is small and fixed: the config (two requests), one consumer list of the stream
-that holds the member consumers, and for elastic one stream info of the work queue and one of each
-origin stream (and one message read per filter of a source whose origin holds messages it has not
-copied yet).
+that holds the member consumers, and for elastic one stream info of the work queue, one of each
+origin stream whose source has copied nothing for a while or is behind (its lag, a full work queue), and one
+message read per filter of a source whose origin holds messages it has not copied yet.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from nats.aio.client import Client
 from ..config import ElasticConfig, StaticConfig
 from ..errors import NotFoundError, PermissionDeniedError
 from ..flavour import ELASTIC, STATIC, get_config, static_consumer_name, stream_gone, work_queue_name
-from ..elastic._intake import stuck_sources
+from ..elastic._intake import GapWatch, Origins, stuck_sources
 from ..jetstream._api import parse_timestamp
 from ..jetstream._api import PRIORITY_GROUP, JetStreamApi
 from ..elastic._membership import list_leases
@@ -114,6 +115,8 @@ class GroupStatus:
     leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
     pools: list[dict[str, Any]] = field(default_factory=list)   # each dispatching instance's workers (dispatch.py)
     stuck_sources: list[Any] = field(default_factory=list)  # elastic: pcgroups.elastic._intake.StuckSource, by source
+    source_gaps: list[Any] = field(default_factory=list)    # elastic: pcgroups.elastic._intake.SourceGap, messages lost
+    source_lost: dict[str, int] = field(default_factory=dict)   # elastic: messages lost before sourcing, by stream
     taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     requests: int = 0                  # JetStream API requests it took
 
@@ -262,9 +265,12 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
 
 
 async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                         config: ElasticConfig | None = None, leases: bool = True, pools: bool = True) -> GroupStatus:
+                         config: ElasticConfig | None = None, leases: bool = True, pools: bool = True,
+                         gaps: Any = None) -> GroupStatus:
     """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
-    :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket)."""
+    :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket). ``gaps``: a
+    :class:`pcgroups.elastic.GapWatch` kept between calls (it sees the losses between them too; ``source_lost``
+    then counts since its first call), else the gaps there are now."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(ELASTIC, nc, stream, group, api=api)
@@ -288,10 +294,12 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         row.pending_exact = True
     source_lags = {source.get("name", ""): int(source.get("lag") or 0) for source in wq_info.get("sources") or []}
 
+    origins, watch = Origins(counting), gaps if gaps is not None else GapWatch(once=True)
     try:
-        stuck = await stuck_sources(counting, wq_info)
+        stuck = await stuck_sources(counting, wq_info, origins=origins)
+        lost = await watch.update(counting, wq_info, origins)
     except PermissionDeniedError:
-        stuck = []   # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
+        stuck, lost = [], []   # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
     held = await list_leases(nc, stream, group, api=api) if leases else []
     return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
                        max_members=cfg.max_members, mode=cfg.mode,
@@ -299,7 +307,8 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
                        partitions=rows, last_seq=int(state.get("last_seq") or 0),
                        messages=int(state.get("messages") or 0),
                        source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=held, stuck_sources=stuck, requests=counting.n + config_requests,
+                       leases=held, stuck_sources=stuck, source_gaps=lost, source_lost=dict(watch.lost),
+                       requests=counting.n + config_requests,
                        pools=await _pools(nc, "elastic", stream, group) if pools else [])
 
 

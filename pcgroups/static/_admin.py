@@ -18,7 +18,7 @@ from ..errors import (ConfigError, GroupExistsError, JetStreamAPIError,
 from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
 from ..consume._instance import (KEPT_SETTINGS, member_template, setting_differences, with_priority_group)
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi
-from ..partitions import static_member_filters
+from ..partitions import check_member_filters, static_member_filters
 from ..jetstream._store import group_entry, group_key, kv_call, open_or_create_bucket, read
 
 log = logging.getLogger("pcgroups")
@@ -52,6 +52,7 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     try:
         validate_partition_count(max_members)
         cfg.validate()
+        check_member_filters(cfg)
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
     info = await consumer_stream_info(STATIC, api, stream, group)
