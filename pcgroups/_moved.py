@@ -53,6 +53,8 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         modules, instead = MOVED[spec.name]
         warnings.warn(f"{spec.name} is deprecated: import from {instead}", DeprecationWarning, stacklevel=2)
+        if "," not in modules:   # moved whole: the module itself (what is patched on it is patched)
+            return importlib.import_module(modules)
         alias = ModuleType(spec.name, f"Deprecated: use {instead}.")
         for name in modules.split(","):
             module = importlib.import_module(name)

@@ -217,7 +217,7 @@ async def test_held_connections_cost_neither_the_probes_nor_the_reconnect(fresh_
 async def test_a_client_that_never_ends_its_request_holds_no_place_for_long(monkeypatch):
     """Two places, both taken by clients that never end their request: a probe closes the older one after GRACE and
     is answered; the other is closed after TIMEOUT; 50 probes at once are all answered, two at a time."""
-    from pcgroups import health as module
+    from pcgroups.ops import _health as module
 
     monkeypatch.setattr(module, "TIMEOUT", 1.0)
     h = Health(lambda: (True, {}))
