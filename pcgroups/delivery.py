@@ -65,7 +65,9 @@ Invariants (tests/test_delivery.py checks each):
    (:meth:`~Delivery.extend`): the take-over of invariant 7 waits for its call, which may still ack it. Past
    that it is :meth:`superseded <Delivery.superseded>` (its AckWait may run out and the new holder get it);
    before that only a pin in doubt, a RESET or the end of the session supersede it. A pin lost while in doubt
-   (after a pause, or cut off from the server) has no grace: its messages are superseded at once.
+   (after a pause, or cut off from the server) has no grace: its messages are superseded at once. A message
+   is :meth:`lost <Delivery.lost>` once it is superseded for good (not for a pin in doubt, which may yet be
+   confirmed): a worker pool's dispatcher then gives it up (pcgroups.dispatch).
 """
 
 from __future__ import annotations
@@ -522,6 +524,14 @@ class Delivery:
     def current(self, m: Msg) -> bool:
         """``m`` came with the current pin."""
         return m.pin_id == self._pin_id
+
+    def lost(self, m: Msg) -> bool:
+        """``m`` may be with another instance now, for good (what a pin in doubt is not yet): the session ended, the
+        consumer was RESET after its delivery, or its pin was lost ``grace`` ago or more, or while in doubt
+        (invariant 8). Its acks must not be sent any more (a worker pool's dispatcher sends its workers' acks)."""
+        if self._closed or m.epoch != self._epoch:
+            return True
+        return m.pin_id != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
 
     # --- messages (pull side) -------------------------------------------------------------
     async def deliver(self, m: Msg) -> bool:
