@@ -44,9 +44,10 @@ Invariants, besides those of :mod:`pcgroups.pool`:
 5. A message that can not be offered (it would exceed the server's max payload with the offer's headers)
    counts as a failed attempt: retried, then dead-lettered (or terminated) like a failing call.
 6. An offer goes to the worker whose heartbeat lists its stream sequence, if one does (pool invariant 1: it
-   adopts the call), else to the freest worker. A redelivered message (delivery count above 1) is first offered
-   :data:`LISTEN` after it arrived and after this instance began to listen to the heartbeats: every live
-   worker has told by then whether it runs it, or ended it for an instance gone since.
+   adopts the call), else to the freest worker. A redelivered message (delivery count above 1) is offered only
+   :data:`LISTEN` after this instance said ``HELLO`` for its pin (and after a reconnect or a stall): every live
+   worker has answered by then with a heartbeat that lists what it runs and every outcome not confirmed yet
+   (those of an instance gone since).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ log = logging.getLogger("pcgroups")
 
 REAP_EVERY = 0.25
 STALLED = 4 * REAP_EVERY       # a reaper pass this late: this process was stalled (invariant 4)
-LISTEN = 2 * pool.HEARTBEAT    # invariant 6
+LISTEN = pool.HEARTBEAT        # invariant 6
 WAIT_POLL = 0.05               # how often an offer or an ack waiting for the pin looks again
 KEEP = 60.0                    # s an offer given up is listed as kept (the next holder adopts it meanwhile)
 # outcomes of our own (not on the wire)
@@ -162,7 +163,7 @@ class Roster:
         self._announced: str | None = None  # the pin HELLO was said for
         self._unlisten: Callable[[], None] = lambda: None
         self._away = False   # disconnected, until the reconnect was heard (invariant 4)
-        self._listening = time.monotonic()   # since when the heartbeats are heard without a gap (invariant 6)
+        self._listening = time.monotonic()   # since when heartbeats listing everything come in (invariant 6)
         self.on_resize: Callable[[int], None] = lambda slots: None
         self.status_of: Callable[[], dict[str, Any]] = self.status
         self.handled = 0
@@ -282,8 +283,8 @@ class Roster:
                 return LOST
             if d.halted or not d.current(m):
                 return "back"
-            if not d.pin_doubtful() and (m.deliveries <= 1 or
-                                         time.monotonic() >= max(m.received, self._listening) + LISTEN):
+            if not d.pin_doubtful() and (m.deliveries <= 1 or (self._announced == d.pin_id and
+                                                               time.monotonic() >= self._listening + LISTEN)):
                 return "offer"
             await asyncio.sleep(WAIT_POLL)
 
@@ -317,6 +318,8 @@ class Roster:
                                                 f"bytes with the offer's headers, over the max payload "
                                                 f"({self.nc.max_payload})")
         worker.offers[token] = self._offers[token] = offer
+        for w in self._workers.values():   # offered again: no longer kept (pool invariant 3)
+            w.kept.pop(offer.seq, None)
         try:
             await self.nc.publish(worker.subject("work"), m.data, reply=f"{self.prefix}.D.{self.id}.R.{token}",
                                   headers=headers)
@@ -488,6 +491,7 @@ class Roster:
             pin = self._delivery.pin_id
             if pin is not None and pin != self._announced:
                 self._announced = pin
+                self._listening = now   # the workers answer with everything they hold (invariant 6)
                 try:
                     await self.nc.publish(f"{self.prefix}.HELLO", pool.encode({"d": self.id,
                                                                              "member": self.spec.member}))

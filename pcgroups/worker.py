@@ -189,6 +189,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._enrolled = asyncio.Event()
         self._said_waiting = False
         self._lonely = False                     # said that no dispatcher answers (after enrolling)
+        self._list_all = False                   # a dispatcher gained a pin: list every unconfirmed outcome
         self._subs: list[Any] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._reporter = Reporter(name, on_event=on_event, on_failure=lambda e: self._post(Fatal(e)))
@@ -276,16 +277,18 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._say_alone(now)
 
     def _done_for_others(self, now: float) -> dict[int, str]:
-        """The unconfirmed outcomes a new pin holder may come for (pool invariant 1): those whose dispatcher gave
-        them up, or did not answer the previous heartbeat (dead, paused, cut off). The others its dispatcher
-        confirms at its next answer: not listed, or every heartbeat would list every call of the last moment."""
+        """The unconfirmed outcomes a new pin holder may come for (pool invariant 1): all of them in the heartbeat
+        that answers a ``HELLO``, else those whose dispatcher gave them up or did not answer the previous heartbeat
+        (dead, paused, cut off). The others its dispatcher confirms at its next answer: not listed, or every
+        heartbeat would list every call of the last moment."""
         for seq, e in list(self._ended.items()):
             if now - e.at > self._remember:
                 del self._ended[seq]
         while len(self._ended) > REMEMBER_MAX:
             del self._ended[next(iter(self._ended))]
+        every, self._list_all = self._list_all, False
         return {seq: e.outcome for seq, e in self._ended.items()
-                if e.kept or self._answered.get(e.dispatcher, 0) < self._n - 1}
+                if every or e.kept or self._answered.get(e.dispatcher, 0) < self._n - 1}
 
     def _say_alone(self, now: float) -> None:
         """No dispatching member answered: said after LONELY at the start, and whenever they all went quiet."""
@@ -343,7 +346,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         obj = pool.decode(msg.data)
         if obj is not None and obj.get("end"):
             self._post(GroupEnded(str(obj["end"])))
-        elif not self._stopping:
+        elif obj is not None and not self._stopping:
+            self._list_all = True   # the new pin holder may come for an outcome of its predecessor's
             self._post(Beat())
 
     async def _on_answer(self, msg: NatsMsg) -> None:
