@@ -18,8 +18,9 @@ subject                               who publishes                   what
                                       dispatcher of a synchronous     ``{"v","d","token","sync","error"}``
                                       ack
 ``P.HELLO``                           a dispatching instance that     ``{"v","d","member"}``: workers answer
-                                      gains the pin, or that ends     with a heartbeat at once; with
-                                      because its group was deleted   ``"end":"deleted"`` they end
+                                      gains the pin, or that ends     with a heartbeat at once, listing every
+                                      because its group was deleted   outcome not confirmed; with
+                                                                      ``"end":"deleted"`` they end
 ``P.LEAVE``                           a worker that stops, once its   ``{"v","name","id"}``
                                       calls ended
 ``P.W.<name>.<id>.work``              the dispatching instance        an **offer**: the message's headers and
