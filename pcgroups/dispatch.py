@@ -43,11 +43,12 @@ Invariants, besides those of :mod:`pcgroups.pool`:
    pause takes no message back from a worker that goes on with it).
 5. A message that can not be offered (it would exceed the server's max payload with the offer's headers)
    counts as a failed attempt: retried, then dead-lettered (or terminated) like a failing call.
-6. An offer goes to the worker whose heartbeat lists its stream sequence, if one does (pool invariant 1: it
-   adopts the call), else to the freest worker. A redelivered message (delivery count above 1) is offered only
-   :data:`LISTEN` after this instance said ``HELLO`` for its pin (and after a reconnect or a stall): every live
-   worker has answered by then with a heartbeat that lists what it runs and every outcome not confirmed yet
-   (those of an instance gone since).
+6. An offer goes to the worker whose last heartbeat lists its stream sequence, if one does (pool invariant 1: it
+   adopts the call, or answers with its outcome), else to the freest worker. A worker lists a call from its
+   offer until its dispatcher confirmed the outcome, running or ended, without a gap. A redelivered message
+   (delivery count above 1) is offered only once this instance said ``HELLO`` for its pin and every worker it
+   knows beat since (and since its last reconnect or stall): their lists are those of now, not of before an
+   outage.
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ log = logging.getLogger("pcgroups")
 
 REAP_EVERY = 0.25
 STALLED = 4 * REAP_EVERY       # a reaper pass this late: this process was stalled (invariant 4)
-LISTEN = pool.HEARTBEAT        # invariant 6
 WAIT_POLL = 0.05               # how often an offer or an ack waiting for the pin looks again
 KEEP = 60.0                    # s an offer given up is listed as kept (the next holder adopts it meanwhile)
 # outcomes of our own (not on the wire)
@@ -163,7 +163,7 @@ class Roster:
         self._announced: str | None = None  # the pin HELLO was said for
         self._unlisten: Callable[[], None] = lambda: None
         self._away = False   # disconnected, until the reconnect was heard (invariant 4)
-        self._listening = time.monotonic()   # since when heartbeats listing everything come in (invariant 6)
+        self._listening = time.monotonic()   # the workers' heartbeats after this count (invariant 6)
         self.on_resize: Callable[[int], None] = lambda slots: None
         self.status_of: Callable[[], dict[str, Any]] = self.status
         self.handled = 0
@@ -283,10 +283,15 @@ class Roster:
                 return LOST
             if d.halted or not d.current(m):
                 return "back"
-            if not d.pin_doubtful() and (m.deliveries <= 1 or (self._announced == d.pin_id and
-                                                               time.monotonic() >= self._listening + LISTEN)):
+            if not d.pin_doubtful() and (m.deliveries <= 1 or self._heard_since()):
                 return "offer"
             await asyncio.sleep(WAIT_POLL)
+
+    def _heard_since(self) -> bool:
+        """Invariant 6: ``HELLO`` said for the current pin, and every worker known beat after it (and after the last
+        reconnect or stall). A worker that stays silent is declared gone meanwhile."""
+        return (self._announced == self._delivery.pin_id
+                and all(w.seen > self._listening for w in self._workers.values()))
 
     def _done(self, worker: WorkerView) -> None:
         worker.handled += 1
@@ -491,7 +496,7 @@ class Roster:
             pin = self._delivery.pin_id
             if pin is not None and pin != self._announced:
                 self._announced = pin
-                self._listening = now   # the workers answer with everything they hold (invariant 6)
+                self._listening = now   # the workers answer with a heartbeat at once (invariant 6)
                 try:
                     await self.nc.publish(f"{self.prefix}.HELLO", pool.encode({"d": self.id,
                                                                              "member": self.spec.member}))

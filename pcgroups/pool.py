@@ -55,8 +55,10 @@ Invariants (tests/test_pool.py checks them against real processes):
    calls it **adopts**: an offer of a stream sequence the worker is running already takes that call over (its
    acks and outcome go to the new offer's reply subject), whatever its capacity, and an offer of a delivery
    after the first (``deliveries`` > 1) of a call that ended with ``ack`` or ``term`` not yet confirmed by its
-   dispatcher gets that outcome at once, the handler not run again. A dispatcher routes an offer of a stream
-   sequence a worker's heartbeat lists (running or ended, for any dispatcher) to that worker.
+   dispatcher (or of the same delivery again) gets that outcome at once, the handler not run again. A worker's
+   heartbeats list a call from its offer until its dispatcher confirmed the outcome (running in ``held``, then
+   ended in ``done``), without a gap, and a dispatcher routes an offer of a stream sequence a worker's last
+   heartbeat lists (for any dispatcher) to that worker.
 2. A worker silent for :data:`REVOKE_AFTER` is gone: its dispatchers take back what they offered it and
    offer it again (so a killed worker's message runs elsewhere within about ``REVOKE_AFTER`` +
    :data:`HEARTBEAT`); an offer that two of the worker's heartbeats, half a :data:`HEARTBEAT` apart or

@@ -125,7 +125,6 @@ class Ended:
     dispatcher: str
     number: int
     at: float
-    kept: bool = False       # its dispatcher gave the offer up: the next pin holder comes for it
 
 
 class WorkerHost:
@@ -189,7 +188,6 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._enrolled = asyncio.Event()
         self._said_waiting = False
         self._lonely = False                     # said that no dispatcher answers (after enrolling)
-        self._list_all = False                   # a dispatcher gained a pin: list every unconfirmed outcome
         self._subs: list[Any] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._reporter = Reporter(name, on_event=on_event, on_failure=lambda e: self._post(Fatal(e)))
@@ -268,7 +266,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             if self._fenced(call, now):
                 fenced.append(call.msg.stream_sequence)
         hb = pool.Heartbeat(self.member_name, self.id, self.capacity, busy=len(self._calls), stopping=self._stopping,
-                            n=self._n, held=held, fenced=fenced, done=self._done_for_others(now))
+                            n=self._n, held=held, fenced=fenced, done=self._unconfirmed(now))
         try:
             await self.nc.publish(f"{self.prefix}.HB", hb.encode(),
                                   reply=pool.worker_subject(self.prefix, self.member_name, self.id, "hb"))
@@ -276,19 +274,17 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             log.debug("%s: heartbeat not sent: %s", self.member_name, e)
         self._say_alone(now)
 
-    def _done_for_others(self, now: float) -> dict[int, str]:
-        """The unconfirmed outcomes a new pin holder may come for (pool invariant 1): all of them in the heartbeat
-        that answers a ``HELLO``, else those whose dispatcher gave them up or did not answer the previous heartbeat
-        (dead, paused, cut off). The others its dispatcher confirms at its next answer: not listed, or every
-        heartbeat would list every call of the last moment."""
+    def _unconfirmed(self, now: float) -> dict[int, str]:
+        """The outcomes a new pin holder may come for (pool invariant 1): every one its dispatcher has not
+        confirmed. Listed from the call's end on, as the call was while it ran: a heartbeat never leaves it out,
+        so a new holder that routes by the last heartbeat finds it (the dispatcher confirms most at its next
+        answer: a heartbeat lists about a heartbeat's worth of calls)."""
         for seq, e in list(self._ended.items()):
             if now - e.at > self._remember:
                 del self._ended[seq]
         while len(self._ended) > REMEMBER_MAX:
             del self._ended[next(iter(self._ended))]
-        every, self._list_all = self._list_all, False
-        return {seq: e.outcome for seq, e in self._ended.items()
-                if every or e.kept or self._answered.get(e.dispatcher, 0) < self._n - 1}
+        return {seq: e.outcome for seq, e in self._ended.items()}
 
     def _say_alone(self, now: float) -> None:
         """No dispatching member answered: said after LONELY at the start, and whenever they all went quiet."""
@@ -347,7 +343,6 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         if obj is not None and obj.get("end"):
             self._post(GroupEnded(str(obj["end"])))
         elif obj is not None and not self._stopping:
-            self._list_all = True   # the new pin holder may come for an outcome of its predecessor's
             self._post(Beat())
 
     async def _on_answer(self, msg: NatsMsg) -> None:
@@ -379,11 +374,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             elif call.number <= a.upto and seq not in a.kept:   # taken back: offered elsewhere (invariant 3)
                 call.revoked = True
         for seq, e in list(self._ended.items()):   # confirmed: its dispatcher is done with the offer
-            if e.dispatcher == a.d and e.number <= a.upto:
-                if seq not in a.held and seq not in a.kept:
-                    del self._ended[seq]
-                else:
-                    e.kept = seq in a.kept
+            if e.dispatcher == a.d and e.number <= a.upto and seq not in a.held and seq not in a.kept:
+                del self._ended[seq]
 
     def _heard_from(self, d: str, member: str, fresh: bool) -> None:
         if self._members.get(d) != member or (self._lonely and fresh):
@@ -418,7 +410,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             return
         ended = self._ended.get(seq)
         if ended is not None and (deliveries > 1 or cseq == ended.cseq):   # its outcome, not run again
-            ended.dispatcher, ended.number, ended.at, ended.kept = d, int(number), now, False
+            ended.dispatcher, ended.number, ended.at = d, int(number), now
             await self._reply(msg.reply, pool.Outcome(ended.outcome, reason=ended.reason))
             return
         if self._stopping or len(self._calls) >= self.capacity:

@@ -1,6 +1,6 @@
 """Chaos scenarios against real nats-servers, every member instance its own process.
 
-usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
+usage: python -m tests.chaos [--long | --runs N] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos worker URL static|elastic STREAM GROUP MEMBER INSTANCE [options]   (one instance)
        python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
        PCG_CHAOS_UNFENCED=1 python -m tests.chaos --only sigstop-buffered   (workers without the check of
@@ -39,6 +39,9 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
 - ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
   (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
+- ``pool-*``: the worker pool (a dispatching member, worker processes): a worker SIGKILLed, SIGSTOPped, started and
+  stopped; the pinned dispatcher SIGKILLed (0.2 s and 2.5 s calls) or SIGSTOPped (one key, mid-burst); the server
+  restarted under one or two dispatchers (docs/RELIABILITY.md, *Key-level step-downs and the worker pool*).
 
 Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
 being back) until every affected partition has started a handler call again.
@@ -1335,13 +1338,19 @@ async def pool_server_restart(runs: int, verbose: bool = False, dispatchers: int
         await env.drained()
         # a call in flight at the restart may not get its ack through (the server was down): handled again once
         return _no_double_acks(env.result(name, g, runs, bound=3 * runs, takeover=back, t0=t_start,
-                                          reconnects=sum(w.reconnects for w in g.workers)))
+                                          reconnects=sum(w.reconnects for w in g.workers)), g)
 
 
-def _no_double_acks(r: Result) -> Result:
+def _no_double_acks(r: Result, g: Group) -> Result:
     """A message acked twice (two handler calls that both acked) fails the scenario."""
     if r.duplicates:
+        acks: dict[Any, list[Any]] = {}
+        for c in list(g.rec.calls):
+            if c.outcome == "ack":
+                acks.setdefault(c.key, []).append(c)
+        twice = [" then ".join(c.show() for c in cs) for cs in acks.values() if len(cs) > 1]
         r.failures.append(f"{r.duplicates} message(s) acked twice")
+        r.examples += [f"acked twice: {t}" for t in twice[:5]]
     return r
 
 
@@ -1391,7 +1400,7 @@ async def pool_sigstop_dispatcher(flavour: str, runs: int, verbose: bool = False
             env.log(f"pause {run + 1}: {victim.name} stopped {pause}s; longest pause between calls {gaps[-1]:.2f}s")
         await env.drained()
         return _no_double_acks(env.result(f"pool-sigstop-dispatcher-{kind}-{flavour}", g, runs, bound=0,
-                                          takeover=gaps, t0=t_start))
+                                          takeover=gaps, t0=t_start), g)
 
 
 async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Result:
@@ -1420,7 +1429,7 @@ async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Resu
                     f"{[c.outcome for c in running]}")
             await env.wait_ready([await env.spawn(g, "m1", extra=("--dispatch",))])
         await env.drained()
-        r = _no_double_acks(env.result("pool-sigkill-dispatcher-long", g, runs, bound=0, takeover=gaps, t0=t_start))
+        r = _no_double_acks(env.result("pool-sigkill-dispatcher-long", g, runs, bound=0, takeover=gaps, t0=t_start), g)
         again = [c for c in inflight if sum(1 for x in list(g.rec.calls) if x.key == c.key) > 1]
         not_acked = [c for c in inflight if c.outcome != "ack"]
         r.extra.update(inflight=len(inflight), inflight_acked=len(inflight) - len(not_acked), run_again=len(again))
@@ -1655,6 +1664,7 @@ def table(results: list[Result]) -> str:
 async def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--long", action="store_true", help="the long size (20 kills, 50 membership changes, ...)")
+    p.add_argument("--runs", type=int, default=0, help="this many fault injections in each scenario named")
     p.add_argument("--only", default="", help="comma-separated scenarios: " + ", ".join(SIZES))
     p.add_argument("--json", default="", help="write the results and the machine here")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per fault on stderr")
@@ -1670,7 +1680,7 @@ async def main(argv: list[str]) -> int:
     results: list[Result] = []
     t0 = time.time()
     for n in names:
-        size = sizes[n][1 if args.long else 0]
+        size = args.runs or sizes[n][1 if args.long else 0]
         print(f"{n}: {size} runs ...", flush=True)
         try:
             rows = await run_scenario(n, size, args.verbose)
