@@ -29,9 +29,9 @@ Invariants (tests/test_delivery.py checks each):
 1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
    for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when
    no pull carried it for 0.9 x PinnedTTL (the process was paused or its loop blocked: the server may
-   have given it away) until the pull side confirms it by consumer info or the server gives a pin;
-   and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and events to run first),
-   until the current pin is admitted (:meth:`~Delivery.admit`).
+   have given it away) until the pull side confirms it by consumer info or the server gives a pin (also after
+   :meth:`~Delivery.doubt_pin`); and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and
+   events to run first), until the current pin is admitted (:meth:`~Delivery.admit`).
 2. A message whose pin is not the current pin is never handed out: :meth:`~Delivery.take` naks it
    (the pin's new holder gets it).
 3. A redelivery of a message this instance acked is acked again, never handled: on arrival
@@ -498,6 +498,13 @@ class Delivery:
             return True
         since = time.monotonic() - self._pin_margin
         return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
+
+    def doubt_pin(self) -> None:
+        """Put the pin in doubt until the pull side confirms it (invariant 1), whatever the gap: a worker pool's
+        dispatcher does so when its connection comes back (a server restart gives pins anew and redelivers what
+        was pending at once, to whoever pulls first)."""
+        if self._pin_id is not None:
+            self._pin_doubt = True
 
     def pin_confirmed(self, now: float) -> None:
         """Consumer info shows the pin still ours: handlers may start again."""

@@ -32,11 +32,12 @@ Invariants, besides those of :mod:`pcgroups.pool`:
    given) are the keyed dispatcher's concurrency: with no worker nothing is handed out and messages wait,
    with ``+WPI``. This instance sends ``+WPI`` for every message it holds, those at workers included.
 3. Nothing of this runs a handler in the dispatching process. A message is offered (the first time and every
-   time again) only under a pin held for sure: while the pin is in doubt the offer waits; once the message's pin
+   time again) only under a pin held for sure: while the pin is in doubt, or the instance is disconnected (a
+   publish is then held back until the reconnect, when the pin may have moved), the offer waits; once the message's pin
    was lost, or the instance stops, it is given up (or nak'd: a pin that moved while it was held for sure, a
    stop). An offer out at a worker is given up (not taken back: the worker goes on, and the next pin holder
-   adopts its call) once its message is lost; a worker's ack waits while the pin is in doubt and is not sent
-   once the message is lost.
+   adopts its call) once its message is lost; a worker's ack waits as an offer does, and is not sent once the
+   message is lost.
 4. A worker is declared gone only for a silence heard while this instance was connected and running: while it
    is disconnected, stalled (a reaper pass much later than :data:`REAP_EVERY`: a SIGSTOP, a blocked loop) or
    its pin is in doubt, nobody is, and afterwards every worker's silence counts from then (a server restart or a
@@ -189,6 +190,7 @@ class Roster:
             self._away = True
         elif kind == "reconnected":
             self._heard_all(time.monotonic())
+            self._delivery.doubt_pin()   # invariant 3: confirmed by consumer info before anything is offered or acked
             self._away = False
 
     def _heard_all(self, now: float) -> None:
@@ -283,9 +285,15 @@ class Roster:
                 return LOST
             if d.halted or not d.current(m):
                 return "back"
-            if not d.pin_doubtful() and (m.deliveries <= 1 or self._heard_since()):
+            if self._connected() and not d.pin_doubtful() and (m.deliveries <= 1 or self._heard_since()):
                 return "offer"
             await asyncio.sleep(WAIT_POLL)
+
+    def _connected(self) -> bool:
+        """Connected, and the listeners heard so (invariant 3: what is published while disconnected is sent after the
+        reconnect, when the pin may have moved: after a server restart the pending messages are redelivered at
+        once, to whoever pulls first)."""
+        return self.nc.is_connected and not self._away
 
     def _heard_since(self) -> bool:
         """Invariant 6: ``HELLO`` said for the current pin, and every worker known beat after it (and after the last
@@ -353,7 +361,7 @@ class Roster:
         "" when sent (or settled already), :data:`LOST` when ``m`` was lost meanwhile (nothing sent), else the
         error. ``sync``: a double ack (the worker waits for JetStream's answer)."""
         d = self._delivery
-        while not d.lost(m) and d.pin_doubtful():
+        while not d.lost(m) and (d.pin_doubtful() or not self._connected()):
             await asyncio.sleep(WAIT_POLL)
         if d.lost(m):
             return LOST
