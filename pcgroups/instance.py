@@ -34,7 +34,7 @@ from nats.aio.client import Client
 
 from .connect import ConnectionWatch
 from .delivery import Msg
-from .dispatch import PoolDispatcher, PoolSpec
+from .dispatch import PoolDispatcher, PoolSpec, say_ended
 from .errors import ConfigError, JetStreamAPIError, PCGroupsError
 from .events import EventCallback, InstanceEvent, PartitionsHook
 from .hooks import Handoff, HookError, Reporter
@@ -407,10 +407,17 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                 await self._stop_session(drain=True)
                 return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {error}")
             case ConfigUpdate(entry=entry):
-                return await self._config_update(entry)
+                return await self._ended_by(await self._config_update(entry))
             case ConsumerGone(reason=reason):
-                return await self._consumer_gone(reason)
+                return await self._ended_by(await self._consumer_gone(reason))
         return await self._handle_flavour(event)
+
+    async def _ended_by(self, outcome: Outcome) -> Outcome:
+        """A config change or a lost consumer ends the instance with None when the group was deleted: a
+        dispatching instance tells the group's workers, which end too (pcgroups.pool invariant 4)."""
+        if outcome is None and self._pool is not None:
+            await say_ended(self.nc, self._pool, "deleted")
+        return outcome
 
     flavour = "static"
 
