@@ -213,12 +213,19 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "worker-joined": _worker_line("joined", ev.detail),
         "worker-left": _worker_line("left", ev.detail),
         "enrolled": f"enrolled: member {ev.detail} hands it messages",
-        "no-dispatcher": (f"no dispatching member yet: waiting for one (cg {kind} consume {stream} {group} MEMBER "
-                          "--dispatch)"),
+        "no-dispatcher": (f"no dispatching member {_alone_for(ev.detail)}: waiting for one (cg {kind} consume "
+                          f"{stream} {group} MEMBER --dispatch)"),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
         "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
     }
     return f"[{m}] {said[ev.kind]}"
+
+
+def _alone_for(detail: str) -> str:
+    """``yet`` at a worker's start, ``answered for 2.5s`` once every dispatching member went quiet (the event's detail
+    ends ``: none answered for 2.5s``)."""
+    _, sep, since = detail.partition(": none answered for ")
+    return f"answered for {since}" if sep else "yet"
 
 
 def _worker_line(verb: str, detail: str) -> str:
@@ -273,8 +280,9 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
                 return
             try:
                 await msg.ack_sync()
-            except SupersededError:  # a reset moved the consumer while it was handled: not an error
-                text = "superseded by a reset (not acked)"
+            except SupersededError:  # a reset moved the consumer, or a worker's call was taken back: not an error
+                text = ("superseded by a reset (not acked)" if msg.reset_since else
+                        "superseded: another instance took over (not acked)")
             except NoRespondersError as e:
                 if group_gone is not None and await group_gone():
                     text = "not acked: the group was deleted"
@@ -482,7 +490,8 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
                                   on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
                                   tracing=tracing)
 
-    return await run(rt, setup, cleanup=finish, ready_within=None)
+    return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
+                     cleanup=finish, ready_within=None)
 
 
 async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:

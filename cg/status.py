@@ -248,18 +248,27 @@ def status_table(status: "GroupStatus", *, instances: Mapping[str, str] | None =
 WORKER_COLUMNS = ("MEMBER", "WORKER", "CAPACITY", "BUSY", "HANDLED")
 
 
+def _dispatching(status: "GroupStatus") -> list[dict]:
+    """One pool per dispatching member: its pinned instance's view (pcgroups.pool._dispatcher), or, with nobody pinned, the
+    first instance's (its standbys see the same workers; --json shows every instance)."""
+    chosen: dict[str, dict] = {}
+    for p in status.pools:   # the pinned ones first (pcgroups.status)
+        chosen.setdefault(str(p.get("member")), p)
+    return list(chosen.values())
+
+
 def _worker_rows(status: "GroupStatus") -> list[list[str]]:
-    """A row per worker of each dispatching member (the pinned instance's view: pcgroups.pool._dispatcher)."""
+    """A row per worker of each dispatching member."""
     return [[str(p.get("member")), str(w.get("name")) + (" (stopping)" if w.get("stopping") else ""),
              str(w.get("capacity", 0)), str(w.get("busy", 0)), str(w.get("handled", 0))]
-            for p in status.pools for w in p.get("workers") or []]
+            for p in _dispatching(status) for w in p.get("workers") or []]
 
 
 def _pool_summary(status: "GroupStatus") -> list[str]:
     """One line per dispatching member: its workers' slots, messages at them, messages waiting."""
     return [f"member {p.get('member')} dispatches to {len(p.get('workers') or [])} worker(s): "
             f"{p.get('in_flight', 0)} of {p.get('slots', 0)} slots busy, {p.get('waiting', 0)} messages waiting"
-            for p in status.pools]
+            for p in _dispatching(status)]
 
 
 def _workers_table(status: "GroupStatus") -> Table:

@@ -1,6 +1,6 @@
 """Chaos scenarios against real nats-servers, every member instance its own process.
 
-usage: python -m tests.chaos [--long] [--only NAME[,NAME...]] [--json PATH] [-v]
+usage: python -m tests.chaos [--long | --runs N] [--only NAME[,NAME...]] [--json PATH] [-v]
        python -m tests.chaos worker URL static|elastic STREAM GROUP MEMBER INSTANCE [options]   (one instance)
        python -m tests.chaos evidence      (the server-restart limit reproduced with nats-py alone)
        PCG_CHAOS_UNFENCED=1 python -m tests.chaos --only sigstop-buffered   (workers without the check of
@@ -39,6 +39,9 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
 - ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
   (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
+- ``pool-*``: the worker pool (a dispatching member, worker processes): a worker SIGKILLed, SIGSTOPped, started and
+  stopped; the pinned dispatcher SIGKILLed (0.2 s and 2.5 s calls) or SIGSTOPped (one key, mid-burst); the server
+  restarted under one or two dispatchers (docs/RELIABILITY.md, *Key-level step-downs and the worker pool*).
 
 Times are ``time.time()`` in every process. Take-over: from the fault (for a restart: from the server
 being back) until every affected partition has started a handler call again.
@@ -553,6 +556,17 @@ class Env:
         g.expected.add(ack.seq)
         g.sent += 1
         return ack.seq
+
+    async def publish_keys(self, g: Group, keys: list[str]) -> list[int]:
+        """One message on each of ``keys`` (names of ``g.keys``), in order; their stream sequences."""
+        js = self.nc.jetstream()
+        seqs = []
+        for i, key in enumerate(keys):
+            ack = await js.publish(f"{g.stream}.{key}", f"b{i}".encode(), timeout=5)
+            g.expected.add(ack.seq)
+            g.sent += 1
+            seqs.append(ack.seq)
+        return seqs
 
     async def publish_batch(self, g: Group, count: int) -> None:
         js = self.nc.jetstream()
@@ -1297,14 +1311,17 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
         return r
 
 
-async def pool_server_restart(runs: int, verbose: bool = False) -> Result:
+async def pool_server_restart(runs: int, verbose: bool = False, dispatchers: int = 1) -> Result:
     """The nats-server (file storage) stopped with SIGTERM and started again under a pool's traffic (static group,
     m1 dispatching, 3 workers, 3 s calls that span the 2.5 s outage): the dispatcher and the workers reconnect, no
-    worker is declared gone for the outage (pcgroups.pool._dispatcher invariant 4), so no key runs on two workers at once."""
+    worker is declared gone for the outage (pcgroups.pool._dispatcher invariant 4), so no key runs on two workers at once.
+    With two dispatching instances the pin may move at the restart: the new holder adopts the calls in flight, the
+    old one offers nothing again (dispatch invariant 3), no message is acked twice."""
     t_start = time.time()
-    async with Env("poolrestart", verbose=verbose) as env:
+    name = "pool-server-restart" + ("-2d" if dispatchers > 1 else "")
+    async with Env(name.replace("-", ""), verbose=verbose) as env:
         # handlers as cg's: msg.superseded looked at when the work is done (a call spanning the outage goes on)
-        g, workers = await _pool(env, "static", 1, work=3.0, workers=3, capacity=1, rate=1.0,
+        g, workers = await _pool(env, "static", dispatchers, work=3.0, workers=3, capacity=1, rate=1.0,
                                  worker_args=("--superseded-at-end",))
         await wait_until(lambda: sum(1 for w in workers if _open_call(g, w.name)) >= 2, 15, "calls in flight")
         back: list[float] = []
@@ -1320,8 +1337,106 @@ async def pool_server_restart(runs: int, verbose: bool = False) -> Result:
         await env.stop_publishing()
         await env.drained()
         # a call in flight at the restart may not get its ack through (the server was down): handled again once
-        return env.result("pool-server-restart", g, runs, bound=3 * runs, takeover=back, t0=t_start,
-                          reconnects=sum(w.reconnects for w in g.workers))
+        return _no_double_acks(env.result(name, g, runs, bound=3 * runs, takeover=back, t0=t_start,
+                                          reconnects=sum(w.reconnects for w in g.workers)), g)
+
+
+def _no_double_acks(r: Result, g: Group) -> Result:
+    """A message acked twice (two handler calls that both acked) fails the scenario."""
+    if r.duplicates:
+        acks: dict[Any, list[Any]] = {}
+        for c in list(g.rec.calls):
+            if c.outcome == "ack":
+                acks.setdefault(c.key, []).append(c)
+        twice = [" then ".join(c.show() for c in cs) for cs in acks.values() if len(cs) > 1]
+        r.failures.append(f"{r.duplicates} message(s) acked twice")
+        r.examples += [f"acked twice: {t}" for t in twice[:5]]
+    return r
+
+
+async def _calm(g: Group, quiet: float = 1.5, timeout: float = 30.0) -> None:
+    """Until no pool worker has run a call for ``quiet`` s (an offer made again would have started by then)."""
+    def calm() -> bool:
+        if any(_open_call(g, w.name) for w in g.alive("pool")):
+            return False
+        ends = [c.end for c in list(g.rec.calls) if c.end is not None]
+        return not ends or time.time() - max(ends) >= quiet
+    await wait_until(calm, timeout, "the workers idle")
+
+
+async def pool_sigstop_dispatcher(flavour: str, runs: int, verbose: bool = False, *, burst: bool = False) -> Result:
+    """SIGSTOP of m1's pinned dispatching instance (2 instances, workers of capacity 1), then SIGCONT: the standby
+    takes the pin, adopts the calls the workers run (they go on and ack through it), and the paused instance,
+    resumed, offers nothing again (it lost its pin). Single key: 3 messages on one key, 1.5 s calls, the pause
+    (3 x PinnedTTL) during the first. Mid-burst: 4 keys x 20 messages, 0.2 s calls, 4 workers, the pause (2.5 x
+    PinnedTTL) once a quarter is acked. No message acked twice, no key on two workers, order kept."""
+    t_start = time.time()
+    kind = "burst" if burst else "key"
+    async with Env(f"poolpause{kind}{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2}, work=0.2 if burst else 1.5, window=256, dispatch=True)
+        await env.wait_ready([await env.pool_worker(g, f"w{i}", 1) for i in range(4 if burst else 3)])
+        pause = 2.5 if burst else 3.0
+        gaps: list[float] = []
+        for run in range(runs):
+            if burst:
+                keys = [g.keys[(4 * run + i) % len(g.keys)] for i in range(4)]
+                seqs = await env.publish_keys(g, keys * 20)
+                await wait_until(lambda s=set(seqs): len(s & g.rec.acked_keys()) >= len(s) // 4, 30, "a quarter acked")
+            else:
+                seqs = await env.publish_keys(g, [g.keys[run % len(g.keys)]] * 3)
+                await wait_until(lambda s=seqs[0]: any(c.key == s and c.end is None for c in list(g.rec.calls)), 30,
+                                 "the key's first message running")
+            await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 30, "a pinned dispatcher")
+            victim = next(w for w in g.alive("m1") if w.state == "pinned")
+            t = time.time()
+            victim.proc.send_signal(signal.SIGSTOP)
+            victim.stopped = True
+            await asyncio.sleep(pause)
+            victim.proc.send_signal(signal.SIGCONT)
+            victim.stopped = False
+            await wait_until(lambda s=set(seqs): s <= g.rec.acked_keys(), 60, f"run {run + 1}'s messages acked")
+            await _calm(g)
+            gaps.append(g.rec.longest_pause(since=t - 0.5, until=time.time()))
+            env.log(f"pause {run + 1}: {victim.name} stopped {pause}s; longest pause between calls {gaps[-1]:.2f}s")
+        await env.drained()
+        return _no_double_acks(env.result(f"pool-sigstop-dispatcher-{kind}-{flavour}", g, runs, bound=0,
+                                          takeover=gaps, t0=t_start), g)
+
+
+async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Result:
+    """SIGKILL of m1's pinned dispatching instance (2 instances) while 3 workers run 2.5 s calls (3 keys): the calls
+    go on, their acks go through the standby once it holds the pin (it adopts them), and none of them runs again;
+    a new standby is started after each kill."""
+    t_start = time.time()
+    async with Env("pooldisplong", verbose=verbose) as env:
+        g = await env.group("static", {"m1": 2}, work=2.5, window=256, dispatch=True)
+        await env.wait_ready([await env.pool_worker(g, f"w{i}", 1) for i in range(3)])
+        gaps: list[float] = []
+        inflight: list[Any] = []
+        for run in range(runs):
+            seqs = await env.publish_keys(g, [g.keys[(3 * run + i) % len(g.keys)] for i in range(3)])
+            await wait_until(lambda s=set(seqs): {c.key for c in list(g.rec.calls) if c.end is None} >= s, 30,
+                             "three calls running")
+            await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 30, "a pinned dispatcher")
+            victim = next(w for w in g.alive("m1") if w.state == "pinned")
+            running = [c for c in list(g.rec.calls) if c.end is None]
+            t = await env.kill(victim)
+            inflight += running
+            await wait_until(lambda s=set(seqs): s <= g.rec.acked_keys(), 60, f"run {run + 1}'s messages acked")
+            await _calm(g, quiet=3.0)
+            gaps.append(max(c.end for c in running) - t)
+            env.log(f"kill {run + 1}: {victim.name}; the {len(running)} calls in flight ended "
+                    f"{[c.outcome for c in running]}")
+            await env.wait_ready([await env.spawn(g, "m1", extra=("--dispatch",))])
+        await env.drained()
+        r = _no_double_acks(env.result("pool-sigkill-dispatcher-long", g, runs, bound=0, takeover=gaps, t0=t_start), g)
+        again = [c for c in inflight if sum(1 for x in list(g.rec.calls) if x.key == c.key) > 1]
+        not_acked = [c for c in inflight if c.outcome != "ack"]
+        r.extra.update(inflight=len(inflight), inflight_acked=len(inflight) - len(not_acked), run_again=len(again))
+        if not_acked or again:
+            r.failures.append(f"calls in flight at the kill not acked: {[c.show() for c in not_acked]}; "
+                              f"run again: {[c.show() for c in again]}")
+        return r
 
 
 async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
@@ -1437,7 +1552,10 @@ SIZES = {  # scenario -> (CI size, --long size)
     "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "stepdown-keyed": (4, 20),
     "pool-sigkill-worker": (3, 20), "pool-sigkill-dispatcher-static": (2, 10),
     "pool-sigkill-dispatcher-elastic": (2, 10), "pool-churn": (5, 30), "pool-server-restart": (1, 4),
-    "pool-sigstop-worker": (1, 5),
+    "pool-sigstop-worker": (1, 5), "pool-server-restart-2d": (1, 20),
+    "pool-sigstop-dispatcher-key-static": (1, 20), "pool-sigstop-dispatcher-key-elastic": (1, 20),
+    "pool-sigstop-dispatcher-burst-static": (1, 20), "pool-sigstop-dispatcher-burst-elastic": (1, 20),
+    "pool-sigkill-dispatcher-long": (2, 20),
     "slow-handler": (4, 12),
     "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
     "cluster-partition": (1, 3),
@@ -1445,7 +1563,8 @@ SIZES = {  # scenario -> (CI size, --long size)
 EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
 LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
           "stepdown-keyed": 8, "pool-sigkill-worker": 8, "pool-sigkill-dispatcher": 12, "pool-churn": 6,
-          "pool-server-restart": 40, "pool-sigstop-worker": 15,
+          "pool-server-restart": 40, "pool-sigstop-worker": 15, "pool-sigstop-dispatcher": 30,
+          "pool-sigkill-dispatcher-long": 25,
           "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
           "cluster-partition": 60}   # seconds allowed per run (plus setup)
 
@@ -1478,19 +1597,23 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = stepdown_keyed(size, verbose)
     elif name == "pool-sigkill-worker":
         coro = pool_sigkill_worker(size, verbose)
+    elif name == "pool-sigkill-dispatcher-long":
+        coro = pool_sigkill_dispatcher_long(size, verbose)
     elif name.startswith("pool-sigkill-dispatcher-"):
         coro = pool_sigkill_dispatcher(name.rsplit("-", 1)[1], size, verbose)
+    elif name.startswith("pool-sigstop-dispatcher-"):
+        coro = pool_sigstop_dispatcher(name.rsplit("-", 1)[1], size, verbose, burst="-burst-" in name)
     elif name == "pool-churn":
         coro = pool_churn(size, verbose)
-    elif name == "pool-server-restart":
-        coro = pool_server_restart(size, verbose)
+    elif name.startswith("pool-server-restart"):
+        coro = pool_server_restart(size, verbose, dispatchers=2 if name.endswith("-2d") else 1)
     elif name == "pool-sigstop-worker":
         coro = pool_sigstop_worker(size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
     else:
         raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SIZES)}")
-    per_run = next(v for k, v in LIMITS.items() if name.startswith(k))
+    per_run = LIMITS[max((k for k in LIMITS if name.startswith(k)), key=len)]
     out = await bounded(coro, 60 + per_run * size, f"scenario {name}")
     return out if isinstance(out, list) else [out]
 
@@ -1541,6 +1664,7 @@ def table(results: list[Result]) -> str:
 async def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--long", action="store_true", help="the long size (20 kills, 50 membership changes, ...)")
+    p.add_argument("--runs", type=int, default=0, help="this many fault injections in each scenario named")
     p.add_argument("--only", default="", help="comma-separated scenarios: " + ", ".join(SIZES))
     p.add_argument("--json", default="", help="write the results and the machine here")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per fault on stderr")
@@ -1556,7 +1680,7 @@ async def main(argv: list[str]) -> int:
     results: list[Result] = []
     t0 = time.time()
     for n in names:
-        size = sizes[n][1 if args.long else 0]
+        size = args.runs or sizes[n][1 if args.long else 0]
         print(f"{n}: {size} runs ...", flush=True)
         try:
             rows = await run_scenario(n, size, args.verbose)

@@ -221,3 +221,34 @@ async def test_a_frozen_worker_does_not_ack_what_ran_elsewhere():
     _check_common(r)
     assert r.extra["frozen_acked"] == 0 and r.extra["frozen_outcomes"] == ["superseded"] * r.runs
     assert r.order_violations == 0, r.examples
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["pool-sigstop-dispatcher-key-static", "pool-sigstop-dispatcher-key-elastic",
+                                  "pool-sigstop-dispatcher-burst-static", "pool-sigstop-dispatcher-burst-elastic"])
+async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(name):
+    """SIGSTOP of the pinned dispatching instance for longer than PinnedTTL (one key, or mid-burst): the standby
+    adopts the calls the workers run, the resumed one offers nothing again: no message acked twice, no key on two
+    workers, order kept, nothing run again."""
+    [r] = await _run(name)
+    _check_common(r)
+    assert r.duplicates == 0 and r.overlaps == 0 and r.order_violations == 0 and r.redelivered == 0, r.examples
+
+
+@pytest.mark.timeout(120)
+async def test_a_server_restart_under_two_dispatchers_acks_nothing_twice():
+    """The server restarted under two dispatching instances and 3 s calls: whichever holds the pin afterwards adopts
+    the calls in flight, the other offers nothing again."""
+    [r] = await _run("pool-server-restart-2d")
+    _check_common(r)
+    assert r.duplicates == 0 and r.overlaps == 0 and r.order_violations == 0, r.examples
+
+
+@pytest.mark.timeout(120)
+async def test_calls_running_when_their_dispatcher_dies_ack_through_its_successor():
+    """SIGKILL of the pinned dispatching instance under 2.5 s calls: the calls go on and ack (through the standby,
+    which adopts them); none runs again."""
+    [r] = await _run("pool-sigkill-dispatcher-long")
+    _check_common(r)
+    assert r.extra["inflight"] == r.extra["inflight_acked"] > 0 and r.extra["run_again"] == 0, r.failures
+    assert r.duplicates == 0 and r.overlaps == 0 and r.order_violations == 0, r.examples

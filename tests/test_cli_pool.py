@@ -9,6 +9,7 @@ lists the workers; bad input is one error line.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 
@@ -174,3 +175,152 @@ async def test_bad_pool_input_is_one_error_line(nats_server, uniq):
     ]:
         assert_cli_error(await run_cg(*args, url=url), fragment)
 
+
+
+class Calls:
+    """Every message line of several workers as a call: (worker, seq, start, end, how it ended), the start and the
+    end as seen by polling their outputs every 5 ms (calls here last seconds)."""
+
+    def __init__(self, procs: dict) -> None:
+        self.procs = procs
+        self.calls: dict[tuple[str, int], list] = {}   # (worker, line number) -> [seq, start, end, ending]
+        self.task = asyncio.ensure_future(self._poll())
+
+    async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            for name, p in list(self.procs.items()):
+                for i, m in enumerate(message_lines(p.out)):
+                    call = self.calls.setdefault((name, i), [int(m["seq"]), now, None, ""])
+                    if m["end"] and call[2] is None:
+                        call[2], call[3] = now, m["end"]
+            await asyncio.sleep(0.005)
+
+    def by_seq(self) -> dict[int, list[tuple[str, float, float | None, str]]]:
+        out: dict[int, list] = {}
+        for (name, _), (seq, start, end, ending) in sorted(self.calls.items(), key=lambda kv: kv[1][1]):
+            out.setdefault(seq, []).append((name, start, end, ending))
+        return out
+
+    def acked(self) -> set[int]:
+        return {seq for seq, calls in self.by_seq().items() if any(c[3] == "acked" for c in calls)}
+
+    def open(self) -> int:
+        return sum(1 for seq, start, end, _ in self.calls.values() if end is None)
+
+
+async def _two_dispatchers(start, url: str, uniq: str) -> tuple:
+    """m1's two dispatching instances, status lines on stdout; (the pinned one, the standby) once one is pinned."""
+    ds = [await start("static", "consume", uniq, "g", "m1", "--dispatch", env=cg_env(url, CG_PRETTY="1"))
+          for _ in range(2)]
+    for d in ds:
+        await d.wait_text("consuming...\n")
+    return tuple(ds)
+
+
+def _pinned(ds) -> tuple:
+    pinned = [d for d in ds if "] pinned: " in d.out]
+    assert len(pinned) == 1, [d.out for d in ds]
+    return pinned[0], next(d for d in ds if d is not pinned[0])
+
+
+async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(nats_server, js, uniq):
+    """The pinned dispatcher is stopped (SIGSTOP) for 3 x PinnedTTL while the workers run a key's first message: the
+    standby takes the pin and the message's running call over. Resumed, the paused dispatcher must offer nothing
+    again (it lost its pin): each message runs once, acked once, the key's messages one after the other."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+    async with procs() as start:
+        ds = await _two_dispatchers(start, url, uniq)
+        workers = {n: await start("static", "--sleep", "3s", "worker", uniq, "g", "--name", n, url=url)
+                   for n in ("w1", "w2", "w3")}
+        for w in workers.values():
+            await w.wait_text("consuming...\n")
+        calls = Calls(workers)
+        seqs = [(await js.publish(f"{uniq}.k", str(i).encode())).seq for i in range(3)]
+        await wait_for(lambda: calls.by_seq().get(seqs[0]), 15, what="the first message running")
+        await wait_for(lambda: any("] pinned: " in d.out for d in ds), 10, what="a pinned dispatcher")
+        paused, _ = _pinned(ds)
+        paused.signal(signal.SIGSTOP)
+        await asyncio.sleep(6)
+        paused.signal(signal.SIGCONT)
+        await wait_for(lambda: calls.acked() >= set(seqs), 40, what="every message acked")
+        await asyncio.sleep(4)   # a message offered again would be acked again by now (3 s calls)
+        await wait_for(lambda: calls.open() == 0, 10, what="no call running")
+        calls.task.cancel()
+        for p in [*workers.values(), *ds]:
+            p.signal(signal.SIGINT)
+    done = calls.by_seq()
+    assert sorted(done) == seqs and all(len(c) == 1 and c[0][3] == "acked" for c in done.values()), done
+    runs = [done[s][0] for s in seqs]
+    for before, after in zip(runs, runs[1:]):   # one at a time, in order (5 ms of polling either side)
+        assert after[1] >= before[2] - 0.05, runs
+
+
+async def test_calls_running_when_their_dispatcher_dies_are_acked_not_run_again(nats_server, js, uniq):
+    """SIGKILL of the pinned dispatcher while three workers run 2.5 s calls: the calls go on, ack (through the
+    standby once it holds the pin), and none runs again."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
+    async with procs() as start:
+        ds = await _two_dispatchers(start, url, uniq)
+        workers = {n: await start("static", "--sleep", "2500ms", "worker", uniq, "g", "--name", n, url=url)
+                   for n in ("w1", "w2", "w3")}
+        for w in workers.values():
+            await w.wait_text("consuming...\n")
+        calls = Calls(workers)
+        seqs = [(await js.publish(f"{uniq}.k{i}", b"x")).seq for i in range(3)]
+        await wait_for(lambda: calls.open() == 3, 15, what="three calls running")
+        await wait_for(lambda: any("] pinned: " in d.out for d in ds), 10, what="a pinned dispatcher")
+        _pinned(ds)[0].kill()
+        await wait_for(lambda: calls.acked() >= set(seqs), 30, what="every message acked")
+        await asyncio.sleep(2)   # a call run again would have started by now
+        calls.task.cancel()
+        for p in [*workers.values(), *ds]:
+            p.signal(signal.SIGINT)
+    done = calls.by_seq()
+    assert sorted(done) == seqs and all(len(c) == 1 and c[0][3] == "acked" for c in done.values()), done
+
+
+async def test_a_worker_says_when_no_dispatcher_answers_and_ends_with_its_group(nats_server, js, uniq):
+    """A worker whose dispatchers all stopped says so (not only at its start), enrols again with the next one, and
+    ends (exit 0, saying why) when the group is deleted, as the member instances do."""
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    async with procs() as start:
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=url)
+        w = await start("static", "worker", uniq, "g", "--name", "w2", env=cg_env(url, CG_PRETTY="1", COLUMNS="200"))
+        await w.wait_text("[w2] enrolled: member m1 hands it messages")
+        d.signal(signal.SIGTERM)
+        assert (await d.wait()).code == 0
+        await w.wait_text("[w2] no dispatching member answered for", timeout=15)
+        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=url)
+        await w.wait_output(lambda o: o.count("[w2] enrolled: member m1") == 2, what="enrolled again")
+        (await run_cg("static", "delete", "-f", uniq, "g", url=url)).ok()
+        assert (await d.wait()).code == 0
+        r = await w.wait(timeout=15)
+    assert r.code == 0 and f"static consumer group g on stream {uniq} was deleted" in r.err, r
+
+
+async def test_status_shows_a_members_workers_once_with_a_standby_dispatcher(nats_server, js, uniq):
+    url = nats_server.url
+    await make_stream(js, uniq, transform=partition_transform(uniq, 2))
+    (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
+    async with procs() as start:
+        ds = await _two_dispatchers(start, url, uniq)
+        workers = [await start("static", "worker", uniq, "g", "--name", n, url=url) for n in ("w1", "w2")]
+        for w in workers:
+            await w.wait_text("consuming...\n")
+        await js.publish(f"{uniq}.k", b"x")
+        await wait_for(lambda: any("] pinned: " in d.out for d in ds), 10, what="a pinned dispatcher")
+        status = (await run_cg("static", "status", uniq, "g", url=url)).ok()
+        as_json = json.loads((await run_cg("static", "status", uniq, "g", "--json", url=url)).ok().out)
+    lines = status.out.splitlines()
+    assert sum(1 for line in lines if line.startswith("member m1 dispatches to 2 worker(s)")) == 1, status.out
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("MEMBER  WORKER")) + 1:]
+    assert [row.split()[:2] for row in rows] == [["m1", "w1"], ["m1", "w2"]], status.out
+    assert sorted(p["pinned"] for p in as_json["pools"]) == [False, True]   # the JSON has both instances

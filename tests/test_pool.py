@@ -115,7 +115,9 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
     assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1)] * 2
     assert [x.data for x in letters] == [b"0", b"2"]
     assert all("poison" in x.headers["Pcg-Dead-Reason"] and x.headers["Pcg-Deliveries"] == "3" for x in letters)
-    assert not any("Pcg-Ack" in x.headers for x in letters)
+    assert not any(k.startswith("Pcg-") and k not in ("Pcg-Dead-Reason", "Pcg-Subject", "Pcg-Stream", "Pcg-Consumer",
+                                                      "Pcg-Stream-Seq", "Pcg-Deliveries")
+                   for x in letters for k in x.headers)
 
 
 async def test_a_worker_waits_for_a_dispatching_member_then_enrols(nc, js, uniq, connections):
@@ -331,8 +333,6 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
     """A worker's outcome and its next heartbeat come on different subscriptions, so the dispatcher may read the
     heartbeat that no longer lists a call that just ended before that call's outcome. A worker of raw NATS sends
     them in that order: the dispatcher must not take the call for a lost offer and offer it again (it was acked)."""
-    from nats.aio.msg import Msg as NatsMsg
-
     from pcgroups.pool._wire import OFFER_GRACE, encode
     await one_partition_group(js, nc, uniq)
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
@@ -340,9 +340,11 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
     offers = await nc.subscribe(f"{pool_prefix}.W.fw.f00d.work")
     await nc.flush()
     held: dict[str, list[int]] = {}
+    beats = [0]
 
     async def beat() -> None:
-        await nc.publish(f"{pool_prefix}.HB", encode({"name": "fw", "id": "f00d", "capacity": 1,
+        beats[0] += 1
+        await nc.publish(f"{pool_prefix}.HB", encode({"name": "fw", "id": "f00d", "capacity": 1, "n": beats[0],
                                                       "busy": sum(map(len, held.values())), "held": held}),
                          reply=f"{pool_prefix}.W.fw.f00d.hb")
 
@@ -350,16 +352,15 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
         while True:
             await beat()
             await asyncio.sleep(HEARTBEAT)
-    beats = asyncio.create_task(beating())
+    beating_task = asyncio.create_task(beating())
     try:
         await js.publish(f"{uniq}.k", b"x")
         offer = await offers.next_msg(timeout=10)
         headers = offer.headers or {}
-        seq = NatsMsg(_client=nc, reply=headers["Pcg-Ack"]).metadata.sequence.stream
-        held[headers["Pcg-Dispatcher"]] = [seq]
+        seq = int(headers["Pcg-Delivery"].split(".")[3])
+        held[headers["Pcg-Offer"].split()[0]] = [seq]
         await beat()
         await asyncio.sleep(OFFER_GRACE + HEARTBEAT)   # the call runs past the grace, listed by every heartbeat
-        await nc.publish(headers["Pcg-Ack"], b"+ACK")
         held.clear()
         await beat()                                      # the heartbeat that no longer lists it, then the outcome
         await nc.publish(offer.reply, encode({"outcome": "ack"}))
@@ -370,5 +371,161 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
         info = await js.consumer_info(uniq, "g-m")
         assert info.num_ack_pending == 0 and info.num_redelivered == 0, info
     finally:
+        beating_task.cancel()
+        await d.stop()
+
+
+class RawDispatcher:
+    """A dispatching instance of raw NATS (id ``d``, member ``m``): it answers a worker's heartbeats as told and sends
+    it offers of made-up deliveries, each with a reply subject of its own (pcgroups.pool's wire)."""
+
+    def __init__(self, nc, stream: str, d: str) -> None:
+        self.nc, self.stream, self.d = nc, stream, d
+        self.prefix = f"$PCG.POOL.static.{stream}.g"
+        self.beats: list[dict] = []
+        self.answering = True
+        self.held: list[int] = []
+        self.offers = 0
+
+    async def start(self) -> "RawDispatcher":
+        from pcgroups.pool import Answer, decode
+
+        async def on_beat(msg) -> None:
+            hb = decode(msg.data)
+            if hb is None:
+                return
+            self.beats.append(hb)
+            if self.answering:
+                await self.nc.publish(f"{self.prefix}.W.{hb['name']}.{hb['id']}.hb", Answer(
+                    self.d, "m", hb["n"], self.offers, frozenset(self.held), frozenset()).encode())
+        self.replies = await self.nc.subscribe(f"{self.prefix}.D.{self.d}.R.*")
+        await self.nc.subscribe(f"{self.prefix}.HB", cb=on_beat)
+        await self.nc.flush()
+        return self
+
+    async def offer(self, seq: int, deliveries: int = 1, cseq: int | None = None) -> str:
+        """Offer stream sequence ``seq`` to the worker of the last heartbeat; the offer's reply subject."""
+        hb = self.beats[-1]
+        self.offers += 1
+        self.held.append(seq)
+        reply = f"{self.prefix}.D.{self.d}.R.{self.offers}-00000000000000{self.offers:02d}"
+        headers = {"Pcg-Partitioned-Subject": f"0.{self.stream}.k", "Pcg-Offer": f"{self.d} m {hb['n']}",
+                   "Pcg-Delivery": f"{self.stream}.g-m.{deliveries}.{seq}.{cseq or seq}.0.0"}
+        await self.nc.publish(f"{self.prefix}.W.{hb['name']}.{hb['id']}.work", b"x", reply=reply, headers=headers)
+        return reply
+
+    async def reply(self, timeout: float = 5.0) -> tuple[str, dict]:
+        from pcgroups.pool import decode
+        msg = await self.replies.next_msg(timeout=timeout)
+        return msg.subject, decode(msg.data) or {}
+
+
+async def test_a_worker_adopts_a_running_call_and_answers_a_redelivery_of_an_ended_one_without_running_it(
+        nc, uniq, connections):
+    """pcgroups.pool._wire invariant 1 at the worker, against dispatchers of raw NATS: a second offer of a stream
+    sequence it runs takes the call over (one handler call; its ack goes to the second offer's reply subject), and a
+    redelivery's offer of a call that ended with an ack its dispatcher never confirmed (it stopped answering) gets
+    that ack at once, the handler not run again; a first delivery of it again (a RESET) runs again."""
+    go = asyncio.Event()
+    calls: list[int] = []
+
+    async def handler(msg):
+        calls.append(msg.sequence)
+        if msg.sequence == 7:
+            await go.wait()
+        await msg.ack()
+
+    d1 = await RawDispatcher(await connections(), uniq, "d1").start()
+    d2 = await RawDispatcher(await connections(), uniq, "d2").start()
+    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=1)
+    try:
+        await w.wait_for_consuming(10)
+        await d1.offer(7)
+        await wait_for(lambda: calls == [7], 5, what="the call running")
+        d1.answering = False                      # d1 died: d2 holds the pin and the redelivery
+        await wait_for(lambda: any(b.get("held") == {"d1": [7]} for b in d2.beats[-2:]), 5,
+                       what="a heartbeat listing the call")
+        second = await d2.offer(7, deliveries=2, cseq=20)
+        await wait_for(lambda: any(b.get("held") == {"d2": [7]} for b in d2.beats[-2:]), 5, what="the call adopted")
+        go.set()
+        subject, outcome = await d2.reply()
+        assert (subject, outcome["outcome"]) == (second, "ack") and calls == [7]
+        # an ack d2 does not confirm (it stops answering): kept, listed once d2 misses an answer
+        d2.answering = False
+        await wait_for(lambda: d2.beats[-1].get("done") == {"7": "ack"}, 5, what="the outcome listed")
+        third = await d1.offer(7, deliveries=3, cseq=21)
+        subject, outcome = await d1.reply()
+        assert (subject, outcome["outcome"]) == (third, "ack") and calls == [7]   # not run again
+        await d1.offer(7, deliveries=1, cseq=1)   # a RESET delivers it as new: run again
+        subject, outcome = await d1.reply()
+        assert outcome["outcome"] == "ack" and calls == [7, 7]
+    finally:
+        go.set()
+        await w.stop()
+
+
+async def test_an_offer_goes_to_the_worker_whose_heartbeat_lists_its_sequence_even_when_it_is_full(
+        nc, js, uniq, connections):
+    """pcgroups.pool._dispatcher invariant 6: a message a worker's heartbeat lists (running for another instance, whose
+    successor this dispatcher is) is offered to that worker, which is full, not to the free one."""
+    from pcgroups.pool import Heartbeat
+    await one_partition_group(js, nc, uniq)
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
+    prefix = f"$PCG.POOL.static.{uniq}.g"
+    offers = {name: await nc.subscribe(f"{prefix}.W.{name}.0000000{i}.work") for i, name in enumerate(("full", "free"))}
+    await nc.flush()
+
+    async def beating() -> None:
+        n = 0
+        while True:
+            n += 1
+            await nc.publish(f"{prefix}.HB", Heartbeat("full", "00000000", 1, busy=1, n=n, held={"gone": [1]}).encode(),
+                             reply=f"{prefix}.W.full.00000000.hb")
+            await nc.publish(f"{prefix}.HB", Heartbeat("free", "00000001", 1, n=n).encode(),
+                             reply=f"{prefix}.W.free.00000001.hb")
+            await asyncio.sleep(HEARTBEAT)
+    beats = asyncio.create_task(beating())
+    try:
+        await wait_for(lambda: len((d.pool_status() or {}).get("workers", [])) == 2, 10, what="both workers known")
+        await js.publish(f"{uniq}.k", b"x")   # stream sequence 1
+        offer = await offers["full"].next_msg(timeout=10)
+        assert offer.headers["Pcg-Delivery"].split(".")[3] == "1"
+        with pytest.raises(nats.errors.TimeoutError):
+            await offers["free"].next_msg(timeout=0.5)
+    finally:
         beats.cancel()
         await d.stop()
+
+
+async def test_a_stopping_worker_beats_while_its_calls_finish(nc, js, uniq, connections):
+    """A worker stopped during a call longer than REVOKE_AFTER goes on sending heartbeats until the call ends: its
+    dispatcher does not take it for gone and offer the message to another worker (handled twice)."""
+    from pcgroups.pool import REVOKE_AFTER
+    await one_partition_group(js, nc, uniq)
+    calls: list[str] = []
+    events: list = []
+
+    def handler_of(name: str):
+        async def handler(msg):
+            calls.append(name)
+            await asyncio.sleep(REVOKE_AFTER + 1.5)
+            await msg.ack()
+        return handler
+
+    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True, on_event=events.append)
+    w1 = await serve_worker(await connections(), "static", uniq, "g", handler_of("w1"), name="w1")
+    try:
+        await w1.wait_for_consuming(10)
+        await js.publish(f"{uniq}.k", b"x")
+        await wait_for(lambda: calls == ["w1"], 10, what="the call under way")
+        stopping = asyncio.ensure_future(w1.stop())
+        w2 = await serve_worker(await connections(), "static", uniq, "g", handler_of("w2"), name="w2")
+        assert await asyncio.wait_for(stopping, 15) is None
+        await asyncio.sleep(HEARTBEAT * 2)
+        await w2.stop()
+        info = await js.consumer_info(uniq, "g-m")
+    finally:
+        await d.stop()
+    left = [e.detail for e in events if e.kind == "worker-left"]
+    assert calls == ["w1"] and left[:1] == ["w1: stopped"], (calls, left)
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0, info

@@ -511,7 +511,8 @@ async def test_workers_take_their_offers_and_ack_them(secured, pool):
         return info["num_ack_pending"] == info["num_pending"] == 0
     await wait_for(settled, 10, what="m1's consumer with nothing pending")
     offer = await offers.next_msg(FAST)   # one of w1's offers, read by another worker's user
-    assert offer.headers["Pcg-Ack"].startswith("$JS.ACK.ORDERS.shipping-m1.") and offer.data   # body and all
+    assert offer.headers["Pcg-Delivery"].startswith("ORDERS.shipping-m1.") and offer.data   # body and all
+    assert "Pcg-Ack" not in offer.headers and "Pcg-Pin" not in offer.headers   # nothing to pull or ack with
     r = (await run_cg(*secured.cli("observer"), "static", "status", "ORDERS", "shipping", "--json")).ok()
     [pool_status] = json.loads(r.out)["pools"]
     assert sorted(w["name"] for w in pool_status["workers"]) == ["w1", "wx"]
@@ -605,6 +606,46 @@ async def test_a_heartbeat_whose_name_or_id_is_no_subject_token_is_ignored(secur
     joined = [e.detail.split(":")[0] for e in pool.events if e.kind == "worker-joined"]
     assert sorted(joined) == ["ok", "w1"], joined
     assert pool.dispatcher.consuming
+
+
+async def test_a_worker_that_takes_an_offer_can_neither_pull_nor_ack_the_members_consumer(secured, pool):
+    """A worker user (shipping-w1, as the worker w1 of raw NATS) takes an offer, then tries what the offer could give
+    away: a pull (``+NXT``) and an ack on the member's consumer, with the offer's pin if it has one, and the same
+    on the offer's reply subject. The JetStream publishes are refused, the reply subject takes none of them (the
+    dispatcher acks only on a worker's word for its own offer), and nothing is delivered to the worker."""
+    await pool.start()
+    nc = await pool.connect("shipping-w1")
+    seen = violations(nc)
+    wid = "0000cafe"
+    offers = await nc.subscribe(f"{POOL}.W.w1.{wid}.work")
+    inbox = "_INBOX_shipping_w1.pull"
+    pulled = await nc.subscribe(inbox)
+    hb = pool_wire.Heartbeat("w1", wid, 1).encode()
+
+    async def enrolled() -> bool:
+        await nc.publish(f"{POOL}.HB", hb, reply=f"{POOL}.W.w1.{wid}.hb")
+        return any(e.kind == "worker-joined" and e.detail.startswith("w1:") for e in pool.events)
+    await wait_for(enrolled, FAST, interval=0.2, what="the raw worker enrolled")
+    subjects = m1_subjects("grab", 20)
+    await publish(secured, subjects)
+    offer = await offers.next_msg(10)
+    headers = offer.headers or {}
+    ack = headers.get("Pcg-Ack") or "$JS.ACK." + headers["Pcg-Delivery"]
+    pin = headers.get("Pcg-Pin", "")
+    pull = ('+NXT {"batch":50,"group":"PCG","id":"%s"}' % pin).encode()
+    for subject in (ack, offer.reply):
+        await nc.publish(subject, pull, reply=inbox)
+        await nc.publish(subject, b"+ACK")
+        await nc.publish(subject, b"+TERM")
+    await nc.flush()
+    with pytest.raises(nats.errors.TimeoutError):
+        got = await pulled.next_msg(3)
+        pytest.fail(f"the worker pulled {got.subject}: {got.data[:60]!r}")
+    assert seen and {(v.operation, ".".join(v.subject.split(".")[:4])) for v in seen} == {
+        ("publish", "$js.ack.orders.shipping-m1")}, seen
+    root = JetStreamApi(await pool.connect("root"), timeout=TIMEOUT)
+    info = await root.consumer_info("ORDERS", "shipping-m1")
+    assert info["num_ack_pending"] >= 1 and info["num_redelivered"] == 0, info   # the offer: not acked, not termed
 
 
 async def test_a_worker_of_another_name_than_its_users_ends_at_once(secured):

@@ -131,11 +131,11 @@ def test_a_worker_traces_a_call_itself_and_a_dead_letter_without_its_calls_joins
         carrier: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(carrier)
     msg = FakeMsg(headers={"Traceparent": carrier["traceparent"]}, key="k1")
-    with spans.handling(msg, {"pcgroups.member": "m2", "pcgroups.pool._worker": "w1"}) as span:
+    with spans.handling(msg, {"pcgroups.member": "m2", "pcgroups.worker": "w1"}) as span:
         assert trace.get_current_span() is span
     spans.dead_letter(FakeMsg(headers=carrier, stream_sequence=99), "boom")
     [process] = named(exporter, "process")
-    assert process.attributes["pcgroups.member"] == "m2" and process.attributes["pcgroups.pool._worker"] == "w1"
+    assert process.attributes["pcgroups.member"] == "m2" and process.attributes["pcgroups.worker"] == "w1"
     assert process.attributes["pcgroups.key"] == "k1"
     assert process.parent.span_id == producer.get_span_context().span_id
     [letter] = named(exporter, "dead-letter")
@@ -363,7 +363,7 @@ async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections)
         await w.stop()
         await d.stop()
     calls = named(exporter, "process")
-    assert {(s.attributes["pcgroups.member"], s.attributes["pcgroups.pool._worker"]) for s in calls} == {("m", "w1")}
+    assert {(s.attributes["pcgroups.member"], s.attributes["pcgroups.worker"]) for s in calls} == {("m", "w1")}
     assert sorted(s.parent.span_id for s in calls) == sorted([fine.span_id, poison.span_id, poison.span_id])
     assert [s.status.status_code for s in calls if s.parent.span_id == poison.span_id] == [StatusCode.ERROR] * 2
     [letter] = named(exporter, "dead-letter")

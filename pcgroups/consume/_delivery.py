@@ -29,9 +29,9 @@ Invariants (tests/test_delivery.py checks each):
 1. No handler starts while :meth:`~Delivery.may_start` is False: after ``hold()`` until ``release()``,
    for good after ``halt()`` or ``close()``, and while the pin is in doubt. The pin is in doubt when
    no pull carried it for 0.9 x PinnedTTL (the process was paused or its loop blocked: the server may
-   have given it away) until the pull side confirms it by consumer info or the server gives a pin;
-   and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and events to run first),
-   until the current pin is admitted (:meth:`~Delivery.admit`).
+   have given it away) until the pull side confirms it by consumer info or the server gives a pin (also after
+   :meth:`~Delivery.doubt_pin`); and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and
+   events to run first), until the current pin is admitted (:meth:`~Delivery.admit`).
 2. A message whose pin is not the current pin is never handed out: :meth:`~Delivery.take` naks it
    (the pin's new holder gets it).
 3. A redelivery of a message this instance acked is acked again, never handled: on arrival
@@ -65,7 +65,9 @@ Invariants (tests/test_delivery.py checks each):
    (:meth:`~Delivery.extend`): the take-over of invariant 7 waits for its call, which may still ack it. Past
    that it is :meth:`superseded <Delivery.superseded>` (its AckWait may run out and the new holder get it);
    before that only a pin in doubt, a RESET or the end of the session supersede it. A pin lost while in doubt
-   (after a pause, or cut off from the server) has no grace: its messages are superseded at once.
+   (after a pause, or cut off from the server) has no grace: its messages are superseded at once. A message
+   is :meth:`lost <Delivery.lost>` once it is superseded for good (not for a pin in doubt, which may yet be
+   confirmed): a worker pool's dispatcher then gives it up (pcgroups.pool).
 """
 
 from __future__ import annotations
@@ -497,6 +499,13 @@ class Delivery:
         since = time.monotonic() - self._pin_margin
         return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
 
+    def doubt_pin(self) -> None:
+        """Put the pin in doubt until the pull side confirms it (invariant 1), whatever the gap: a worker pool's
+        dispatcher does so when its connection comes back (a server restart gives pins anew and redelivers what
+        was pending at once, to whoever pulls first)."""
+        if self._pin_id is not None:
+            self._pin_doubt = True
+
     def pin_confirmed(self, now: float) -> None:
         """Consumer info shows the pin still ours: handlers may start again."""
         self._pin_doubt = False
@@ -522,6 +531,14 @@ class Delivery:
     def current(self, m: Msg) -> bool:
         """``m`` came with the current pin."""
         return m.pin_id == self._pin_id
+
+    def lost(self, m: Msg) -> bool:
+        """``m`` may be with another instance now, for good (what a pin in doubt is not yet): the session ended, the
+        consumer was RESET after its delivery, or its pin was lost ``grace`` ago or more, or while in doubt
+        (invariant 8). Its acks must not be sent any more (a worker pool's dispatcher sends its workers' acks)."""
+        if self._closed or m.epoch != self._epoch:
+            return True
+        return m.pin_id != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
 
     # --- messages (pull side) -------------------------------------------------------------
     async def deliver(self, m: Msg) -> bool:

@@ -401,10 +401,17 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                 await self._stop_session(drain=True)
                 return PCGroupsError(f"the {self.flavour} consumer group config watcher failed: {error}")
             case ConfigUpdate(entry=entry):
-                return await self._config_update(entry)
+                return await self._ended_by(await self._config_update(entry))
             case ConsumerGone(reason=reason):
-                return await self._consumer_gone(reason)
+                return await self._ended_by(await self._consumer_gone(reason))
         return await self._handle_flavour(event)
+
+    async def _ended_by(self, outcome: Outcome) -> Outcome:
+        """A config change or a lost consumer ends the instance with None when the group was deleted: a
+        dispatching instance tells the group's workers, which end too (its ``Remote``)."""
+        if outcome is None and self.remote is not None and self.options.dispatch:
+            await self.remote.group_ended(self.nc, self.member, "deleted")
+        return outcome
 
     flavour = "static"
 

@@ -65,6 +65,9 @@ class Remote(Protocol):
     def subjects(self, member: Member) -> list[str]:
         """The subjects it publishes and subscribes to (named in a permission error)."""
 
+    async def group_ended(self, nc: Client, member: Member, why: str) -> None:
+        """The group is gone (``why``: ``deleted``): tell whatever runs the handlers."""
+
 
 @dataclass(frozen=True)
 class ConsumeOptions:
