@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from pcgroups.consume._delivery import ack_numbers
+from pcgroups.consume._msg import ack_numbers
 
 from .common import publish_all, wait_until
 

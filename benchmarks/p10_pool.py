@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import create_static
-from pcgroups.consume._delivery import ack_numbers
+from pcgroups.consume._msg import ack_numbers
 
 from .burst import burst_then_others, publish_burst
 from .common import Result, Row, Size, cpu_seconds, pct, publish_all, ratio, server_and_connection, wait_until

@@ -19,7 +19,7 @@ MOVED: dict[str, tuple[str, str]] = {
     "pcgroups.jsapi": ("pcgroups.jetstream._api", "pcgroups or pcgroups.jetstream"),
     "pcgroups.store": ("pcgroups.jetstream._store", "pcgroups.jetstream"),
     "pcgroups.permissions": ("pcgroups.jetstream._permissions", "pcgroups.jetstream"),
-    "pcgroups.delivery": ("pcgroups.consume._delivery", "pcgroups or pcgroups.consume"),
+    "pcgroups.delivery": ("pcgroups.consume._delivery,pcgroups.consume._msg", "pcgroups or pcgroups.consume"),
     "pcgroups.scheduler": ("pcgroups.consume._dispatchers,pcgroups.consume._keys,pcgroups.consume._retry,"
                            "pcgroups.consume._window", "pcgroups or pcgroups.consume"),
     "pcgroups.session": ("pcgroups.consume._session", "pcgroups.consume"),

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg as NatsMsg
 
-from pcgroups.consume._delivery import PIN_HEADER, Delivery, Msg, RecentAcks
+from pcgroups.consume._msg import PIN_HEADER, Msg
+from pcgroups.consume._delivery import Delivery, RecentAcks
 from pcgroups.errors import SupersededError
 from pcgroups.consume._dispatchers import KeyedDispatcher, SerialDispatcher
 from pcgroups.consume._retry import RetryPolicy

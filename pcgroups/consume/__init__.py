@@ -5,11 +5,11 @@ pull session (``_session``): pinned pulls, ``+WPI``, drain. What arrives goes to
 (``_delivery``: the buffer, the pin, take-overs, epochs), from which a dispatcher (``_dispatchers``: one
 handler at a time, or key-level concurrency by a key function of ``_keys``, retrying by the
 :class:`RetryPolicy` of ``_retry``, holding the adaptive window of ``_window``) hands :class:`Msg` to the
-handler. How it consumes is one :class:`ConsumeOptions` (``_options``), which also makes the dispatcher.
+handler (``_msg``: the message a handler gets, and its acks). How it consumes is one :class:`ConsumeOptions` (``_options``), which also makes the dispatcher.
 ``_report`` tells the owner what happens (events, rebalance hooks); ``_handoff`` is ``async for``.
 """
 
-from ._delivery import Msg
+from ._msg import Msg
 from ._window import FAIR_WINDOW
 from ._dispatchers import Handler
 from ._keys import KeyFunc, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens

@@ -39,7 +39,8 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from ._delivery import PIN_HEADER, Delivery, Msg, message_size
+from ._msg import PIN_HEADER, Msg, message_size
+from ._delivery import Delivery
 from ._keys import KeyFunc
 from ._retry import RetryLater, RetryPolicy
 from ..errors import SupersededError

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ._delivery import Msg
+from ._msg import Msg
 
 
 class Handoff:

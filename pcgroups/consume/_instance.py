@@ -33,7 +33,7 @@ from nats.js.kv import KeyValue
 from nats.aio.client import Client
 
 from ..jetstream._connection import Connection
-from ._delivery import Msg
+from ._msg import Msg
 from ..errors import ConfigError, JetStreamAPIError, PCGroupsError
 from ..events import InstanceEvent
 from ._handoff import Handoff

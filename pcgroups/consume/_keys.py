@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..partitions import tokens_match
-from ._delivery import Msg
+from ._msg import Msg
 
 KeyFunc = Callable[[Msg], str]
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, Self, TypeVar, runtime_checkable
 
-from ._delivery import Msg
+from ._msg import Msg
 from ..errors import PCGroupsError
 
 log = logging.getLogger("pcgroups")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._delivery import Msg
+from ._msg import Msg
 
 
 @dataclass

@@ -30,7 +30,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from ..errors import NotFoundError, SupersededError
 from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from ..tracing import NO_TRACING, InstanceTracing
-from ._delivery import PIN_HEADER, Delivery, Dispatcher, Msg
+from ._msg import PIN_HEADER, Msg
+from ._delivery import Delivery, Dispatcher
 from ._window import PULL_BYTES, MessageSize, Window
 from ._options import ConsumeOptions, DispatcherFactory
 

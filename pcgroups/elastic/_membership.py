@@ -43,7 +43,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from ..config import ElasticConfig, MemberMapping, parse_elastic_config, validate_name
-from ..consume._delivery import Msg
+from ..consume._msg import Msg
 from ..errors import ConfigError, NotFoundError, PCGroupsError
 from ..flavour import work_queue_name
 from ..consume._instance import ConsumerInstance

@@ -67,7 +67,8 @@ from nats.aio.msg import Msg as NatsMsg
 
 from . import _wire as pool
 from ..jetstream._connection import Connection
-from ..consume._delivery import PIN_HEADER, Delivery, Msg, message_size
+from ..consume._msg import PIN_HEADER, Msg, message_size
+from ..consume._delivery import Delivery
 from ..errors import SupersededError
 from ..consume._dispatchers import ConsumerControl, KeyedDispatcher
 from ..consume._keys import KeyFunc

@@ -43,7 +43,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from . import _wire as pool
 from ..jetstream._connection import Connection
-from ..consume._delivery import Msg, ack_numbers, call_in
+from ..consume._msg import Msg, ack_numbers, call_in
 from ..errors import ConfigError, PCGroupsError, SupersededError
 from ..events import EventCallback
 from ..consume._report import Reporter
