@@ -32,7 +32,7 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 - ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
-  proxy, tests/faultproxy.py, blackholed) 0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed:
+  proxy, tests/helpers/faultproxy.py, blackholed) 0.1 s into a 1.5 s handler call, for 2.5 x PinnedTTL, then healed:
   the standby takes over, the cut-off call learns it was superseded and does not ack, the healed instance starts
   nothing (1 / 10);
 - ``slow-link``: 200 ms more latency each way under m1's pinned instance for 4 s: it keeps the pin (1 / 5);
@@ -107,7 +107,7 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("--superseded-at-end", action="store_true",
                    help="look at msg.superseded only when the work is done (as cg's handler), not during it")
     p.add_argument("--sample", type=float, default=0.0,
-                   help="every so many seconds a line of what the process costs (tests/sampler.py; 0: none)")
+                   help="every so many seconds a line of what the process costs (tests/helpers/sampler.py; 0: none)")
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
     import logging
@@ -176,7 +176,7 @@ async def worker_main(argv: list[str]) -> None:
     _emit(json.dumps({"ev": "ready", "t": time.time()}))
     sampler = None
     if args.sample:
-        from .sampler import sample_forever
+        from .helpers.sampler import sample_forever
         def state() -> str:
             return ("pinned" if inst.pinned else "standby") if inst.partitions else "idle"
         sampler = asyncio.create_task(sample_forever(args.sample, _emit, state=state))
@@ -252,7 +252,7 @@ class Worker:
         self.samples: list[dict[str, Any]] = []   # what the process costs over time (--sample)
         self.started_at = time.time()
         self.reader: asyncio.Task | None = None
-        self.proxy: Any = None                     # its tests.faultproxy.FaultProxy, when it connects through one
+        self.proxy: Any = None                     # its tests.helpers.faultproxy.FaultProxy, when it connects through one
 
     @property
     def alive(self) -> bool:
@@ -412,7 +412,7 @@ class Env:
         name = name or f"{member}-{sum(1 for w in g.workers if w.member == member)}"
         proxy = None
         if g.proxied and url is None:
-            from .faultproxy import FaultProxy
+            from .helpers.faultproxy import FaultProxy
             proxy = await FaultProxy(self.server.port, name=name).start()
             self.proxies.append(proxy)
             url = proxy.url
@@ -631,7 +631,7 @@ class ClusterEnv(Env):
         from pcgroups.testing._cluster import EmbeddedCluster
         from pcgroups.testing._server import free_port
 
-        from .faultproxy import FaultProxy
+        from .helpers.faultproxy import FaultProxy
         ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
         self.routes = {(i, j): await FaultProxy(ports[j][1], name=f"n{i + 1}->n{j + 1}").start()
                        for i in range(3) for j in range(3) if i != j}

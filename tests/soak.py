@@ -6,7 +6,7 @@ usage: python -m tests.soak [--minutes N] [--json PATH] [--plot PNG] [--sample S
 
 One nats-server (file storage, 127.0.0.1) and the harness of tests/chaos.py: every instance its own process
 (``python -m tests.chaos worker ... --sample S``), printing a JSON line per handler start and end for
-:class:`pcgroups.testing._checker.Recorder` and, every S seconds, what it costs (tests/sampler.py: RSS, open file
+:class:`pcgroups.testing.Recorder` and, every S seconds, what it costs (tests/helpers/sampler.py: RSS, open file
 descriptors, asyncio tasks, event-loop lag). AckWait 1 s, 4 partitions, 40 msg/s per group on 16 keys,
 a 2 ms handler, ``max_ack_pending`` 1.
 
@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .chaos import GROUP, Env, Group, Worker, bounded, fmt_s, machine, percentile, wait_until
-from .sampler import open_fds, rss_kb
+from .helpers.sampler import open_fds, rss_kb
 
 SAMPLE_EVERY = 5.0       # seconds between an instance's samples
 WARMUP = 60.0            # an instance's first minute is not held to the targets

@@ -42,8 +42,8 @@ from pcgroups import ConsumerConfig, PartitioningFilter
 from pcgroups.jetstream import _store as store
 from pcgroups.errors import ConfigError
 from pcgroups.jetstream._api import JetStreamApi
-from tests.support import wait_for
-from tests.test_cli_common import Result, acg, cg_env, closed_port_url, procs, run_cg
+from tests.helpers.support import wait_for
+from tests.helpers.cli import Result, acg, cg_env, closed_port_url, procs, run_cg
 
 STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"

@@ -11,8 +11,8 @@ import time
 
 from pcgroups.elastic._membership import list_leases
 
-from tests.support import wait_for
-from tests.test_cli_common import assert_cli_error, kv_value, make_stream, message_lines, procs, run_cg
+from tests.helpers.support import wait_for
+from tests.helpers.cli import assert_cli_error, kv_value, make_stream, message_lines, procs, run_cg
 
 BUCKET = "elastic-consumer-groups"
 

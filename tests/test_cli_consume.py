@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.test_cli_common import (acg, assert_cli_error, cg_env, make_stream, partition_transform, procs,
+from tests.helpers.cli import (acg, assert_cli_error, cg_env, make_stream, partition_transform, procs,
                                    run_cg)
 
 LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=(?P<pin>\S*)\. "
@@ -275,7 +275,7 @@ async def test_consume_at_a_closed_port_says_so_and_waits_until_ctrl_c():
     instance waits; Ctrl-C ends it with status 0."""
     import asyncio
 
-    from tests.test_cli_common import closed_port_url
+    from tests.helpers.cli import closed_port_url
 
     async with procs() as start:
         p = await start("static", "consume", "s", "g", "m1", "--max-ack-pending", "4", "--timeout", "1s",

@@ -114,7 +114,7 @@ def test_ctrl_c_stops_every_process_it_started():
 @pytest.mark.slow
 def test_ctrl_c_through_cg_says_interrupted_once_and_exits_130():
     """Through the ``cg`` entry point: the demo's own line and nothing more (no ``cg: error``), status 130."""
-    from tests.test_cli_common import cg_argv, cg_env
+    from tests.helpers.cli import cg_argv, cg_env
 
     proc = subprocess.Popen(cg_argv("demo", "--duration", "30s"), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=cg_env())

@@ -11,8 +11,8 @@ import signal
 
 import pytest
 
-from tests.support import WIRE_VECTORS
-from tests.test_cli_common import (acg, assert_cli_error, cg_argv, cg_env, kv_value, make_stream,
+from tests.helpers.support import WIRE_VECTORS
+from tests.helpers.cli import (acg, assert_cli_error, cg_argv, cg_env, kv_value, make_stream,
                                    message_lines, procs, run_cg)
 
 BUCKET = "elastic-consumer-groups"
@@ -222,7 +222,7 @@ async def test_consume_waits_for_membership_prints_lines_and_exits_0_on_delete(n
             r = await run_cg("elastic", "member-info", s, "c", "m1", url=url)
             return r.lines == ["member m1 is part of the consumer group membership and is active"]
 
-        from tests.support import wait_for
+        from tests.helpers.support import wait_for
 
         await wait_for(active, timeout=15, what="m1 active")
         for i in range(12):

@@ -15,7 +15,7 @@ import signal
 
 import pytest
 
-from tests.test_cli_common import (MSG_LINE, cg_env, make_stream, message_lines, partition_transform, procs,
+from tests.helpers.cli import (MSG_LINE, cg_env, make_stream, message_lines, partition_transform, procs,
                                    run_cg)
 
 STATUS = re.compile(r"^\[m\d\] (pinned|standby|lost the pin|not a member|added|partitions now|dropped|"

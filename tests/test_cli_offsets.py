@@ -11,8 +11,8 @@ import time
 import pytest
 
 from pcgroups import JetStreamApi
-from tests.support import wait_for
-from tests.test_cli_common import (
+from tests.helpers.support import wait_for
+from tests.helpers.cli import (
     assert_cli_error,
     make_stream,
     message_lines,

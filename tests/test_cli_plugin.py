@@ -13,7 +13,7 @@ import pytest
 import typer
 
 from cg.plugin import fisk_model, hoist_options, print_fisk_model, root_option_spellings
-from tests.fisk_sim import all_nats_argvs, check_fisk_model, nats_argv
+from tests.helpers.fisk_sim import all_nats_argvs, check_fisk_model, nats_argv
 
 ALIASES = {("elastic", "consume"): ["join"], ("static", "ls"): ["list"], ("elastic", "add"): ["join-members"]}
 
@@ -413,7 +413,7 @@ def test_cg_consume_declares_the_concurrency_flags(cg_model, flavour):
 def test_nats_argvs_carry_the_concurrency_flags_to_cg(cg_model, flavour, flags, error):
     """Every argv nats could run for ``nats cg <flavour> join S G m1 --concurrency=...`` reaches consume's checks
     with the values given (they fail before connecting: no server needed)."""
-    from tests.test_cli_common import assert_cli_error, cg_inproc
+    from tests.helpers.cli import assert_cli_error, cg_inproc
 
     argvs = list(all_nats_argvs(cg_model, [flavour, "join"], ["S", "G", "m1"], flags, {"timeout": "1s"}))
     assert argvs

@@ -20,8 +20,8 @@ import pytest
 
 from pcgroups import add_members, create_elastic
 
-from .test_cli_common import cg_argv, cg_env, make_stream
-from .support import wait_for
+from tests.helpers.cli import cg_argv, cg_env, make_stream
+from .helpers.support import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the harness adopts cg with PR_SET_CHILD_SUBREAPER")
 

@@ -13,10 +13,10 @@ import json
 import re
 import signal
 
-from tests.test_cli_common import (assert_cli_error, cg_env, make_stream, message_lines, partition_transform,
+from tests.helpers.cli import (assert_cli_error, cg_env, make_stream, message_lines, partition_transform,
                                    procs, run_cg)
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 ACKED = re.compile(r"^\[(?P<worker>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=\S*\. "
                    r"(Processing for \S+ \.\.\. )?acked$", re.M)
@@ -138,7 +138,7 @@ async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
     (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
     from pcgroups.testing._server import free_port
-    from tests.test_metrics import scrape   # the exporter tests' helper
+    from tests.helpers.http import scrape
 
     port = free_port()
     async with procs() as start:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_common import _EMPTY_CONFIG, cg_argv, cg_env, closed_port_url, partition_transform
+from tests.helpers.cli import cg_argv, cg_env, closed_port_url, partition_transform
 
 SCRIPT_TIMEOUT = 45.0
 
@@ -72,15 +72,6 @@ def _opts(url: str):
     return ConnectionOptions(server=url)
 
 
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    """No NATS contexts or settings from the machine; history under the test's own directory."""
-    for k in list(os.environ):
-        if k.startswith(("NATS_", "CG_")):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("XDG_CONFIG_HOME", _EMPTY_CONFIG)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    return tmp_path
 
 
 class _Tee(io.StringIO):

@@ -10,8 +10,8 @@ import signal
 import pytest
 
 from pcgroups import get_elastic_config, get_elastic_layout, work_queue_name
-from tests.support import wait_for
-from tests.test_cli_common import acg, assert_cli_error, kv_value, message_lines, procs, run_cg
+from tests.helpers.support import wait_for
+from tests.helpers.cli import acg, assert_cli_error, kv_value, message_lines, procs, run_cg
 
 BUCKET = "elastic-consumer-groups"
 

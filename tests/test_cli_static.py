@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.support import WIRE_VECTORS, wait_for
-from tests.test_cli_common import (acg, assert_cli_error, cg_env, kv_value, make_stream,
+from tests.helpers.support import WIRE_VECTORS, wait_for
+from tests.helpers.cli import (acg, assert_cli_error, cg_env, kv_value, make_stream,
                                    message_lines, partition_transform, procs, run_cg, SCRIPTS)
 
 BUCKET = "static-consumer-groups"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_common import cg_env
+from tests.helpers.cli import cg_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_STACK = ("typer", "rich", "prompt_toolkit", "click", "pydantic", "cg")
@@ -109,7 +109,7 @@ def test_the_model_and_help_need_neither_nats_nor_the_library(argv):
 
 
 async def test_an_admin_command_imports_only_its_own_path(nats_server, js, uniq):
-    from tests.test_cli_common import make_stream
+    from tests.helpers.cli import make_stream
 
     await make_stream(js, uniq)
     modules = await asyncio.to_thread(_cg_modules, "--server", nats_server.url, "static", "ls", uniq)

@@ -26,9 +26,8 @@ import subprocess
 import nats
 import pytest
 
-from tests.support import wait_for
-from tests.test_cli_prompt import clean_env  # noqa: F401 - a fixture: no NATS contexts or settings of the machine
-from tests.test_cli_common import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
+from tests.helpers.support import wait_for
+from tests.helpers.cli import (SCRIPTS, acg, assert_cli_error, cg_env, kv_value, make_stream, message_lines,
                                    partition_transform, procs, run_cg)
 
 
@@ -97,7 +96,7 @@ def test_help_shows_what_the_user_types(nats_server):
 
 
 def _cg() -> list[str]:
-    from tests.test_cli_common import cg_argv
+    from tests.helpers.cli import cg_argv
 
     return cg_argv()
 
@@ -134,7 +133,7 @@ def _cg() -> list[str]:
 ])
 def test_a_misplaced_flag_or_a_typo_says_what_was_meant(argv, said):
     """No server needed: parsing fails before anything connects."""
-    from tests.test_cli_common import cg_inproc
+    from tests.helpers.cli import cg_inproc
 
     r = cg_inproc(*argv)
     assert r.code == 1 and r.out == "" and r.err == f"cg: error: {said}\n", r.err
@@ -199,7 +198,7 @@ BARE_DURATIONS = [
 def test_a_duration_without_a_unit_is_refused_as_go_refuses_it(argv, option, number):
     """``--sleep 200`` once meant 200 s. Every duration option reads Go's durations: a number needs a unit
     (``0`` excepted), before anything connects."""
-    from tests.test_cli_common import cg_inproc
+    from tests.helpers.cli import cg_inproc
 
     r = cg_inproc(*argv)
     assert_cli_error(r)
@@ -232,7 +231,7 @@ def test_the_shell_wants_a_unit_too(nats_server, clean_env):  # noqa: F811 - the
 async def test_ctrl_c_while_a_command_starts_exits_130_quietly(nats_server, static_stream, tmp_path, argv, module):
     """Ctrl-C in a command's first moments, while Python imports what it needs (tests/data/sigint_at sends
     SIGINT then): exit status 130 and nothing said, as later on."""
-    from tests.test_cli_common import ROOT, cg_argv
+    from tests.helpers.cli import ROOT, cg_argv
 
     seen = tmp_path / "seen"
     env = cg_env(nats_server.url, PCG_TEST_SIGINT_AT=module, PCG_TEST_SIGINT_SEEN=str(seen),
@@ -246,7 +245,7 @@ async def test_ctrl_c_while_a_command_starts_exits_130_quietly(nats_server, stat
 async def test_ctrl_c_at_a_question_ends_its_line(nats_server, static_stream):
     """Ctrl-C at ``delete``'s (y/n): exit 130, nothing deleted, and the question's line ended, so the shell's
     next prompt does not land behind it."""
-    from tests.test_cli_common import cg_argv
+    from tests.helpers.cli import cg_argv
 
     s = static_stream
     (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
@@ -273,7 +272,7 @@ async def test_delete_with_no_answer_on_stdin_says_how_to_delete_without_asking(
     before the error, which says that ``-f`` deletes without asking; nothing is deleted."""
     import pty
 
-    from tests.test_cli_common import cg_argv
+    from tests.helpers.cli import cg_argv
 
     s = static_stream
     (await run_cg("static", "create", "balanced", s, "g", "4", "m1", url=nats_server.url)).ok()
@@ -683,7 +682,7 @@ def _blocks(text: str, heading: str) -> list[str]:
 def _walkthrough() -> list[tuple[str, str]]:
     """(section, command) for every command of :data:`WALKTHROUGH`'s blocks, comments dropped; not the server
     (the fixture's), the connection example, or the nats CLI's (not installed here)."""
-    from tests.test_cli_common import ROOT
+    from tests.helpers.cli import ROOT
 
     text = (ROOT / "README.md").read_text()
     commands = []
@@ -717,7 +716,7 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
     library's example runs on what is left, handles messages and ends cleanly on Ctrl-C."""
     import shlex
 
-    from tests.test_cli_common import CG_BIN, ROOT, Proc
+    from tests.helpers.cli import CG_BIN, ROOT, Proc
 
     commands = _walkthrough()
     sections = [heading for heading, _ in commands]
@@ -790,7 +789,7 @@ async def _the_library_example(url: str, env: dict) -> None:
     import sys
     import tempfile
 
-    from tests.test_cli_common import ROOT
+    from tests.helpers.cli import ROOT
 
     text = (ROOT / "README.md").read_text()
     code = text.split("## The library\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]

@@ -32,7 +32,7 @@ from pcgroups.testing._cluster import EmbeddedCluster, stream_leader
 from pcgroups.connect import ConnectionOptions, connect, resolve
 from pcgroups.jetstream._api import JetStreamApi
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
 LONG = os.environ.get("PCG_LONG") == "1"

@@ -21,7 +21,7 @@ from pcgroups.connect import (DEFAULT_URL, ConnectionOptions, ResolvedConnection
                               parse_duration, redact, resolve)
 from pcgroups.errors import PCGroupsError
 from pcgroups.testing._server import EmbeddedServer, free_port
-from tests.support import wait_for
+from tests.helpers.support import wait_for
 
 FAST = 3.0  # seconds: every failure must be reported within this
 

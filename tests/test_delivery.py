@@ -23,7 +23,7 @@ from pcgroups.consume._dispatchers import KeyedDispatcher, SerialDispatcher
 from pcgroups.consume._retry import RetryPolicy
 from pcgroups.consume._keys import key_by_subject
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 PIN = "pin-a"
 

@@ -20,7 +20,7 @@ from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, ConsumerG
 from pcgroups.jetstream._store import ELASTIC_BUCKET
 
 from pcgroups.testing._checker import Recorder as _Recorder, origin_of
-from .support import WIRE_VECTORS as VECTORS, wait_for
+from .helpers.support import WIRE_VECTORS as VECTORS, wait_for
 
 def Recorder() -> _Recorder:
     """The checker's recorder on the monotonic clock (the tests' times), messages keyed (subject, origin seq)."""

@@ -1,4 +1,4 @@
-"""tests/faultproxy.py between a nats-py client and a real server: each mode does what the partition scenarios
+"""tests/helpers/faultproxy.py between a nats-py client and a real server: each mode does what the partition scenarios
 rely on (tests/chaos.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import nats
 import pytest
 
-from .faultproxy import FaultProxy
-from .support import wait_for
+from .helpers.faultproxy import FaultProxy
+from .helpers.support import wait_for
 
 
 @pytest.fixture

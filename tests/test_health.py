@@ -5,14 +5,11 @@ dropped and added again, and the process is stopped."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from nats.js.api import StreamConfig
@@ -20,41 +17,17 @@ from nats.js.api import StreamConfig
 from pcgroups import PartitioningFilter, add_members, create_elastic
 from pcgroups.ops._health import Health, serve
 from pcgroups.testing._server import free_port
-from tests.support import wait_for
-from tests.test_cli_common import procs, run_cg
+from tests.helpers.support import wait_for
+from tests.helpers.cli import procs, run_cg
+from tests.helpers.http import aprobe, probe, until
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def probe(port: int, path: str) -> tuple[int, dict]:
-    """(status, JSON body) of GET http://127.0.0.1:port/path; (0, {}) when nothing listens."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-    except (ConnectionError, TimeoutError, urllib.error.URLError):   # nothing listens, or no answer in time
-        return 0, {}
 
 
-async def aprobe(port: int, path: str) -> tuple[int, dict]:
-    return await asyncio.to_thread(probe, port, path)
 
 
-async def until(port: int, path: str, code: int, reason: str = "", timeout: float = 15) -> dict:
-    """Wait until ``path`` answers ``code`` (and a reason containing ``reason``); its body."""
-    seen: list[tuple[int, dict]] = []
-
-    async def answered() -> bool:
-        seen[:] = [await aprobe(port, path)]
-        got, body = seen[0]
-        return got == code and reason in body.get("reason", "")
-
-    try:
-        await wait_for(answered, timeout=timeout, interval=0.1, what=f"{path} {code} {reason}")
-    except AssertionError as e:
-        raise AssertionError(f"{e}; last answer: {seen}") from None
-    return seen[0][1]
 
 
 async def test_liveness_is_the_event_loops_and_readiness_needs_it():
@@ -175,7 +148,7 @@ async def test_held_connections_cost_neither_the_probes_nor_the_reconnect(fresh_
 
     import nats
 
-    from tests.test_cli_common import cg_argv, cg_env
+    from tests.helpers.cli import cg_argv, cg_env
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

@@ -20,8 +20,8 @@ from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi,
                       static_member_step_down)
 from pcgroups.events import InstanceEvent
 
-from .faultproxy import FaultProxy
-from .support import wait_for
+from .helpers.faultproxy import FaultProxy
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)   # PinnedTTL 1 s
 

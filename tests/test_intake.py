@@ -22,8 +22,8 @@ from pcgroups.elastic import _instance as elastic_instance, _intake as intake
 from pcgroups.ops._exporter import GroupsExporter, group_families
 from pcgroups.ops._status import elastic_status
 
-from .support import wait_for
-from .test_cli_common import assert_cli_error, procs, run_cg
+from .helpers.support import wait_for
+from tests.helpers.cli import assert_cli_error, procs, run_cg
 
 BIG = "x" * 65500   # a header block of 65,519 bytes: 87 more in the copy is over 65,535
 

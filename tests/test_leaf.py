@@ -1,5 +1,5 @@
 """Groups across a leaf node connection: a hub (JetStream domain ``hub``) and a leaf (domain ``leaf``) on
-loopback, configured as docs/DEPLOYMENT.md says (tests/leafnodes.py reads it from there).
+loopback, configured as docs/DEPLOYMENT.md says (tests/helpers/leafnodes.py reads it from there).
 
 The streams live on one side and ``cg`` runs on the other with ``--js-domain`` (or a context's domain or
 API prefix), members on both sides of one group; an elastic group on the hub sources a stream of the leaf.
@@ -26,9 +26,9 @@ from pcgroups.jetstream._api import domain_of, prefix_of
 from pcgroups.jetstream._permissions import Violation, kv_subjects
 from pcgroups.elastic._sources import Layout, SourceStream, externals_by_stream, layout_of, source_config
 
-from tests.leafnodes import HubAndLeaf
-from tests.support import wait_for
-from tests.test_cli_common import (assert_cli_error, cg_env, closed_port_url, kv_value, make_stream, message_lines,
+from tests.helpers.leafnodes import HubAndLeaf
+from tests.helpers.support import wait_for
+from tests.helpers.cli import (assert_cli_error, cg_env, closed_port_url, kv_value, make_stream, message_lines,
                                    partition_transform, procs, run_cg)
 
 STATIC, ELASTIC = "static-consumer-groups", "elastic-consumer-groups"

@@ -29,7 +29,7 @@ from pcgroups.elastic._membership import LEASE_STREAM, list_leases
 from pcgroups.elastic._sticky import moved_partitions
 from pcgroups.jetstream._store import ELASTIC_BUCKET
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
 TTL = 2.0

@@ -10,19 +10,16 @@ import re
 import signal
 import socket
 import time
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
 from pcgroups.events import InstanceEvent
 from pcgroups.ops._exporter import EXPORTER_METRICS, GROUP_METRICS
 from pcgroups.ops._metrics import INSTANCE_METRICS, POOL_METRICS, InstanceMetrics
 from pcgroups.testing._server import free_port
-from tests.support import wait_for
-from tests.test_security import secured  # noqa: F401 - the secured server and its roles (a fixture)
-from tests.test_cli_common import (
+from tests.helpers.support import wait_for
+from tests.helpers.cli import (
     ROOT,
     acg,
     assert_cli_error,
@@ -32,15 +29,11 @@ from tests.test_cli_common import (
     procs,
     run_cg,
 )
+from tests.helpers.http import scrape
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def scrape(port: int) -> dict[str, list]:
-    """name -> samples of the metrics served on 127.0.0.1:port (a real HTTP GET, the real parser)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
 async def ascrape(port: int) -> dict[str, list]:
@@ -495,7 +488,7 @@ async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server,
 async def test_exporter_rides_out_a_server_restart(fresh_server):
     """Its metrics say down while the server is away, and so does /readyz (the last refresh failed), while
     /healthz says alive; both come back with the server."""
-    from tests.test_health import aprobe, until
+    from tests.helpers.http import aprobe, until
 
     async with procs() as start:
         p, port = await exporter(start, fresh_server.url)
@@ -682,7 +675,7 @@ async def _not(aw) -> bool:
 
 # ------------------------------------------------------------ permissions
 
-async def test_the_observer_role_can_run_the_exporter(secured):  # noqa: F811 - the fixture imported above
+async def test_the_observer_role_can_run_the_exporter(secured):
     """docs/SECURITY.md's observer reads the keys of its streams (ORDERS, EVENTS) in both buckets: the exporter
     shows every group with no error. Without the streams it may not read the whole buckets: those refusals are
     the role's scope, counted once each (kind=refused), not errors of every refresh (which would fire the

@@ -12,7 +12,7 @@ from pcgroups import (ConfigError, ConsumerConfig, JetStreamApi, PartitioningFil
                       create_static, elastic_consume, static_consume)
 from pcgroups.ops._offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=2)
 

@@ -12,7 +12,7 @@ from pcgroups.partitions import (MAX_MEMBER_FILTERS, balanced_assignment, elasti
                                  member_partitions, partition_filters, partition_of_subject, static_member_filters,
                                  strip_partition, transform_destination)
 from pcgroups.elastic._sources import SourceStream, source_config
-from tests.test_config import ADDED, VECTORS, elastic_from_cli, static_from_cli
+from tests.helpers.vectors import ADDED, VECTORS, elastic_from_cli, static_from_cli
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Ref §9 TestBaseFunctions

@@ -16,22 +16,10 @@ from pcgroups import RetryPolicy, serve_worker, static_consume
 from pcgroups.errors import ConfigError
 from pcgroups.pool._wire import HEARTBEAT, STATUS_SUBJECT, decode
 
-from .support import wait_for
-from .test_scheduler import one_partition_group, publish
+from .helpers.support import wait_for
+from .helpers.groups import one_partition_group, publish
 
 
-@pytest.fixture
-async def connections(nats_server):
-    """A connection per worker (and one for the dispatcher), closed at the end."""
-    made: list = []
-
-    async def connect():
-        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
-        made.append(nc)
-        return nc
-    yield connect
-    for nc in made:
-        await nc.close()
 
 
 async def test_workers_run_each_key_in_order_one_at_a_time_within_their_capacities(nc, js, uniq, connections):
@@ -388,7 +376,7 @@ class RawDispatcher:
         self.offers = 0
 
     async def start(self) -> "RawDispatcher":
-        from pcgroups.pool import Answer, decode
+        from pcgroups.pool._wire import Answer, decode
 
         async def on_beat(msg) -> None:
             hb = decode(msg.data)
@@ -415,7 +403,7 @@ class RawDispatcher:
         return reply
 
     async def reply(self, timeout: float = 5.0) -> tuple[str, dict]:
-        from pcgroups.pool import decode
+        from pcgroups.pool._wire import decode
         msg = await self.replies.next_msg(timeout=timeout)
         return msg.subject, decode(msg.data) or {}
 
@@ -468,7 +456,7 @@ async def test_an_offer_goes_to_the_worker_whose_heartbeat_lists_its_sequence_ev
         nc, js, uniq, connections):
     """pcgroups.pool._dispatcher invariant 6: a message a worker's heartbeat lists (running for another instance, whose
     successor this dispatcher is) is offered to that worker, which is full, not to the free one."""
-    from pcgroups.pool import Heartbeat
+    from pcgroups.pool._wire import Heartbeat
     await one_partition_group(js, nc, uniq)
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
     prefix = f"$PCG.POOL.static.{uniq}.g"
@@ -500,7 +488,7 @@ async def test_an_offer_goes_to_the_worker_whose_heartbeat_lists_its_sequence_ev
 async def test_a_stopping_worker_beats_while_its_calls_finish(nc, js, uniq, connections):
     """A worker stopped during a call longer than REVOKE_AFTER goes on sending heartbeats until the call ends: its
     dispatcher does not take it for gone and offer the message to another worker (handled twice)."""
-    from pcgroups.pool import REVOKE_AFTER
+    from pcgroups.pool._wire import REVOKE_AFTER
     await one_partition_group(js, nc, uniq)
     calls: list[str] = []
     events: list = []

@@ -87,3 +87,17 @@ def test_the_check_finds_what_it_looks_for():
         assert pattern.search(samples[what]), what
     assert not _FORBIDDEN[2][1].search("the issue of ordering")
     assert _ABSOLUTE.search("open " + "/wo" + "rk/main/README.md") and not _ABSOLUTE.search("nats://h1:4222/")
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share is a fixture in tests/conftest.py or a helper in tests/helpers/, never a test module."""
+    import ast
+
+    offenders = []
+    for path in sorted((Path(__file__).parent).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                leaf = node.module.rsplit(".", 1)[-1]
+                if leaf.startswith("test_") and (node.level or node.module.startswith("tests.")):
+                    offenders.append(f"{path.name}: from {'.' * node.level}{node.module}")
+    assert offenders == []

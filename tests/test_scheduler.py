@@ -10,29 +10,22 @@ import random
 import time
 
 import pytest
-from nats.js.api import DiscardPolicy, StreamConfig, SubjectTransform
+from nats.js.api import DiscardPolicy, StreamConfig
 
-from pcgroups import (ConsumerConfig, PartitioningFilter, RetryPolicy, add_members, create_elastic, create_static,
-                      elastic_consume, static_consume, static_member_step_down)
+from pcgroups import (ConsumerConfig, PartitioningFilter, RetryPolicy, add_members, create_elastic, elastic_consume, static_consume, static_member_step_down)
 import nats
 from pcgroups.consume._window import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
 from pcgroups.ops import InstanceMetrics
 
-from .support import wait_for
+from .helpers.support import wait_for
+from tests.helpers.groups import one_partition_group, publish
 
 WINDOW = ConsumerConfig(max_ack_pending=2000, ack_wait=2)
 TAKEOVER_LOGGED = "unacked message(s) of the earlier holder"   # what PullSession._take_over logs when it waited
 
 
-async def one_partition_group(js, nc, stream: str) -> None:
-    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"],
-                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
-    await create_static(nc, stream, "g", 1, members=["m"])
 
 
-async def publish(js, stream: str, keys: list[str], start: int = 0, body: bytes | None = None) -> None:
-    futs = [await js.publish_async(f"{stream}.{k}", body or str(i).encode()) for i, k in enumerate(keys, start)]
-    await asyncio.wait_for(asyncio.gather(*futs), 30)
 
 
 async def test_per_key_order_and_exclusivity_with_random_work(nc, js, uniq):

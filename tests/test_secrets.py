@@ -26,8 +26,8 @@ from pcgroups.testing._server import EmbeddedServer, free_port
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.spark._options import SourceOptions
 
-from .support import wait_for
-from .test_cli_common import cg, cg_argv, cg_env, cg_inproc
+from .helpers.support import wait_for
+from tests.helpers.cli import cg, cg_argv, cg_env, cg_inproc
 
 PASSWORD = "pw-" + secrets.token_hex(8)
 TOKEN = "tok-" + secrets.token_hex(8)

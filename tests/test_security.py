@@ -13,140 +13,40 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 import time
-from pathlib import Path
 
 import nats
 import pytest
-from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConsumerConfig, JetStreamApi, PartitioningFilter, PermissionDeniedError, add_members,
-                      create_elastic, create_static, delete_elastic, delete_static, elastic_consume,
+from pcgroups import (ConsumerConfig, JetStreamApi, PermissionDeniedError, add_members,
+                      create_static, delete_elastic, delete_static, elastic_consume,
                       elastic_member_step_down, get_static_config, list_leases, partition_of_subject, serve_worker,
                       set_member_mappings, static_consume, static_member_step_down)
 from pcgroups.config import MemberMapping
-from pcgroups.connect import ConnectionOptions, connect
 from pcgroups.pool import _wire as pool_wire
 from pcgroups.jetstream import Connection, Violation
-from pcgroups.testing._server import EmbeddedServer
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.static._admin import create_static_consumers
 from pcgroups.spark._options import SinkOptions, SourceOptions
 
-from .support import wait_for
-from .test_cli_common import assert_cli_error, cg, cg_env, run_cg
-
-SECURITY = Path(__file__).resolve().parent.parent / "docs" / "SECURITY.md"
-TIMEOUT = 20.0        # request timeout: a refusal must come long before it
-FAST = 5.0            # how long a refusal may take (it takes milliseconds; the machine may be loaded)
-ROLES = ("admin", "shipping-m1", "shipping-m2", "shipping-dispatcher", "shipping-worker", "shipping-w1",
-         "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
-# the workers' own inbox prefixes (their roles may not read _INBOX.>: the dispatcher's pulled messages come there)
-INBOXES = {"shipping-worker": "_INBOX_shipping_worker", "shipping-w1": "_INBOX_shipping_w1"}
-# the test's own users: root sets up streams and traffic; the broken ones show what a missing permission does;
-# audit-dispatcher is audit-member with its pool's subjects (an automatic member that dispatches)
-EXTRA_USERS = """
-    { user: root, password: $ROOT_PASSWORD }
-    { user: shipping-noack, password: $SHIPPING_NOACK_PASSWORD, permissions: {
-        publish: { allow: %s }
-        subscribe: { allow: ["_INBOX.>"] } } }
-    { user: no-inbox, password: $NO_INBOX_PASSWORD, permissions: {
-        publish: { allow: ["$JS.API.>"] }
-        subscribe: { allow: ["nothing.here"] } } }
-    { user: audit-dispatcher, password: $AUDIT_DISPATCHER_PASSWORD, permissions: {
-        publish: { allow: %s }
-        subscribe: { allow: %s } } }
-"""
-AUDIT_POOL = "$PCG.POOL.elastic.EVENTS.audit"
-PARTITIONS = 4
+from .helpers.support import wait_for
+from tests.helpers.cli import assert_cli_error, cg, cg_env, run_cg
+from tests.helpers.secured import AUDIT_POOL, FAST, PARTITIONS, ROLES, SECURITY, Secured, TIMEOUT, documented_allow
 
 
-def documented_config() -> str:
-    """The ``conf`` block of docs/SECURITY.md."""
-    m = re.search(r"```conf\n(.*?)```", SECURITY.read_text(encoding="utf-8"), re.S)
-    assert m, "docs/SECURITY.md has no conf block"
-    return m.group(1)
 
 
-def documented_allow(user: str, operation: str = "publish") -> list[str]:
-    """A documented user's ``publish`` (or ``subscribe``) allow list (quoted subjects, in order)."""
-    block = documented_config()
-    start = block.index(f"{{ user: {user},")
-    start = block.index(f"{operation}:", start)
-    body = block[start:block.index("]", block.index("allow: [", start))]
-    return re.findall(r'"([^"]+)"', body)
 
 
-def extra_users() -> str:
-    """EXTRA_USERS with their lists."""
-    def quoted(subjects: list[str]) -> str:
-        return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
-    noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
-    p = AUDIT_POOL
-    audit = [*documented_allow("audit-member"), f"{p}.HELLO", f"{p}.W.*.*.work", f"{p}.W.*.*.hb", "_INBOX.>"]
-    audit_sub = ["_INBOX.>", f"{p}.HB", f"{p}.LEAVE", f"{p}.D.*.R.*", f"{p}.STATUS", "$PCG.POOL.STATUS"]
-    return EXTRA_USERS % (quoted(noack), quoted(audit), quoted(audit_sub))
 
 
-def env_name(user: str) -> str:
-    return user.upper().replace("-", "_") + "_PASSWORD"
 
 
-class Secured:
-    """The authorizing server and every user's password."""
-
-    def __init__(self, server: EmbeddedServer, passwords: dict[str, str]):
-        self.server, self.passwords = server, passwords
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    async def connect(self, user: str):
-        return await connect(ConnectionOptions(server=self.url, user=user, password=self.passwords[user],
-                                               timeout=TIMEOUT, no_context=True, inbox_prefix=INBOXES.get(user)))
-
-    def cli(self, user: str) -> list[str]:
-        inbox = ["--inbox-prefix", INBOXES[user]] if user in INBOXES else []
-        return ["--server", self.url, "--user", user, "--password", self.passwords[user], "--timeout", f"{TIMEOUT:g}s",
-                *inbox]
 
 
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory):
-    users = [*ROLES, "root", "shipping-noack", "no-inbox", "audit-dispatcher"]
-    passwords = {u: secrets.token_urlsafe(12) for u in users}
-    config = documented_config().replace("users = [", "users = [" + extra_users(), 1)
-    variables = "".join(f'{env_name(u)}: "{p}"\n' for u, p in passwords.items())
-    path = tmp_path_factory.mktemp("secured") / "server.conf"
-    path.write_text(variables + config, encoding="utf-8")
-    with EmbeddedServer(config_file=str(path)) as server:
-        s = Secured(server, passwords)
-        asyncio.run(_set_up(s))
-        yield s
 
 
-async def _set_up(s: Secured) -> None:
-    """root makes the streams; admin makes the groups (the admin role's create, tested here)."""
-    root = await nats.connect(s.url, user="root", password=s.passwords["root"])
-    js = root.jetstream()
-    await js.add_stream(StreamConfig(name="ORDERS", subjects=["orders.*"], allow_direct=True,
-                                     subject_transform=SubjectTransform(
-                                         src="orders.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}")))
-    await js.add_stream(StreamConfig(name="EVENTS", subjects=["events.*"]))
-    await root.close()
-    nc = await s.connect("admin")
-    try:
-        await create_static(nc, "ORDERS", "shipping", PARTITIONS, members=["m1", "m2"])
-        for group in ("billing", "audit"):
-            await create_elastic(nc, "EVENTS", group, PARTITIONS,
-                                 partitioning_filters=[PartitioningFilter("events.*", [1])])
-        await add_members(nc, "EVENTS", "billing", ["m1", "m2"])
-    finally:
-        await nc.close()
-    # the members' consumers, as cg static consume makes them (shipping-m2 may not create its own)
-    (await run_cg(*s.cli("admin"), "static", "create-consumers", "ORDERS", "shipping")).ok()
+
 
 
 async def publish(s: Secured, subjects: list[str]) -> None:
@@ -726,7 +626,7 @@ def test_a_violation_is_named_as_the_caller_wrote_the_subject():
 async def test_cg_worker_under_its_role_does_not_need_to_read_the_config(secured):
     """``cg ... worker`` checks that the group exists where the user may read configs; a worker's role may not
     (its refused read is no error): it runs, waiting for a dispatching member, until Ctrl-C (exit 0)."""
-    from tests.test_cli_common import Proc, cg_env
+    from tests.helpers.cli import Proc, cg_env
 
     p = await Proc(*secured.cli("shipping-w1"), "static", "worker", "ORDERS", "shipping", "--name", "w1",
                    env=cg_env(None, CG_PRETTY="1", COLUMNS="200")).start()

@@ -25,7 +25,7 @@ from pcgroups.partitions import elastic_member_filters, partition_of_subject
 from pcgroups.elastic._sources import Layout, SourceStream, Start, assign_filters, layout_of, source_config
 from pcgroups.jetstream._store import ELASTIC_BUCKET
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark not installed (pip install -e '.[spark]')")
 pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install -e '.[spark]')")
 
-from .spark_support import (consumer_names, make_plain_stream, make_stream, partition_of, publish, read_stream,  # noqa: E402
+from .helpers.spark_support import (consumer_names, make_plain_stream, make_stream, partition_of, publish, read_stream,  # noqa: E402
                             run, stream_state)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark not installed (pip install -e '.[spark]')")
 pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install -e '.[spark]')")
 
-from .spark_support import (StandaloneCluster, json_lines, kill_session, make_plain_stream, make_stream,  # noqa: E402
+from .helpers.spark_support import (StandaloneCluster, json_lines, kill_session, make_plain_stream, make_stream,  # noqa: E402
                             partition_of, publish, read_stream, run)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

@@ -17,7 +17,7 @@ from pcgroups.spark import _nats, _offsets
 from pcgroups.spark._offsets import DataLossError, Layout, StreamState
 from pcgroups.spark._options import ConnectionOptions, SinkOptions, SourceOptions
 
-from .spark_support import (consumer_names, make_stream, partition_of, publish, put_kv_json, read_stream,
+from .helpers.spark_support import (consumer_names, make_stream, partition_of, publish, put_kv_json, read_stream,
                             run, stream_state)
 
 
@@ -321,7 +321,7 @@ async def test_seq_at_time(nats_server, uniq):
 
 async def test_publish_all_dedupes_replays(nats_server, uniq):
     url = nats_server.url
-    from .spark_support import make_plain_stream
+    from .helpers.spark_support import make_plain_stream
     await make_plain_stream(url, uniq, [f"{uniq}.>"])
     nc = await nats.connect(url)
     try:

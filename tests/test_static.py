@@ -23,7 +23,7 @@ from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExis
                       static_member_step_down)
 from pcgroups.jetstream._store import STATIC_BUCKET
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
 

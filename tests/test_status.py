@@ -17,7 +17,7 @@ from pcgroups import (ConsumerConfig, PartitioningFilter, add_members, create_el
 from pcgroups.partitions import partition_of_subject
 from pcgroups.ops._status import elastic_status, parse_timestamp, static_status
 
-from .support import wait_for
+from .helpers.support import wait_for
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=2)
 

@@ -71,7 +71,7 @@ async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_serve
     from pcgroups.errors import JetStreamAPIError
     from pcgroups.jetstream._api import ERR_MAXIMUM_CONSUMERS
 
-    from .test_cli_common import acg, assert_cli_error
+    from tests.helpers.cli import acg, assert_cli_error
 
     nc = await nats.connect(fresh_server.url)
     api = JetStreamApi(nc)

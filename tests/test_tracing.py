@@ -27,9 +27,9 @@ from pcgroups.errors import SupersededError
 from pcgroups.jetstream._api import ConsumerConfig
 from pcgroups.tracing import NO_TRACING, Tracing
 from pcgroups.pool._worker import serve_worker
-from tests.support import wait_for
-from tests.test_cli_common import ROOT, acg, assert_cli_error, cg_env, make_stream, partition_transform, procs
-from tests.test_pool import connections, one_partition_group  # noqa: F401 - connections is a fixture
+from tests.helpers.support import wait_for
+from tests.helpers.cli import ROOT, acg, assert_cli_error, cg_env, make_stream, partition_transform, procs
+from tests.helpers.groups import one_partition_group
 
 pytestmark = pytest.mark.timeout(90)
 

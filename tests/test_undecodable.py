@@ -21,8 +21,8 @@ from pcgroups import (ConsumerConfig, PartitioningFilter, create_elastic, create
 from pcgroups.spark import _nats
 from pcgroups.spark._options import ConnectionOptions, SourceOptions
 
-from .support import wait_for
-from .test_cli_common import procs, run_cg
+from .helpers.support import wait_for
+from tests.helpers.cli import procs, run_cg
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
 

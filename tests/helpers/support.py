@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 # Observed from the Go reference cg (orbit.go pcgroups v0.2.1) on nats-server 2.15.1: exact KV values, sources and
 # per-member filter subjects for a dozen groups (the "about" field says how they were taken).
 WIRE_VECTORS = json.loads((DATA / "wire-vectors.json").read_text())

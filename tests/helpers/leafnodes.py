@@ -23,7 +23,7 @@ import nats
 from pcgroups.errors import PCGroupsError
 from pcgroups.testing._server import EmbeddedServer, free_ports, on_fresh_ports
 
-DEPLOYMENT = Path(__file__).resolve().parent.parent / "docs" / "DEPLOYMENT.md"
+DEPLOYMENT = Path(__file__).resolve().parents[2] / "docs" / "DEPLOYMENT.md"
 DOCUMENTED_LEAF_PORT = "7422"
 
 
