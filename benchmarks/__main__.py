@@ -17,7 +17,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .common import FULL, QUICK, Result, Size
@@ -26,9 +26,19 @@ from .report import render
 SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
 
 
-MODULES = {"P1": "p1_throughput", "P2": "p2_strict", "P3": "p3_failover", "P4": "p4_elastic", "P5": "p5_sourcing",
-           "P6": "p6_keys", "P7": "p7_consume", "P8": "p8_startup", "P9": "p9_aggregate",
-           "P10": "p10_pool", "P11": "p11_flavours"}
+MODULES = {
+    "P1": "p1_throughput",
+    "P2": "p2_strict",
+    "P3": "p3_failover",
+    "P4": "p4_elastic",
+    "P5": "p5_sourcing",
+    "P6": "p6_keys",
+    "P7": "p7_consume",
+    "P8": "p8_startup",
+    "P9": "p9_aggregate",
+    "P10": "p10_pool",
+    "P11": "p11_flavours",
+}
 
 
 def _module(sid: str):
@@ -37,15 +47,18 @@ def _module(sid: str):
 
 def machine() -> dict:
     from pcgroups.testing._server import nats_server_binary
+
     try:
-        server_version = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True,
-                                        timeout=10).stdout.strip()
-    except Exception as e:  # noqa: BLE001
+        server_version = subprocess.run(
+            [nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except Exception as e:
         server_version = f"unknown ({e})"
     try:
         import importlib.metadata as md
+
         nats_py = md.version("nats-py")
-    except Exception:  # noqa: BLE001
+    except Exception:
         nats_py = "unknown"
     mem_total = None
     try:
@@ -53,9 +66,15 @@ def machine() -> dict:
             mem_total = round(int(f.readline().split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "mem_total_gib": mem_total, "loadavg_at_start": list(os.getloadavg()),
-            "python": platform.python_version(), "platform": platform.platform(), "nats_py": nats_py,
-            "nats_server": server_version}
+    return {
+        "nproc": os.cpu_count(),
+        "mem_total_gib": mem_total,
+        "loadavg_at_start": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "nats_py": nats_py,
+        "nats_server": server_version,
+    }
 
 
 async def run_all(size: Size, only: list[str], progress) -> list[Result]:
@@ -66,7 +85,7 @@ async def run_all(size: Size, only: list[str], progress) -> list[Result]:
         try:
             module = _module(sid)
             res = await asyncio.wait_for(module.run(size), size.time_limit * getattr(module, "TIME_LIMIT_FACTOR", 1))
-        except Exception as e:  # noqa: BLE001 - a failed scenario is reported, the others still run
+        except Exception as e:
             res = Result(sid, sid, error=f"{type(e).__name__}: {e}")
             logging.getLogger("benchmarks").exception("%s failed", sid)
         res.seconds = time.monotonic() - t0
@@ -85,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain", action="store_true", help="plain-text table (default: rich on a terminal)")
     p.add_argument("-v", "--verbose", action="store_true", help="pcgroups logs on stderr")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     size = FULL if args.full else QUICK
     only = [s.strip().upper() for s in args.only.split(",") if s.strip()] or SCENARIOS
     unknown = [s for s in only if s not in SCENARIOS]
@@ -97,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench {size.name}] {text}", file=sys.stderr, flush=True)
 
     info = machine()
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     results = asyncio.run(run_all(size, only, progress))
     rows = [r for res in results for r in res.rows]
@@ -108,9 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.monotonic() - t0, 1),
         "machine": info | {"loadavg_at_end": list(os.getloadavg())},
         "scenarios": [r.as_dict() for r in results],
-        "summary": {"rows": len(rows), "met": sum(1 for r in rows if r.met is True),
-                    "missed": sum(1 for r in rows if r.met is False),
-                    "errors": [r.id for r in results if r.error]},
+        "summary": {
+            "rows": len(rows),
+            "met": sum(1 for r in rows if r.met is True),
+            "missed": sum(1 for r in rows if r.met is False),
+            "errors": [r.id for r in results if r.error],
+        },
     }
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ class OtherKeys:
         async def cb(msg) -> None:
             if msg.data.startswith(b"+ACK"):
                 self.acked.setdefault(ack_numbers(msg.subject)[1], time.monotonic())
+
         for seq in seqs:
             self.subs.append(await nc.subscribe(f"$JS.ACK.{stream}.*.*.{seq}.>", cb=cb))
         await nc.flush()
@@ -48,8 +49,9 @@ async def publish_burst(nc, stream: str, burst: int) -> None:
     await publish_all(nc, [f"{stream}.{BURST_KEY}"] * burst)
 
 
-async def burst_then_others(nc, stream: str, burst: int, others: int, timeout: float, *,
-                            paced: float = 0.0, stored: bool = False) -> OtherKeys:
+async def burst_then_others(
+    nc, stream: str, burst: int, others: int, timeout: float, *, paced: float = 0.0, stored: bool = False
+) -> OtherKeys:
     """On a fresh ``stream`` (subjects ``<stream>.<key>``): ``burst`` messages on key A (``stored``: they were
     published already), then one message on each of ``others`` keys, all at once (``paced`` 0) or one every
     ``paced`` seconds; waits (``timeout``) until every other key's message was acked and returns their stamps."""

@@ -37,27 +37,67 @@ class Size:
     p6_burst: int
     p6_others: int
     p6_window: float
-    p6_big_burst: int       # the larger burst of the fairness rows and the SIGKILL round
-    p7_work_messages: int   # the backlog with 5 ms of work per message (the Go comparison's 1,600)
-    p7_idle_messages: int   # the backlog without work (long enough for all four members to overlap)
+    p6_big_burst: int  # the larger burst of the fairness rows and the SIGKILL round
+    p7_work_messages: int  # the backlog with 5 ms of work per message (the Go comparison's 1,600)
+    p7_idle_messages: int  # the backlog without work (long enough for all four members to overlap)
     p7_rounds: int
-    p10_window: float       # seconds each P10 rate is counted over
+    p10_window: float  # seconds each P10 rate is counted over
     p10_ceiling_backlog: int
-    p10_rate: int           # msg/s of P10's steady publishing (the body rows)
+    p10_rate: int  # msg/s of P10's steady publishing (the body rows)
     p11_runs: int
-    time_limit: float       # per scenario
+    time_limit: float  # per scenario
 
 
-QUICK = Size("quick", p1_messages=20_000, p1_rounds=2, p2_window=2.0, p2_members=(1, 2, 4, 8), p3_kills=3,
-             p3_stepdowns=3, p4_cycles=1, p4_window=2.0, p5_messages=20_000, p5_load_messages=10_000,
-             p6_burst=200, p6_others=20, p6_window=2.0, p6_big_burst=2000, p7_work_messages=1600,
-             p7_idle_messages=16_000, p7_rounds=2, p10_window=3.0, p10_ceiling_backlog=20_000, p10_rate=200, p11_runs=3,
-             time_limit=240.0)
-FULL = Size("full", p1_messages=100_000, p1_rounds=3, p2_window=5.0, p2_members=(1, 2, 4, 8), p3_kills=10,
-            p3_stepdowns=10, p4_cycles=3, p4_window=3.0, p5_messages=100_000, p5_load_messages=50_000,
-            p6_burst=1000, p6_others=50, p6_window=5.0, p6_big_burst=10_000, p7_work_messages=1600,
-            p7_idle_messages=16_000, p7_rounds=5, p10_window=5.0, p10_ceiling_backlog=40_000, p10_rate=200,
-            p11_runs=3, time_limit=600.0)
+QUICK = Size(
+    "quick",
+    p1_messages=20_000,
+    p1_rounds=2,
+    p2_window=2.0,
+    p2_members=(1, 2, 4, 8),
+    p3_kills=3,
+    p3_stepdowns=3,
+    p4_cycles=1,
+    p4_window=2.0,
+    p5_messages=20_000,
+    p5_load_messages=10_000,
+    p6_burst=200,
+    p6_others=20,
+    p6_window=2.0,
+    p6_big_burst=2000,
+    p7_work_messages=1600,
+    p7_idle_messages=16_000,
+    p7_rounds=2,
+    p10_window=3.0,
+    p10_ceiling_backlog=20_000,
+    p10_rate=200,
+    p11_runs=3,
+    time_limit=240.0,
+)
+FULL = Size(
+    "full",
+    p1_messages=100_000,
+    p1_rounds=3,
+    p2_window=5.0,
+    p2_members=(1, 2, 4, 8),
+    p3_kills=10,
+    p3_stepdowns=10,
+    p4_cycles=3,
+    p4_window=3.0,
+    p5_messages=100_000,
+    p5_load_messages=50_000,
+    p6_burst=1000,
+    p6_others=50,
+    p6_window=5.0,
+    p6_big_burst=10_000,
+    p7_work_messages=1600,
+    p7_idle_messages=16_000,
+    p7_rounds=5,
+    p10_window=5.0,
+    p10_ceiling_backlog=40_000,
+    p10_rate=200,
+    p11_runs=3,
+    time_limit=600.0,
+)
 
 
 @dataclass
@@ -70,8 +110,8 @@ class Row:
     baseline: float | None = None
     baseline_label: str = ""
     ratio: float | None = None
-    target: str = ""                 # human form, e.g. ">= 0.9" (about the ratio unless stated)
-    met: bool | None = None          # None: informational, no target
+    target: str = ""  # human form, e.g. ">= 0.9" (about the ratio unless stated)
+    met: bool | None = None  # None: informational, no target
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,8 +127,14 @@ class Result:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "rows": [r.as_dict() for r in self.rows],
-                "details": self.details, "error": self.error, "seconds": round(self.seconds, 2)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "rows": [r.as_dict() for r in self.rows],
+            "details": self.details,
+            "error": self.error,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -139,8 +185,11 @@ async def static_stream(js, stream: str, partitions: int) -> None:
     """A stream for a static group: subjects ``<stream>.<key>`` stored as ``<p>.<key>``, with the
     partition computed by the server from the key."""
     dest = "0.{{wildcard(1)}}" if partitions == 1 else f"{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}"
-    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"],
-                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest=dest)))
+    await js.add_stream(
+        StreamConfig(
+            name=stream, subjects=[f"{stream}.*"], subject_transform=SubjectTransform(src=f"{stream}.*", dest=dest)
+        )
+    )
 
 
 def keys_by_partition(filter_: str, partitions: int, per_partition: int) -> dict[int, list[str]]:
@@ -164,9 +213,14 @@ def round_robin_subjects(prefix: str, keys: dict[int, list[str]], count: int) ->
     return out
 
 
-async def publish_all(nc, subjects: list[str] | Callable[[int], str], count: int | None = None,
-                      payload: Callable[[int], bytes] | bytes = b"0123456789abcdef",
-                      timeout: float = 120.0, headers: dict[str, str] | None = None) -> float:
+async def publish_all(
+    nc,
+    subjects: list[str] | Callable[[int], str],
+    count: int | None = None,
+    payload: Callable[[int], bytes] | bytes = b"0123456789abcdef",
+    timeout: float = 120.0,
+    headers: dict[str, str] | None = None,
+) -> float:
     """Publish with acks, pipelined (``publish_async``), each message with ``headers``; returns the seconds
     it took until every ack."""
     js = nc.jetstream(publish_async_max_pending=8000)

@@ -36,16 +36,16 @@ from .common import Result, Row, Size, cpu_seconds, pct, publish_all, ratio, ser
 from .procs import Worker, ready, spawn, stop_all
 
 KEYS = 1000
-IO = 0.200                      # the scaling rows' simulated I/O per message
+IO = 0.200  # the scaling rows' simulated I/O per message
 STEPS = (1, 2, 4, 8, 16)
 LINEAR = 0.8
 FAIR_WORK = 0.010
 FAIR_WORKERS = 8
 OTHERS = 40
-CEILING_SLOTS = 256             # the ceiling rows' worker slots (2 workers of 128): never all busy
+CEILING_SLOTS = 256  # the ceiling rows' worker slots (2 workers of 128): never all busy
 BODIES = (100, 16 * 1024)
-BACKLOG_BYTES = 128 << 20       # the most a drain's backlog of bodies holds
-TIME_LIMIT_FACTOR = 3           # of Size.time_limit: many processes start and stop
+BACKLOG_BYTES = 128 << 20  # the most a drain's backlog of bodies holds
+TIME_LIMIT_FACTOR = 3  # of Size.time_limit: many processes start and stop
 LOOP = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
 _n = 0
 
@@ -69,6 +69,7 @@ class AckCounter:
                 now = time.monotonic()
                 self.stamps.append(now)
                 self.by_seq.setdefault(ack_numbers(msg.subject)[1], now)
+
         return await nc.subscribe(f"$JS.ACK.{stream}.>", cb=cb)
 
     def rate(self, t0: float, t1: float) -> float:
@@ -94,25 +95,55 @@ class Pool:
     workers: list[Worker] = field(default_factory=list)
 
     async def start_dispatcher(self, **options) -> Worker:
-        self.dispatcher = await ready(await spawn(self.url, "static", self.stream, "g", "m", name="dispatcher",
-                                                  dispatch=True, ack_wait=5, max_ack_pending=0, report="count",
-                                                  loop=self.loop, **options), 30)
+        self.dispatcher = await ready(
+            await spawn(
+                self.url,
+                "static",
+                self.stream,
+                "g",
+                "m",
+                name="dispatcher",
+                dispatch=True,
+                ack_wait=5,
+                max_ack_pending=0,
+                report="count",
+                loop=self.loop,
+                **options,
+            ),
+            30,
+        )
         return self.dispatcher
 
-    async def add_workers(self, n: int, *, capacity: int = 1, work: float = 0.0, enrolled: bool = True,
-                          **options) -> None:
+    async def add_workers(
+        self, n: int, *, capacity: int = 1, work: float = 0.0, enrolled: bool = True, **options
+    ) -> None:
         """``n`` more workers; returns once each is enrolled with the dispatcher (``enrolled`` False: once each
         runs, waiting for a dispatcher)."""
         new = []
-        for _ in range(n):   # each joins self.workers at once, so that stop() ends it whatever happens next
-            new.append(await spawn(self.url, "pool", self.stream, "g", f"w{len(self.workers)}", capacity=capacity,
-                                   work=work, ack_wait=5, loop=self.loop, **({"report": "count"} | options)))
+        for _ in range(n):  # each joins self.workers at once, so that stop() ends it whatever happens next
+            new.append(
+                await spawn(
+                    self.url,
+                    "pool",
+                    self.stream,
+                    "g",
+                    f"w{len(self.workers)}",
+                    capacity=capacity,
+                    work=work,
+                    ack_wait=5,
+                    loop=self.loop,
+                    **({"report": "count"} | options),
+                )
+            )
             self.workers.append(new[-1])
         if enrolled:
             await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in new)), 30 + 2 * n)
         else:
-            await wait_until(lambda: all(any(e.get("ev") == "started" for e in w.events) for w in new), 30 + 2 * n,
-                             "the workers running")
+            await wait_until(
+                lambda: all(any(e.get("ev") == "started" for e in w.events) for w in new),
+                30 + 2 * n,
+                "the workers running",
+            )
 
     async def stop(self) -> None:
         await stop_all(self.workers)
@@ -123,9 +154,14 @@ class Pool:
 async def stream_with_keys(nc, messages: int, *, body: bytes = b"x", direct: bool = False) -> str:
     """A fresh one-partition stream and static group ``g`` (member ``m``) holding ``messages`` over KEYS keys."""
     stream = _name("P10")
-    await nc.jetstream().add_stream(StreamConfig(
-        name=stream, subjects=[f"{stream}.*"], allow_direct=direct,
-        subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
+    await nc.jetstream().add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.*"],
+            allow_direct=direct,
+            subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, stream, "g", 1, members=["m"])
     if messages:
         await publish_all(nc, [f"{stream}.k{i % KEYS}" for i in range(messages)], payload=body)
@@ -165,14 +201,30 @@ async def scaling(url: str, nc, window: float) -> dict:
     return rates
 
 
-async def in_process(url: str, nc, work: float, concurrency: int, window: float, backlog: int,
-                     body: bytes = b"x", loop: str = LOOP) -> tuple[float, float | None]:
+async def in_process(
+    url: str, nc, work: float, concurrency: int, window: float, backlog: int, body: bytes = b"x", loop: str = LOOP
+) -> tuple[float, float | None]:
     """One member instance running the handlers itself (key-level concurrency): (msg/s, its CPU µs per message)."""
     stream = await stream_with_keys(nc, backlog, body=body)
     acks = AckCounter()
     sub = await acks.watch(nc, stream)
-    inst = await ready(await spawn(url, "static", stream, "g", "m", name="keyed", concurrency=concurrency, work=work,
-                                   ack_wait=5, max_ack_pending=0, report="count", loop=loop), 30)
+    inst = await ready(
+        await spawn(
+            url,
+            "static",
+            stream,
+            "g",
+            "m",
+            name="keyed",
+            concurrency=concurrency,
+            work=work,
+            ack_wait=5,
+            max_ack_pending=0,
+            report="count",
+            loop=loop,
+        ),
+        30,
+    )
     try:
         await wait_until(lambda: bool(acks.stamps), 30, "the first ack")
         cpu0 = cpu_seconds(inst.pid) or 0.0
@@ -185,8 +237,9 @@ async def in_process(url: str, nc, work: float, concurrency: int, window: float,
 
 
 # --- the ceiling -----------------------------------------------------------------------------------------------
-async def ceiling(url: str, nc, window: float, backlog: int, *, loop: str = LOOP, body: bytes = b"x",
-                  fetch: bool = False) -> dict:
+async def ceiling(
+    url: str, nc, window: float, backlog: int, *, loop: str = LOOP, body: bytes = b"x", fetch: bool = False
+) -> dict:
     """Messages per second through one dispatcher whose workers do no work and are never all busy, and the CPU
     per message of the dispatcher and of the workers. ``fetch``: the headers-only dispatcher, workers that
     read the body by sequence. The backlog holds at most BACKLOG_BYTES of bodies."""
@@ -206,7 +259,7 @@ async def ceiling(url: str, nc, window: float, backlog: int, *, loop: str = LOOP
     finally:
         await pool.stop()
         await sub.unsubscribe()
-        await nc.jetstream().delete_stream(stream)   # large bodies: give the disk back at once
+        await nc.jetstream().delete_stream(stream)  # large bodies: give the disk back at once
     return {"rate": rate, "dispatcher_cpu_us": cpu[0], "workers_cpu_us": cpu[1]}
 
 
@@ -229,8 +282,22 @@ async def steady(url: str, nc, body: bytes, *, mode: str, rate: float, seconds: 
     published: dict[int, float] = {}
     try:
         if mode == "local":
-            pool.dispatcher = await ready(await spawn(url, "static", stream, "g", "m", name="keyed", concurrency=16,
-                                                      ack_wait=5, max_ack_pending=0, report="count", loop=LOOP), 30)
+            pool.dispatcher = await ready(
+                await spawn(
+                    url,
+                    "static",
+                    stream,
+                    "g",
+                    "m",
+                    name="keyed",
+                    concurrency=16,
+                    ack_wait=5,
+                    max_ack_pending=0,
+                    report="count",
+                    loop=LOOP,
+                ),
+                30,
+            )
         else:
             await pool.start_dispatcher(headers_only=fetch)
             await pool.add_workers(2, capacity=8, fetch=fetch)
@@ -250,8 +317,13 @@ async def steady(url: str, nc, body: bytes, *, mode: str, rate: float, seconds: 
         await pool.stop()
         await sub.unsubscribe()
     lat = [acks.by_seq[s] - t for s, t in published.items()]
-    return {"p50": pct(lat, 50), "p99": pct(lat, 99), "dispatcher_cpu_us": cpu[0], "workers_cpu_us": cpu[1],
-            "messages": len(lat)}
+    return {
+        "p50": pct(lat, 50),
+        "p99": pct(lat, 99),
+        "dispatcher_cpu_us": cpu[0],
+        "workers_cpu_us": cpu[1],
+        "messages": len(lat),
+    }
 
 
 # --- fairness ----------------------------------------------------------------------------------------------------
@@ -283,17 +355,21 @@ async def run(size: Size) -> Result:
         url = server.url
         rates = await scaling(url, nc, window)
         keyed16, _ = await in_process(url, nc, IO, 16, window, int(16 / IO * (window + 2) * 1.3) + 100)
-        ceil = {lp: await ceiling(url, nc, window, size.p10_ceiling_backlog, loop=lp)
-                for lp in ([LOOP, "asyncio"] if LOOP != "asyncio" else ["asyncio"])}
+        ceil = {
+            lp: await ceiling(url, nc, window, size.p10_ceiling_backlog, loop=lp)
+            for lp in ([LOOP, "asyncio"] if LOOP != "asyncio" else ["asyncio"])
+        }
         local = await in_process(url, nc, 0.0, CEILING_SLOTS, window, 3 * size.p10_ceiling_backlog)
         fair = {stored: await fairness(url, nc, size.p6_big_burst, stored=stored) for stored in (False, True)}
         bodies = {}
         for b in BODIES:
             for fetch in (False, True):
                 bodies[(b, fetch)] = {
-                    "steady": await steady(url, nc, b"x" * b, mode="fetch" if fetch else "forward",
-                                           rate=size.p10_rate, seconds=window),
-                    "drain": await ceiling(url, nc, window, size.p10_ceiling_backlog, body=b"x" * b, fetch=fetch)}
+                    "steady": await steady(
+                        url, nc, b"x" * b, mode="fetch" if fetch else "forward", rate=size.p10_rate, seconds=window
+                    ),
+                    "drain": await ceiling(url, nc, window, size.p10_ceiling_backlog, body=b"x" * b, fetch=fetch),
+                }
         local_steady = await steady(url, nc, b"x" * BODIES[0], mode="local", rate=size.p10_rate, seconds=window)
 
     _scaling_rows(res, rates, keyed16)
@@ -303,21 +379,54 @@ async def run(size: Size) -> Result:
         how = "stored, the dispatcher starting, workers waiting" if stored else "arriving while it runs"
         head = f"burst {size.p6_big_burst:,} on A ({how}), then {OTHERS} other keys, {FAIR_WORKERS} workers x 1, 10 ms"
         res.rows.append(Row(f"{head}: other keys' p50", p50, "s"))
-        res.rows.append(Row(f"{head}: other keys' p99", p99, "s", target="p99 < 1 s",
-                            met=p99 is not None and len(lat) == OTHERS and p99 < 1.0))
+        res.rows.append(
+            Row(
+                f"{head}: other keys' p99",
+                p99,
+                "s",
+                target="p99 < 1 s",
+                met=p99 is not None and len(lat) == OTHERS and p99 < 1.0,
+            )
+        )
     fwd = bodies[(BODIES[0], False)]["steady"]
-    res.rows.append(Row(f"dispatcher CPU per message at {size.p10_rate} msg/s (100 B, workers without work)",
-                        fwd["dispatcher_cpu_us"], "us", local_steady["dispatcher_cpu_us"],
-                        "one instance running the handlers, --concurrency 16", ratio(fwd["dispatcher_cpu_us"],
-                                                                                    local_steady["dispatcher_cpu_us"])))
-    res.rows.append(Row(f"latency p50 at {size.p10_rate} msg/s through the pool", fwd["p50"], "s", local_steady["p50"],
-                        "one instance running the handlers", ratio(fwd["p50"], local_steady["p50"])))
+    res.rows.append(
+        Row(
+            f"dispatcher CPU per message at {size.p10_rate} msg/s (100 B, workers without work)",
+            fwd["dispatcher_cpu_us"],
+            "us",
+            local_steady["dispatcher_cpu_us"],
+            "one instance running the handlers, --concurrency 16",
+            ratio(fwd["dispatcher_cpu_us"], local_steady["dispatcher_cpu_us"]),
+        )
+    )
+    res.rows.append(
+        Row(
+            f"latency p50 at {size.p10_rate} msg/s through the pool",
+            fwd["p50"],
+            "s",
+            local_steady["p50"],
+            "one instance running the handlers",
+            ratio(fwd["p50"], local_steady["p50"]),
+        )
+    )
     _body_rows(res, bodies)
     res.details = {
-        "loop": LOOP, "keys": KEYS, "io_s": IO, "scaling_msgs_per_s": rates, "keyed_concurrency_16_msgs_per_s": keyed16,
-        "ceiling": ceil, "ceiling_in_process": {"rate": local[0], "cpu_us": local[1], "concurrency": CEILING_SLOTS},
-        "fairness_s": {("stored" if s else "live"): {"p50": pct(v, 50), "p99": pct(v, 99), "max": max(v, default=None),
-                                                     "acked": len(v)} for s, v in fair.items()},
+        "loop": LOOP,
+        "keys": KEYS,
+        "io_s": IO,
+        "scaling_msgs_per_s": rates,
+        "keyed_concurrency_16_msgs_per_s": keyed16,
+        "ceiling": ceil,
+        "ceiling_in_process": {"rate": local[0], "cpu_us": local[1], "concurrency": CEILING_SLOTS},
+        "fairness_s": {
+            ("stored" if s else "live"): {
+                "p50": pct(v, 50),
+                "p99": pct(v, 99),
+                "max": max(v, default=None),
+                "acked": len(v),
+            }
+            for s, v in fair.items()
+        },
         "bodies": {f"{b}B_{'fetch' if f else 'forward'}": v for (b, f), v in bodies.items()},
         "steady_in_process": local_steady,
         "steady_rate": size.p10_rate,
@@ -330,40 +439,102 @@ def _scaling_rows(res: Result, rates: dict[int, float], keyed16: float) -> None:
     for n, rate in rates.items():
         linear = one * n
         r = ratio(rate, linear)
-        res.rows.append(Row(f"{n} worker(s) x capacity 1, 1,000 keys, 200 ms of I/O each", rate, "msg/s", linear,
-                            "linear (1 worker's rate x n)", r, f">= {LINEAR} of linear" if n > 1 else "",
-                            (r is not None and r >= LINEAR) if n > 1 else None))
+        res.rows.append(
+            Row(
+                f"{n} worker(s) x capacity 1, 1,000 keys, 200 ms of I/O each",
+                rate,
+                "msg/s",
+                linear,
+                "linear (1 worker's rate x n)",
+                r,
+                f">= {LINEAR} of linear" if n > 1 else "",
+                (r is not None and r >= LINEAR) if n > 1 else None,
+            )
+        )
     ideal = STEPS[-1] / IO
-    res.rows.append(Row(f"{STEPS[-1]} workers against the ideal (a message per 200 ms each)", rates[STEPS[-1]], "msg/s",
-                        ideal, "ideal", ratio(rates[STEPS[-1]], ideal)))
-    res.rows.append(Row("same load, one instance with --concurrency 16 (in process)", keyed16, "msg/s", rates[16],
-                        "16 workers", ratio(keyed16, rates[16])))
+    res.rows.append(
+        Row(
+            f"{STEPS[-1]} workers against the ideal (a message per 200 ms each)",
+            rates[STEPS[-1]],
+            "msg/s",
+            ideal,
+            "ideal",
+            ratio(rates[STEPS[-1]], ideal),
+        )
+    )
+    res.rows.append(
+        Row(
+            "same load, one instance with --concurrency 16 (in process)",
+            keyed16,
+            "msg/s",
+            rates[16],
+            "16 workers",
+            ratio(keyed16, rates[16]),
+        )
+    )
 
 
 def _ceiling_rows(res: Result, ceil: dict[str, dict], local: tuple[float, float | None]) -> None:
     for lp, c in ceil.items():
-        res.rows.append(Row(f"dispatcher ceiling, handlers without work ({lp})", c["rate"], "msg/s", local[0],
-                            f"one instance, --concurrency {CEILING_SLOTS} ({LOOP})", ratio(c["rate"], local[0])))
-        res.rows.append(Row(f"dispatcher CPU per message ({lp})", c["dispatcher_cpu_us"], "us", local[1],
-                            "that instance's CPU per message", ratio(c["dispatcher_cpu_us"], local[1])))
+        res.rows.append(
+            Row(
+                f"dispatcher ceiling, handlers without work ({lp})",
+                c["rate"],
+                "msg/s",
+                local[0],
+                f"one instance, --concurrency {CEILING_SLOTS} ({LOOP})",
+                ratio(c["rate"], local[0]),
+            )
+        )
+        res.rows.append(
+            Row(
+                f"dispatcher CPU per message ({lp})",
+                c["dispatcher_cpu_us"],
+                "us",
+                local[1],
+                "that instance's CPU per message",
+                ratio(c["dispatcher_cpu_us"], local[1]),
+            )
+        )
 
 
 def _body_rows(res: Result, bodies: dict) -> None:
     for b in BODIES:
         fwd, get = bodies[(b, False)], bodies[(b, True)]
         size = f"{b:,} B" if b < 1024 else f"{b // 1024} KB"
-        for what, key, unit in (("latency p50", "p50", "s"), ("latency p99", "p99", "s"),
-                                ("dispatcher CPU per message", "dispatcher_cpu_us", "us"),
-                                ("workers' CPU per message", "workers_cpu_us", "us")):
+        for what, key, unit in (
+            ("latency p50", "p50", "s"),
+            ("latency p99", "p99", "s"),
+            ("dispatcher CPU per message", "dispatcher_cpu_us", "us"),
+            ("workers' CPU per message", "workers_cpu_us", "us"),
+        ):
             v, base = get["steady"][key], fwd["steady"][key]
-            res.rows.append(Row(f"{size} bodies, fetched by the worker (direct get): {what}", v, unit, base,
-                                "forwarded by the dispatcher", ratio(v, base)))
-        for what, key, unit in (("backlog drain rate", "rate", "msg/s"),
-                                ("dispatcher CPU per message, draining", "dispatcher_cpu_us", "us"),
-                                ("workers' CPU per message, draining", "workers_cpu_us", "us")):
+            res.rows.append(
+                Row(
+                    f"{size} bodies, fetched by the worker (direct get): {what}",
+                    v,
+                    unit,
+                    base,
+                    "forwarded by the dispatcher",
+                    ratio(v, base),
+                )
+            )
+        for what, key, unit in (
+            ("backlog drain rate", "rate", "msg/s"),
+            ("dispatcher CPU per message, draining", "dispatcher_cpu_us", "us"),
+            ("workers' CPU per message, draining", "workers_cpu_us", "us"),
+        ):
             v, base = get["drain"][key], fwd["drain"][key]
-            res.rows.append(Row(f"{size} bodies, fetched by the worker: {what}", v, unit, base,
-                                "forwarded by the dispatcher", ratio(v, base)))
+            res.rows.append(
+                Row(
+                    f"{size} bodies, fetched by the worker: {what}",
+                    v,
+                    unit,
+                    base,
+                    "forwarded by the dispatcher",
+                    ratio(v, base),
+                )
+            )
 
 
 async def compare_bodies(sizes: list[int], rounds: int, rate: int, seconds: float, backlog: int) -> dict:
@@ -396,12 +567,16 @@ def main() -> None:
     got = asyncio.run(compare_bodies(a.sizes, a.rounds, a.rate, a.seconds, a.backlog))
     print("body     mode     p50 ms  p99 ms  disp us  work us | drain msg/s  disp us  work us   (medians)")
     for (b, mode), runs in sorted(got.items()):
+
         def med(f):
             return statistics.median(f(r) for r in runs)
-        print(f"{b:>7}  {mode:7} {med(lambda r: r['p50']) * 1e3:7.2f} {med(lambda r: r['p99']) * 1e3:7.2f} "
-              f"{med(lambda r: r['dispatcher_cpu_us']):8.0f} {med(lambda r: r['workers_cpu_us']):8.0f} | "
-              f"{med(lambda r: r['drain']['rate']):11,.0f} {med(lambda r: r['drain']['dispatcher_cpu_us']):8.0f} "
-              f"{med(lambda r: r['drain']['workers_cpu_us']):8.0f}")
+
+        print(
+            f"{b:>7}  {mode:7} {med(lambda r: r['p50']) * 1e3:7.2f} {med(lambda r: r['p99']) * 1e3:7.2f} "
+            f"{med(lambda r: r['dispatcher_cpu_us']):8.0f} {med(lambda r: r['workers_cpu_us']):8.0f} | "
+            f"{med(lambda r: r['drain']['rate']):11,.0f} {med(lambda r: r['drain']['dispatcher_cpu_us']):8.0f} "
+            f"{med(lambda r: r['drain']['workers_cpu_us']):8.0f}"
+        )
 
 
 if __name__ == "__main__":

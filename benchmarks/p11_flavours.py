@@ -21,8 +21,19 @@ from nats.js.api import StreamConfig
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static, work_queue_name
 
-from .common import (Result, Row, Size, cpu_seconds, keys_by_partition, publish_all, ratio, round_robin_subjects,
-                     server_and_connection, static_stream, wait_until)
+from .common import (
+    Result,
+    Row,
+    Size,
+    cpu_seconds,
+    keys_by_partition,
+    publish_all,
+    ratio,
+    round_robin_subjects,
+    server_and_connection,
+    static_stream,
+    wait_until,
+)
 from .p7_consume import MEMBERS, PARTITIONS, Acks, Side, cg_processes
 from .procs import stop_all
 
@@ -47,8 +58,15 @@ async def _group(nc, flavour: str, stream: str) -> str:
         await create_static(nc, stream, "g", PARTITIONS, members=MEMBERS)
         return stream
     await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"]))
-    await create_elastic(nc, stream, "g", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{stream}.*", [1])],
-                         max_buffered_msgs=-1, max_buffered_bytes=-1)
+    await create_elastic(
+        nc,
+        stream,
+        "g",
+        PARTITIONS,
+        partitioning_filters=[PartitioningFilter(f"{stream}.*", [1])],
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     await add_members(nc, stream, "g", MEMBERS)
     return work_queue_name(stream, "g")
 
@@ -67,6 +85,7 @@ async def one_round(url: str, nc, flavour: str, stream: str, messages: int) -> t
         async def all_there() -> bool:
             names[:] = [c.name for c in await js.consumers_info(consumed)]
             return len(names) >= len(MEMBERS)
+
         deadline = time.monotonic() + 60
         while not await all_there():
             if time.monotonic() > deadline:
@@ -110,22 +129,52 @@ async def run(size: Size) -> Result:
     rate = {f: [MESSAGES / s for s in v] for f, v in seconds.items()}
     med = {f: statistics.median(v) for f, v in rate.items()}
     runs = size.p11_runs
-    res.rows.append(Row(f"static: {MESSAGES:,} stored messages, 8 partitions, 4 members, no work (median of {runs})",
-                        med["static"], "msg/s", med["elastic"], "elastic, same run",
-                        ratio(med["static"], med["elastic"]), ">= 1 (the elastic figure)",
-                        med["static"] >= med["elastic"]))
-    res.rows.append(Row(f"static: members' CPU per message (median of {runs}; lower is better)", cpu["static"], "us",
-                        cpu["elastic"], "elastic, same run", ratio(cpu["static"], cpu["elastic"])))
+    res.rows.append(
+        Row(
+            f"static: {MESSAGES:,} stored messages, 8 partitions, 4 members, no work (median of {runs})",
+            med["static"],
+            "msg/s",
+            med["elastic"],
+            "elastic, same run",
+            ratio(med["static"], med["elastic"]),
+            ">= 1 (the elastic figure)",
+            med["static"] >= med["elastic"],
+        )
+    )
+    res.rows.append(
+        Row(
+            f"static: members' CPU per message (median of {runs}; lower is better)",
+            cpu["static"],
+            "us",
+            cpu["elastic"],
+            "elastic, same run",
+            ratio(cpu["static"], cpu["elastic"]),
+        )
+    )
     for f in FLAVOURS:
-        res.rows.append(Row(f"{f}: seconds, first ack to last (range of {runs})", min(seconds[f]), "s",
-                            max(seconds[f]), "slowest run", ratio(max(seconds[f]), min(seconds[f]))))
-    res.details = {"seconds": seconds, "msgs_per_s": rate,
-                   "cpu_us_per_msg": {f: [c for _, c in v] for f, v in got.items()},
-                   "messages": MESSAGES, "members": len(MEMBERS), "partitions": PARTITIONS}
+        res.rows.append(
+            Row(
+                f"{f}: seconds, first ack to last (range of {runs})",
+                min(seconds[f]),
+                "s",
+                max(seconds[f]),
+                "slowest run",
+                ratio(max(seconds[f]), min(seconds[f])),
+            )
+        )
+    res.details = {
+        "seconds": seconds,
+        "msgs_per_s": rate,
+        "cpu_us_per_msg": {f: [c for _, c in v] for f, v in got.items()},
+        "messages": MESSAGES,
+        "members": len(MEMBERS),
+        "partitions": PARTITIONS,
+    }
     return res
 
 
 if __name__ == "__main__":
     import sys
+
     for flavour, runs in asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)).items():
         print(f"{flavour:8} " + "  ".join(f"{s:.3f} s ({MESSAGES / s:,.0f} msg/s, {c:.0f} us CPU)" for s, c in runs))

@@ -22,14 +22,17 @@ MAX_ACK_PENDING = 1000
 async def plain_round(nc, durable: str, n: int) -> float:
     js = nc.jetstream()
     t0 = time.perf_counter()
-    sub = await js.pull_subscribe("0.>", durable=durable, stream=STREAM,
-                                  config=NatsConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
-                                                            max_ack_pending=MAX_ACK_PENDING))
+    sub = await js.pull_subscribe(
+        "0.>",
+        durable=durable,
+        stream=STREAM,
+        config=NatsConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=MAX_ACK_PENDING),
+    )
     count = 0
     while count < n:
         try:
             msgs = await sub.fetch(500, timeout=5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
         for m in msgs:
             await m.ack()
@@ -44,12 +47,20 @@ async def raw_round(nc, durable: str, n: int) -> float:
     with an own inbox, ``group`` and the pin id, batch 500, the next pull at half-drain, the pin taken
     from ``Nats-Pin-Id``, ack in the subscription callback."""
     t0 = time.perf_counter()
-    cfg = {"durable_name": durable, "ack_policy": "explicit", "max_ack_pending": MAX_ACK_PENDING,
-           "ack_wait": 30_000_000_000, "priority_groups": ["PCG"], "priority_policy": "pinned_client",
-           "priority_timeout": 30_000_000_000}
-    reply = await nc.request(f"$JS.API.CONSUMER.CREATE.{STREAM}.{durable}",
-                             json.dumps({"stream_name": STREAM, "config": cfg, "action": "create"}).encode(),
-                             timeout=5)
+    cfg = {
+        "durable_name": durable,
+        "ack_policy": "explicit",
+        "max_ack_pending": MAX_ACK_PENDING,
+        "ack_wait": 30_000_000_000,
+        "priority_groups": ["PCG"],
+        "priority_policy": "pinned_client",
+        "priority_timeout": 30_000_000_000,
+    }
+    reply = await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.{durable}",
+        json.dumps({"stream_name": STREAM, "config": cfg, "action": "create"}).encode(),
+        timeout=5,
+    )
     if b'"error"' in reply.data:
         raise RuntimeError(reply.data.decode())
     done = asyncio.Event()
@@ -106,8 +117,9 @@ async def pcg_round(nc, group: str, n: int) -> float:
             done.set()
 
     t0 = time.perf_counter()
-    inst = await static_consume(nc, STREAM, group, "m", handler,
-                                config=ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=30))
+    inst = await static_consume(
+        nc, STREAM, group, "m", handler, config=ConsumerConfig(max_ack_pending=MAX_ACK_PENDING, ack_wait=30)
+    )
     try:
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - t0
@@ -143,15 +155,51 @@ async def run(size: Size) -> Result:
             pcg.append(await measured("pcgroups", pcg_round, f"g{r}"))
     best_plain, best_pcg = max(plain), max(pcg)
     r = ratio(best_pcg, best_plain)
-    res.rows.append(Row("throughput, 1 member, max_ack_pending 1000", best_pcg, "msg/s", best_plain,
-                        "pull_subscribe+fetch(500)", r, ">= 0.9", r is not None and r >= 0.9))
+    res.rows.append(
+        Row(
+            "throughput, 1 member, max_ack_pending 1000",
+            best_pcg,
+            "msg/s",
+            best_plain,
+            "pull_subscribe+fetch(500)",
+            r,
+            ">= 0.9",
+            r is not None and r >= 0.9,
+        )
+    )
     r2 = ratio(best_pcg, max(raw))
-    res.rows.append(Row("same, vs the leanest raw priority-group pull loop", best_pcg, "msg/s", max(raw),
-                        "raw pinned MSG.NEXT loop", r2, "", None))
+    res.rows.append(
+        Row(
+            "same, vs the leanest raw priority-group pull loop",
+            best_pcg,
+            "msg/s",
+            max(raw),
+            "raw pinned MSG.NEXT loop",
+            r2,
+            "",
+            None,
+        )
+    )
     cpu_pcg, cpu_raw = min(cpu["pcgroups"]), min(cpu["raw"])
-    res.rows.append(Row("client CPU per message (lower is better)", cpu_pcg, "us", cpu_raw,
-                        "raw pinned MSG.NEXT loop", ratio(cpu_pcg, cpu_raw), "", None))
-    res.details = {"messages": n, "publish_msgs_per_s": n / pub_s, "rounds_pcgroups": pcg, "rounds_plain": plain,
-                   "rounds_raw": raw, "client_cpu_us_per_msg": cpu,
-                   "ratio_of_medians": ratio(sorted(pcg)[len(pcg) // 2], sorted(plain)[len(plain) // 2])}
+    res.rows.append(
+        Row(
+            "client CPU per message (lower is better)",
+            cpu_pcg,
+            "us",
+            cpu_raw,
+            "raw pinned MSG.NEXT loop",
+            ratio(cpu_pcg, cpu_raw),
+            "",
+            None,
+        )
+    )
+    res.details = {
+        "messages": n,
+        "publish_msgs_per_s": n / pub_s,
+        "rounds_pcgroups": pcg,
+        "rounds_plain": plain,
+        "rounds_raw": raw,
+        "client_cpu_us_per_msg": cpu,
+        "ratio_of_medians": ratio(sorted(pcg)[len(pcg) // 2], sorted(plain)[len(plain) // 2]),
+    }
     return res

@@ -19,8 +19,19 @@ from nats.js.api import ConsumerConfig as NatsConsumerConfig
 
 from pcgroups import ConsumerConfig, create_static, static_consume
 
-from .common import (Result, Row, Size, connect, keys_by_partition, publish_all, ratio, round_robin_subjects,
-                     server_and_connection, static_stream, wait_until)
+from .common import (
+    Result,
+    Row,
+    Size,
+    connect,
+    keys_by_partition,
+    publish_all,
+    ratio,
+    round_robin_subjects,
+    server_and_connection,
+    static_stream,
+    wait_until,
+)
 from .procs import spawn, stop_all
 
 STREAM = "P2"
@@ -32,8 +43,7 @@ WINDOWS = 2
 
 def window_rates(stamps: list[float], t0: float, window: float) -> list[float]:
     """Messages per second in each of WINDOWS consecutive windows from ``t0``."""
-    return [sum(1 for s in stamps if t0 + i * window <= s < t0 + (i + 1) * window) / window
-            for i in range(WINDOWS)]
+    return [sum(1 for s in stamps if t0 + i * window <= s < t0 + (i + 1) * window) / window for i in range(WINDOWS)]
 
 
 async def plain_many_rate(url: str, durable: str, window: float, filters: list[str | None]) -> list[float]:
@@ -43,11 +53,18 @@ async def plain_many_rate(url: str, durable: str, window: float, filters: list[s
     tasks = []
     stop = asyncio.Event()
     try:
-        for i, (nc, filter_) in enumerate(zip(conns, filters)):
+        for i, (nc, filter_) in enumerate(zip(conns, filters, strict=False)):
             js = nc.jetstream()
-            await js.add_consumer(STREAM, NatsConsumerConfig(durable_name=f"{durable}-{i}",
-                                                             ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1,
-                                                             ack_wait=5, filter_subject=filter_))
+            await js.add_consumer(
+                STREAM,
+                NatsConsumerConfig(
+                    durable_name=f"{durable}-{i}",
+                    ack_policy=AckPolicy.EXPLICIT,
+                    max_ack_pending=1,
+                    ack_wait=5,
+                    filter_subject=filter_,
+                ),
+            )
             sub = await js.pull_subscribe_bind(f"{durable}-{i}", STREAM)
             tasks.append(asyncio.create_task(_plain_loop(sub, stamps, stop)))
         try:
@@ -57,7 +74,7 @@ async def plain_many_rate(url: str, durable: str, window: float, filters: list[s
         finally:
             # fetch() may turn a cancellation into a timeout: stop by flag, cancel only as a fallback
             stop.set()
-            done, pending = await asyncio.wait(tasks, timeout=3)
+            _done, pending = await asyncio.wait(tasks, timeout=3)
             for task in pending:
                 task.cancel()
             for task in tasks:
@@ -73,7 +90,7 @@ async def _plain_loop(sub, stamps: list[float], stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             msgs = await sub.fetch(1, timeout=1)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
         for m in msgs:
             await asyncio.sleep(WORK)
@@ -97,15 +114,18 @@ async def group_rate(url: str, members: int, window: float) -> list[float]:
             await msg.ack()
             stamps.append(time.monotonic())
 
-        for name, nc in zip(names, conns):
-            insts.append(await static_consume(nc, STREAM, group, name, handler,
-                                              config=ConsumerConfig(max_ack_pending=1, ack_wait=5)))
+        for name, nc in zip(names, conns, strict=False):
+            insts.append(
+                await static_consume(
+                    nc, STREAM, group, name, handler, config=ConsumerConfig(max_ack_pending=1, ack_wait=5)
+                )
+            )
         await wait_until(lambda: bool(stamps), 10, "the group's first message")
         t0 = stamps[0] + WARMUP
         await asyncio.sleep(t0 + WINDOWS * window - time.monotonic() + 0.05)
     finally:
         await asyncio.gather(*(i.stop() for i in insts), return_exceptions=True)
-        for nc in conns + [admin]:
+        for nc in [*conns, admin]:
             await nc.close()
     return window_rates(stamps, t0, window)
 
@@ -118,12 +138,26 @@ async def procs_rate(url: str, members: int, window: float, *, plain: bool = Fal
     workers = []
     try:
         if plain:
-            workers = [await spawn(url, "plain", STREAM, f"{group}-{i}", f"{i}.>", name=f"plain{i}", work=WORK,
-                                   max_ack_pending=1, ack_wait=5) for i in range(members)]
+            workers = [
+                await spawn(
+                    url,
+                    "plain",
+                    STREAM,
+                    f"{group}-{i}",
+                    f"{i}.>",
+                    name=f"plain{i}",
+                    work=WORK,
+                    max_ack_pending=1,
+                    ack_wait=5,
+                )
+                for i in range(members)
+            ]
         else:
             await create_static(admin, STREAM, group, PARTITIONS, members=names)
-            workers = [await spawn(url, "static", STREAM, group, name, work=WORK, max_ack_pending=1, ack_wait=5)
-                       for name in names]
+            workers = [
+                await spawn(url, "static", STREAM, group, name, work=WORK, max_ack_pending=1, ack_wait=5)
+                for name in names
+            ]
         await wait_until(lambda: all(w.starts for w in workers), 30, "every process's first message")
         t0 = max(w.starts[0] for w in workers) + WARMUP
         await asyncio.sleep(max(0.0, t0 + WINDOWS * window - time.time() + 0.3))
@@ -158,21 +192,67 @@ async def run(size: Size) -> Result:
     best = {n: max(v) for n, v in rates.items()}
     for n in size.p2_members:
         r = ratio(best[n], baseline)
-        res.rows.append(Row(f"strict order, {n} member{'s' if n > 1 else ''} / {PARTITIONS} partitions "
-                            "(a process each)", best[n], "msg/s", baseline, "1 plain max_ack_pending=1 consumer", r,
-                            f">= {0.9 * n:.1f}", r is not None and r >= 0.9 * n))
+        res.rows.append(
+            Row(
+                f"strict order, {n} member{'s' if n > 1 else ''} / {PARTITIONS} partitions (a process each)",
+                best[n],
+                "msg/s",
+                baseline,
+                "1 plain max_ack_pending=1 consumer",
+                r,
+                f">= {0.9 * n:.1f}",
+                r is not None and r >= 0.9 * n,
+            )
+        )
     r = ratio(best[top], max(plain_procs))
-    res.rows.append(Row(f"same {top} members vs {top} plain strict consumers (one partition each), a process each",
-                        best[top], "msg/s", max(plain_procs), f"{top} plain consumers", r, "", None))
+    res.rows.append(
+        Row(
+            f"same {top} members vs {top} plain strict consumers (one partition each), a process each",
+            best[top],
+            "msg/s",
+            max(plain_procs),
+            f"{top} plain consumers",
+            r,
+            "",
+            None,
+        )
+    )
     r = ratio(max(in_process), baseline)
-    res.rows.append(Row(f"strict order, {top} members in ONE process (one event loop)", max(in_process), "msg/s",
-                        baseline, "1 plain max_ack_pending=1 consumer", r,
-                        f"info (>= {0.9 * top:.1f} with a process each)", None))
+    res.rows.append(
+        Row(
+            f"strict order, {top} members in ONE process (one event loop)",
+            max(in_process),
+            "msg/s",
+            baseline,
+            "1 plain max_ack_pending=1 consumer",
+            r,
+            f"info (>= {0.9 * top:.1f} with a process each)",
+            None,
+        )
+    )
     r = ratio(max(in_process), max(parallel))
-    res.rows.append(Row(f"same, vs {top} plain strict consumers (one partition each) in one process",
-                        max(in_process), "msg/s", max(parallel), f"{top} plain consumers", r, "", None))
-    res.details = {"window_s": window, "windows": WINDOWS, "work_s": WORK, "baseline_windows": base,
-                   "group_windows": rates, "plain_processes_windows": plain_procs,
-                   "in_process_windows": in_process, "plain_in_process_windows": parallel,
-                   "per_member_messages": spread, "backlog": per_partition * PARTITIONS}
+    res.rows.append(
+        Row(
+            f"same, vs {top} plain strict consumers (one partition each) in one process",
+            max(in_process),
+            "msg/s",
+            max(parallel),
+            f"{top} plain consumers",
+            r,
+            "",
+            None,
+        )
+    )
+    res.details = {
+        "window_s": window,
+        "windows": WINDOWS,
+        "work_s": WORK,
+        "baseline_windows": base,
+        "group_windows": rates,
+        "plain_processes_windows": plain_procs,
+        "in_process_windows": in_process,
+        "plain_in_process_windows": parallel,
+        "per_member_messages": spread,
+        "backlog": per_partition * PARTITIONS,
+    }
     return res

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 
 from pcgroups import create_static, static_member_step_down
@@ -19,7 +20,7 @@ from .common import Result, Row, Size, pct, ratio, server_and_connection, static
 from .procs import Worker, spawn, stop_all
 
 STREAM = "P3"
-ACK_WAIT = 2.0          # PinnedTTL = max(AckWait, 1 s) = 2 s
+ACK_WAIT = 2.0  # PinnedTTL = max(AckWait, 1 s) = 2 s
 WORK = 0.010
 RATE = 100.0
 
@@ -45,6 +46,7 @@ async def first_elsewhere(workers: list[Worker], not_this: Worker, t: float, tim
         times = [w.first_start_after(t) for w in workers if w is not not_this and w.alive]
         times = [x for x in times if x is not None]
         return min(times) if times else None
+
     try:
         await wait_until(lambda: found() is not None, timeout, "a message at another instance")
     except TimeoutError:
@@ -53,8 +55,9 @@ async def first_elsewhere(workers: list[Worker], not_this: Worker, t: float, tim
 
 
 async def start_worker(url: str, workers: list[Worker]) -> Worker:
-    w = await spawn(url, "static", STREAM, "g", "m", name=f"i{len(workers)}", ack_wait=ACK_WAIT, work=WORK,
-                    max_ack_pending=1)
+    w = await spawn(
+        url, "static", STREAM, "g", "m", name=f"i{len(workers)}", ack_wait=ACK_WAIT, work=WORK, max_ack_pending=1
+    )
     workers.append(w)
     await asyncio.wait_for(w.ready.wait(), 30)
     return w
@@ -83,7 +86,7 @@ async def run(size: Size) -> Result:
             await asyncio.sleep(1.5)
             t_end = time.time()
             starts = sorted(s for w in workers for s in w.starts if s > t_end - 1.0)
-            gaps = [b - a for a, b in zip(starts, starts[1:])]
+            gaps = [b - a for a, b in itertools.pairwise(starts)]
 
             for _ in range(size.p3_stepdowns):
                 await asyncio.sleep(0.5)
@@ -115,18 +118,57 @@ async def run(size: Size) -> Result:
     f50, f99 = pct(ok_fail, 50), pct(ok_fail, 99)
     s50, s99 = pct(ok_steps, 50), pct(ok_steps, 99)
     gap99 = pct(gaps, 99)
-    res.rows.append(Row(f"failover after SIGKILL, p50 of {len(failovers)}", f50, "s", ttl, "PinnedTTL",
-                        ratio(f50, ttl)))
-    res.rows.append(Row(f"failover after SIGKILL, p99 of {len(failovers)}", f99, "s", ttl, "PinnedTTL",
-                        ratio(f99, ttl), f"<= PinnedTTL + 0.5 s = {ttl + 0.5:.1f} s",
-                        f99 is not None and f99 <= ttl + 0.5 and missing_f == 0))
-    res.rows.append(Row(f"step-down (unpin -> first message elsewhere), p50 of {len(stepdowns)}", s50, "s", gap99,
-                        "p99 gap between messages", ratio(s50, gap99)))
-    res.rows.append(Row(f"step-down, p99 of {len(stepdowns)}", s99, "s", gap99, "p99 gap between messages",
-                        ratio(s99, gap99), "<= 0.5 s", s99 is not None and s99 <= 0.5 and missing_s == 0))
-    res.details = {"pinned_ttl_s": ttl, "ack_wait_s": ACK_WAIT, "work_s": WORK, "publish_rate": RATE,
-                   "failovers_s": failovers, "stepdowns_s": stepdowns, "failover_max_s": max(ok_fail, default=None),
-                   "stepdown_max_s": max(ok_steps, default=None), "missing_failovers": missing_f,
-                   "missing_stepdowns": missing_s, "steady_gap_p50_s": pct(gaps, 50), "steady_gap_p99_s": gap99,
-                   "instances_started": len(workers), "published": len(sent)}
+    res.rows.append(
+        Row(f"failover after SIGKILL, p50 of {len(failovers)}", f50, "s", ttl, "PinnedTTL", ratio(f50, ttl))
+    )
+    res.rows.append(
+        Row(
+            f"failover after SIGKILL, p99 of {len(failovers)}",
+            f99,
+            "s",
+            ttl,
+            "PinnedTTL",
+            ratio(f99, ttl),
+            f"<= PinnedTTL + 0.5 s = {ttl + 0.5:.1f} s",
+            f99 is not None and f99 <= ttl + 0.5 and missing_f == 0,
+        )
+    )
+    res.rows.append(
+        Row(
+            f"step-down (unpin -> first message elsewhere), p50 of {len(stepdowns)}",
+            s50,
+            "s",
+            gap99,
+            "p99 gap between messages",
+            ratio(s50, gap99),
+        )
+    )
+    res.rows.append(
+        Row(
+            f"step-down, p99 of {len(stepdowns)}",
+            s99,
+            "s",
+            gap99,
+            "p99 gap between messages",
+            ratio(s99, gap99),
+            "<= 0.5 s",
+            s99 is not None and s99 <= 0.5 and missing_s == 0,
+        )
+    )
+    res.details = {
+        "pinned_ttl_s": ttl,
+        "ack_wait_s": ACK_WAIT,
+        "work_s": WORK,
+        "publish_rate": RATE,
+        "failovers_s": failovers,
+        "stepdowns_s": stepdowns,
+        "failover_max_s": max(ok_fail, default=None),
+        "stepdown_max_s": max(ok_steps, default=None),
+        "missing_failovers": missing_f,
+        "missing_stepdowns": missing_s,
+        "steady_gap_p50_s": pct(gaps, 50),
+        "steady_gap_p99_s": gap99,
+        "instances_started": len(workers),
+        "published": len(sent),
+    }
     return res

@@ -17,7 +17,7 @@ from nats.js.api import StreamConfig
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, work_queue_name
 
-from .common import (Result, Row, Size, publish_all, ratio, rss_mb, server_and_connection, wait_until)
+from .common import Result, Row, Size, publish_all, ratio, rss_mb, server_and_connection, wait_until
 from .procs import spawn, stop_all
 
 PARTITIONS = 8
@@ -30,8 +30,15 @@ async def wq_last_seq(js, stream: str) -> int:
 async def sourcing(nc, js, n: int) -> dict:
     stream = "P5"
     await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.k.*"]))
-    await create_elastic(nc, stream, "g", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
-                         max_buffered_msgs=-1, max_buffered_bytes=-1)
+    await create_elastic(
+        nc,
+        stream,
+        "g",
+        PARTITIONS,
+        partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     wq = work_queue_name(stream, "g")
     t0 = time.perf_counter()
     pub_s = await publish_all(nc, [f"{stream}.k.k{i % 1000}" for i in range(n)])
@@ -46,33 +53,56 @@ async def sourcing(nc, js, n: int) -> dict:
     src_s = time.perf_counter() - t0
     # catch-up: a second group created over the now full origin sources the backlog as fast as it can
     t1 = time.perf_counter()
-    await create_elastic(nc, stream, "g2", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
-                         max_buffered_msgs=-1, max_buffered_bytes=-1)
+    await create_elastic(
+        nc,
+        stream,
+        "g2",
+        PARTITIONS,
+        partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     wq2 = work_queue_name(stream, "g2")
     while await wq_last_seq(js, wq2) < n:
         if time.perf_counter() - t1 > 120:
             raise TimeoutError("catch-up sourcing stalled")
         await asyncio.sleep(0.01)
     catch_up_s = time.perf_counter() - t1
-    return {"catch_up_s": catch_up_s, "catch_up_rate": n / catch_up_s,"messages": n, "publish_s": pub_s, "sourced_s": src_s, "publish_rate": n / pub_s,
-            "sourcing_rate": n / src_s, "in_work_queue_at_publish_end": at_pub_end,
-            "lag_after_publish_s": src_s - pub_s}
+    return {
+        "catch_up_s": catch_up_s,
+        "catch_up_rate": n / catch_up_s,
+        "messages": n,
+        "publish_s": pub_s,
+        "sourced_s": src_s,
+        "publish_rate": n / pub_s,
+        "sourcing_rate": n / src_s,
+        "in_work_queue_at_publish_end": at_pub_end,
+        "lag_after_publish_s": src_s - pub_s,
+    }
 
 
 async def memory(url: str, nc, js, n: int) -> dict:
     stream = "P5M"
     await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.k.*"]))
-    await create_elastic(nc, stream, "g", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
-                         max_buffered_msgs=-1, max_buffered_bytes=-1)
+    await create_elastic(
+        nc,
+        stream,
+        "g",
+        PARTITIONS,
+        partitioning_filters=[PartitioningFilter(f"{stream}.k.*", [1])],
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     await add_members(nc, stream, "g", ["m1"])
     workers = []
     try:
         bare = await spawn(url, "bare", stream, "g", "m1", name="bare")
-        inst = await spawn(url, "elastic", stream, "g", "m1", name="m1", ack_wait=5, max_ack_pending=1000,
-                           report="count")
+        inst = await spawn(
+            url, "elastic", stream, "g", "m1", name="m1", ack_wait=5, max_ack_pending=1000, report="count"
+        )
         workers = [bare, inst]
         await asyncio.wait_for(asyncio.gather(bare.ready.wait(), inst.ready.wait()), 30)
-        await asyncio.sleep(1.5)   # a few pulls, heartbeats and KV watch traffic
+        await asyncio.sleep(1.5)  # a few pulls, heartbeats and KV watch traffic
         idle_bare, idle = rss_mb(bare.pid), rss_mb(inst.pid)
         peak = idle
         done = asyncio.Event()
@@ -96,8 +126,13 @@ async def memory(url: str, nc, js, n: int) -> dict:
         consume_s = time.perf_counter() - t0
     finally:
         await stop_all(workers)
-    return {"bare_nats_py_rss_mib": idle_bare, "instance_idle_rss_mib": idle, "instance_load_peak_rss_mib": peak,
-            "load_messages": n, "load_end_to_end_msgs_per_s": n / consume_s}
+    return {
+        "bare_nats_py_rss_mib": idle_bare,
+        "instance_idle_rss_mib": idle,
+        "instance_load_peak_rss_mib": peak,
+        "load_messages": n,
+        "load_end_to_end_msgs_per_s": n / consume_s,
+    }
 
 
 async def run(size: Size) -> Result:
@@ -107,20 +142,58 @@ async def run(size: Size) -> Result:
         src = await sourcing(nc, js, size.p5_messages)
         mem = await memory(server.url, nc, js, size.p5_load_messages)
     r = ratio(src["sourcing_rate"], src["publish_rate"])
-    res.rows.append(Row(f"sourcing into the work queue ({src['messages']:,} msgs, 8 partitions)", src["sourcing_rate"],
-                        "msg/s", src["publish_rate"], "origin publish rate (acked, pipelined)", r,
-                        "info (>= 0.9 keeps pace)", None))
+    res.rows.append(
+        Row(
+            f"sourcing into the work queue ({src['messages']:,} msgs, 8 partitions)",
+            src["sourcing_rate"],
+            "msg/s",
+            src["publish_rate"],
+            "origin publish rate (acked, pipelined)",
+            r,
+            "info (>= 0.9 keeps pace)",
+            None,
+        )
+    )
     r = ratio(src["catch_up_rate"], src["publish_rate"])
-    res.rows.append(Row("catch-up: a new group sourcing the full origin (backlog)", src["catch_up_rate"], "msg/s",
-                        src["publish_rate"], "origin publish rate (acked, pipelined)", r))
-    res.rows.append(Row("work queue lag when publishing ended", src["lag_after_publish_s"], "s", src["publish_s"],
-                        "publishing time", ratio(src["lag_after_publish_s"], src["publish_s"])))
-    res.rows.append(Row("RSS of an idle elastic member instance", mem["instance_idle_rss_mib"], "MiB",
-                        mem["bare_nats_py_rss_mib"], "bare nats-py client process",
-                        ratio(mem["instance_idle_rss_mib"], mem["bare_nats_py_rss_mib"])))
-    res.rows.append(Row(f"RSS of the instance under load (peak, {mem['load_messages']:,} msgs, max_ack_pending 1000)",
-                        mem["instance_load_peak_rss_mib"], "MiB", mem["bare_nats_py_rss_mib"],
-                        "bare nats-py client process",
-                        ratio(mem["instance_load_peak_rss_mib"], mem["bare_nats_py_rss_mib"])))
+    res.rows.append(
+        Row(
+            "catch-up: a new group sourcing the full origin (backlog)",
+            src["catch_up_rate"],
+            "msg/s",
+            src["publish_rate"],
+            "origin publish rate (acked, pipelined)",
+            r,
+        )
+    )
+    res.rows.append(
+        Row(
+            "work queue lag when publishing ended",
+            src["lag_after_publish_s"],
+            "s",
+            src["publish_s"],
+            "publishing time",
+            ratio(src["lag_after_publish_s"], src["publish_s"]),
+        )
+    )
+    res.rows.append(
+        Row(
+            "RSS of an idle elastic member instance",
+            mem["instance_idle_rss_mib"],
+            "MiB",
+            mem["bare_nats_py_rss_mib"],
+            "bare nats-py client process",
+            ratio(mem["instance_idle_rss_mib"], mem["bare_nats_py_rss_mib"]),
+        )
+    )
+    res.rows.append(
+        Row(
+            f"RSS of the instance under load (peak, {mem['load_messages']:,} msgs, max_ack_pending 1000)",
+            mem["instance_load_peak_rss_mib"],
+            "MiB",
+            mem["bare_nats_py_rss_mib"],
+            "bare nats-py client process",
+            ratio(mem["instance_load_peak_rss_mib"], mem["bare_nats_py_rss_mib"]),
+        )
+    )
     res.details = {"sourcing": src, "memory": mem}
     return res

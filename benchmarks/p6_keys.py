@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import time
 
 from pcgroups import ConsumerConfig, create_static, static_consume
-from pcgroups.jetstream._api import JetStreamApi
 from pcgroups.consume._window import FAIR_WINDOW
+from pcgroups.jetstream._api import JetStreamApi
 
 from .burst import BURST_KEY, burst_then_others, publish_burst
 from .common import Result, Row, Size, pct, publish_all, ratio, server_and_connection, static_stream, wait_until
@@ -34,9 +35,9 @@ WORK = 0.010
 K = 8
 OTHERS = 40
 FAIR_BURST = 400
-OLD_WINDOW = 4 * K       # max_ack_pending 32: the window before it grew (the issue's "default")
+OLD_WINDOW = 4 * K  # max_ack_pending 32: the window before it grew (the issue's "default")
 KILL_WORK = 0.001
-TARGETS = {FAIR_BURST: 0.5, 10_000: 1.0}   # p99 of the other keys' latency, by burst (the larger: < 1 s)
+TARGETS = {FAIR_BURST: 0.5, 10_000: 1.0}  # p99 of the other keys' latency, by burst (the larger: < 1 s)
 _n = 0
 
 
@@ -51,8 +52,18 @@ async def member(url: str, stream: str, name: str = "m", **options) -> Worker:
     return await ready(await spawn(url, "static", stream, "g", "m", name=name, ack_wait=5, **options), 30)
 
 
-async def fair_round(url: str, nc, burst: int, others: int, *, loop: str = "asyncio", k: int = K,
-                     max_ack_pending: int = 0, paced: float = 0.0, stored: bool = False) -> dict:
+async def fair_round(
+    url: str,
+    nc,
+    burst: int,
+    others: int,
+    *,
+    loop: str = "asyncio",
+    k: int = K,
+    max_ack_pending: int = 0,
+    paced: float = 0.0,
+    stored: bool = False,
+) -> dict:
     """The other keys' latencies (s) after a burst of ``burst`` on A, with a member process of ``k`` slots;
     ``stored``: the burst is in the stream before the member starts (a backlog), else it arrives while it runs."""
     stream = _name("P6F")
@@ -60,8 +71,9 @@ async def fair_round(url: str, nc, burst: int, others: int, *, loop: str = "asyn
     await create_static(nc, stream, "g", 1, members=["m"])
     if stored:
         await publish_burst(nc, stream, burst)
-    inst = await member(url, stream, concurrency=k, work=WORK, max_ack_pending=max_ack_pending, report="count",
-                        loop=loop)
+    inst = await member(
+        url, stream, concurrency=k, work=WORK, max_ack_pending=max_ack_pending, report="count", loop=loop
+    )
     try:
         timeout = min(burst * WORK * 1.5, 60.0) + others * WORK + 20
         keys = await burst_then_others(nc, stream, burst, others, timeout, paced=paced, stored=stored)
@@ -97,12 +109,11 @@ async def kill_round(url: str, nc, burst: int, others: int) -> dict:
         t_kill = victim.kill()
         await victim.proc.wait()
         held = await api.consumer_info(stream, "g-m")
-        await asyncio.sleep(2.0)     # traffic goes on through the take-over
+        await asyncio.sleep(2.0)  # traffic goes on through the take-over
         stop.set()
         await pub
         total = burst + len(sent)
-        await wait_until(lambda: len(_ended(workers)) >= total, burst * KILL_WORK * 10 + 60,
-                         "every message handled")
+        await wait_until(lambda: len(_ended(workers)) >= total, burst * KILL_WORK * 10 + 60, "every message handled")
     finally:
         stop.set()
         with contextlib.suppress(Exception):
@@ -137,26 +148,29 @@ def _kill_report(victim: Worker, survivor: Worker, t_kill: float, total: int, be
     out_of_order = overlaps = 0
     for evs in by_key.values():
         seqs = [ev["seq"] for ev in evs]
-        out_of_order += sum(1 for a, b in zip(seqs, seqs[1:]) if b <= a)
-        overlaps += sum(1 for a, b in zip(evs, evs[1:]) if b["t"] < s_ends.get(a["seq"], float("inf")))
+        out_of_order += sum(1 for a, b in itertools.pairwise(seqs) if b <= a)
+        overlaps += sum(1 for a, b in itertools.pairwise(evs) if b["t"] < s_ends.get(a["seq"], float("inf")))
     ended = v_ended | set(s_ends)
     return {
         "messages": total,
         "lost": total - len(ended),
         "redelivered": sum(1 for ev in s_starts if ev["n"] > 1),
         "handled_twice": len(v_started & {ev["seq"] for ev in s_starts}),
-        "killed_instance_started": len(v_started), "killed_instance_acked": len(v_ended),
+        "killed_instance_started": len(v_started),
+        "killed_instance_acked": len(v_ended),
         "ack_pending_before_kill": int(before.get("num_ack_pending", 0)),
         "ack_pending_after_kill": int(held.get("num_ack_pending", 0)),
         "max_ack_pending": int(held.get("config", {}).get("max_ack_pending", 0)),
         "gap_s": (s_starts[0]["t"] - t_kill) if s_starts else None,
-        "out_of_order": out_of_order, "overlapping": overlaps,
+        "out_of_order": out_of_order,
+        "overlapping": overlaps,
         "keys_checked": len(by_key),
     }
 
 
-async def throughput_round(nc, js, k: int, window: float, group_suffix: str = "", keys: int = 1000,
-                           ack_wait: float = 5.0) -> float:
+async def throughput_round(
+    nc, js, k: int, window: float, group_suffix: str = "", keys: int = 1000, ack_wait: float = 5.0
+) -> float:
     """msg/s over ``window`` (after 0.5 s of warm-up) with a backlog spread over ``keys`` keys."""
     stream = _name("P6T" + group_suffix)
     await static_stream(js, stream, 1)
@@ -170,8 +184,7 @@ async def throughput_round(nc, js, k: int, window: float, group_suffix: str = ""
         await msg.ack()
         stamps.append(time.monotonic())
 
-    inst = await static_consume(nc, stream, "g", "m", handler, concurrency=k,
-                                config=ConsumerConfig(ack_wait=ack_wait))
+    inst = await static_consume(nc, stream, "g", "m", handler, concurrency=k, config=ConsumerConfig(ack_wait=ack_wait))
     try:
         await wait_until(lambda: len(stamps) > 0, 10, "the first message")
         t0 = stamps[0] + 0.5
@@ -188,11 +201,12 @@ async def throughput_round(nc, js, k: int, window: float, group_suffix: str = ""
 async def run(size: Size) -> Result:
     res = Result("P6", "key-level concurrency, fair by default: one partition, a burst on key A, K=8")
     loops = ["asyncio", "uvloop"] if importlib.util.find_spec("uvloop") is not None else ["asyncio"]
-    cases = [(FAIR_BURST, False), (size.p6_big_burst, False), (size.p6_big_burst, True)]   # (burst, stored)
+    cases = [(FAIR_BURST, False), (size.p6_big_burst, False), (size.p6_big_burst, True)]  # (burst, stored)
     async with server_and_connection() as (server, nc):
         url, js = server.url, nc.jetstream()
-        fair = {(b, st, lp): await fair_round(url, nc, b, OTHERS, loop=lp, stored=st)
-                for b, st in cases for lp in loops}
+        fair = {
+            (b, st, lp): await fair_round(url, nc, b, OTHERS, loop=lp, stored=st) for b, st in cases for lp in loops
+        }
         old = await fair_round(url, nc, FAIR_BURST, OTHERS, max_ack_pending=OLD_WINDOW)
         paced = {k: await fair_round(url, nc, size.p6_burst, size.p6_others, k=k, paced=WORK) for k in (K, 1)}
         killed = await kill_round(url, nc, size.p6_big_burst, OTHERS)
@@ -204,29 +218,67 @@ async def run(size: Size) -> Result:
         p99 = pct(lat, 99)
         how = "stored before the member starts" if stored else "arriving while it runs"
         b99 = pct(base, 99) if base else None
-        res.rows.append(Row(f"burst {b:,} on A ({how}), then {OTHERS} other keys at once, K={K}, default window, "
-                            f"{lp}: other keys' p99 (p50 {_ms(pct(lat, 50))})", p99, "s", b99,
-                            f"window fixed at {OLD_WINDOW}" if base else "", ratio(p99, b99),
-                            f"p99 < {target:g} s", p99 is not None and len(lat) == OTHERS and p99 < target))
+        res.rows.append(
+            Row(
+                f"burst {b:,} on A ({how}), then {OTHERS} other keys at once, K={K}, default window, "
+                f"{lp}: other keys' p99 (p50 {_ms(pct(lat, 50))})",
+                p99,
+                "s",
+                b99,
+                f"window fixed at {OLD_WINDOW}" if base else "",
+                ratio(p99, b99),
+                f"p99 < {target:g} s",
+                p99 is not None and len(lat) == OTHERS and p99 < target,
+            )
+        )
     k8, k1 = paced[K]["latencies"], paced[1]["latencies"]
-    res.rows.append(Row(f"burst {size.p6_burst:,} on A, {size.p6_others} other keys one per work time: p99, K={K}",
-                        pct(k8, 99), "s", pct(k1, 99), "K=1", ratio(pct(k8, 99), pct(k1, 99)),
-                        f"p99 <= 3 x work = {3 * WORK * 1000:.0f} ms", (pct(k8, 99) or 1.0) <= 3 * WORK))
-    res.rows.append(Row(f"SIGKILL of the pinned instance in a burst of {size.p6_big_burst:,}: messages redelivered",
-                        killed["redelivered"], "", killed["ack_pending_after_kill"],
-                        "held by the killed instance (num_ack_pending)",
-                        ratio(killed["redelivered"], killed["ack_pending_after_kill"]),
-                        "<= held <= max_ack_pending; order kept, nothing lost",
-                        _kill_met(killed)))
+    res.rows.append(
+        Row(
+            f"burst {size.p6_burst:,} on A, {size.p6_others} other keys one per work time: p99, K={K}",
+            pct(k8, 99),
+            "s",
+            pct(k1, 99),
+            "K=1",
+            ratio(pct(k8, 99), pct(k1, 99)),
+            f"p99 <= 3 x work = {3 * WORK * 1000:.0f} ms",
+            (pct(k8, 99) or 1.0) <= 3 * WORK,
+        )
+    )
+    res.rows.append(
+        Row(
+            f"SIGKILL of the pinned instance in a burst of {size.p6_big_burst:,}: messages redelivered",
+            killed["redelivered"],
+            "",
+            killed["ack_pending_after_kill"],
+            "held by the killed instance (num_ack_pending)",
+            ratio(killed["redelivered"], killed["ack_pending_after_kill"]),
+            "<= held <= max_ack_pending; order kept, nothing lost",
+            _kill_met(killed),
+        )
+    )
     r = ratio(tput[K], tput[1])
-    res.rows.append(Row(f"throughput, 1,000 keys, 10 ms work, K={K}", tput[K], "msg/s", tput[1], "K=1", r,
-                        f">= 0.9 x K = {0.9 * K:.1f}", r is not None and r >= 0.9 * K))
+    res.rows.append(
+        Row(
+            f"throughput, 1,000 keys, 10 ms work, K={K}",
+            tput[K],
+            "msg/s",
+            tput[1],
+            "K=1",
+            r,
+            f">= 0.9 x K = {0.9 * K:.1f}",
+            r is not None and r >= 0.9 * K,
+        )
+    )
     res.details = {
-        "work_s": WORK, "others": OTHERS, "default_max_ack_pending": FAIR_WINDOW, "old_window": OLD_WINDOW,
+        "work_s": WORK,
+        "others": OTHERS,
+        "default_max_ack_pending": FAIR_WINDOW,
+        "old_window": OLD_WINDOW,
         "fairness_s": {f"burst{b}_{'stored' if st else 'live'}_{lp}": _summary(r) for (b, st, lp), r in fair.items()},
         "fairness_window_fixed_s": _summary(old),
-        "paced_s": {f"k{k}": _summary(v) | {"burst": size.p6_burst, "others": size.p6_others}
-                    for k, v in paced.items()},
+        "paced_s": {
+            f"k{k}": _summary(v) | {"burst": size.p6_burst, "others": size.p6_others} for k, v in paced.items()
+        },
         "sigkill": killed | {"burst": size.p6_big_burst, "work_s": KILL_WORK},
         "throughput_msgs_per_s": {f"k{k}": v for k, v in tput.items()},
     }
@@ -234,8 +286,12 @@ async def run(size: Size) -> Result:
 
 
 def _kill_met(k: dict) -> bool:
-    return (k["lost"] == 0 and k["out_of_order"] == 0 and k["overlapping"] == 0
-            and k["redelivered"] <= k["ack_pending_after_kill"] <= k["max_ack_pending"])
+    return (
+        k["lost"] == 0
+        and k["out_of_order"] == 0
+        and k["overlapping"] == 0
+        and k["redelivered"] <= k["ack_pending_after_kill"] <= k["max_ack_pending"]
+    )
 
 
 def _ms(seconds: float | None) -> str:
@@ -244,5 +300,10 @@ def _ms(seconds: float | None) -> str:
 
 def _summary(r: dict) -> dict:
     lat = r["latencies"]
-    return {"p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat, default=None), "acked": len(lat),
-            "burst_messages_acked": r["acked_a"]}
+    return {
+        "p50": pct(lat, 50),
+        "p99": pct(lat, 99),
+        "max": max(lat, default=None),
+        "acked": len(lat),
+        "burst_messages_acked": r["acked_a"],
+    }

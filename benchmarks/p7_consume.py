@@ -34,30 +34,49 @@ import re
 import statistics
 import sys
 import time
-from typing import Any
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from nats.js.api import StreamConfig
 
-from pcgroups import (PartitioningFilter, StaticConfig, add_members, create_elastic, create_static, delete_elastic,
-                      static_member_filters)
+from pcgroups import (
+    PartitioningFilter,
+    StaticConfig,
+    add_members,
+    create_elastic,
+    create_static,
+    delete_elastic,
+    static_member_filters,
+)
 from pcgroups.consume._instance import member_template, with_priority_group
 from pcgroups.jetstream._api import ConsumerConfig, JetStreamApi
 
-from .common import (Result, Row, Size, cpu_seconds, keys_by_partition, process_cpu_seconds, publish_all, ratio,
-                     round_robin_subjects, server_and_connection, static_stream, wait_until)
+from .common import (
+    Result,
+    Row,
+    Size,
+    cpu_seconds,
+    keys_by_partition,
+    process_cpu_seconds,
+    publish_all,
+    ratio,
+    round_robin_subjects,
+    server_and_connection,
+    static_stream,
+    wait_until,
+)
 from .procs import ROOT, Worker, stop_all
 
 PARTITIONS = 8
 MEMBERS = [f"m{i + 1}" for i in range(4)]
-ASYNCIO = {"CG_EVENT_LOOP": "asyncio"}   # cg consume without uvloop (the extra), whether it is installed or not
-ACK_WAIT = 2.0      # cg consume's consumer template (and the reference's): AckWait 2 s, max_ack_pending 1
+ASYNCIO = {"CG_EVENT_LOOP": "asyncio"}  # cg consume without uvloop (the extra), whether it is installed or not
+ACK_WAIT = 2.0  # cg consume's consumer template (and the reference's): AckWait 2 s, max_ack_pending 1
 WORK = 0.005
 TARGET = 1.1
-ELASTIC_TARGET = 1.0   # static no slower than elastic, per message (Go's static path is the faster one)
+ELASTIC_TARGET = 1.0  # static no slower than elastic, per message (Go's static path is the faster one)
 
 
 class Acks:
@@ -69,6 +88,7 @@ class Acks:
     async def watch(self, nc, stream: str):
         async def cb(msg) -> None:
             self.stamps[msg.subject.split(".", 4)[3]].append(time.monotonic())
+
         return await nc.subscribe(f"$JS.ACK.{stream}.>", cb=cb)
 
     def cost(self, consumers: list[str]) -> float | None:
@@ -105,7 +125,7 @@ class Side:
     kind: str
     root: Path = ROOT
     env: dict[str, str] = field(default_factory=dict)
-    args: tuple[str, ...] = ()   # more options of cg static consume
+    args: tuple[str, ...] = ()  # more options of cg static consume
 
     @property
     def flavour(self) -> str:
@@ -142,8 +162,9 @@ async def backlog(nc, stream: str, flavour: str, count: int, headers: dict[str, 
         await static_stream(js, stream, PARTITIONS)
     else:
         await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"]))
-    await publish_all(nc, round_robin_subjects(stream, keys_by_partition(f"{stream}.*", PARTITIONS, 20), count),
-                      headers=headers)
+    await publish_all(
+        nc, round_robin_subjects(stream, keys_by_partition(f"{stream}.*", PARTITIONS, 20), count), headers=headers
+    )
 
 
 async def sourced(api: JetStreamApi, work_queue: str, count: int, timeout: float = 60.0) -> None:
@@ -156,8 +177,9 @@ async def sourced(api: JetStreamApi, work_queue: str, count: int, timeout: float
         await asyncio.sleep(0.05)
 
 
-async def cg_processes(url: str, stream: str, group: str, work: float, side: Side,
-                       members: list[str] = MEMBERS, flavour: str | None = None) -> list[Worker]:
+async def cg_processes(
+    url: str, stream: str, group: str, work: float, side: Side, members: list[str] = MEMBERS, flavour: str | None = None
+) -> list[Worker]:
     """``cg <flavour> consume`` per member (default: the side's), stdout a pipe, the code and environment of
     ``side``."""
     root = side.root
@@ -165,15 +187,32 @@ async def cg_processes(url: str, stream: str, group: str, work: float, side: Sid
     workers: list[Worker] = []
     for member in members:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cg.main", "-s", url, flavour or side.flavour, "consume", stream, group, member,
-            "--sleep", f"{work * 1000:g}ms", *side.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            cwd=str(root), env=env, start_new_session=True)
+            sys.executable,
+            "-m",
+            "cg.main",
+            "-s",
+            url,
+            flavour or side.flavour,
+            "consume",
+            stream,
+            group,
+            member,
+            "--sleep",
+            f"{work * 1000:g}ms",
+            *side.args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=str(root),
+            env=env,
+            start_new_session=True,
+        )
         workers.append(Drained(proc, member))
     return workers
 
 
-async def raw_processes(url: str, api: JetStreamApi, stream: str, group: str, work: float, *,
-                        lines: bool, members: list[str] = MEMBERS) -> list[Worker]:
+async def raw_processes(
+    url: str, api: JetStreamApi, stream: str, group: str, work: float, *, lines: bool, members: list[str] = MEMBERS
+) -> list[Worker]:
     """A member consumer each (the filters and priority group cg's would have), then a raw loop on it;
     ``lines``: the loop also prints cg consume's two parts per message (stdout drained as cg's is)."""
     template = member_template(ConsumerConfig(max_ack_pending=1, ack_wait=ACK_WAIT, ack_policy="explicit"))
@@ -186,9 +225,25 @@ async def raw_processes(url: str, api: JetStreamApi, stream: str, group: str, wo
         cfg.durable_name = f"{group}-{member}"
         await api.create_consumer(stream, cfg)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.worker", url, "raw", stream, cfg.durable_name, member, "--work",
-            str(work), "--ack-wait", str(ACK_WAIT), *(["--lines"] if lines else []), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, cwd=str(ROOT), env=env, start_new_session=True)
+            sys.executable,
+            "-m",
+            "benchmarks.worker",
+            url,
+            "raw",
+            stream,
+            cfg.durable_name,
+            member,
+            "--work",
+            str(work),
+            "--ack-wait",
+            str(ACK_WAIT),
+            *(["--lines"] if lines else []),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=str(ROOT),
+            env=env,
+            start_new_session=True,
+        )
         workers.append(Drained(proc, member))
     return workers
 
@@ -206,31 +261,47 @@ class CpuMeter:
 
     def read(self) -> tuple[float, float, int]:
         server = process_cpu_seconds(self.server_pid) if self.server_pid is not None else None
-        return (sum(cpu_seconds(w.pid) or 0.0 for w in self.workers), server or 0.0,
-                sum(len(self.acks.stamps[c]) for c in self.consumers))
+        return (
+            sum(cpu_seconds(w.pid) or 0.0 for w in self.workers),
+            server or 0.0,
+            sum(len(self.acks.stamps[c]) for c in self.consumers),
+        )
 
     def per_message(self) -> tuple[float, float | None]:
         """Microseconds of the members' CPU, and of the server's, per message acked since the meter started."""
         members, server, acked = self.read()
         n = max(acked - self.since[2], 1)
-        return ((members - self.since[0]) * 1e6 / n,
-                (server - self.since[1]) * 1e6 / n if self.server_pid is not None else None)
+        return (
+            (members - self.since[0]) * 1e6 / n,
+            (server - self.since[1]) * 1e6 / n if self.server_pid is not None else None,
+        )
 
 
-async def one_round(server_url: str, nc, api: JetStreamApi, side: Side, stream: str, group: str, work: float,
-                    per_member: int, members: list[str] = MEMBERS, server_pid: int | None = None) -> Round:
+async def one_round(
+    server_url: str,
+    nc,
+    api: JetStreamApi,
+    side: Side,
+    stream: str,
+    group: str,
+    work: float,
+    per_member: int,
+    members: list[str] = MEMBERS,
+    server_pid: int | None = None,
+) -> Round:
     """(ms per message per member while all members were acking, member CPU in µs per message meanwhile, the
     server's CPU in µs per message meanwhile when ``server_pid`` is given, seconds from the first ack to the
     last). ``stream``: the static group's stream, or an elastic side's plain stream."""
     acks = Acks()
     elastic = side.kind == "elastic"
-    sub = await acks.watch(nc, f"{stream}-{group}" if elastic else stream)   # elastic: its work queue's acks
+    sub = await acks.watch(nc, f"{stream}-{group}" if elastic else stream)  # elastic: its work queue's acks
     consumers = list(members) if elastic else [f"{group}-{m}" for m in members]
     workers: list[Worker] = []
     try:
         if elastic:
-            await create_elastic(nc, stream, group, PARTITIONS, partitioning_filters=[
-                PartitioningFilter(f"{stream}.*", [1])])
+            await create_elastic(
+                nc, stream, group, PARTITIONS, partitioning_filters=[PartitioningFilter(f"{stream}.*", [1])]
+            )
             await add_members(nc, stream, group, members)
             await sourced(api, f"{stream}-{group}", per_member * len(members))
             workers = await cg_processes(server_url, stream, group, work, side, members)
@@ -238,18 +309,28 @@ async def one_round(server_url: str, nc, api: JetStreamApi, side: Side, stream: 
             await create_static(nc, stream, group, PARTITIONS, members=members)
             workers = await cg_processes(server_url, stream, group, work, side, members)
         else:
-            workers = await raw_processes(server_url, api, stream, group, work, lines=side.kind == "lines",
-                                          members=members)
+            workers = await raw_processes(
+                server_url, api, stream, group, work, lines=side.kind == "lines", members=members
+            )
         limit = 60 + per_member * (work + 0.005) * 3
         # the CPU is counted from when all four are at work until the first is nearly done
-        await wait_until(lambda: all(len(acks.stamps[c]) >= per_member // 10 for c in consumers), limit,
-                         f"{group}: every member at work")
+        await wait_until(
+            lambda: all(len(acks.stamps[c]) >= per_member // 10 for c in consumers),
+            limit,
+            f"{group}: every member at work",
+        )
         meter = CpuMeter(workers, server_pid, acks, consumers)
-        await wait_until(lambda: any(len(acks.stamps[c]) >= per_member * 9 // 10 for c in consumers), limit,
-                         f"{group}: a member nearly done")
+        await wait_until(
+            lambda: any(len(acks.stamps[c]) >= per_member * 9 // 10 for c in consumers),
+            limit,
+            f"{group}: a member nearly done",
+        )
         cpu, server_cpu = meter.per_message()
-        await wait_until(lambda: all(len(acks.stamps[c]) >= per_member for c in consumers), limit,
-                         f"{group}: every member's share acked")
+        await wait_until(
+            lambda: all(len(acks.stamps[c]) >= per_member for c in consumers),
+            limit,
+            f"{group}: every member's share acked",
+        )
     finally:
         await stop_all(workers)
         await sub.unsubscribe()
@@ -264,6 +345,7 @@ async def one_round(server_url: str, nc, api: JetStreamApi, side: Side, stream: 
 async def sleep_accuracy(asked: float, n: int = 200) -> float:
     """Median seconds ``cg consume --sleep`` sleeps when ``asked``."""
     from cg.consume import precise_sleep
+
     took = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -280,7 +362,7 @@ def backlogs(size: Size, elastic: bool) -> list[tuple[str, float, int]]:
     four members to overlap) and, with an elastic side, ``short``: the Go comparison's 1,600 messages without
     work, for the static and elastic sides only."""
     out = [("work", WORK, size.p7_work_messages), ("none", 0.0, size.p7_idle_messages)]
-    return out + [("short", 0.0, size.p7_work_messages)] if elastic else out
+    return [*out, ("short", 0.0, size.p7_work_messages)] if elastic else out
 
 
 def runs_on(label: str, name: str, side: Side, sides: Mapping[str, Side]) -> bool:
@@ -306,14 +388,23 @@ async def measure(size: Size, sides: dict[str, Side] | None = None, headers: dic
                 await backlog(nc, elastic_origin(stream), "elastic", count, headers)
             streams[label] = (stream, work, count // len(MEMBERS))
         for r in range(size.p7_rounds):
-            order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]   # a load drift hits both ends
+            order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]  # a load drift hits both ends
             for label, (stream, work, per_member) in streams.items():
                 for name, side in order:
                     if not runs_on(label, name, side, sides):
                         continue
                     where = elastic_origin(stream) if side.kind == "elastic" else stream
-                    got = await one_round(server.url, nc, api, side, where, f"{name}{r}", work, per_member,
-                                          server_pid=server.proc.pid if server.proc else None)
+                    got = await one_round(
+                        server.url,
+                        nc,
+                        api,
+                        side,
+                        where,
+                        f"{name}{r}",
+                        work,
+                        per_member,
+                        server_pid=server.proc.pid if server.proc else None,
+                    )
                     samples.setdefault(label, {}).setdefault(name, []).append(got)
     return samples
 
@@ -335,36 +426,91 @@ async def run(size: Size) -> Result:
     for label, what in works:
         cg, raw = best(samples[label]["cg"]), best(samples[label]["raw"])
         r = ratio(cg, raw)
-        res.rows.append(Row(f"time per message, {what}", cg, "ms", raw, "raw pinned loop, same work and double ack", r,
-                            f"<= {TARGET}", r is not None and r <= TARGET))
+        res.rows.append(
+            Row(
+                f"time per message, {what}",
+                cg,
+                "ms",
+                raw,
+                "raw pinned loop, same work and double ack",
+                r,
+                f"<= {TARGET}",
+                r is not None and r <= TARGET,
+            )
+        )
         lines = best(samples[label]["lines"])
-        res.rows.append(Row("same, vs the raw loop printing the same two lines", cg, "ms", lines,
-                            "raw loop + cg's lines", ratio(cg, lines), "", None))
+        res.rows.append(
+            Row(
+                "same, vs the raw loop printing the same two lines",
+                cg,
+                "ms",
+                lines,
+                "raw loop + cg's lines",
+                ratio(cg, lines),
+                "",
+                None,
+            )
+        )
     none = samples["none"]
     cpu = {side: median(none[side], 1) for side in none}
     for side, what in (("raw", "raw pinned loop"), ("lines", "raw loop + cg's lines")):
-        res.rows.append(Row(f"member CPU per message, no work (median; lower is better), vs {what}", cpu["cg"], "us",
-                            cpu[side], what, ratio(cpu["cg"], cpu[side]), "", None))
+        res.rows.append(
+            Row(
+                f"member CPU per message, no work (median; lower is better), vs {what}",
+                cpu["cg"],
+                "us",
+                cpu[side],
+                what,
+                ratio(cpu["cg"], cpu[side]),
+                "",
+                None,
+            )
+        )
     if "uvloop" in none:
         for label, what in works:
             uv, raw = best(samples[label]["uvloop"]), best(samples[label]["raw"])
-            res.rows.append(Row(f"with the uvloop extra: time per message, {what}", uv, "ms", raw,
-                                "raw pinned loop", ratio(uv, raw), "", None))
-        res.rows.append(Row("with the uvloop extra: member CPU per message, no work (median)", cpu["uvloop"], "us",
-                            cpu["raw"], "raw pinned loop", ratio(cpu["uvloop"], cpu["raw"]), "", None))
+            res.rows.append(
+                Row(
+                    f"with the uvloop extra: time per message, {what}",
+                    uv,
+                    "ms",
+                    raw,
+                    "raw pinned loop",
+                    ratio(uv, raw),
+                    "",
+                    None,
+                )
+            )
+        res.rows.append(
+            Row(
+                "with the uvloop extra: member CPU per message, no work (median)",
+                cpu["uvloop"],
+                "us",
+                cpu["raw"],
+                "raw pinned loop",
+                ratio(cpu["uvloop"], cpu["raw"]),
+                "",
+                None,
+            )
+        )
     res.rows.extend(static_vs_elastic(none, samples.get("short", {})))
     slept = await sleep_accuracy(WORK) * 1000
-    res.rows.append(Row("`--sleep 5ms` sleeps (median)", slept, "ms", WORK * 1000, "asked", ratio(slept, WORK * 1000),
-                        "", None))
-    res.details = {"rounds_ms_cpu_us_server_cpu_us_span_s": samples, "cpu_us_median_no_work": cpu, "work_s": WORK,
-                   "members": len(MEMBERS), "partitions": PARTITIONS,
-                   "messages": {"work": size.p7_work_messages, "none": size.p7_idle_messages,
-                                "short": size.p7_work_messages},
-                   "sleep_5ms_median_ms": slept}
+    res.rows.append(
+        Row("`--sleep 5ms` sleeps (median)", slept, "ms", WORK * 1000, "asked", ratio(slept, WORK * 1000), "", None)
+    )
+    res.details = {
+        "rounds_ms_cpu_us_server_cpu_us_span_s": samples,
+        "cpu_us_median_no_work": cpu,
+        "work_s": WORK,
+        "members": len(MEMBERS),
+        "partitions": PARTITIONS,
+        "messages": {"work": size.p7_work_messages, "none": size.p7_idle_messages, "short": size.p7_work_messages},
+        "sleep_5ms_median_ms": slept,
+    }
     return res
 
 
-TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"   # every message's producer
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # every message's producer
 
 
 def otlp_sink() -> tuple[str, Any]:
@@ -372,8 +518,9 @@ def otlp_sink() -> tuple[str, Any]:
     the endpoint and the process."""
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.p7_consume", "--sink"], stdout=subprocess.PIPE,
-                            text=True, cwd=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.p7_consume", "--sink"], stdout=subprocess.PIPE, text=True, cwd=str(ROOT)
+    )
     assert proc.stdout is not None
     return proc.stdout.readline().strip(), proc
 
@@ -429,14 +576,19 @@ def wrapper_cost(endpoint: str, n: int = 20_000) -> dict[str, float]:
     def handler(msg: object) -> None:
         return None
 
-    providers = {"spans, no exporter": TracerProvider(shutdown_on_exit=False),
-                 "spans, batched, dropped": TracerProvider(shutdown_on_exit=False),
-                 "spans, batched, OTLP/HTTP": TracerProvider(shutdown_on_exit=False)}
+    providers = {
+        "spans, no exporter": TracerProvider(shutdown_on_exit=False),
+        "spans, batched, dropped": TracerProvider(shutdown_on_exit=False),
+        "spans, batched, OTLP/HTTP": TracerProvider(shutdown_on_exit=False),
+    }
     providers["spans, batched, dropped"].add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=2 * n))
     providers["spans, batched, OTLP/HTTP"].add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"), max_queue_size=2 * n))
-    handlers = {"plain": handler, **{name: Tracing(p).instance("static", "P7", "g", "m1").wrap(handler)
-                                     for name, p in providers.items()}}
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"), max_queue_size=2 * n)
+    )
+    handlers = {
+        "plain": handler,
+        **{name: Tracing(p).instance("static", "P7", "g", "m1").wrap(handler) for name, p in providers.items()},
+    }
     cost = {}
     for name, h in handlers.items():
         msgs = [Message(stream_sequence=i) for i in range(n)]
@@ -453,7 +605,7 @@ def wrapper_cost(endpoint: str, n: int = 20_000) -> dict[str, float]:
 
 def paired(a: list[Round], b: list[Round], which: int = 0) -> list[float]:
     """Round by round, ``a``'s figure over ``b``'s (rounds where both have one)."""
-    return [u / v for x, y in zip(a, b) if (u := x[which]) is not None and (v := y[which])]
+    return [u / v for x, y in zip(a, b, strict=False) if (u := x[which]) is not None and (v := y[which])]
 
 
 def static_vs_elastic(none: dict[str, list[Round]], short: dict[str, list[Round]]) -> list[Row]:
@@ -467,16 +619,46 @@ def static_vs_elastic(none: dict[str, list[Round]], short: dict[str, list[Round]
     ratios = paired(static, elastic)
     r = statistics.median(ratios) if ratios else None
     loop = "uvloop" if static_twin(none) == "uvloop" else "asyncio"
-    rows = [Row(f"no work: cg static vs cg elastic consume ({loop}), time per message, median of the rounds' ratios",
-                median(static), "ms", median(elastic), "elastic, same shape, round by round", r,
-                f"<= {ELASTIC_TARGET}", r is not None and r <= ELASTIC_TARGET)]
+    rows = [
+        Row(
+            f"no work: cg static vs cg elastic consume ({loop}), time per message, median of the rounds' ratios",
+            median(static),
+            "ms",
+            median(elastic),
+            "elastic, same shape, round by round",
+            r,
+            f"<= {ELASTIC_TARGET}",
+            r is not None and r <= ELASTIC_TARGET,
+        )
+    ]
     for which, whose in ((1, "member"), (2, "nats-server")):
         a, b = median(static, which), median(elastic, which)
-        rows.append(Row(f"no work: {whose} CPU per message (median), static vs elastic", a, "us", b, "elastic",
-                        ratio(a, b), "", None))
+        rows.append(
+            Row(
+                f"no work: {whose} CPU per message (median), static vs elastic",
+                a,
+                "us",
+                b,
+                "elastic",
+                ratio(a, b),
+                "",
+                None,
+            )
+        )
     a, b = median(short[static_twin(short)], 3), median(short["elastic"], 3)
-    rows.append(Row("1,600 stored messages, no work: first ack to last, 4 members (median; start-up spread "
-                    "included), static vs elastic", a, "s", b, "elastic", ratio(a, b), "", None))
+    rows.append(
+        Row(
+            "1,600 stored messages, no work: first ack to last, 4 members (median; start-up spread "
+            "included), static vs elastic",
+            a,
+            "s",
+            b,
+            "elastic",
+            ratio(a, b),
+            "",
+            None,
+        )
+    )
     return rows
 
 
@@ -510,8 +692,10 @@ def main() -> None:
         label, eq, path = checkout.partition("=")
         name, _, flavour = label.partition(":")
         if not (eq and re.fullmatch(r"[\w-]+", name) and flavour in ("", "elastic") and Path(path).is_dir()):
-            p.error(f"{checkout!r}: give LABEL=PATH or LABEL:elastic=PATH (LABEL: letters, digits, '-' and '_'; "
-                    "PATH: a checkout's folder)")
+            p.error(
+                f"{checkout!r}: give LABEL=PATH or LABEL:elastic=PATH (LABEL: letters, digits, '-' and '_'; "
+                "PATH: a checkout's folder)"
+            )
         sides[name] = Side("elastic" if flavour else "cg", Path(path).resolve(), ASYNCIO)
     if not sides:
         p.error("no side to run")
@@ -533,11 +717,16 @@ def main() -> None:
         for name, rounds in by_side.items():
             ms = [r[0] for r in rounds if r[0] is not None]
             spans = " ".join(f"{r[3]:.3f}" for r in rounds if r[3] is not None)
-            timed = (f"best {min(ms):.3f} ms  median {statistics.median(ms):.3f} ms  " if ms else
-                     "no overlap of the members to time  ")
-            print(f"{label:5} {name:8} {timed}CPU/msg median {median(rounds, 1) or 0:.0f} us, server's "
-                  f"{median(rounds, 2) or 0:.0f} us  rounds {' '.join(f'{v:.3f}' for v in ms)}  first to last ack "
-                  f"{spans} s")
+            timed = (
+                f"best {min(ms):.3f} ms  median {statistics.median(ms):.3f} ms  "
+                if ms
+                else "no overlap of the members to time  "
+            )
+            print(
+                f"{label:5} {name:8} {timed}CPU/msg median {median(rounds, 1) or 0:.0f} us, server's "
+                f"{median(rounds, 2) or 0:.0f} us  rounds {' '.join(f'{v:.3f}' for v in ms)}  first to last ack "
+                f"{spans} s"
+            )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,7 @@ def commands(url: str) -> dict[str, list[str]]:
 
 
 def environment(config_home: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NATS_", "CG_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "CG_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["XDG_CONFIG_HOME"] = config_home
     return env
@@ -74,8 +73,9 @@ def environment(config_home: str) -> dict[str, str]:
 def time_one(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     """Wall-clock seconds of one run and its stdout; a failed run is an error."""
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+    )
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[-3:])} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
@@ -119,8 +119,14 @@ async def run(size: Size) -> Result:
         row("cg --fisk-introspect", "cg --fisk-introspect"),
         row("cg static ls STREAM (local server)", "cg static ls", "<= 8", 8.0),
         row("floor: import nats + connect + one request", "floor"),
-        Row("cg static ls STREAM vs the floor", med["cg static ls"], "s", med["floor"], "floor",
-            ratio(med["cg static ls"], med["floor"])),
+        Row(
+            "cg static ls STREAM vs the floor",
+            med["cg static ls"],
+            "s",
+            med["floor"],
+            "floor",
+            ratio(med["cg static ls"], med["floor"]),
+        ),
     ]
     res.details = {"median_s": med, "samples_s": samples, "rounds": rounds, "cg": cg_argv()}
     return res

@@ -29,8 +29,9 @@ MEMBERS = ["m1", "m2", "m3", "m4"]
 ROUNDS = 2
 
 
-async def _drain(url: str, js, stream: str, group: str, n: int, filters: list[PartitioningFilter],
-                 sources: list[str]) -> tuple[float, float]:
+async def _drain(
+    url: str, js, stream: str, group: str, n: int, filters: list[PartitioningFilter], sources: list[str]
+) -> tuple[float, float]:
     """(seconds from create to every message acked, seconds until the work queue held every message)."""
     done = 0
     finished = asyncio.Event()
@@ -44,11 +45,21 @@ async def _drain(url: str, js, stream: str, group: str, n: int, filters: list[Pa
 
     conns = [await connect(url) for _ in MEMBERS]
     t0 = time.perf_counter()
-    await create_elastic(conns[0], stream, group, PARTITIONS, partitioning_filters=filters, sources=sources or None,
-                         max_buffered_msgs=-1, max_buffered_bytes=-1)
+    await create_elastic(
+        conns[0],
+        stream,
+        group,
+        PARTITIONS,
+        partitioning_filters=filters,
+        sources=sources or None,
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     await add_members(conns[0], stream, group, MEMBERS)
-    insts = [await elastic_consume(c, stream, group, m, handle, config=ConsumerConfig(max_ack_pending=100, ack_wait=5))
-             for c, m in zip(conns, MEMBERS)]
+    insts = [
+        await elastic_consume(c, stream, group, m, handle, config=ConsumerConfig(max_ack_pending=100, ack_wait=5))
+        for c, m in zip(conns, MEMBERS, strict=False)
+    ]
     sourced = None
     try:
         while not finished.is_set():
@@ -79,18 +90,52 @@ async def run(size: Size) -> Result:
         await publish_all(nc, [f"P9A.a.k{i % 1000}" for i in range(half)])
         await publish_all(nc, [f"P9B.b.k{i % 1000}" for i in range(half)])
         one, agg = [], []
-        for rnd in range(ROUNDS):   # alternated, best of each: the first group on a server pays for warming up
-            one.append(await _drain(server.url, js, "P9ONE", f"g{rnd}", 2 * half, [PartitioningFilter("P9ONE.a.*", [1])],
-                                    []))
-            agg.append(await _drain(server.url, js, "P9A", f"g{rnd}", 2 * half, [
-                PartitioningFilter("P9A.a.*", [1]), PartitioningFilter("P9B.b.*", [1])], ["P9B"]))
+        for rnd in range(ROUNDS):  # alternated, best of each: the first group on a server pays for warming up
+            one.append(
+                await _drain(server.url, js, "P9ONE", f"g{rnd}", 2 * half, [PartitioningFilter("P9ONE.a.*", [1])], [])
+            )
+            agg.append(
+                await _drain(
+                    server.url,
+                    js,
+                    "P9A",
+                    f"g{rnd}",
+                    2 * half,
+                    [PartitioningFilter("P9A.a.*", [1]), PartitioningFilter("P9B.b.*", [1])],
+                    ["P9B"],
+                )
+            )
         (one_s, one_src), (agg_s, agg_src) = min(one), min(agg)
     one_rate, agg_rate = 2 * half / one_s, 2 * half / agg_s
     r = ratio(agg_rate, one_rate)
-    res.rows.append(Row(f"aggregate group, 2 streams ({2 * half:,} msgs, 8 partitions, 4 members): create to all "
-                        "acked", agg_rate, "msg/s", one_rate, "one-stream group, same messages", r, "info", None))
-    res.rows.append(Row("  of which sourcing the backlog into the work queue", 2 * half / agg_src, "msg/s",
-                        2 * half / one_src, "one-stream group", ratio(2 * half / agg_src, 2 * half / one_src)))
-    res.details = {"messages": 2 * half, "one_stream_s": one_s, "one_stream_sourced_s": one_src,
-                   "aggregate_s": agg_s, "aggregate_sourced_s": agg_src, "rounds": {"one": one, "aggregate": agg}}
+    res.rows.append(
+        Row(
+            f"aggregate group, 2 streams ({2 * half:,} msgs, 8 partitions, 4 members): create to all acked",
+            agg_rate,
+            "msg/s",
+            one_rate,
+            "one-stream group, same messages",
+            r,
+            "info",
+            None,
+        )
+    )
+    res.rows.append(
+        Row(
+            "  of which sourcing the backlog into the work queue",
+            2 * half / agg_src,
+            "msg/s",
+            2 * half / one_src,
+            "one-stream group",
+            ratio(2 * half / agg_src, 2 * half / one_src),
+        )
+    )
+    res.details = {
+        "messages": 2 * half,
+        "one_stream_s": one_s,
+        "one_stream_sourced_s": one_src,
+        "aggregate_s": agg_s,
+        "aggregate_sourced_s": agg_src,
+        "rounds": {"one": one, "aggregate": agg},
+    }
     return res

@@ -82,7 +82,7 @@ class Worker:
                 self.proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 await self.proc.wait()
@@ -94,13 +94,20 @@ async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
     """``python -m MODULE ARGS`` from the repository, stdout piped, in a session of its own."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", module, *args, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL, cwd=str(ROOT), env=env,
-                                                start_new_session=True)
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=str(ROOT),
+        env=env,
+        start_new_session=True,
+    )
 
 
-async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "",
-                **options) -> Worker:
+async def spawn(url: str, flavour: str, stream: str, group: str, member: str, *, name: str = "", **options) -> Worker:
     """A ``benchmarks.worker`` process; ``options`` are its flags (True: a flag alone; False, None: left out)."""
     args = [url, flavour, stream, group, member]
     for k, v in options.items():

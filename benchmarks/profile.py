@@ -30,6 +30,7 @@ from .common import publish_all, server_and_connection, static_stream
 async def publish_only(url: str, n: int) -> None:
     from . import p1_throughput as p1
     from .common import connect
+
     nc = await connect(url)
     try:
         await publish_all(nc, [f"{p1.STREAM}.k{i % 100}" for i in range(n)])
@@ -41,6 +42,7 @@ async def p7_member(case: str, n: int) -> None:
     from pcgroups.jetstream._api import JetStreamApi
 
     from . import p7_consume as p7
+
     async with server_and_connection() as (server, nc):
         sink = None
         if case == "p7-otlp":
@@ -48,15 +50,20 @@ async def p7_member(case: str, n: int) -> None:
             otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
         else:
             otel = {"OTEL_TRACES_EXPORTER": "none"}
-        side = {"p7": p7.Side("cg", env=p7.ASYNCIO), "p7-uvloop": p7.Side("cg"), "p7-raw": p7.Side("raw"),
-                "p7-elastic": p7.Side("elastic", env=p7.ASYNCIO),
-                "p7-otel": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",)),
-                "p7-otlp": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",))}[case]
+        side = {
+            "p7": p7.Side("cg", env=p7.ASYNCIO),
+            "p7-uvloop": p7.Side("cg"),
+            "p7-raw": p7.Side("raw"),
+            "p7-elastic": p7.Side("elastic", env=p7.ASYNCIO),
+            "p7-otel": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",)),
+            "p7-otlp": p7.Side("cg", env={**p7.ASYNCIO, **otel}, args=("--otel",)),
+        }[case]
         await p7.backlog(nc, "PROF", side.flavour, n)
         pid = server.proc.pid if server.proc else None
         try:
-            ms, cpu, server_cpu, _ = await p7.one_round(server.url, nc, JetStreamApi(nc), side, "PROF", "prof", 0.0,
-                                                        n, ["m1"], server_pid=pid)
+            ms, cpu, server_cpu, _ = await p7.one_round(
+                server.url, nc, JetStreamApi(nc), side, "PROF", "prof", 0.0, n, ["m1"], server_pid=pid
+            )
         finally:
             if sink is not None:
                 sink.kill()
@@ -70,6 +77,7 @@ async def p6_burst(nc, js, n: int) -> float:
     from pcgroups import ConsumerConfig, create_static, static_consume
 
     from .common import wait_until
+
     await static_stream(js, "BURST", 1)
     await create_static(nc, "BURST", "g", 1, members=["m"])
     await publish_all(nc, ["BURST.A"] * n + [f"BURST.o{i}" for i in range(40)])
@@ -93,6 +101,7 @@ async def p6_burst(nc, js, n: int) -> float:
 async def main(case: str, n: int) -> None:
     from . import p1_throughput as p1
     from . import p6_keys as p6
+
     if case.startswith("p7"):
         await p7_member(case, n)
         return
@@ -101,8 +110,9 @@ async def main(case: str, n: int) -> None:
         if case.startswith("p1"):
             await static_stream(js, p1.STREAM, 1)
             # published by a child process, so the profile shows only consuming
-            subprocess.run([sys.executable, "-m", "benchmarks.profile", "publish", str(n), "--url", server.url],
-                           check=True)
+            subprocess.run(
+                [sys.executable, "-m", "benchmarks.profile", "publish", str(n), "--url", server.url], check=True
+            )
             t0 = time.perf_counter()
             if case == "p1":
                 await p1.pcg_round(nc, "g", n)
@@ -119,9 +129,23 @@ async def main(case: str, n: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["p1", "p1-raw", "p6", "p6-k1", "p6-burst", "p7", "p7-raw", "p7-uvloop",
-                                     "p7-elastic", "p7-otel", "p7-otlp",
-                                     "publish"])
+    ap.add_argument(
+        "case",
+        choices=[
+            "p1",
+            "p1-raw",
+            "p6",
+            "p6-k1",
+            "p6-burst",
+            "p7",
+            "p7-raw",
+            "p7-uvloop",
+            "p7-elastic",
+            "p7-otel",
+            "p7-otlp",
+            "publish",
+        ],
+    )
     ap.add_argument("n", type=int, nargs="?", default=100_000)
     ap.add_argument("--pyinstrument", action="store_true")
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -131,6 +155,7 @@ if __name__ == "__main__":
         sys.exit(0)
     if a.pyinstrument:
         from pyinstrument import Profiler
+
         prof = Profiler(async_mode="disabled", interval=0.0005)
         prof.start()
         asyncio.run(main(a.case, a.n))

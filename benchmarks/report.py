@@ -24,8 +24,15 @@ def cells(res: Result, row: Row) -> list[str]:
     base = fmt(row.baseline, row.unit)
     if row.baseline_label:
         base = f"{base} ({row.baseline_label})"
-    return [res.id, row.metric, fmt(row.value, row.unit), base,
-            "-" if row.ratio is None else f"{row.ratio:.2f}", row.target or "-", met]
+    return [
+        res.id,
+        row.metric,
+        fmt(row.value, row.unit),
+        base,
+        "-" if row.ratio is None else f"{row.ratio:.2f}",
+        row.target or "-",
+        met,
+    ]
 
 
 HEADER = ["id", "metric", "pcgroups", "baseline (same run)", "ratio", "target", "met"]
@@ -43,8 +50,10 @@ def markdown(results: list[Result]) -> str:
 
 def render(results: list[Result], doc: dict, *, plain: bool) -> None:
     m = doc["machine"]
-    head = (f"pcgroups benchmarks ({doc['size']}, {doc['seconds']:.0f}s): {m['nproc']} cores, "
-            f"python {m['python']}, nats-py {m['nats_py']}, {m['nats_server']}")
+    head = (
+        f"pcgroups benchmarks ({doc['size']}, {doc['seconds']:.0f}s): {m['nproc']} cores, "
+        f"python {m['python']}, nats-py {m['nats_py']}, {m['nats_server']}"
+    )
     summary = doc["summary"]
     tail = f"{summary['met']} met, {summary['missed']} missed, errors: {', '.join(summary['errors']) or 'none'}"
     if plain:
@@ -54,6 +63,7 @@ def render(results: list[Result], doc: dict, *, plain: bool) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+
     table = Table(title=head, show_lines=False)
     for h in HEADER:
         table.add_column(h, overflow="fold")

@@ -42,22 +42,30 @@ from typing import Any
 import nats
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static, delete_members,
-                      get_elastic_config, work_queue_name)
-from pcgroups.testing._cluster import EmbeddedCluster
+from pcgroups import (
+    JetStreamApi,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    create_static,
+    delete_members,
+    get_elastic_config,
+    work_queue_name,
+)
 from pcgroups.errors import NotFoundError
 from pcgroups.ops._exporter import GroupsExporter
+from pcgroups.testing._cluster import EmbeddedCluster
 from pcgroups.testing._server import EmbeddedServer, free_port
 
 from .common import median
 from .procs import ROOT, Worker, start_module
 
 PARTITIONS = 1024
-PER_PROCESS = 5            # automatic instances per worker process
-GROUPS_PER_PROCESS = 50    # group instances per worker process
-STEADY = 10.0              # seconds of steady state measured
-POLL = 0.5                 # seconds between two looks at the owners
-LEASE_TTL = 5.0            # the automatic instances' lease TTL (the default): renewed every TTL/3
+PER_PROCESS = 5  # automatic instances per worker process
+GROUPS_PER_PROCESS = 50  # group instances per worker process
+STEADY = 10.0  # seconds of steady state measured
+POLL = 0.5  # seconds between two looks at the owners
+LEASE_TTL = 5.0  # the automatic instances' lease TTL (the default): renewed every TTL/3
 
 
 # ============================================================== the server(s) and what they count
@@ -71,8 +79,8 @@ class Site:
         self.monitor_ports: list[int] = []
         self.nc: Any = None
         self.api: Any = None
-        self.mine = 0   # API requests this harness sent (left out of the server's counts)
-        self.stale_reads = 0   # groups not found right after their create
+        self.mine = 0  # API requests this harness sent (left out of the server's counts)
+        self.stale_reads = 0  # groups not found right after their create
 
     @property
     def replicas(self) -> int:
@@ -80,9 +88,9 @@ class Site:
 
     @property
     def url(self) -> str:
-        return self.nodes.url if self.nodes is not None else self.server.url   # type: ignore[union-attr]
+        return self.nodes.url if self.nodes is not None else self.server.url  # type: ignore[union-attr]
 
-    async def __aenter__(self) -> "Site":
+    async def __aenter__(self) -> Site:
         if self.cluster:
             self.nodes = await asyncio.to_thread(EmbeddedCluster(size=3).start)
             self.monitor_ports = [n.http_port for n in self.nodes.nodes]
@@ -97,6 +105,7 @@ class Site:
             async def request(self, subject, body=None, *, timeout=None):
                 site.mine += 1
                 return await super().request(subject, body, timeout=timeout)
+
         self.api = Counted(self.nc, timeout=10)
         return self
 
@@ -110,6 +119,7 @@ class Site:
 
     def _get(self, port: int, path: str) -> dict[str, Any]:
         import urllib.request
+
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
             return json.loads(r.read())
 
@@ -119,6 +129,7 @@ class Site:
 
     async def counters(self) -> dict[str, float]:
         """The servers' API requests (less this harness's), messages in and out, CPU seconds, now."""
+
         def read() -> dict[str, float]:
             out = {"api": 0.0, "in_msgs": 0.0, "out_msgs": 0.0}
             for port in self.monitor_ports:
@@ -128,6 +139,7 @@ class Site:
                 out["out_msgs"] += varz["out_msgs"]
             out["cpu"] = sum(process_cpu_seconds(pid) for pid in self.pids())
             return out
+
         c = await asyncio.to_thread(read)
         c["api"] -= self.mine
         c["t"] = time.monotonic()
@@ -139,7 +151,7 @@ class Site:
         for s in streams:
             try:
                 out[s] = len(await self.api.list_consumers(s))
-            except Exception:  # noqa: BLE001 - a bucket not made yet
+            except Exception:
                 out[s] = 0
         return out
 
@@ -158,11 +170,14 @@ def process_cpu_seconds(pid: int) -> float:
 def rates(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Per second between two counter readings: API requests, messages in and out, server CPU (%)."""
     dt = max(after["t"] - before["t"], 1e-6)
-    return {"seconds": round(dt, 2), "api_per_s": round((after["api"] - before["api"]) / dt, 1),
-            "api_requests": int(after["api"] - before["api"]),
-            "in_msgs_per_s": round((after["in_msgs"] - before["in_msgs"]) / dt, 1),
-            "out_msgs_per_s": round((after["out_msgs"] - before["out_msgs"]) / dt, 1),
-            "server_cpu_pct": round(100 * (after["cpu"] - before["cpu"]) / dt, 1)}
+    return {
+        "seconds": round(dt, 2),
+        "api_per_s": round((after["api"] - before["api"]) / dt, 1),
+        "api_requests": int(after["api"] - before["api"]),
+        "in_msgs_per_s": round((after["in_msgs"] - before["in_msgs"]) / dt, 1),
+        "out_msgs_per_s": round((after["out_msgs"] - before["out_msgs"]) / dt, 1),
+        "server_cpu_pct": round(100 * (after["cpu"] - before["cpu"]) / dt, 1),
+    }
 
 
 # ============================================================== worker processes
@@ -191,7 +206,7 @@ class Proc(Worker):
             self.done, self.stats = ev, ev
 
     def _ended(self) -> None:
-        self.ready.set()   # nobody waits for a ready that will not come
+        self.ready.set()  # nobody waits for a ready that will not come
 
 
 async def spawn(url: str, *args: str) -> Proc:
@@ -213,9 +228,12 @@ def totals(procs: list[Proc]) -> dict[str, Any]:
         for template, n in (p.stats.get("warnings") or {}).items():
             warnings[template] = warnings.get(template, 0) + int(n)
             examples.setdefault(template, (p.stats.get("warning_examples") or {}).get(template, template))
-    return {"conflicts": sum(int(p.stats.get("conflicts", 0)) for p in procs),
-            "rebalances": sum(int(p.stats.get("rebalances", 0)) for p in procs), "warnings": warnings,
-            "examples": examples}
+    return {
+        "conflicts": sum(int(p.stats.get("conflicts", 0)) for p in procs),
+        "rebalances": sum(int(p.stats.get("rebalances", 0)) for p in procs),
+        "warnings": warnings,
+        "examples": examples,
+    }
 
 
 def said(t: dict[str, Any]) -> str:
@@ -246,7 +264,7 @@ async def one_owner_each(site: Site, stream: str, group: str, live: set[str], ti
             if set(mapped) == live and held == mapped:
                 return time.monotonic()
             last = f"{len(mapped)} mapped, {len(held)} consumers, {len(live)} live"
-        except Exception as e:  # noqa: BLE001 - a config being written, a consumer going away
+        except Exception as e:
             last = repr(e)
         await asyncio.sleep(POLL)
     raise TimeoutError(f"the partitions did not settle on {len(live)} members within {timeout:.0f}s ({last})")
@@ -256,39 +274,54 @@ async def crowd(n: int, *, cluster: bool = False, log=print) -> dict[str, Any]:
     """N automatic instances on one group of 1,024 partitions: join, steady state, half of them stopped."""
     stream, group = "CROWD", "g"
     async with Site(cluster) as site:
-        await site.nc.jetstream().add_stream(StreamConfig(name=stream, subjects=["crowd.*"],
-                                                          num_replicas=site.replicas))
-        await create_elastic(site.nc, stream, group, PARTITIONS,
-                             partitioning_filters=[PartitioningFilter("crowd.*", [1])])
+        await site.nc.jetstream().add_stream(
+            StreamConfig(name=stream, subjects=["crowd.*"], num_replicas=site.replicas)
+        )
+        await create_elastic(
+            site.nc, stream, group, PARTITIONS, partitioning_filters=[PartitioningFilter("crowd.*", [1])]
+        )
         before = await site.counters()
         t0 = time.monotonic()
-        procs = await asyncio.gather(*(spawn(site.url, "auto", stream, group, "--count", str(PER_PROCESS),
-                                             "--lease-ttl", str(LEASE_TTL))
-                                       for _ in range(n // PER_PROCESS)))
+        procs = await asyncio.gather(
+            *(
+                spawn(site.url, "auto", stream, group, "--count", str(PER_PROCESS), "--lease-ttl", str(LEASE_TTL))
+                for _ in range(n // PER_PROCESS)
+            )
+        )
         try:
             await all_ready(procs, 120 + 2 * n)
             joined = time.monotonic() - (time.time() - max(p.ready_at for p in procs))
             live = {m for p in procs for m in p.members}
             settled = await one_owner_each(site, stream, group, live, 120 + 3 * n)
             after = await site.counters()
-            await asyncio.sleep(1.5)   # the workers' last stats lines
+            await asyncio.sleep(1.5)  # the workers' last stats lines
             errors = [e for p in procs for e in p.errors]
-            join = {"seconds": round(settled - t0, 2), "after_last_join_s": round(settled - joined, 2),
-                    "started": len(live), "start_errors": len(errors), "start_error": errors[0] if errors else "",
-                    **totals(procs), **rates(before, after)}
-            log(f"  crowd {n}: one owner per partition {join['seconds']:.1f}s after the start "
+            join = {
+                "seconds": round(settled - t0, 2),
+                "after_last_join_s": round(settled - joined, 2),
+                "started": len(live),
+                "start_errors": len(errors),
+                "start_error": errors[0] if errors else "",
+                **totals(procs),
+                **rates(before, after),
+            }
+            log(
+                f"  crowd {n}: one owner per partition {join['seconds']:.1f}s after the start "
                 f"({join['after_last_join_s']:.1f}s after the last join), {join['conflicts']} conflicts, "
                 f"{join['rebalances']} writes, {join['api_per_s']:.0f} API req/s"
                 + (f"; warnings: {said(join)}" if join["warnings"] else "")
-                + (f"; {len(errors)} did not start: {errors[0]}" if errors else ""))
+                + (f"; {len(errors)} did not start: {errors[0]}" if errors else "")
+            )
             s0 = await site.counters()
             await asyncio.sleep(STEADY)
             steady = rates(s0, await site.counters())
             steady["kv_consumers"] = await site.consumers_of(["KV_elastic-consumer-groups", "KV_pcgroups-leases"])
-            log(f"  crowd {n}: steady {steady['api_per_s']:.0f} API req/s, {steady['out_msgs_per_s']:.0f} msgs "
-                f"out/s, server CPU {steady['server_cpu_pct']:.0f} %, KV consumers {steady['kv_consumers']}")
+            log(
+                f"  crowd {n}: steady {steady['api_per_s']:.0f} API req/s, {steady['out_msgs_per_s']:.0f} msgs "
+                f"out/s, server CPU {steady['server_cpu_pct']:.0f} %, KV consumers {steady['kv_consumers']}"
+            )
             # half of the processes stopped at once
-            gone, rest = procs[: len(procs) // 2], procs[len(procs) // 2:]
+            gone, rest = procs[: len(procs) // 2], procs[len(procs) // 2 :]
             base = totals(procs)
             before = await site.counters()
             t1 = time.monotonic()
@@ -299,19 +332,34 @@ async def crowd(n: int, *, cluster: bool = False, log=print) -> dict[str, Any]:
             await asyncio.gather(*(p.stop(60) for p in gone))
             await asyncio.sleep(1.5)
             now = totals(procs)
-            half = {"seconds": round(settled - t1, 2), "conflicts": now["conflicts"] - base["conflicts"],
-                    "rebalances": now["rebalances"] - base["rebalances"],
-                    "warnings": {k: v - base["warnings"].get(k, 0) for k, v in now["warnings"].items()
-                                 if v > base["warnings"].get(k, 0)}, "examples": now["examples"],
-                    "stop_s_max": max(float((p.done or {}).get("stop_seconds", 0)) for p in gone),
-                    **rates(before, after)}
-            log(f"  crowd {n}: half stopped, one owner per partition again after {half['seconds']:.1f}s, "
+            half = {
+                "seconds": round(settled - t1, 2),
+                "conflicts": now["conflicts"] - base["conflicts"],
+                "rebalances": now["rebalances"] - base["rebalances"],
+                "warnings": {
+                    k: v - base["warnings"].get(k, 0)
+                    for k, v in now["warnings"].items()
+                    if v > base["warnings"].get(k, 0)
+                },
+                "examples": now["examples"],
+                "stop_s_max": max(float((p.done or {}).get("stop_seconds", 0)) for p in gone),
+                **rates(before, after),
+            }
+            log(
+                f"  crowd {n}: half stopped, one owner per partition again after {half['seconds']:.1f}s, "
                 f"{half['conflicts']} conflicts, {half['rebalances']} writes, {half['api_per_s']:.0f} API req/s"
-                + (f"; warnings: {said(half)}" if half["warnings"] else ""))
+                + (f"; warnings: {said(half)}" if half["warnings"] else "")
+            )
         finally:
             await asyncio.gather(*(p.stop(60) for p in procs), return_exceptions=True)
-        return {"instances": n, "processes": len(procs), "cluster": cluster, "join": join, "steady": steady,
-                "stop_half": half}
+        return {
+            "instances": n,
+            "processes": len(procs),
+            "cluster": cluster,
+            "join": join,
+            "steady": steady,
+            "stop_half": half,
+        }
 
 
 # ============================================================== many groups
@@ -320,10 +368,18 @@ async def timed_cg(url: str, *args: str, runs: int = 3) -> dict[str, Any]:
     times, error = [], ""
     for _ in range(runs):
         t = time.perf_counter()
-        p = await asyncio.create_subprocess_exec(sys.executable, "-m", "cg", "--server", url, *args,
-                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                 cwd=str(ROOT))
-        out, err = await p.communicate()
+        p = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cg",
+            "--server",
+            url,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(ROOT),
+        )
+        _out, err = await p.communicate()
         times.append(time.perf_counter() - t)
         if p.returncode:
             error = err.decode(errors="replace").strip().splitlines()[0] if err else f"exit {p.returncode}"
@@ -334,10 +390,13 @@ async def library_calls(site: Site, runs: int = 3) -> dict[str, float]:
     """What ``ls`` and ``status`` do, timed in this process (no interpreter start-up): median seconds."""
     from pcgroups import list_elastic_groups, list_static_groups
     from pcgroups.ops._status import elastic_status, static_status
-    calls = {"static ls": lambda: list_static_groups(site.nc, "MANY"),
-             "elastic ls": lambda: list_elastic_groups(site.nc, "EMANY"),
-             "static status": lambda: static_status(site.nc, "MANY", "s0"),
-             "elastic status": lambda: elastic_status(site.nc, "EMANY", "e0")}
+
+    calls = {
+        "static ls": lambda: list_static_groups(site.nc, "MANY"),
+        "elastic ls": lambda: list_elastic_groups(site.nc, "EMANY"),
+        "static status": lambda: static_status(site.nc, "MANY", "s0"),
+        "elastic status": lambda: elastic_status(site.nc, "EMANY", "e0"),
+    }
     out = {}
     for name, call in calls.items():
         times = []
@@ -376,14 +435,18 @@ async def exporter_refresh(site: Site, runs: int = 3) -> dict[str, Any]:
             await exp.refresh()
             times.append(exp.last_seconds)
             requests.append(exp.last_requests)
-        return {"seconds": round(median(times) or 0.0, 3), "requests": int(median(requests) or 0),
-                "groups": len(exp.statuses), "error": exp.last_error or ""}
+        return {
+            "seconds": round(median(times) or 0.0, 3),
+            "requests": int(median(requests) or 0),
+            "groups": len(exp.statuses),
+            "error": exp.last_error or "",
+        }
     finally:
         await nc.close()
 
 
 async def start_instances(site: Site, mode: str, stream: str, groups: list[str]) -> list[Proc]:
-    chunks = [groups[i:i + GROUPS_PER_PROCESS] for i in range(0, len(groups), GROUPS_PER_PROCESS)]
+    chunks = [groups[i : i + GROUPS_PER_PROCESS] for i in range(0, len(groups), GROUPS_PER_PROCESS)]
     return list(await asyncio.gather(*(spawn(site.url, mode, stream, ",".join(c)) for c in chunks)))
 
 
@@ -412,9 +475,14 @@ async def many_groups(levels: list[int], *, cluster: bool = False, limit: bool =
     rows, limit_row = [], None
     async with Site(cluster) as site:
         js = site.nc.jetstream()
-        await js.add_stream(StreamConfig(name="MANY", subjects=["many.*"], num_replicas=site.replicas,
-                                         subject_transform=SubjectTransform(src="many.*",
-                                                                            dest="{{partition(4,1)}}.many.{{wildcard(1)}}")))
+        await js.add_stream(
+            StreamConfig(
+                name="MANY",
+                subjects=["many.*"],
+                num_replicas=site.replicas,
+                subject_transform=SubjectTransform(src="many.*", dest="{{partition(4,1)}}.many.{{wildcard(1)}}"),
+            )
+        )
         await js.add_stream(StreamConfig(name="EMANY", subjects=["emany.*"], num_replicas=site.replicas))
         made = 0
         procs: list[Proc] = []
@@ -425,35 +493,48 @@ async def many_groups(levels: list[int], *, cluster: bool = False, limit: bool =
             row: dict[str, Any] = {"groups": 2 * half, "create_s_per_group": round(per_group, 3)}
             row["exporter"] = await exporter_refresh(site)
             row["library"] = await library_calls(site)
-            row["cg"] = {"static ls": await timed_cg(site.url, "static", "ls", "MANY"),
-                         "elastic ls": await timed_cg(site.url, "elastic", "ls", "EMANY"),
-                         "static status": await timed_cg(site.url, "static", "status", "MANY", "s0"),
-                         "elastic status": await timed_cg(site.url, "elastic", "status", "EMANY", "e0")}
-            log(f"  {2 * half} groups: exporter {row['exporter']['seconds']:.2f}s / {row['exporter']['requests']} "
-                f"requests; " + ", ".join(f"cg {k} {v['seconds']:.2f}s ({row['library'][k] * 1000:.0f} ms in the "
-                                          f"library)" for k, v in row["cg"].items()))
+            row["cg"] = {
+                "static ls": await timed_cg(site.url, "static", "ls", "MANY"),
+                "elastic ls": await timed_cg(site.url, "elastic", "ls", "EMANY"),
+                "static status": await timed_cg(site.url, "static", "status", "MANY", "s0"),
+                "elastic status": await timed_cg(site.url, "elastic", "status", "EMANY", "e0"),
+            }
+            log(
+                f"  {2 * half} groups: exporter {row['exporter']['seconds']:.2f}s / {row['exporter']['requests']} "
+                f"requests; "
+                + ", ".join(
+                    f"cg {k} {v['seconds']:.2f}s ({row['library'][k] * 1000:.0f} ms in the library)"
+                    for k, v in row["cg"].items()
+                )
+            )
             before = await site.counters()
             t = time.monotonic()
-            procs = (await start_instances(site, "static", "MANY", [f"s{i}" for i in range(half)])
-                     + await start_instances(site, "elastic", "EMANY", [f"e{i}" for i in range(half)]))
+            procs = await start_instances(
+                site, "static", "MANY", [f"s{i}" for i in range(half)]
+            ) + await start_instances(site, "elastic", "EMANY", [f"e{i}" for i in range(half)])
             try:
                 await all_ready(procs, 120 + level)
                 row["instances"] = sum(len(p.members) for p in procs)
                 row["start_s"] = round(time.monotonic() - t, 2)
                 row["start"] = rates(before, await site.counters())
                 row["start_errors"] = [e for p in procs for e in p.errors][:3]
-                row["kv_consumers"] = await site.consumers_of(["KV_static-consumer-groups",
-                                                               "KV_elastic-consumer-groups"])
+                row["kv_consumers"] = await site.consumers_of(
+                    ["KV_static-consumer-groups", "KV_elastic-consumer-groups"]
+                )
                 s0 = await site.counters()
                 await asyncio.sleep(STEADY)
                 row["steady"] = rates(s0, await site.counters())
-                row["change_s"] = await change_latency(site, procs, [f"e{i}" for i in range(0, half, max(1, half // 5))])
+                row["change_s"] = await change_latency(
+                    site, procs, [f"e{i}" for i in range(0, half, max(1, half // 5))]
+                )
                 row["exporter_running"] = await exporter_refresh(site)
-                log(f"  {2 * half} groups: {row['instances']} instances started in {row['start_s']:.1f}s, KV consumers "
+                log(
+                    f"  {2 * half} groups: {row['instances']} instances started in {row['start_s']:.1f}s, KV consumers "
                     f"{row['kv_consumers']}, steady {row['steady']['api_per_s']:.0f} API req/s "
                     f"{row['steady']['out_msgs_per_s']:.0f} msgs out/s CPU {row['steady']['server_cpu_pct']:.0f} %, "
                     f"config change seen after {row['change_s'] or 0:.2f}s, exporter "
-                    f"{row['exporter_running']['seconds']:.2f}s")
+                    f"{row['exporter_running']['seconds']:.2f}s"
+                )
                 if limit and level == levels[-1]:
                     limit_row = await find_limit(site, half, log)
             finally:
@@ -490,11 +571,16 @@ async def find_limit(site: Site, half: int, log) -> dict[str, Any]:
             if p.errors:
                 kv = await site.consumers_of(["KV_static-consumer-groups"])
                 ls = await timed_cg(site.url, "static", "ls", "MANY", runs=1)
-                row = {"instances_started": sum(len(x.members) for x in extra),
-                       "kv_static_consumers": kv["KV_static-consumer-groups"], "instance_error": p.errors[0],
-                       "cg_static_ls": ls["error"]}
-                log(f"  limit: refused at {row['kv_static_consumers']} consumers on KV_static-consumer-groups: "
-                    f"{row['instance_error']}")
+                row = {
+                    "instances_started": sum(len(x.members) for x in extra),
+                    "kv_static_consumers": kv["KV_static-consumer-groups"],
+                    "instance_error": p.errors[0],
+                    "cg_static_ls": ls["error"],
+                }
+                log(
+                    f"  limit: refused at {row['kv_static_consumers']} consumers on KV_static-consumer-groups: "
+                    f"{row['instance_error']}"
+                )
                 return row
         return {"instances_started": sum(len(x.members) for x in extra), "refused": False}
     finally:
@@ -505,31 +591,43 @@ async def find_limit(site: Site, half: int, log) -> dict[str, Any]:
 def tables(res: dict[str, Any]) -> str:
     out = []
     if res.get("crowd"):
-        out += ["| instances | one owner each after the start | after the last join | conflicts | writes | API req/s "
-                "| steady API req/s | steady msgs out/s | steady server CPU | half stopped: one owner each after "
-                "| conflicts | writes | API req/s |", "|" + "---|" * 13]
+        out += [
+            "| instances | one owner each after the start | after the last join | conflicts | writes | API req/s "
+            "| steady API req/s | steady msgs out/s | steady server CPU | half stopped: one owner each after "
+            "| conflicts | writes | API req/s |",
+            "|" + "---|" * 13,
+        ]
         for c in res["crowd"]:
             j, s, h = c["join"], c["steady"], c["stop_half"]
-            out.append(f"| {c['instances']}{' (3 nodes)' if c['cluster'] else ''} | {j['seconds']:.1f} s "
-                       f"| {j['after_last_join_s']:.1f} s | {j['conflicts']} | {j['rebalances']} | {j['api_per_s']:.0f} "
-                       f"| {s['api_per_s']:.0f} | {s['out_msgs_per_s']:.0f} | {s['server_cpu_pct']:.0f} % "
-                       f"| {h['seconds']:.1f} s | {h['conflicts']} | {h['rebalances']} | {h['api_per_s']:.0f} |")
+            out.append(
+                f"| {c['instances']}{' (3 nodes)' if c['cluster'] else ''} | {j['seconds']:.1f} s "
+                f"| {j['after_last_join_s']:.1f} s | {j['conflicts']} | {j['rebalances']} | {j['api_per_s']:.0f} "
+                f"| {s['api_per_s']:.0f} | {s['out_msgs_per_s']:.0f} | {s['server_cpu_pct']:.0f} % "
+                f"| {h['seconds']:.1f} s | {h['conflicts']} | {h['rebalances']} | {h['api_per_s']:.0f} |"
+            )
     if res.get("groups"):
         g = res["groups"]
-        out += ["", "| groups | exporter refresh | requests | `static ls` (in the library) | `elastic ls` "
-                "| `static status` | `elastic status` | instances started in | KV consumers (static, elastic) | steady API req/s "
-                "| steady msgs out/s | steady server CPU | config change seen after | exporter, instances running |",
-                "|" + "---|" * 14]
+        out += [
+            "",
+            "| groups | exporter refresh | requests | `static ls` (in the library) | `elastic ls` "
+            "| `static status` | `elastic status` | instances started in | KV consumers (static, elastic) | steady API req/s "
+            "| steady msgs out/s | steady server CPU | config change seen after | exporter, instances running |",
+            "|" + "---|" * 14,
+        ]
         for r in g["levels"]:
             cg, kv = r["cg"], r.get("kv_consumers", {})
-            out.append(f"| {r['groups']}{' (3 nodes)' if g['cluster'] else ''} | {r['exporter']['seconds']:.2f} s "
-                       f"| {r['exporter']['requests']} | " + " | ".join(
-                           f"{cg[k]['seconds']:.2f} s ({r['library'][k] * 1000:.0f} ms)"
-                           for k in ("static ls", "elastic ls", "static status", "elastic status"))
-                       + f" | {r['start_s']:.1f} s | {kv.get('KV_static-consumer-groups')}, "
-                       f"{kv.get('KV_elastic-consumer-groups')} | {r['steady']['api_per_s']:.0f} "
-                       f"| {r['steady']['out_msgs_per_s']:.0f} | {r['steady']['server_cpu_pct']:.0f} % "
-                       f"| {r['change_s'] or 0:.2f} s | {r['exporter_running']['seconds']:.2f} s |")
+            out.append(
+                f"| {r['groups']}{' (3 nodes)' if g['cluster'] else ''} | {r['exporter']['seconds']:.2f} s "
+                f"| {r['exporter']['requests']} | "
+                + " | ".join(
+                    f"{cg[k]['seconds']:.2f} s ({r['library'][k] * 1000:.0f} ms)"
+                    for k in ("static ls", "elastic ls", "static status", "elastic status")
+                )
+                + f" | {r['start_s']:.1f} s | {kv.get('KV_static-consumer-groups')}, "
+                f"{kv.get('KV_elastic-consumer-groups')} | {r['steady']['api_per_s']:.0f} "
+                f"| {r['steady']['out_msgs_per_s']:.0f} | {r['steady']['server_cpu_pct']:.0f} % "
+                f"| {r['change_s'] or 0:.2f} s | {r['exporter_running']['seconds']:.2f} s |"
+            )
         if g.get("limit"):
             out += ["", f"limit: {json.dumps(g['limit'])}"]
     return "\n".join(out)
@@ -539,6 +637,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     """The curves of docs/SCALE.md: the crowd (top) and many groups (bottom); one server in solid lines with
     circles, 3 nodes dashed with squares, one colour per measure."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -580,14 +679,21 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         line(ax[1][1], xs, [sum(r["kv_consumers"].values()) for r in rs], "consumers of the KV watches", cluster)
         line(ax[1][2], xs, [r["steady"]["server_cpu_pct"] for r in rs], "server CPU % (idle instances)", cluster)
         line(ax[1][2], xs, [r["start_s"] for r in rs], "seconds to start them", cluster)
-    titles = (("crowd: seconds until one owner per partition", "crowd: compare-and-set conflicts",
-               "crowd: the server, per second"),
-              ("many groups: seconds", "many groups: requests, consumers", "many groups: one instance each"))
-    for row, (axes, names) in enumerate(zip(ax, titles)):
-        for a, title in zip(axes, names):
+    titles = (
+        (
+            "crowd: seconds until one owner per partition",
+            "crowd: compare-and-set conflicts",
+            "crowd: the server, per second",
+        ),
+        ("many groups: seconds", "many groups: requests, consumers", "many groups: one instance each"),
+    )
+    for row, (axes, names) in enumerate(zip(ax, titles, strict=False)):
+        for a, title in zip(axes, names, strict=False):
             a.set_title(title + " (dashed: 3 nodes)", fontsize=9)
-            a.set_xlabel("automatic instances on 1,024 partitions" if row == 0
-                         else "groups (half static, half elastic)", fontsize=8)
+            a.set_xlabel(
+                "automatic instances on 1,024 partitions" if row == 0 else "groups (half static, half elastic)",
+                fontsize=8,
+            )
             a.set_xscale("log")
             a.legend(fontsize=6.5)
             a.grid(alpha=0.3)
@@ -600,6 +706,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
 
 def machine() -> dict[str, Any]:
     from .__main__ import machine as bench_machine
+
     return bench_machine()
 
 
@@ -608,11 +715,15 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--crowd", default="10,30,100", help="automatic instances per run (multiples of 5; '' for none)")
     p.add_argument("--groups", default="100,300,1000", help="group counts (even; '' for none)")
     p.add_argument("--cluster", action="store_true", help="on a 3-node cluster (R3) instead of one server")
-    p.add_argument("--limit", action="store_true", help="after the largest group count, start instances until "
-                                                        "the server refuses one")
+    p.add_argument(
+        "--limit",
+        action="store_true",
+        help="after the largest group count, start instances until the server refuses one",
+    )
     p.add_argument("--json", default="", help="write the results here")
-    p.add_argument("--merge", default="", help="with --plot: also draw the results of these earlier --json files "
-                                               "(comma-separated)")
+    p.add_argument(
+        "--merge", default="", help="with --plot: also draw the results of these earlier --json files (comma-separated)"
+    )
     p.add_argument("--plot", default="", help="draw the curves into this PNG (needs matplotlib)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -626,13 +737,17 @@ async def main(argv: list[str]) -> int:
     if any(g % 2 or g < 2 for g in levels) or levels != sorted(levels):
         p.error(f"--groups {args.groups}: even counts, growing")
     info = machine()
-    print(f"machine: {info['nproc']} CPUs, Python {info['python']}, {info['nats_server']}, load average "
-          f"{' '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}", flush=True)
+    print(
+        f"machine: {info['nproc']} CPUs, Python {info['python']}, {info['nats_server']}, load average "
+        f"{' '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}",
+        flush=True,
+    )
     res: dict[str, Any] = {"machine": info, "crowd": [], "groups": None}
     t0 = time.time()
 
     def log(text: str) -> None:
         print(text, flush=True)
+
     for n in crowd_sizes:
         res["crowd"].append(await crowd(n, cluster=args.cluster, log=log))
     if levels:
@@ -649,7 +764,7 @@ async def main(argv: list[str]) -> int:
         for path in filter(None, args.merge.split(",")):
             with open(path) as f:
                 earlier.append(json.load(f))
-        plot(earlier + [res], args.plot)
+        plot([*earlier, res], args.plot)
     return 0
 
 

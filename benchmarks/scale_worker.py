@@ -50,7 +50,7 @@ class Counts(logging.Handler):
         super().__init__(logging.DEBUG)
         self.conflicts = 0
         self.warnings: Counter[str] = Counter()
-        self.examples: dict[str, str] = {}      # template -> its first message
+        self.examples: dict[str, str] = {}  # template -> its first message
 
     def emit(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("compare-and-set conflict"):
@@ -85,15 +85,17 @@ async def main() -> None:
     def on_event(group: str):
         def note(event) -> None:
             emit(ev="event", group=group, kind=event.kind, partitions=list(getattr(event, "partitions", []) or []))
+
         return note
 
     conns: list = []
     if args.mode == "auto":
+
         async def one():
             nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1)
             conns.append(nc)
-            return await elastic_consume(nc, args.stream, args.groups, "", handler, auto=True,
-                                         lease_ttl=args.lease_ttl)
+            return await elastic_consume(nc, args.stream, args.groups, "", handler, auto=True, lease_ttl=args.lease_ttl)
+
         started = await asyncio.gather(*(one() for _ in range(args.count)), return_exceptions=True)
         names = [getattr(i, "member_name", "") for i in started]
     else:
@@ -101,15 +103,21 @@ async def main() -> None:
         conns.append(nc)
         consume = static_consume if args.mode == "static" else elastic_consume
         names = args.groups.split(",")
-        started = await asyncio.gather(*(consume(nc, args.stream, g, args.member, handler, on_event=on_event(g))
-                                         for g in names), return_exceptions=True)
+        started = await asyncio.gather(
+            *(consume(nc, args.stream, g, args.member, handler, on_event=on_event(g)) for g in names),
+            return_exceptions=True,
+        )
     insts = [i for i in started if not isinstance(i, BaseException)]
-    members = [n for n, i in zip(names, started) if not isinstance(i, BaseException)]
-    errors = [f"{n}: {i}" for n, i in zip(names, started) if isinstance(i, BaseException)]
+    members = [n for n, i in zip(names, started, strict=False) if not isinstance(i, BaseException)]
+    errors = [f"{n}: {i}" for n, i in zip(names, started, strict=False) if isinstance(i, BaseException)]
 
     def stats() -> dict:
-        return {"conflicts": counts.conflicts, "rebalances": sum(getattr(i, "rebalances", 0) for i in insts),
-                "warnings": dict(counts.warnings), "warning_examples": counts.examples}
+        return {
+            "conflicts": counts.conflicts,
+            "rebalances": sum(getattr(i, "rebalances", 0) for i in insts),
+            "warnings": dict(counts.warnings),
+            "warning_examples": counts.examples,
+        }
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -117,7 +125,7 @@ async def main() -> None:
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), 1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             emit(ev="stats", **stats())
     t0 = time.time()
     await asyncio.gather(*(i.stop() for i in insts), return_exceptions=True)

@@ -95,9 +95,15 @@ async def member_or_worker(nc, args: argparse.Namespace, loop: asyncio.AbstractE
     async def handler(msg):
         nonlocal count
         if report != "count":
-            emit(ev="start", seq=msg.sequence, n=msg.metadata.num_delivered, partition=msg.partition,
-                 subject=msg.subject, data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None)
-        if fetch is not None:   # the offer has no body (a headers-only consumer): its size is in a header
+            emit(
+                ev="start",
+                seq=msg.sequence,
+                n=msg.metadata.num_delivered,
+                partition=msg.partition,
+                subject=msg.subject,
+                data=msg.data.decode(errors="replace") if len(msg.data) <= 32 else None,
+            )
+        if fetch is not None:  # the offer has no body (a headers-only consumer): its size is in a header
             body = await fetch.body(msg.sequence)
             if len(body) != int((msg.headers or {}).get("Nats-Msg-Size", -1)):
                 raise RuntimeError(f"direct get of {msg.sequence}: {len(body)} bytes, not the message's")
@@ -109,19 +115,29 @@ async def member_or_worker(nc, args: argparse.Namespace, loop: asyncio.AbstractE
             emit(ev="end", seq=msg.sequence, subject=msg.subject)
 
     if args.flavour == "pool":
-        inst = await serve_worker(nc, args.pool_flavour, args.stream, args.group, handler, name=args.member,
-                                  capacity=args.capacity, ack_wait=args.ack_wait)
-        emit(ev="started")   # waiting for a dispatching member; "ready" once one answered
+        inst = await serve_worker(
+            nc,
+            args.pool_flavour,
+            args.stream,
+            args.group,
+            handler,
+            name=args.member,
+            capacity=args.capacity,
+            ack_wait=args.ack_wait,
+        )
+        emit(ev="started")  # waiting for a dispatching member; "ready" once one answered
         await inst.wait_for_consuming(30)
     else:
         consume = static_consume if args.flavour == "static" else elastic_consume
-        config = ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait,
-                                headers_only=args.headers_only)
+        config = ConsumerConfig(
+            max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait, headers_only=args.headers_only
+        )
         if args.dispatch:
             inst = await consume(nc, args.stream, args.group, args.member, config=config, dispatch=True)
         else:
-            inst = await consume(nc, args.stream, args.group, args.member, handler, config=config,
-                                 concurrency=args.concurrency)
+            inst = await consume(
+                nc, args.stream, args.group, args.member, handler, config=config, concurrency=args.concurrency
+            )
         await inst.wait_for_consuming(30)
     loop.add_signal_handler(signal.SIGTERM, inst.stop)
     emit(ev="ready", pid=os.getpid())
@@ -158,10 +174,18 @@ class DirectGet:
 async def plain(nc, args, loop) -> None:
     from nats.js.api import AckPolicy
     from nats.js.api import ConsumerConfig as NatsConsumerConfig
+
     js = nc.jetstream()
-    await js.add_consumer(args.stream, NatsConsumerConfig(
-        durable_name=args.group, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=args.max_ack_pending,
-        ack_wait=args.ack_wait, filter_subject=None if args.member in ("", ">") else args.member))
+    await js.add_consumer(
+        args.stream,
+        NatsConsumerConfig(
+            durable_name=args.group,
+            ack_policy=AckPolicy.EXPLICIT,
+            max_ack_pending=args.max_ack_pending,
+            ack_wait=args.ack_wait,
+            filter_subject=None if args.member in ("", ">") else args.member,
+        ),
+    )
     sub = await js.pull_subscribe_bind(args.group, args.stream)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -170,7 +194,7 @@ async def plain(nc, args, loop) -> None:
     while not stop.is_set():
         try:
             msgs = await sub.fetch(1, timeout=1)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
         for m in msgs:
             if args.report == "every":
@@ -187,6 +211,7 @@ async def raw(nc, args, loop) -> None:
     """MSG.NEXT with ``group`` and the pin id, batch 500 topped up at half, expiry max(AckWait/2, 1 s) as the
     session's; per message the work and a double ack, as the reference cg does."""
     from cg.consume import precise_sleep
+
     subject = f"$JS.API.CONSUMER.MSG.NEXT.{args.stream}.{args.group}"
     inbox = nc.new_inbox()
     expires = int(max(args.ack_wait / 2, 1.0) * 1e9)
@@ -213,8 +238,10 @@ async def raw(nc, args, loop) -> None:
             wake.set()
         if lines:
             seq = msg.reply.split(".")[-4]
-            out.write(f"[{args.member}] subject={msg.subject.partition('.')[2]}, seq={seq}, "
-                      f"pinnedID={state['pin']}{processing}")
+            out.write(
+                f"[{args.member}] subject={msg.subject.partition('.')[2]}, seq={seq}, "
+                f"pinnedID={state['pin']}{processing}"
+            )
             out.flush()
         if work:
             await precise_sleep(work)
@@ -238,7 +265,7 @@ async def raw(nc, args, loop) -> None:
         wake.clear()
         try:
             await asyncio.wait_for(wake.wait(), 0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     emit(ev="done", error=None)
     await nc.close()
@@ -248,6 +275,7 @@ if __name__ == "__main__":
     _args = parse_args()
     if _args.loop == "uvloop":
         import uvloop
+
         uvloop.run(main(_args))
     else:
         asyncio.run(main(_args))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -33,7 +33,8 @@ from .runtime import Runtime
 
 #: Command aliases for the fisk model, by command path.
 ALIASES: dict[tuple[str, ...], list[str]] = {
-    (f.name, command): list(aliases) for f in FLAVOURS for command, aliases in f.aliases.items()}
+    (f.name, command): list(aliases) for f in FLAVOURS for command, aliases in f.aliases.items()
+}
 
 
 def _demo() -> typer.Typer:
@@ -74,7 +75,10 @@ def _tools() -> typer.Typer:
 #: scripts/*.sh, and how the README makes streams without the nats CLI) is listed like the others. Each
 #: app is built on its own, so none adds Typer's shell-completion options (``add_completion=False``).
 TOP_LEVEL: dict[str, tuple[Callable[[], typer.Typer], bool]] = {
-    "demo": (_demo, False), "static": (_static, False), "elastic": (_elastic, False), "metrics": (_metrics, False),
+    "demo": (_demo, False),
+    "static": (_static, False),
+    "elastic": (_elastic, False),
+    "metrics": (_metrics, False),
     "tools": (_tools, False),
 }
 
@@ -120,7 +124,7 @@ def _fisk_introspect(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def _timeout(value: Optional[str]) -> Optional[float]:
+def _timeout(value: str | None) -> float | None:
     if value is None:
         return None
     from .common import parse_duration_option
@@ -135,42 +139,61 @@ def _opt(*decls: str, help: str, metavar: str | None = None) -> Any:
 @app.callback()
 def root(
     ctx: typer.Context,
-    context: Annotated[Optional[str], _opt("--context", help="nats CLI context to use (name or .json file)",
-                                           metavar="NAME")] = None,
-    server: Annotated[Optional[str], _opt("--server", "-s", help="NATS server URL(s), comma separated",
-                                          metavar="URL")] = None,
-    user: Annotated[Optional[str], _opt("--user", help="username or token", metavar="USER")] = None,
-    password: Annotated[Optional[str], _opt("--password", help="password", metavar="PASSWORD")] = None,
-    token: Annotated[Optional[str], _opt("--token", help="authentication token", metavar="TOKEN")] = None,
-    creds: Annotated[Optional[str], _opt("--creds", help="user credentials file", metavar="FILE")] = None,
-    nkey: Annotated[Optional[str], _opt("--nkey", help="user NKEY seed file", metavar="FILE")] = None,
-    tlscert: Annotated[Optional[str], _opt("--tlscert", help="TLS client certificate file", metavar="FILE")] = None,
-    tlskey: Annotated[Optional[str], _opt("--tlskey", help="TLS client key file", metavar="FILE")] = None,
-    tlsca: Annotated[Optional[str], _opt("--tlsca", help="TLS CA certificate file", metavar="FILE")] = None,
-    tlsfirst: Annotated[Optional[bool], _opt("--tlsfirst/--no-tlsfirst",
-                                             help="TLS handshake before the server's INFO")] = None,
-    timeout: Annotated[Optional[str], _opt("--timeout", help="connect and request timeout (Go duration, "
-                                                             "default 5s)", metavar="DURATION")] = None,
-    js_domain: Annotated[Optional[str], _opt("--js-domain", "--domain", help="JetStream domain",
-                                             metavar="DOMAIN")] = None,
-    js_api_prefix: Annotated[Optional[str], _opt("--js-api-prefix", help="JetStream API prefix (instead of a domain)",
-                                                 metavar="PREFIX")] = None,
-    inbox_prefix: Annotated[Optional[str], _opt("--inbox-prefix", help="custom inbox prefix",
-                                                metavar="PREFIX")] = None,
+    context: Annotated[
+        str | None, _opt("--context", help="nats CLI context to use (name or .json file)", metavar="NAME")
+    ] = None,
+    server: Annotated[
+        str | None, _opt("--server", "-s", help="NATS server URL(s), comma separated", metavar="URL")
+    ] = None,
+    user: Annotated[str | None, _opt("--user", help="username or token", metavar="USER")] = None,
+    password: Annotated[str | None, _opt("--password", help="password", metavar="PASSWORD")] = None,
+    token: Annotated[str | None, _opt("--token", help="authentication token", metavar="TOKEN")] = None,
+    creds: Annotated[str | None, _opt("--creds", help="user credentials file", metavar="FILE")] = None,
+    nkey: Annotated[str | None, _opt("--nkey", help="user NKEY seed file", metavar="FILE")] = None,
+    tlscert: Annotated[str | None, _opt("--tlscert", help="TLS client certificate file", metavar="FILE")] = None,
+    tlskey: Annotated[str | None, _opt("--tlskey", help="TLS client key file", metavar="FILE")] = None,
+    tlsca: Annotated[str | None, _opt("--tlsca", help="TLS CA certificate file", metavar="FILE")] = None,
+    tlsfirst: Annotated[
+        bool | None, _opt("--tlsfirst/--no-tlsfirst", help="TLS handshake before the server's INFO")
+    ] = None,
+    timeout: Annotated[
+        str | None,
+        _opt("--timeout", help="connect and request timeout (Go duration, default 5s)", metavar="DURATION"),
+    ] = None,
+    js_domain: Annotated[str | None, _opt("--js-domain", "--domain", help="JetStream domain", metavar="DOMAIN")] = None,
+    js_api_prefix: Annotated[
+        str | None, _opt("--js-api-prefix", help="JetStream API prefix (instead of a domain)", metavar="PREFIX")
+    ] = None,
+    inbox_prefix: Annotated[str | None, _opt("--inbox-prefix", help="custom inbox prefix", metavar="PREFIX")] = None,
     no_context: Annotated[bool, _opt("--no-context", help="ignore NATS contexts")] = False,
-    connection_name: Annotated[Optional[str], _opt("--connection-name", help="connection name",
-                                                   metavar="NAME")] = None,
-    version: Annotated[bool, typer.Option("--version", help="show the version and exit", is_eager=True,
-                                          callback=_version)] = False,
-    fisk_introspect: Annotated[bool, typer.Option("--fisk-introspect", hidden=True, is_eager=True,
-                                                  callback=_fisk_introspect)] = False,
+    connection_name: Annotated[str | None, _opt("--connection-name", help="connection name", metavar="NAME")] = None,
+    version: Annotated[
+        bool, typer.Option("--version", help="show the version and exit", is_eager=True, callback=_version)
+    ] = False,
+    fisk_introspect: Annotated[
+        bool, typer.Option("--fisk-introspect", hidden=True, is_eager=True, callback=_fisk_introspect)
+    ] = False,
 ) -> None:
     """Partitioned Consumer Group CLI tool"""
     ctx.obj = Runtime(
-        server=server, user=user, password=password, token=token, creds=creds, nkey=nkey,
-        tlscert=tlscert, tlskey=tlskey, tlsca=tlsca, tlsfirst=tlsfirst, timeout=_timeout(timeout),
-        js_domain=js_domain, js_api_prefix=js_api_prefix, inbox_prefix=inbox_prefix, context=context,
-        no_context=no_context or None, connection_name=connection_name)
+        server=server,
+        user=user,
+        password=password,
+        token=token,
+        creds=creds,
+        nkey=nkey,
+        tlscert=tlscert,
+        tlskey=tlskey,
+        tlsca=tlsca,
+        tlsfirst=tlsfirst,
+        timeout=_timeout(timeout),
+        js_domain=js_domain,
+        js_api_prefix=js_api_prefix,
+        inbox_prefix=inbox_prefix,
+        context=context,
+        no_context=no_context or None,
+        connection_name=connection_name,
+    )
 
 
 def build() -> RootGroup:
@@ -201,8 +224,8 @@ def where_option_goes(root: RootGroup, args: list[str], option: str) -> tuple[st
         param = next((p for p in command.params if option in p.opts), None)
         if param is None or i < at[0]:
             continue
-        moved = args[at[0]:at[0] + (1 if "=" in args[at[0]] or param.is_flag else 2)]
-        rest = args[:at[0]] + args[at[0] + len(moved):]
+        moved = args[at[0] : at[0] + (1 if "=" in args[at[0]] or param.is_flag else 2)]
+        rest = args[: at[0]] + args[at[0] + len(moved) :]
         where = rest.index(token, at[0]) + 1 if hasattr(command, "get_command") else len(rest)
         return " ".join(["cg", *path]), rest[:where] + moved + rest[where:]
     return None

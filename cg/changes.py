@@ -31,8 +31,9 @@ def owners(cfg: Config) -> dict[str, list[int]]:
 
     out = {}
     for m in cfg.membership():
-        parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
-                                  member_mappings=cfg.member_mappings, member=m)
+        parts = member_partitions(
+            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings, member=m
+        )
         if parts:
             out[m] = parts
     return out
@@ -44,8 +45,9 @@ def idle_members(cfg: Config) -> list[str]:
     return [m for m in cfg.membership() if m not in owning]
 
 
-def moves(before: Mapping[str, Iterable[int]], after: Mapping[str, Iterable[int]]
-          ) -> list[tuple[str | None, str | None, list[int]]]:
+def moves(
+    before: Mapping[str, Iterable[int]], after: Mapping[str, Iterable[int]]
+) -> list[tuple[str | None, str | None, list[int]]]:
     """(from member, to member, partitions) for every partition whose owner changed, grouped by the pair
     and ordered by partition; None: no owner."""
     a = {p: m for m, ps in before.items() for p in ps}
@@ -81,8 +83,10 @@ def warn_idle(kind: str, group: str, cfg: Config) -> None:
     n = len(cfg.membership())
     what = "get" if len(idle) > 1 else "gets"
     extra = " (a static group never rebalances)" if kind == "static" else " until a member leaves"
-    warn(f"{n} members for {cfg.max_members} partitions in {kind} consumer group {group}: "
-         f"{' '.join(idle)} {what} no partition{extra}")
+    warn(
+        f"{n} members for {cfg.max_members} partitions in {kind} consumer group {group}: "
+        f"{' '.join(idle)} {what} no partition{extra}"
+    )
 
 
 def membership_words(cfg: Config) -> str:
@@ -96,34 +100,41 @@ def membership_words(cfg: Config) -> str:
     return "no members yet"
 
 
-def say_created(kind: str, stream: str, group: str, cfg: Config, *, existed: bool, by: str = "",
-                after: str = "") -> None:
+def say_created(
+    kind: str, stream: str, group: str, cfg: Config, *, existed: bool, by: str = "", after: str = ""
+) -> None:
     """In a terminal, the one line that says a ``create`` did what was asked (a pipe stays silent, as the
     reference's is): ``by`` what it partitions, ``after`` the membership."""
     from .output import out
 
     if out.pretty:
         what = "already exists as asked" if existed else "created"
-        out.styled(f"{kind} consumer group {group} on stream {stream} {what}: {cfg.max_members} partitions"
-                   f"{by}, {membership_words(cfg)}{after}", "green")
+        out.styled(
+            f"{kind} consumer group {group} on stream {stream} {what}: {cfg.max_members} partitions"
+            f"{by}, {membership_words(cfg)}{after}",
+            "green",
+        )
 
 
-def print_change(kind: str, stream: str, group: str, done: str, before: Config, after: Config,
-                 *, note: str | None = None) -> None:
+def print_change(
+    kind: str, stream: str, group: str, done: str, before: Config, after: Config, *, note: str | None = None
+) -> None:
     """A terminal's summary of a change (:func:`change_summary`)."""
     from .output import out
 
     out.print(*change_summary(kind, stream, group, done, before, after, note=note))
 
 
-def change_summary(kind: str, stream: str, group: str, done: str, before: Config, after: Config,
-                   *, note: str | None = None) -> list[Any]:
+def change_summary(
+    kind: str, stream: str, group: str, done: str, before: Config, after: Config, *, note: str | None = None
+) -> list[Any]:
     """What was done, the members before -> after, the partitions that moved (from -> to), the members
     left with no partition: rich renderables."""
     from rich.table import Table
     from rich.text import Text
 
-    from .output import ranges, table as new_table
+    from .output import ranges
+    from .output import table as new_table
 
     parts: list[Any] = [Text(f"{kind} consumer group {group} on stream {stream}: {done}", style="bold")]
     grid = Table.grid(padding=(0, 2))
@@ -159,5 +170,14 @@ def print_members_line(add: bool, result: Sequence[str], mappings: Any | None) -
         out.line(f"member mapping: {go_mappings(mappings)}")
 
 
-__all__ = ["change_summary", "check_unique", "describe_moves", "idle_members", "moves", "owners", "print_change",
-           "print_members_line", "warn_idle"]
+__all__ = [
+    "change_summary",
+    "check_unique",
+    "describe_moves",
+    "idle_members",
+    "moves",
+    "owners",
+    "print_change",
+    "print_members_line",
+    "warn_idle",
+]

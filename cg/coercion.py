@@ -61,7 +61,9 @@ def _plain(annotation: Any, value: Any) -> Any:
 def _coercible(descriptor: Any) -> bool:
     """A plain annotation without a parser, range, choice, path or file behind it."""
     annotation = descriptor.annotation
-    if not (annotation in (str, bool, int, float) or (get_origin(annotation) is list and get_args(annotation) == (str,))):
+    if not (
+        annotation in (str, bool, int, float) or (get_origin(annotation) is list and get_args(annotation) == (str,))
+    ):
         return False
     info = descriptor.parameter_info
     special = [getattr(info, "parser", None), getattr(info, "click_type", None), descriptor.file_annotation]
@@ -70,6 +72,7 @@ def _coercible(descriptor: Any) -> bool:
 
 
 if RuntimeParam is not None:
+
     @dataclass(frozen=True)
     class PlainCoercion(RuntimeParam):
         """Typer's runtime coercion of one parameter, without pydantic for plain values."""
@@ -111,8 +114,9 @@ def install(command: Any, help_option_names: list[str]) -> None:
         if descriptor is None or getattr(param, "_runtime_param", 0) is not None:
             continue  # not a Typer parameter, or Typer already built its coercion
         if _coercible(descriptor):
-            param._runtime_param = PlainCoercion(parameter_info=descriptor.parameter_info,
-                                                 annotation=descriptor.annotation)
+            param._runtime_param = PlainCoercion(
+                parameter_info=descriptor.parameter_info, annotation=descriptor.annotation
+            )
 
 
 def installed(command: Any) -> bool:

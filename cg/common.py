@@ -27,8 +27,7 @@ APP_HELP = "Partitioned Consumer Group CLI tool"
 # ---------------------------------------------------------------- argument checks (no network)
 
 
-def check_names(*, stream: str | None = None, group: str | None = None,
-                members: Iterable[str] = ()) -> None:
+def check_names(*, stream: str | None = None, group: str | None = None, members: Iterable[str] = ()) -> None:
     """Validate names before connecting (the library's rules and messages)."""
     from pcgroups.config import validate_name
 
@@ -125,8 +124,9 @@ def parse_wildcards(text: str | None, filter: str) -> list[int]:
     out: list[int] = []
     for p in parts:
         if not re.fullmatch(r"[+-]?\d+", p):
-            raise CLIError(f"can't parse partition {p}: wildcard indexes are integers "
-                           f"(for example 1,2) (filter {filter})")
+            raise CLIError(
+                f"can't parse partition {p}: wildcard indexes are integers (for example 1,2) (filter {filter})"
+            )
         out.append(int(p))
     return out
 
@@ -134,8 +134,10 @@ def parse_wildcards(text: str | None, filter: str) -> list[int]:
 def partitioning_filters(filters: list[str], wildcards: list[str]) -> list[PartitioningFilter]:
     """``--filter`` values paired in order with ``--wildcards`` values."""
     if len(wildcards) > len(filters):
-        raise CLIError(f"{len(wildcards)} --wildcards given for {len(filters)} --filter: "
-                       "each --wildcards pairs with one --filter, in order")
+        raise CLIError(
+            f"{len(wildcards)} --wildcards given for {len(filters)} --filter: "
+            "each --wildcards pairs with one --filter, in order"
+        )
     from pcgroups.config import PartitioningFilter
 
     out = []
@@ -151,8 +153,9 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for v in values for item in v.split(",") if item.strip()]
 
 
-def parse_by_stream(option: str, texts: list[str], streams: list[str], check: Callable[[str], object]
-                    ) -> dict[str, str]:
+def parse_by_stream(
+    option: str, texts: list[str], streams: list[str], check: Callable[[str], object]
+) -> dict[str, str]:
     """``OPTION VALUE`` (every stream) and ``OPTION STREAM=VALUE`` (one stream), each value checked by ``check``
     (a ConfigError is this option's error): the value of each stream given one."""
     from pcgroups.errors import ConfigError
@@ -187,8 +190,9 @@ def parse_starts(texts: list[str], streams: list[str]) -> dict[str, str | Start]
     return starts
 
 
-def parse_source_apis(domains: list[str], apis: list[str], streams: list[str]
-                      ) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+def parse_source_apis(
+    domains: list[str], apis: list[str], streams: list[str]
+) -> tuple[dict[str, str] | None, dict[str, str] | None]:
     """``--source-domain [STREAM=]DOMAIN`` and ``--source-api [STREAM=]PREFIX``: the JetStream each stream is in
     when it is not the group's, as ``(source_domain, source_api)`` for the library."""
     from pcgroups.jetstream import prefix_of
@@ -250,45 +254,56 @@ class ConsumeRequest(NamedTuple):
 #: A static member's consumer keeps the window it was made with, so a slip of the finger would stay.
 MAX_CONCURRENCY = 1000
 MAX_WINDOW = 100_000
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP/NATS header name (an RFC 7230 token)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP/NATS header name (an RFC 7230 token)
 
 
-def parse_concurrency(concurrency: int, key_header: str | None, key_tokens: str | None,
-                      max_ack_pending: int | None) -> ConsumeConcurrency:
+def parse_concurrency(
+    concurrency: int, key_header: str | None, key_tokens: str | None, max_ack_pending: int | None
+) -> ConsumeConcurrency:
     """Check and combine ``consume``'s concurrency options (before connecting)."""
     if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (1 handles one "
-                       "message at a time)")
+        raise CLIError(
+            f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (1 handles one "
+            "message at a time)"
+        )
     if key_header is not None and key_tokens is not None:
-        raise CLIError("--key-header and --key-tokens can't be combined: key messages by a header or by subject "
-                       "tokens")
+        raise CLIError("--key-header and --key-tokens can't be combined: key messages by a header or by subject tokens")
     given = "--key-header" if key_header is not None else "--key-tokens" if key_tokens is not None else None
     if given and concurrency == 1:
-        raise CLIError(f"{given} needs --concurrency greater than 1 (with one handler every message waits for the "
-                       "one before it anyway)")
+        raise CLIError(
+            f"{given} needs --concurrency greater than 1 (with one handler every message waits for the "
+            "one before it anyway)"
+        )
     if key_header is not None and not _HEADER_NAME.fullmatch(key_header):
-        raise CLIError(f"invalid --key-header {key_header!r}: give a header name (letters, digits, '-', no spaces "
-                       "or ':')")
+        raise CLIError(
+            f"invalid --key-header {key_header!r}: give a header name (letters, digits, '-', no spaces or ':')"
+        )
     tokens = _key_tokens(key_tokens) if key_tokens is not None else ()
     if max_ack_pending is None:
-        from pcgroups.consume import FAIR_WINDOW   # the library's keyed window: fair by default
+        from pcgroups.consume import FAIR_WINDOW  # the library's keyed window: fair by default
+
         max_ack_pending = 1 if concurrency == 1 else max(FAIR_WINDOW, concurrency)
     elif not 1 <= max_ack_pending <= MAX_WINDOW:
         raise CLIError(f"invalid --max-ack-pending {max_ack_pending}: must be between 1 and {MAX_WINDOW}")
     elif max_ack_pending < concurrency:
         many = f"{max_ack_pending} message{'' if max_ack_pending == 1 else 's'}"
-        raise CLIError(f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most {many} "
-                       f"would be handled at once; give --max-ack-pending {concurrency} or more")
+        raise CLIError(
+            f"--max-ack-pending {max_ack_pending} is less than --concurrency {concurrency}: at most {many} "
+            f"would be handled at once; give --max-ack-pending {concurrency} or more"
+        )
     return ConsumeConcurrency(concurrency, max_ack_pending, key_header, tokens)
 
 
-def parse_dispatch(concurrency: int | None, key_header: str | None, key_tokens: str | None,
-                   max_ack_pending: int | None) -> ConsumeConcurrency:
+def parse_dispatch(
+    concurrency: int | None, key_header: str | None, key_tokens: str | None, max_ack_pending: int | None
+) -> ConsumeConcurrency:
     """``consume --dispatch``'s options: ``--concurrency K`` caps the messages at the workers at once
     (``handlers``; 0 when not given: the workers' capacities); the key options need no ``--concurrency``."""
     if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise CLIError(f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (with --dispatch: "
-                       "the most messages at the workers at once)")
+        raise CLIError(
+            f"invalid --concurrency {concurrency}: must be between 1 and {MAX_CONCURRENCY} (with --dispatch: "
+            "the most messages at the workers at once)"
+        )
     keyed = parse_concurrency(max(concurrency or 2, 2), key_header, key_tokens, max_ack_pending)
     return keyed._replace(handlers=concurrency or 0)
 
@@ -297,8 +312,9 @@ def _key_tokens(text: str) -> tuple[int, ...]:
     """``--key-tokens 1,2``: subject token positions counted from 1 (of the subject the handler sees)."""
     parts = [p.strip() for p in text.split(",")]
     if not all(re.fullmatch(r"[0-9]+", p) and int(p) >= 1 for p in parts):
-        raise CLIError(f"invalid --key-tokens {text!r}: give subject token positions counted from 1, "
-                       "comma-separated (e.g. 1,2)")
+        raise CLIError(
+            f"invalid --key-tokens {text!r}: give subject token positions counted from 1, comma-separated (e.g. 1,2)"
+        )
     return tuple(int(p) for p in parts)
 
 
@@ -313,9 +329,11 @@ def key_tokens_beyond(positions: tuple[int, ...], subjects: list[str]) -> str | 
     if not beyond:
         return None
     shown = ", ".join(subjects)
-    return (f"--key-tokens {','.join(map(str, beyond))}: the group's subjects ({shown}) have at most {longest} "
-            f"token{'' if longest == 1 else 's'}, so the key has nothing from "
-            f"{'that position' if len(beyond) == 1 else 'those positions'}")
+    return (
+        f"--key-tokens {','.join(map(str, beyond))}: the group's subjects ({shown}) have at most {longest} "
+        f"token{'' if longest == 1 else 's'}, so the key has nothing from "
+        f"{'that position' if len(beyond) == 1 else 'those positions'}"
+    )
 
 
 # ---------------------------------------------------------------- logging
@@ -326,8 +344,9 @@ class _LogFormatter(logging.Formatter):
     with ``CG_DEBUG`` every level, a Go-like timestamp (``2006/01/02 15:04:05``) and tracebacks."""
 
     def __init__(self, debug: bool):
-        super().__init__("%(asctime)s %(message)s" if debug else "cg: %(levelname)s: %(message)s",
-                         datefmt="%Y/%m/%d %H:%M:%S")
+        super().__init__(
+            "%(asctime)s %(message)s" if debug else "cg: %(levelname)s: %(message)s", datefmt="%Y/%m/%d %H:%M:%S"
+        )
         self.debug = debug
 
     def format(self, record: logging.LogRecord) -> str:

@@ -44,7 +44,7 @@ from .output import go_duration, line_buffered_stdout, out, ranges
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-ACK_WAIT = 2.0          # the reference cg's consumer template: AckWait 2s, MaxAckPending 1, explicit
+ACK_WAIT = 2.0  # the reference cg's consumer template: AckWait 2s, MaxAckPending 1, explicit
 MAX_ACK_PENDING = 1
 # asyncio wakes on the selector's whole milliseconds, late by up to one (5 ms asked: 5.2 ms slept), and
 # time.sleep ~0.09 ms late (the kernel's timer slack): the last 1.5 ms of a --sleep is slept blocking
@@ -70,13 +70,13 @@ class Printer:
         self.broken = False
         self.status_on_stdout = status_on_stdout
         self.width = width
-        self._open = False                        # a message line is started and not ended
-        self._begun = ""                          # its first part, written again if a line came in between
-        self._cut = False                         # an interruption ended it early (a terminal)
-        self.in_flight = 0                        # handlers running (make_handler counts them)
+        self._open = False  # a message line is started and not ended
+        self._begun = ""  # its first part, written again if a line came in between
+        self._cut = False  # an interruption ended it early (a terminal)
+        self.in_flight = 0  # handlers running (make_handler counts them)
         self._ready = False
-        self._header: list[str] = []               # consuming... and the like: before any message line
-        self._early: list[tuple[bool, str]] = []   # status lines before ready()
+        self._header: list[str] = []  # consuming... and the like: before any message line
+        self._early: list[tuple[bool, str]] = []  # status lines before ready()
         self._waiting: list[tuple[bool, str]] = []  # (on stdout, line) held while a message line is open
 
     def expect_header(self, lines: list[str]) -> None:
@@ -200,21 +200,31 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         "pinned": f"pinned: partitions {ranges(list(ev.partitions))}",
         "standby": f"standby: another instance of {m} holds the pin",
         "lost-pin": "lost the pin: another instance of it took over",
-        "not-a-member": ("not a member of the group yet: joining (automatic membership)" if auto else
-                         f"not a member of the group yet: waiting to be added (cg {kind} add {stream} {group} {m})"),
-        "added": (f"added to the group: partitions {ranges(list(ev.partitions))}" if ev.partitions else
-                  "added to the group: no partition yet (more members than partitions)"),
-        "partitions": (f"partitions now {ranges(list(ev.partitions))}" if ev.partitions else
-                       "partitions now none (more members than partitions): waiting for one"),
-        "dropped": "dropped from the group: this instance keeps running, waiting to be added again (Ctrl-C "
-                   "to stop it)",
+        "not-a-member": (
+            "not a member of the group yet: joining (automatic membership)"
+            if auto
+            else f"not a member of the group yet: waiting to be added (cg {kind} add {stream} {group} {m})"
+        ),
+        "added": (
+            f"added to the group: partitions {ranges(list(ev.partitions))}"
+            if ev.partitions
+            else "added to the group: no partition yet (more members than partitions)"
+        ),
+        "partitions": (
+            f"partitions now {ranges(list(ev.partitions))}"
+            if ev.partitions
+            else "partitions now none (more members than partitions): waiting for one"
+        ),
+        "dropped": "dropped from the group: this instance keeps running, waiting to be added again (Ctrl-C to stop it)",
         "disconnected": f"disconnected from {ev.detail or 'the server'}",
         "reconnected": f"reconnected to {ev.detail or 'the server'}",
         "worker-joined": _worker_line("joined", ev.detail),
         "worker-left": _worker_line("left", ev.detail),
         "enrolled": f"enrolled: member {ev.detail} hands it messages",
-        "no-dispatcher": (f"no dispatching member {_alone_for(ev.detail)}: waiting for one (cg {kind} consume "
-                          f"{stream} {group} MEMBER --dispatch)"),
+        "no-dispatcher": (
+            f"no dispatching member {_alone_for(ev.detail)}: waiting for one (cg {kind} consume "
+            f"{stream} {group} MEMBER --dispatch)"
+        ),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
         "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
     }
@@ -249,8 +259,14 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
-def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_lines: bool = False,
-                 group_gone: Callable[[], Awaitable[bool]] | None = None) -> Any:
+def make_handler(
+    member: str,
+    sleep: float,
+    printer: Printer,
+    on_broken,
+    whole_lines: bool = False,
+    group_gone: Callable[[], Awaitable[bool]] | None = None,
+) -> Any:
     """``whole_lines`` (handlers running at once): the line is written whole before the processing and
     again, ending with ``acked``, after it, so lines of messages handled at once do not mix. ``group_gone``:
     whether the group was deleted, asked when an ack finds no consumer (then nothing is redelivered, and the
@@ -262,7 +278,7 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
     sleep_text = go_duration(sleep)
 
     async def handler(msg) -> None:
-        printer.in_flight += 1   # what a first Ctrl-C waits for (Run)
+        printer.in_flight += 1  # what a first Ctrl-C waits for (Run)
         try:
             seq = msg.sequence
             head = f"[{member}] subject={msg.subject}, seq={seq}, pinnedID={msg.pin_id or ''}. "
@@ -272,24 +288,32 @@ def make_handler(member: str, sleep: float, printer: Printer, on_broken, whole_l
                 return  # not acked: redelivered to whoever carries on
             if sleep > 0:
                 await precise_sleep(sleep)
-            if msg.superseded:   # another instance may be handling it now: the library's rule is not to ack
-                text = ("superseded by a reset (not acked)" if msg.reset_since else
-                        "superseded: another instance took over (not acked)")
+            if msg.superseded:  # another instance may be handling it now: the library's rule is not to ack
+                text = (
+                    "superseded by a reset (not acked)"
+                    if msg.reset_since
+                    else "superseded: another instance took over (not acked)"
+                )
                 if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
                     on_broken()
                 return
             try:
                 await msg.ack_sync()
             except SupersededError:  # a reset moved the consumer, or a worker's call was taken back: not an error
-                text = ("superseded by a reset (not acked)" if msg.reset_since else
-                        "superseded: another instance took over (not acked)")
+                text = (
+                    "superseded by a reset (not acked)"
+                    if msg.reset_since
+                    else "superseded: another instance took over (not acked)"
+                )
             except NoRespondersError as e:
                 if group_gone is not None and await group_gone():
                     text = "not acked: the group was deleted"
                 else:
-                    text = (f"message seq {seq} can not be acknowledged (most likely because of a membership or "
-                            f"pinned id change) it will be or may already have been re-delivered: {e}")
-            except Exception as e:  # noqa: BLE001 - reported as the reference does, then carry on
+                    text = (
+                        f"message seq {seq} can not be acknowledged (most likely because of a membership or "
+                        f"pinned id change) it will be or may already have been re-delivered: {e}"
+                    )
+            except Exception as e:
                 text = f"message seq {seq} can not be acknowledged!: {e or type(e).__name__}"
             else:
                 text = "acked"
@@ -310,8 +334,8 @@ class Run:
         self.printer = printer
         self.stop_requested = asyncio.Event()
         self.inst: Any = None
-        self.nc: Any = None        # the connection setup() made (closed at the end)
-        self.on_stop: list[Callable[[], None]] = []   # told when a stop is asked (the health probes)
+        self.nc: Any = None  # the connection setup() made (closed at the end)
+        self.on_stop: list[Callable[[], None]] = []  # told when a stop is asked (the health probes)
         self._received: set[int] = set()
 
     def stop(self) -> None:
@@ -327,19 +351,27 @@ class Run:
         if sig in self._received:
             try:
                 sys.stdout.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             os._exit(130)
         self._received.add(sig)
-        if sig == signal.SIGINT and self.printer.in_flight:   # said at once: the stop waits for them
+        if sig == signal.SIGINT and self.printer.in_flight:  # said at once: the stop waits for them
             n = self.printer.in_flight
             what = "the message" if n == 1 else f"the {n} messages"
-            self.printer.interrupt(f"cg: stopping after {what} in flight (at most {go_duration(ACK_WAIT)}; Ctrl-C "
-                                   "again: now)")
+            self.printer.interrupt(
+                f"cg: stopping after {what} in flight (at most {go_duration(ACK_WAIT)}; Ctrl-C again: now)"
+            )
         self.stop()
 
-    async def __call__(self, rt: Runtime, setup: Callable[[], Any], *, deleted: str | None = None,
-                       cleanup: Callable[[], None] = lambda: None, ready_within: float | None = ACK_WAIT) -> int:
+    async def __call__(
+        self,
+        rt: Runtime,
+        setup: Callable[[], Any],
+        *,
+        deleted: str | None = None,
+        cleanup: Callable[[], None] = lambda: None,
+        ready_within: float | None = ACK_WAIT,
+    ) -> int:
         """Run ``setup()`` (connects and starts the instance, returns it) until the instance ends; ``deleted``:
         what to say when it ends by itself (the group was deleted); ``consuming...`` once it is ready, or after
         ``ready_within`` anyway (None: only once ready)."""
@@ -359,14 +391,14 @@ class Run:
                 inst.stop()
             done = asyncio.ensure_future(inst.done())
             if ready_within is None:
-                self.printer.ready()   # what it waits for is said before consuming...
+                self.printer.ready()  # what it waits for is said before consuming...
             await _wait_ready(inst, done, self.stop_requested, ready_within)
             if not done.done() and not self.stop_requested.is_set():
                 self.printer.announce()
             self.printer.ready()
             result = await done
-            await inst.stop()   # the handler in flight ends its line first (bounded by AckWait)
-            self.printer.close()   # a line it could not end ends here: what follows has a line of its own
+            await inst.stop()  # the handler in flight ends its line first (bounded by AckWait)
+            self.printer.close()  # a line it could not end ends here: what follows has a line of its own
             if result is not None:
                 raise CLIError(str(result) or type(result).__name__) from None
             if not self.stop_requested.is_set() and deleted:
@@ -409,19 +441,29 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
     if request.auto:
-        printer.status(f"[{member}] joined the group (automatic membership, lease TTL "
-                       f"{go_duration(request.lease_ttl)})")
+        printer.status(
+            f"[{member}] joined the group (automatic membership, lease TTL {go_duration(request.lease_ttl)})"
+        )
     run = Run(printer)
-    handler = None if request.dispatch else make_handler(
-        member, request.sleep, printer, run.stop, whole_lines=keyed.handlers > 1,
-        group_gone=lambda: _group_deleted(run.nc, kind, stream, group))
+    handler = (
+        None
+        if request.dispatch
+        else make_handler(
+            member,
+            request.sleep,
+            printer,
+            run.stop,
+            whole_lines=keyed.handlers > 1,
+            group_gone=lambda: _group_deleted(run.nc, kind, stream, group),
+        )
+    )
     from .otel import traced_by_env
 
     tracing, finish = traced_by_env(request.otel)
-    served = None   # --metrics-listen: the metrics, the probes and their server
-    told = None     # the metrics' own event callback
+    served = None  # --metrics-listen: the metrics, the probes and their server
+    told = None  # the metrics' own event callback
     retry = None
-    if request.metrics_listen is not None:   # "" is a bad address, not no address
+    if request.metrics_listen is not None:  # "" is a bad address, not no address
         from .metrics import instance_metrics
 
         served = instance_metrics(kind, stream, group, member, request.metrics_listen)
@@ -431,17 +473,24 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
             handler = served.metrics.wrap(handler)
 
     def on_event(ev: Any) -> None:
-        if ev.kind == "unavailable":   # said at once: status lines wait for "consuming..."
+        if ev.kind == "unavailable":  # said at once: status lines wait for "consuming..."
             warn(status_line(ev, stream, group, kind, request.auto))
         else:
             printer.status(status_line(ev, stream, group, kind, request.auto))
         if told is not None:
             told(ev)
 
-    options = ConsumeOptions(handler=handler, config=consumer_template(keyed.max_ack_pending),
-                             concurrency=1 if request.dispatch else keyed.handlers, key=keyed.key(), retry=retry,
-                             on_event=on_event, tracing=tracing, dispatch=request.dispatch,
-                             max_in_flight=keyed.handlers if request.dispatch else 0)
+    options = ConsumeOptions(
+        handler=handler,
+        config=consumer_template(keyed.max_ack_pending),
+        concurrency=1 if request.dispatch else keyed.handlers,
+        key=keyed.key(),
+        retry=retry,
+        on_event=on_event,
+        tracing=tracing,
+        dispatch=request.dispatch,
+        max_in_flight=keyed.handlers if request.dispatch else 0,
+    )
     auto = {"auto": True, "lease_ttl": request.lease_ttl, "create": request.create} if request.auto else {}
 
     async def setup():
@@ -462,12 +511,14 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
             served.server.shutdown()
         finish()
 
-    return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
-                     cleanup=cleanup)
+    return await run(
+        rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted", cleanup=cleanup
+    )
 
 
-async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *,
-               otel: bool = False) -> int:
+async def work(
+    rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *, otel: bool = False
+) -> int:
     """``cg static|elastic worker``: a worker of the group's pool (pcgroups.pool._worker) until a signal (it finishes
     the calls it holds first) or an error; it prints the messages as ``consume`` does; ``otel``: a span per
     call, exported as the ``OTEL_*`` variables say (cg/otel.py)."""
@@ -486,12 +537,26 @@ async def work(rt: Runtime, kind: str, stream: str, group: str, name: str, sleep
         nc, api = await _connect_patiently(rt)
         run.nc = nc
         await _group_there(nc, api, kind, stream, group)
-        return await serve_worker(nc, kind, stream, group, handler, name=name, capacity=capacity, ack_wait=ACK_WAIT,
-                                  on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
-                                  tracing=tracing)
+        return await serve_worker(
+            nc,
+            kind,
+            stream,
+            group,
+            handler,
+            name=name,
+            capacity=capacity,
+            ack_wait=ACK_WAIT,
+            on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
+            tracing=tracing,
+        )
 
-    return await run(rt, setup, deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
-                     cleanup=finish, ready_within=None)
+    return await run(
+        rt,
+        setup,
+        deleted=f"{kind} consumer group {group} on stream {stream} was deleted",
+        cleanup=finish,
+        ready_within=None,
+    )
 
 
 async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
@@ -536,7 +601,7 @@ async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:
         await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
     except NotFoundError:
         return True
-    except Exception:  # noqa: BLE001 - can't tell: say what the reference says
+    except Exception:
         return False
     return False
 
@@ -552,7 +617,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
 
     try:
         subjects = await _handler_subjects(nc, api, kind, stream, group)
-    except Exception:  # noqa: BLE001 - not found, or not answering yet: the instance reports it
+    except Exception:
         return
     message = key_tokens_beyond(positions, subjects)
     if message:
@@ -568,12 +633,18 @@ async def _handler_subjects(nc: Any, api: Any, kind: str, stream: str, group: st
         if filters:
             return filters
         config = (await api.stream_info(stream))["config"]
-        dests = [t["dest"] for t in [config.get("subject_transform") or {}] +
-                 [t for src in config.get("sources") or [] for t in src.get("subject_transforms") or []]
-                 if t.get("dest")]
-        stored = dests or list(config.get("subjects") or [])   # the subjects as stored, partition first
-        return [".".join("*" if t.startswith("{{") else t for t in subject.split(".")[1:])
-                for subject in stored if "." in subject]
+        dests = [
+            t["dest"]
+            for t in [config.get("subject_transform") or {}]
+            + [t for src in config.get("sources") or [] for t in src.get("subject_transforms") or []]
+            if t.get("dest")
+        ]
+        stored = dests or list(config.get("subjects") or [])  # the subjects as stored, partition first
+        return [
+            ".".join("*" if t.startswith("{{") else t for t in subject.split(".")[1:])
+            for subject in stored
+            if "." in subject
+        ]
     from pcgroups.elastic import get_elastic_config, get_elastic_layout
 
     cfg = await get_elastic_config(nc, stream, group, api=api)
@@ -598,7 +669,7 @@ async def _unless_stopped(coro, stop: asyncio.Event):
     task.cancel()
     try:
         inst = await task
-    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - we are stopping anyway
+    except (asyncio.CancelledError, Exception):
         return None
     if inst is not None:
         await inst.stop()
@@ -617,7 +688,7 @@ async def _wait_ready(inst, done: asyncio.Future, stop: asyncio.Event, timeout: 
         for w in waiters:
             try:
                 await w
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - only the wait matters here
+            except (asyncio.CancelledError, Exception):
                 pass
 
 

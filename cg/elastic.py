@@ -7,15 +7,43 @@ the reference's interactive filter entry on a terminal), ``add``, ``drop``, ``cr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import (check_config, check_names, given, group_exists, parse_duration_option, parse_mappings,
-                     parse_source_apis, parse_starts, parse_wildcards, partitioning_filters, split_list)
+from .common import (
+    check_config,
+    check_names,
+    given,
+    group_exists,
+    parse_duration_option,
+    parse_mappings,
+    parse_source_apis,
+    parse_starts,
+    parse_wildcards,
+    partitioning_filters,
+    split_list,
+)
 from .errors import CLIError, warn
-from .flavour import (ELASTIC, Concurrency, Dispatch, Group, Json, KeyHeader, KeyTokens, MaxAckPending, MaxMembers,
-                      MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
+from .flavour import (
+    ELASTIC,
+    Concurrency,
+    Dispatch,
+    Group,
+    Json,
+    KeyHeader,
+    KeyTokens,
+    MaxAckPending,
+    MaxMembers,
+    MetricsListen,
+    Otel,
+    Sleep,
+    Stream,
+    add_shared,
+    flavour_app,
+    flavour_command,
+    join,
+)
 from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
@@ -28,10 +56,15 @@ if TYPE_CHECKING:
 elastic_app = flavour_app(ELASTIC)
 
 Members = Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER", show_default=False)]
-Mappings = Annotated[list[str], typer.Argument(
-    help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,... "
-         "(ranges too: m1:0-4,7)",
-    metavar="MAPPING", show_default=False)]
+Mappings = Annotated[
+    list[str],
+    typer.Argument(
+        help="mappings of members to partition numbers in the format <member>:<partition1>,<partition2>,... "
+        "(ranges too: m1:0-4,7)",
+        metavar="MAPPING",
+        show_default=False,
+    ),
+]
 
 
 add_shared(elastic_app, ELASTIC, "ls", "info")
@@ -64,46 +97,106 @@ def _prompt_filters(rt: Runtime) -> list[PartitioningFilter] | None:
     return pfs or None
 
 
-Filters = Annotated[list[str], typer.Option(
-    "--filter", metavar="FILTER", help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a terminal "
-                                       "asks for them, otherwise the whole subject is used)", show_default=False)]
-Wildcards = Annotated[list[str], typer.Option(
-    "--wildcards", metavar="INDEXES", help="partitioning wildcard indexes of the matching --filter, e.g. '1,2' "
-                                           "(repeatable, paired with the filters in order; default: every * of the "
-                                           "filter)", show_default=False)]
-Sources = Annotated[list[str], typer.Option(
-    "--source", metavar="STREAM", help="another stream the group consumes (repeatable): each --filter must match "
-                                       "subjects of exactly one of the group's streams", show_default=False)]
-PartitionStreams = Annotated[list[str], typer.Option(
-    "--partition-stream", metavar="STREAM", help="stream i is partition i, its subjects kept (repeatable in "
-                                                 "partition order, or comma-separated); as many as partitions",
-    show_default=False)]
-Starts = Annotated[list[str], typer.Option(
-    "--start", metavar="[STREAM=]WHERE", help="where sourcing begins: all (default: the whole stream), new (what is "
-                                              "published from now on), seq:N or time:RFC3339; STREAM=WHERE for one "
-                                              "stream (repeatable)", show_default=False)]
-SourceDomains = Annotated[list[str], typer.Option(
-    "--source-domain", metavar="[STREAM=]DOMAIN", help="the JetStream domain the group's streams are in when it is "
-                                                       "not the group's (across a leaf node connection); "
-                                                       "STREAM=DOMAIN for one stream (repeatable)", show_default=False)]
-SourceApis = Annotated[list[str], typer.Option(
-    "--source-api", metavar="[STREAM=]PREFIX", help="instead of --source-domain: the API prefix of the JetStream the "
-                                                    "streams are in (e.g. another account's, imported); "
-                                                    "STREAM=PREFIX for one stream (repeatable)", show_default=False)]
+Filters = Annotated[
+    list[str],
+    typer.Option(
+        "--filter",
+        metavar="FILTER",
+        help="partitioning filter(s), e.g. 'foo.*' (repeatable; with no --filter a terminal "
+        "asks for them, otherwise the whole subject is used)",
+        show_default=False,
+    ),
+]
+Wildcards = Annotated[
+    list[str],
+    typer.Option(
+        "--wildcards",
+        metavar="INDEXES",
+        help="partitioning wildcard indexes of the matching --filter, e.g. '1,2' "
+        "(repeatable, paired with the filters in order; default: every * of the "
+        "filter)",
+        show_default=False,
+    ),
+]
+Sources = Annotated[
+    list[str],
+    typer.Option(
+        "--source",
+        metavar="STREAM",
+        help="another stream the group consumes (repeatable): each --filter must match "
+        "subjects of exactly one of the group's streams",
+        show_default=False,
+    ),
+]
+PartitionStreams = Annotated[
+    list[str],
+    typer.Option(
+        "--partition-stream",
+        metavar="STREAM",
+        help="stream i is partition i, its subjects kept (repeatable in "
+        "partition order, or comma-separated); as many as partitions",
+        show_default=False,
+    ),
+]
+Starts = Annotated[
+    list[str],
+    typer.Option(
+        "--start",
+        metavar="[STREAM=]WHERE",
+        help="where sourcing begins: all (default: the whole stream), new (what is "
+        "published from now on), seq:N or time:RFC3339; STREAM=WHERE for one "
+        "stream (repeatable)",
+        show_default=False,
+    ),
+]
+SourceDomains = Annotated[
+    list[str],
+    typer.Option(
+        "--source-domain",
+        metavar="[STREAM=]DOMAIN",
+        help="the JetStream domain the group's streams are in when it is "
+        "not the group's (across a leaf node connection); "
+        "STREAM=DOMAIN for one stream (repeatable)",
+        show_default=False,
+    ),
+]
+SourceApis = Annotated[
+    list[str],
+    typer.Option(
+        "--source-api",
+        metavar="[STREAM=]PREFIX",
+        help="instead of --source-domain: the API prefix of the JetStream the "
+        "streams are in (e.g. another account's, imported); "
+        "STREAM=PREFIX for one stream (repeatable)",
+        show_default=False,
+    ),
+]
 MaxBufferedMsgs = Annotated[int, typer.Option("--max-buffered-msgs", help="max number of buffered messages")]
 MaxBufferedBytes = Annotated[int, typer.Option("--max-buffered-bytes", help="max number of buffered bytes")]
 
 
-def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[str], wildcards: list[str],
-           source: list[str], partition_stream: list[str], start: list[str], source_domain: list[str],
-           source_api: list[str], max_buffered_msgs: int, max_buffered_bytes: int) -> ElasticSpec:
+def _shape(
+    rt: Runtime,
+    stream: str,
+    name: str,
+    max_members: int,
+    filter: list[str],
+    wildcards: list[str],
+    source: list[str],
+    partition_stream: list[str],
+    start: list[str],
+    source_domain: list[str],
+    source_api: list[str],
+    max_buffered_msgs: int,
+    max_buffered_bytes: int,
+) -> ElasticSpec:
     """The group ``create`` (or ``consume --create``) asks for, checked before connecting."""
     from pcgroups.config import ElasticConfig
     from pcgroups.elastic import ElasticSpec
 
     check_names(stream=stream, group=name)
     for flag, value in (("--max-buffered-msgs", max_buffered_msgs), ("--max-buffered-bytes", max_buffered_bytes)):
-        if value < -1:   # the work queue's max_msgs/max_bytes: the server takes any negative one for no limit
+        if value < -1:  # the work queue's max_msgs/max_bytes: the server takes any negative one for no limit
             raise CLIError(f"invalid {flag} {value}: give a limit, or 0 for none")
     sources, partition_streams = split_list(source), split_list(partition_stream)
     pfs: list[PartitioningFilter] | None
@@ -118,26 +211,68 @@ def _shape(rt: Runtime, stream: str, name: str, max_members: int, filter: list[s
     if partition_streams and (pfs or sources):
         raise CLIError("--partition-stream takes no --filter or --source: each stream is one whole partition")
     if partition_streams and len(partition_streams) != max_members:
-        raise CLIError(f"{len(partition_streams)} partition streams given for {max_members} partitions: give one "
-                       "--partition-stream per partition, in partition order")
+        raise CLIError(
+            f"{len(partition_streams)} partition streams given for {max_members} partitions: give one "
+            "--partition-stream per partition, in partition order"
+        )
     for s in [*sources, *partition_streams]:
         check_names(stream=s)
-    check_config("elastic", ElasticConfig(max_members=max_members, partitioning_filters=pfs,
-                                          max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes))
+    check_config(
+        "elastic",
+        ElasticConfig(
+            max_members=max_members,
+            partitioning_filters=pfs,
+            max_buffered_msgs=max_buffered_msgs,
+            max_buffered_bytes=max_buffered_bytes,
+        ),
+    )
     streams = partition_streams or [stream, *sources]
     domains, apis = parse_source_apis(source_domain, source_api, streams)
-    return ElasticSpec(max_members, pfs, max_buffered_msgs, max_buffered_bytes, sources or None,
-                       partition_streams or None, parse_starts(start, streams), domains, apis)
+    return ElasticSpec(
+        max_members,
+        pfs,
+        max_buffered_msgs,
+        max_buffered_bytes,
+        sources or None,
+        partition_streams or None,
+        parse_starts(start, streams),
+        domains,
+        apis,
+    )
 
 
 @flavour_command(elastic_app, ELASTIC, "create", "create an elastic partitioned consumer group")
-def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers, filter: Filters = [],  # noqa: B006
-           wildcards: Wildcards = [], source: Sources = [], partition_stream: PartitionStreams = [],  # noqa: B006
-           start: Starts = [], source_domain: SourceDomains = [], source_api: SourceApis = [],  # noqa: B006
-           max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0) -> None:
+def create(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    max_members: MaxMembers,
+    filter: Filters = [],
+    wildcards: Wildcards = [],
+    source: Sources = [],
+    partition_stream: PartitionStreams = [],
+    start: Starts = [],
+    source_domain: SourceDomains = [],
+    source_api: SourceApis = [],
+    max_buffered_msgs: MaxBufferedMsgs = 0,
+    max_buffered_bytes: MaxBufferedBytes = 0,
+) -> None:
     rt = runtime(ctx)
-    spec = _shape(rt, stream, name, max_members, filter, wildcards, source, partition_stream, start, source_domain,
-                  source_api, max_buffered_msgs, max_buffered_bytes)
+    spec = _shape(
+        rt,
+        stream,
+        name,
+        max_members,
+        filter,
+        wildcards,
+        source,
+        partition_stream,
+        start,
+        source_domain,
+        source_api,
+        max_buffered_msgs,
+        max_buffered_bytes,
+    )
 
     from .changes import say_created
     from .output import out
@@ -156,26 +291,54 @@ def create(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMemb
     else:
         by = " by the whole subject"
     say_created("elastic", stream, name, cfg, existed=existed, by=by, after=f" (work queue {stream}-{name})")
-    if spec.partitioning_filters is None and spec.partition_streams is None and rt.stdin_is_terminal() \
-            and not out.pretty:
+    if (
+        spec.partitioning_filters is None
+        and spec.partition_streams is None
+        and rt.stdin_is_terminal()
+        and not out.pretty
+    ):
         # no filter typed at the prompt: the group exists, say what it partitions by
-        out.note(f"created elastic consumer group {name} on stream {stream} with no partitioning filter: "
-                 "the whole subject is the key")
+        out.note(
+            f"created elastic consumer group {name} on stream {stream} with no partitioning filter: "
+            "the whole subject is the key"
+        )
 
 
-@flavour_command(elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members "
-                                                      "follow)")
-def add_source(ctx: typer.Context, stream: Stream, name: Group,
-               source: Annotated[str, typer.Argument(help="the stream to add", metavar="SOURCE", show_default=False)],
-               filter: Filters = [], wildcards: Wildcards = [],  # noqa: B006
-               start: Annotated[str, typer.Option("--start", metavar="WHERE", help="where sourcing begins: all (the "
-                                                  "whole stream), new, seq:N or time:RFC3339")] = "all",
-               source_domain: Annotated[Optional[str], typer.Option(
-                   "--source-domain", metavar="DOMAIN", help="the JetStream domain the stream is in when it is not "
-                                                             "the group's", show_default=False)] = None,
-               source_api: Annotated[Optional[str], typer.Option(
-                   "--source-api", metavar="PREFIX", help="instead of --source-domain: the API prefix of the "
-                                                          "stream's JetStream", show_default=False)] = None) -> None:
+@flavour_command(
+    elastic_app, ELASTIC, "add-source", "add a stream to an elastic consumer group (running members follow)"
+)
+def add_source(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    source: Annotated[str, typer.Argument(help="the stream to add", metavar="SOURCE", show_default=False)],
+    filter: Filters = [],
+    wildcards: Wildcards = [],
+    start: Annotated[
+        str,
+        typer.Option(
+            "--start", metavar="WHERE", help="where sourcing begins: all (the whole stream), new, seq:N or time:RFC3339"
+        ),
+    ] = "all",
+    source_domain: Annotated[
+        str | None,
+        typer.Option(
+            "--source-domain",
+            metavar="DOMAIN",
+            help="the JetStream domain the stream is in when it is not the group's",
+            show_default=False,
+        ),
+    ] = None,
+    source_api: Annotated[
+        str | None,
+        typer.Option(
+            "--source-api",
+            metavar="PREFIX",
+            help="instead of --source-domain: the API prefix of the stream's JetStream",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     from .output import print_streams
 
     rt = runtime(ctx)
@@ -185,28 +348,49 @@ def add_source(ctx: typer.Context, stream: Stream, name: Group,
         raise CLIError("--wildcards needs a --filter to pair with")
     pfs = partitioning_filters(filter, wildcards) if filter else None
     parse_starts([start], [source])
-    domains, apis = parse_source_apis([source_domain] if source_domain else [], [source_api] if source_api else [],
-                                      [source])
+    domains, apis = parse_source_apis(
+        [source_domain] if source_domain else [], [source_api] if source_api else [], [source]
+    )
 
     async def body(nc: Client, api: JetStreamApi):
         from pcgroups.elastic import add_source
 
-        return await add_source(nc, stream, name, source, partitioning_filters=pfs, start=start,
-                                source_domain=(domains or {}).get(source), source_api=(apis or {}).get(source),
-                                api=api)
+        return await add_source(
+            nc,
+            stream,
+            name,
+            source,
+            partitioning_filters=pfs,
+            start=start,
+            source_domain=(domains or {}).get(source),
+            source_api=(apis or {}).get(source),
+            api=api,
+        )
 
     print_streams(f"added stream {source} to elastic consumer group {name}", rt.with_connection(body))
 
 
-@flavour_command(elastic_app, ELASTIC, "remove-source", "remove a stream from an elastic consumer group (its queued "
-                                                         "messages are handled first)")
-def remove_source(ctx: typer.Context, stream: Stream, name: Group,
-                  source: Annotated[str, typer.Argument(help="the stream to remove", metavar="SOURCE",
-                                                        show_default=False)],
-                  discard: Annotated[bool, typer.Option("--discard", help="drop its messages still queued instead of "
-                                                        "waiting for the members to handle them")] = False,
-                  timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for its "
-                                                       "queued messages to be handled")] = "30s") -> None:
+@flavour_command(
+    elastic_app,
+    ELASTIC,
+    "remove-source",
+    "remove a stream from an elastic consumer group (its queued messages are handled first)",
+)
+def remove_source(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    source: Annotated[str, typer.Argument(help="the stream to remove", metavar="SOURCE", show_default=False)],
+    discard: Annotated[
+        bool,
+        typer.Option(
+            "--discard", help="drop its messages still queued instead of waiting for the members to handle them"
+        ),
+    ] = False,
+    timeout: Annotated[
+        str, typer.Option("--wait", metavar="DURATION", help="how long to wait for its queued messages to be handled")
+    ] = "30s",
+) -> None:
     from .output import print_streams
 
     rt = runtime(ctx)
@@ -222,16 +406,29 @@ def remove_source(ctx: typer.Context, stream: Stream, name: Group,
     print_streams(f"removed stream {source} from elastic consumer group {name}", rt.with_connection(body))
 
 
-@flavour_command(elastic_app, ELASTIC, "skip-stuck", "step past the origin message a source of the group is stuck "
-                                                      "on (prints what it would do; --execute does it)")
-def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
-               source: Annotated[Optional[str], typer.Option("--source", metavar="STREAM", help="the stuck source "
-                                                             "to step past, when several are")] = None,
-               execute: Annotated[bool, typer.Option("--execute", help="step past it (without it nothing "
-                                                     "changes)")] = False,
-               timeout: Annotated[str, typer.Option("--wait", metavar="DURATION", help="how long to wait for the "
-                                                    "members to handle what was queued before it")] = "30s",
-               json: Json = False) -> None:
+@flavour_command(
+    elastic_app,
+    ELASTIC,
+    "skip-stuck",
+    "step past the origin message a source of the group is stuck on (prints what it would do; --execute does it)",
+)
+def skip_stuck(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    source: Annotated[
+        str | None,
+        typer.Option("--source", metavar="STREAM", help="the stuck source to step past, when several are"),
+    ] = None,
+    execute: Annotated[bool, typer.Option("--execute", help="step past it (without it nothing changes)")] = False,
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--wait", metavar="DURATION", help="how long to wait for the members to handle what was queued before it"
+        ),
+    ] = "30s",
+    json: Json = False,
+) -> None:
     from .output import print_skip
 
     rt = runtime(ctx)
@@ -250,12 +447,16 @@ def skip_stuck(ctx: typer.Context, stream: Stream, name: Group,
 
 add_shared(elastic_app, ELASTIC, "delete")
 
-Sticky = Annotated[bool, typer.Option("--sticky", help="write the membership as member mappings that move the "
-                                                     "fewest partitions (only the changed members' ones)")]
+Sticky = Annotated[
+    bool,
+    typer.Option(
+        "--sticky",
+        help="write the membership as member mappings that move the fewest partitions (only the changed members' ones)",
+    ),
+]
 
 
-def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *,
-                    add: bool) -> None:
+def _change_members(ctx: typer.Context, stream: str, name: str, members: list[str], sticky: bool, *, add: bool) -> None:
     from .changes import check_unique, print_change, print_members_line, warn_idle
     from .output import out
 
@@ -268,13 +469,16 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
         before = await get_elastic_config(nc, stream, name, api=api)
         named = [m for m in members if before.is_in_membership(m) == add]  # already in / not in
         if named and not add:
-            raise CLIError(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
-                           f"group {name} (members: {' '.join(before.membership()) or 'none'}): nothing dropped")
+            raise CLIError(
+                f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} not a member of elastic consumer "
+                f"group {name} (members: {' '.join(before.membership()) or 'none'}): nothing dropped"
+            )
         if named:
-            warn(f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} already a member of elastic consumer "
-                 f"group {name}")
-        result = await (add_members if add else delete_members)(nc, stream, name, list(members), sticky=sticky,
-                                                                 api=api)
+            warn(
+                f"{' '.join(named)} {'is' if len(named) == 1 else 'are'} already a member of elastic consumer "
+                f"group {name}"
+            )
+        result = await (add_members if add else delete_members)(nc, stream, name, list(members), sticky=sticky, api=api)
         after = await get_elastic_config(nc, stream, name, api=api)
         return before, result, after, await _live_leases(nc, stream, name, api)
 
@@ -285,9 +489,18 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
     _warn_memberless(stream, name, before, after)
     if out.pretty:
         done = f"{'added' if add else 'dropped'} {' '.join(members)}" + (" (sticky mappings)" if sticky else "")
-        print_change("elastic", stream, name, done, before, after,
-                     note=None if add else f"the instances of {' '.join(members)} keep running, waiting to be added "
-                                           "again (stop them with Ctrl-C)")
+        print_change(
+            "elastic",
+            stream,
+            name,
+            done,
+            before,
+            after,
+            note=None
+            if add
+            else f"the instances of {' '.join(members)} keep running, waiting to be added "
+            "again (stop them with Ctrl-C)",
+        )
     else:
         print_members_line(add, result, after.member_mappings if sticky else None)
 
@@ -295,8 +508,8 @@ def _change_members(ctx: typer.Context, stream: str, name: str, members: list[st
 async def _live_leases(nc: Client, stream: str, name: str, api: JetStreamApi) -> list:
     """The group's live leases, for the automatic-membership warning only: none when this user may not
     read them (an admin role needs no lease permissions, docs/SECURITY.md)."""
-    from pcgroups.errors import PermissionDeniedError
     from pcgroups.elastic import list_leases
+    from pcgroups.errors import PermissionDeniedError
 
     try:
         return await list_leases(nc, stream, name, api=api)
@@ -307,13 +520,17 @@ async def _live_leases(nc: Client, stream: str, name: str, api: JetStreamApi) ->
 def _warn_memberless(stream: str, group: str, before: ElasticConfig, after: ElasticConfig) -> None:
     """A change that left the group with no member: nothing consumes it any more."""
     if before.membership() and not after.membership():
-        warn(f"elastic consumer group {group} has no members now: its messages queue up in work queue "
-             f"{stream}-{group} (up to its limits) until cg elastic add or create-mapping")
+        warn(
+            f"elastic consumer group {group} has no members now: its messages queue up in work queue "
+            f"{stream}-{group} (up to its limits) until cg elastic add or create-mapping"
+        )
 
 
 def _warn_automatic(group: str, instances: int) -> None:
-    warn(f"elastic consumer group {group} runs with automatic membership ({instances} live instance"
-         f"{'' if instances == 1 else 's'}): the next rebalance rewrites this change to the live instances")
+    warn(
+        f"elastic consumer group {group} runs with automatic membership ({instances} live instance"
+        f"{'' if instances == 1 else 's'}): the next rebalance rewrites this change to the live instances"
+    )
 
 
 @flavour_command(elastic_app, ELASTIC, "add", "add members to a partitioned consumer group")
@@ -335,10 +552,12 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
         from pcgroups.elastic import delete_member_mappings, get_elastic_config, set_member_mappings
 
         before = await get_elastic_config(nc, stream, name, api=api)
-        if mappings is None and before.members:   # delete-mapping would leave them: not "no members"
-            raise CLIError(f"elastic consumer group {name} on stream {stream} has no member mappings to delete: its "
-                           f"members were given with add ({' '.join(before.members)}); drop them with cg elastic drop "
-                           f"{stream} {name} {' '.join(before.members)}")
+        if mappings is None and before.members:  # delete-mapping would leave them: not "no members"
+            raise CLIError(
+                f"elastic consumer group {name} on stream {stream} has no member mappings to delete: its "
+                f"members were given with add ({' '.join(before.members)}); drop them with cg elastic drop "
+                f"{stream} {name} {' '.join(before.members)}"
+            )
         if mappings is None:
             await delete_member_mappings(nc, stream, name, api=api)
         else:
@@ -352,8 +571,11 @@ def _change_mappings(ctx: typer.Context, stream: str, name: str, mappings: list[
     _warn_memberless(stream, name, before, after)
     if out.pretty:
         done = "member mappings set" if mappings is not None else "member mappings deleted"
-        note = None if after.membership() else ("the group has no members now: its instances keep running, waiting "
-                                             "for add or create-mapping")
+        note = (
+            None
+            if after.membership()
+            else ("the group has no members now: its instances keep running, waiting for add or create-mapping")
+        )
         print_change("elastic", stream, name, done, before, after, note=note)
     elif mappings is not None:
         out.line(f"member mapping: {go_mappings(mappings)}")
@@ -367,9 +589,14 @@ def create_mapping(ctx: typer.Context, stream: Stream, name: Group, mappings: Ma
     _change_mappings(ctx, stream, name, parsed)
 
 
-@flavour_command(elastic_app, ELASTIC, "delete-mapping", "delete the member mappings of a partitioned consumer group "
-                                                          "(it is left with no members; members given with add are "
-                                                          "dropped with drop)")
+@flavour_command(
+    elastic_app,
+    ELASTIC,
+    "delete-mapping",
+    "delete the member mappings of a partitioned consumer group "
+    "(it is left with no members; members given with add are "
+    "dropped with drop)",
+)
 def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
     check_names(stream=stream, group=name)
     _change_mappings(ctx, stream, name, None)
@@ -377,55 +604,138 @@ def delete_mapping(ctx: typer.Context, stream: Stream, name: Group) -> None:
 
 add_shared(elastic_app, ELASTIC, "member-info", "step-down")
 
-OptionalMember = Annotated[Optional[str], typer.Argument(
-    metavar="MEMBER", help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
-         "instance is a member of its own)", show_default=False)]
-Auto = Annotated[bool, typer.Option("--auto", help="automatic membership: join the group by starting, leave it by "
-                                                   "stopping (instance leases; partitions rebalanced sticky)")]
-LeaseTTL = Annotated[str, typer.Option("--lease-ttl", help="with --auto: how long after its last renewal a dead "
-                                                           "instance's lease expires (at least 1s)",
-                                       metavar="DURATION")]
+OptionalMember = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="MEMBER",
+        help="member name (with --auto: optional; instances of one name are hot standbys, without a name each "
+        "instance is a member of its own)",
+        show_default=False,
+    ),
+]
+Auto = Annotated[
+    bool,
+    typer.Option(
+        "--auto",
+        help="automatic membership: join the group by starting, leave it by "
+        "stopping (instance leases; partitions rebalanced sticky)",
+    ),
+]
+LeaseTTL = Annotated[
+    str,
+    typer.Option(
+        "--lease-ttl",
+        help="with --auto: how long after its last renewal a dead instance's lease expires (at least 1s)",
+        metavar="DURATION",
+    ),
+]
 
 
-Create = Annotated[Optional[int], typer.Option(
-    "--create", metavar="PARTITIONS", help="with --auto: create the group with this many partitions (and the "
-                                           "--filter/--source/--partition-stream/--start/--source-domain given) if "
-                                           "it does not exist, else join it", show_default=False)]
+Create = Annotated[
+    int | None,
+    typer.Option(
+        "--create",
+        metavar="PARTITIONS",
+        help="with --auto: create the group with this many partitions (and the "
+        "--filter/--source/--partition-stream/--start/--source-domain given) if "
+        "it does not exist, else join it",
+        show_default=False,
+    ),
+]
 
 
 @flavour_command(elastic_app, ELASTIC, "consume", "join a partitioned consumer group")
-def consume(ctx: typer.Context, stream: Stream, name: Group, member: OptionalMember = None,
-            sleep: Sleep = "20ms", auto: Auto = False, lease_ttl: LeaseTTL = "5s", create: Create = None,
-            filter: Filters = [], wildcards: Wildcards = [], source: Sources = [],  # noqa: B006
-            partition_stream: PartitionStreams = [], start: Starts = [],  # noqa: B006
-            source_domain: SourceDomains = [], source_api: SourceApis = [],  # noqa: B006
-            max_buffered_msgs: MaxBufferedMsgs = 0, max_buffered_bytes: MaxBufferedBytes = 0,
-            concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
-            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
-            dispatch: Dispatch = False, otel: Otel = False) -> None:
+def consume(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    member: OptionalMember = None,
+    sleep: Sleep = "20ms",
+    auto: Auto = False,
+    lease_ttl: LeaseTTL = "5s",
+    create: Create = None,
+    filter: Filters = [],
+    wildcards: Wildcards = [],
+    source: Sources = [],
+    partition_stream: PartitionStreams = [],
+    start: Starts = [],
+    source_domain: SourceDomains = [],
+    source_api: SourceApis = [],
+    max_buffered_msgs: MaxBufferedMsgs = 0,
+    max_buffered_bytes: MaxBufferedBytes = 0,
+    concurrency: Concurrency = None,
+    key_header: KeyHeader = None,
+    key_tokens: KeyTokens = None,
+    max_ack_pending: MaxAckPending = None,
+    metrics_listen: MetricsListen = None,
+    dispatch: Dispatch = False,
+    otel: Otel = False,
+) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
-    shaped = (filter or wildcards or source or partition_stream or start or source_domain or source_api
-              or max_buffered_msgs or max_buffered_bytes)
+    shaped = (
+        filter
+        or wildcards
+        or source
+        or partition_stream
+        or start
+        or source_domain
+        or source_api
+        or max_buffered_msgs
+        or max_buffered_bytes
+    )
     if create is None and shaped:
-        raise CLIError("--filter, --wildcards, --source, --partition-stream, --start, --source-domain, --source-api "
-                       "and --max-buffered-* describe the group to create: give them with --create PARTITIONS")
+        raise CLIError(
+            "--filter, --wildcards, --source, --partition-stream, --start, --source-domain, --source-api "
+            "and --max-buffered-* describe the group to create: give them with --create PARTITIONS"
+        )
     if create is not None and not auto:
         raise CLIError("--create needs --auto: a named member of a new group would wait forever to be added")
     if not auto and given(ctx, "lease_ttl"):
-        raise CLIError("--lease-ttl is the lease of an --auto instance (automatic membership): add --auto, or "
-                       "leave --lease-ttl out")
+        raise CLIError(
+            "--lease-ttl is the lease of an --auto instance (automatic membership): add --auto, or "
+            "leave --lease-ttl out"
+        )
     lease = parse_duration_option("--lease-ttl", lease_ttl, minimum=1.0)
     spec = None
     if create is not None:
-        spec = _shape(runtime(ctx), stream, name, create, filter, wildcards, source, partition_stream, start,
-                      source_domain, source_api, max_buffered_msgs, max_buffered_bytes)
+        spec = _shape(
+            runtime(ctx),
+            stream,
+            name,
+            create,
+            filter,
+            wildcards,
+            source,
+            partition_stream,
+            start,
+            source_domain,
+            source_api,
+            max_buffered_msgs,
+            max_buffered_bytes,
+        )
     if member is None:
         from pcgroups.elastic import auto_member_name
 
         member = auto_member_name()
-    join(ctx, ELASTIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
-         auto=auto, lease_ttl=lease, create=spec, metrics_listen=metrics_listen, otel=otel)
+    join(
+        ctx,
+        ELASTIC,
+        stream,
+        name,
+        member,
+        sleep,
+        concurrency,
+        key_header,
+        key_tokens,
+        max_ack_pending,
+        dispatch,
+        auto=auto,
+        lease_ttl=lease,
+        create=spec,
+        metrics_listen=metrics_listen,
+        otel=otel,
+    )
 
 
 add_shared(elastic_app, ELASTIC, "worker", "status", "reset", "prompt")

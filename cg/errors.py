@@ -67,7 +67,9 @@ def usage_message(e: Any, suggestions: list[str] | None = None) -> str:
     ``suggestions``: what a mistyped option was likely meant to be (instead of click's)."""
     name = getattr(e, "option_name", None)
     if isinstance(name, str) and re.fullmatch(r"-[0-9][0-9_.]*", name):  # a negative number read as an option
-        text = f"invalid argument {name}: negative numbers are not allowed (the max number of members must be at least 1)"
+        text = (
+            f"invalid argument {name}: negative numbers are not allowed (the max number of members must be at least 1)"
+        )
     elif suggestions is not None or getattr(e, "possibilities", None):
         if suggestions is None:
             suggestions = close_options(name or "", e.possibilities)
@@ -105,12 +107,12 @@ def fail(message: str) -> int:
     message = message.strip() or "unknown error"
     try:
         sys.stdout.flush()
-    except Exception:  # noqa: BLE001 - a closed stdout must not hide the error
+    except Exception:
         pass
     try:
         sys.stderr.write(f"cg: error: {message}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return 1
 
@@ -122,7 +124,7 @@ def warn(message: str) -> None:
         sys.stdout.flush()
         sys.stderr.write(f"cg: warning: {message.strip()}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - a closed stream must not turn a warning into a failure
+    except Exception:
         pass
 
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+from datetime import UTC
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from .common import (ConsumeRequest, check_names, parse_concurrency, parse_dispatch, parse_duration_option,
-                     parse_sleep)
+from .common import ConsumeRequest, check_names, parse_concurrency, parse_dispatch, parse_duration_option, parse_sleep
 from .errors import CLIError, warn
-from .help import Command, Group as CommandGroup
+from .help import Command
+from .help import Group as CommandGroup
 from .runtime import runtime
 
 if TYPE_CHECKING:
@@ -43,23 +44,23 @@ class Calls:
     list_groups: Fn
     get_config: Fn
     list_active_members: Fn
-    membership: Fn      # (nc, stream, group, member, api=) -> (in the membership, active)
+    membership: Fn  # (nc, stream, group, member, api=) -> (in the membership, active)
     delete: Fn
     step_down: Fn
-    status: Fn          # pcgroups.ops._status (imported when called: only ``status`` needs it)
-    layout: Fn | None = None   # the streams a group consumes (elastic)
-    stuck: Fn | None = None    # sources stuck on an origin message, or losing messages (elastic: pcgroups.elastic)
+    status: Fn  # pcgroups.ops._status (imported when called: only ``status`` needs it)
+    layout: Fn | None = None  # the streams a group consumes (elastic)
+    stuck: Fn | None = None  # sources stuck on an origin message, or losing messages (elastic: pcgroups.elastic)
 
 
 @dataclass(frozen=True)
 class Flavour:
     """What differs between the static and the elastic commands."""
 
-    name: str                                   # "static" | "elastic": the command and the KV bucket
-    help: str                                   # the mode's help (``cg <name> --help``)
-    calls: Callable[[], Calls]                  # the library functions, imported on first call
+    name: str  # "static" | "elastic": the command and the KV bucket
+    help: str  # the mode's help (``cg <name> --help``)
+    calls: Callable[[], Calls]  # the library functions, imported on first call
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command -> hidden aliases
-    per_partition_status: bool = False          # ``status --per-partition`` (exact pending per partition)
+    per_partition_status: bool = False  # ``status --per-partition`` (exact pending per partition)
 
     @property
     def with_article(self) -> str:
@@ -84,31 +85,49 @@ def _static_calls() -> Calls:
     from pcgroups import flavour as shared
     from pcgroups import static as lib
 
-    return Calls(list_groups=lib.list_static_groups, get_config=lib.get_static_config,
-                 list_active_members=lib.list_static_active_members,
-                 membership=partial(shared.is_in_membership_and_active, shared.STATIC),
-                 delete=lib.delete_static, step_down=lib.static_member_step_down,
-                 status=_imported_when_called("pcgroups.ops._status", "static_status"))
+    return Calls(
+        list_groups=lib.list_static_groups,
+        get_config=lib.get_static_config,
+        list_active_members=lib.list_static_active_members,
+        membership=partial(shared.is_in_membership_and_active, shared.STATIC),
+        delete=lib.delete_static,
+        step_down=lib.static_member_step_down,
+        status=_imported_when_called("pcgroups.ops._status", "static_status"),
+    )
 
 
 def _elastic_calls() -> Calls:
     from pcgroups import elastic as lib
 
-    return Calls(list_groups=lib.list_elastic_groups, get_config=lib.get_elastic_config,
-                 list_active_members=lib.list_elastic_active_members,
-                 membership=lib.elastic_is_in_membership_and_active, delete=lib.delete_elastic,
-                 step_down=lib.elastic_member_step_down,
-                 status=_imported_when_called("pcgroups.ops", "elastic_status"), layout=lib.get_elastic_layout,
-                 stuck=_imported_when_called("pcgroups.elastic", "intake_of"))
+    return Calls(
+        list_groups=lib.list_elastic_groups,
+        get_config=lib.get_elastic_config,
+        list_active_members=lib.list_elastic_active_members,
+        membership=lib.elastic_is_in_membership_and_active,
+        delete=lib.delete_elastic,
+        step_down=lib.elastic_member_step_down,
+        status=_imported_when_called("pcgroups.ops", "elastic_status"),
+        layout=lib.get_elastic_layout,
+        stuck=_imported_when_called("pcgroups.elastic", "intake_of"),
+    )
 
 
-_SHARED_ALIASES = {"ls": ("list",), "delete": ("rm",), "member-info": ("memberinfo", "minfo"),
-                   "step-down": ("stepdown", "sd"), "consume": ("join",), "status": ("describe",)}
+_SHARED_ALIASES = {
+    "ls": ("list",),
+    "delete": ("rm",),
+    "member-info": ("memberinfo", "minfo"),
+    "step-down": ("stepdown", "sd"),
+    "consume": ("join",),
+    "status": ("describe",),
+}
 
 STATIC = Flavour("static", "static consumer groups mode", _static_calls, _SHARED_ALIASES, per_partition_status=True)
-ELASTIC = Flavour("elastic", "elastic consumer groups mode", _elastic_calls,
-                  {**_SHARED_ALIASES, "create-mapping": ("cm", "createmapping"),
-                   "delete-mapping": ("dm", "deletemapping")})
+ELASTIC = Flavour(
+    "elastic",
+    "elastic consumer groups mode",
+    _elastic_calls,
+    {**_SHARED_ALIASES, "create-mapping": ("cm", "createmapping"), "delete-mapping": ("dm", "deletemapping")},
+)
 FLAVOURS = (STATIC, ELASTIC)
 
 
@@ -117,50 +136,102 @@ FLAVOURS = (STATIC, ELASTIC)
 Stream = Annotated[str, typer.Argument(help="stream name", metavar="STREAM", show_default=False)]
 Group = Annotated[str, typer.Argument(help="consumer group name", metavar="GROUP", show_default=False)]
 Member = Annotated[str, typer.Argument(help="member name", metavar="MEMBER", show_default=False)]
-MaxMembers = Annotated[int, typer.Argument(help="max number of members (the number of partitions)",
-                                           metavar="MAX-MEMBERS", show_default=False)]
+MaxMembers = Annotated[
+    int,
+    typer.Argument(help="max number of members (the number of partitions)", metavar="MAX-MEMBERS", show_default=False),
+]
 Json = Annotated[bool, typer.Option("--json", help="print JSON")]
 Force = Annotated[bool, typer.Option("--force/--no-force", "-f", help="force delete the consumer group")]
 SLEEP_HELP = "sleep to simulate processing time"
 DEFAULT_SLEEP = "20ms"
 Sleep = Annotated[str, typer.Option("--sleep", help=SLEEP_HELP, metavar="DURATION")]
-Concurrency = Annotated[Optional[int], typer.Option(
-    "--concurrency", metavar="K", help="handle up to K messages at once, one per key at a time, each key in "
-                                       "order (default 1: one message at a time, as the reference); with "
-                                       "--dispatch: at most K messages at the workers at once (default: their "
-                                       "capacities)", show_default=False)]
-Dispatch = Annotated[bool, typer.Option(
-    "--dispatch", help="run no handler: hand this member's messages to the group's workers (cg ... worker), one "
-                       "per key at a time, keys in turn")]
-KeyHeader = Annotated[Optional[str], typer.Option(
-    "--key-header", metavar="HEADER", help="with --concurrency: the key is this header's value (messages without "
-                                           "it share one key)", show_default=False)]
-KeyTokens = Annotated[Optional[str], typer.Option(
-    "--key-tokens", metavar="POSITIONS", help="with --concurrency: the key is these tokens of the subject (without "
-                                              "the partition token), counted from 1 as in subject transforms, e.g. "
-                                              "1,2 (default key: the partitioning tokens (elastic), the subject "
-                                              "(static))",
-    show_default=False)]
-MaxAckPending = Annotated[Optional[int], typer.Option(
-    "--max-ack-pending", metavar="N", help="messages delivered and not yet acked (default 1; with --concurrency K: "
-                                           "16384 (a burst on one key that long does not hold back other keys), and "
-                                           "at least K)", show_default=False)]
-MetricsListen = Annotated[Optional[str], typer.Option(
-    "--metrics-listen", help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
-    metavar="ADDR", show_default=False)]
-Otel = Annotated[bool, typer.Option(
-    "--otel", help="export OpenTelemetry spans of each message handled and of the group's control work, as the "
-                   "OTEL_* environment variables say (default: OTLP over HTTP to localhost:4318)")]
+Concurrency = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency",
+        metavar="K",
+        help="handle up to K messages at once, one per key at a time, each key in "
+        "order (default 1: one message at a time, as the reference); with "
+        "--dispatch: at most K messages at the workers at once (default: their "
+        "capacities)",
+        show_default=False,
+    ),
+]
+Dispatch = Annotated[
+    bool,
+    typer.Option(
+        "--dispatch",
+        help="run no handler: hand this member's messages to the group's workers (cg ... worker), one "
+        "per key at a time, keys in turn",
+    ),
+]
+KeyHeader = Annotated[
+    str | None,
+    typer.Option(
+        "--key-header",
+        metavar="HEADER",
+        help="with --concurrency: the key is this header's value (messages without it share one key)",
+        show_default=False,
+    ),
+]
+KeyTokens = Annotated[
+    str | None,
+    typer.Option(
+        "--key-tokens",
+        metavar="POSITIONS",
+        help="with --concurrency: the key is these tokens of the subject (without "
+        "the partition token), counted from 1 as in subject transforms, e.g. "
+        "1,2 (default key: the partitioning tokens (elastic), the subject "
+        "(static))",
+        show_default=False,
+    ),
+]
+MaxAckPending = Annotated[
+    int | None,
+    typer.Option(
+        "--max-ack-pending",
+        metavar="N",
+        help="messages delivered and not yet acked (default 1; with --concurrency K: "
+        "16384 (a burst on one key that long does not hold back other keys), and "
+        "at least K)",
+        show_default=False,
+    ),
+]
+MetricsListen = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-listen",
+        help="serve this instance's metrics on http://ADDR/metrics (HOST:PORT)",
+        metavar="ADDR",
+        show_default=False,
+    ),
+]
+Otel = Annotated[
+    bool,
+    typer.Option(
+        "--otel",
+        help="export OpenTelemetry spans of each message handled and of the group's control work, as the "
+        "OTEL_* environment variables say (default: OTLP over HTTP to localhost:4318)",
+    ),
+]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
-Interval = Annotated[str, typer.Option("--interval", help="refresh interval with --watch (Go duration)",
-                                       metavar="DURATION")]
-PerPartition = Annotated[bool, typer.Option("--per-partition",
-                                            help="count each partition's pending messages exactly (an ephemeral "
-                                                 "consumer per partition of members owning several)")]
+Interval = Annotated[
+    str, typer.Option("--interval", help="refresh interval with --watch (Go duration)", metavar="DURATION")
+]
+PerPartition = Annotated[
+    bool,
+    typer.Option(
+        "--per-partition",
+        help="count each partition's pending messages exactly (an ephemeral "
+        "consumer per partition of members owning several)",
+    ),
+]
 
-STATUS_HELP = ("show each member's partitions, how long its pinned instance has held the pin, its pending, unacked "
-               "and redelivered messages and the sequence acked up to; the pin ids and the leases")
+STATUS_HELP = (
+    "show each member's partitions, how long its pinned instance has held the pin, its pending, unacked "
+    "and redelivered messages and the sequence acked up to; the pin ids and the leases"
+)
 
 
 def flavour_app(flavour: Flavour) -> typer.Typer:
@@ -172,9 +243,17 @@ def flavour_app(flavour: Flavour) -> typer.Typer:
     app = typer.Typer(help=flavour.help, add_completion=False, cls=CommandGroup)
 
     @app.callback()
-    def mode(sleep: Annotated[Optional[str], typer.Option(
-            "--sleep", help=f"{SLEEP_HELP} (consume, worker, prompt; default {DEFAULT_SLEEP})", metavar="DURATION",
-            show_default=False)] = None) -> None:
+    def mode(
+        sleep: Annotated[
+            str | None,
+            typer.Option(
+                "--sleep",
+                help=f"{SLEEP_HELP} (consume, worker, prompt; default {DEFAULT_SLEEP})",
+                metavar="DURATION",
+                show_default=False,
+            ),
+        ] = None,
+    ) -> None:
         if sleep is not None:
             parse_sleep(sleep)  # a bad value is an error whatever the command (a Go duration flag)
 
@@ -231,8 +310,10 @@ def _ls(flavour: Flavour) -> tuple[Fn, str]:
                 try:
                     await api.stream_info(stream)
                 except NotFoundError:
-                    raise CLIError(f"stream {stream} does not exist (and no {flavour.name} consumer group is "
-                                   f"defined under that name)") from None
+                    raise CLIError(
+                        f"stream {stream} does not exist (and no {flavour.name} consumer group is "
+                        f"defined under that name)"
+                    ) from None
             return groups
 
         print_groups(flavour.name, stream, runtime(ctx).with_connection(body), as_json=json)
@@ -283,8 +364,9 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
 
         if out.pretty:  # the reference prints nothing (kept in pipes)
             queue = f" and its work queue {stream}-{name}" if flavour.name == "elastic" else ""
-            out.styled(f"deleted {flavour.name} consumer group {name} on stream {stream}{queue}: its instances "
-                       "end", "green")
+            out.styled(
+                f"deleted {flavour.name} consumer group {name} on stream {stream}{queue}: its instances end", "green"
+            )
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
 
@@ -302,8 +384,9 @@ async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, gro
         await api.stream_info(wq)
     except NotFoundError:
         return False
-    warn(f"elastic consumer group {group} on stream {stream} has no config, but its work queue {wq} is left: "
-         "deleting it")
+    warn(
+        f"elastic consumer group {group} on stream {stream} has no config, but its work queue {wq} is left: deleting it"
+    )
     return True
 
 
@@ -330,51 +413,82 @@ def _step_down(flavour: Flavour) -> tuple[Fn, str]:
             calls = flavour.calls()
             in_membership, active = await calls.membership(nc, stream, name, member, api=api)
             if in_membership and not active:
-                raise CLIError(f"member {member} of {flavour.name} consumer group {name} has no running instance: "
-                               "nothing to step down (start one with consume)")
+                raise CLIError(
+                    f"member {member} of {flavour.name} consumer group {name} has no running instance: "
+                    "nothing to step down (start one with consume)"
+                )
             await calls.step_down(nc, stream, name, member, api=api)
 
         runtime(ctx).with_connection(body)
         from .output import out
 
         if out.pretty:  # the reference prints nothing (kept in pipes)
-            out.styled(f"member {member}'s pinned instance stepped down: the next instance to pull gets the pin "
-                       "(a standby when one runs)", "green")
+            out.styled(
+                f"member {member}'s pinned instance stepped down: the next instance to pull gets the pin "
+                "(a standby when one runs)",
+                "green",
+            )
 
     return step_down, "initiate a step down for a member"
 
 
 def _status(flavour: Flavour) -> tuple[Fn, str]:
-    def show(ctx: typer.Context, stream: str, name: str, json: bool, watch: bool, interval: str,
-             **options: Any) -> NoReturn:
+    def show(
+        ctx: typer.Context, stream: str, name: str, json: bool, watch: bool, interval: str, **options: Any
+    ) -> NoReturn:
         from .status import run_status
 
         check_names(stream=stream, group=name)
         seconds = parse_duration_option("--interval", interval, positive=True)
-        raise typer.Exit(run_status(runtime(ctx), flavour.calls().status, stream, name, as_json=json,
-                                    watching=watch, interval=seconds, **options))
+        raise typer.Exit(
+            run_status(
+                runtime(ctx),
+                flavour.calls().status,
+                stream,
+                name,
+                as_json=json,
+                watching=watch,
+                interval=seconds,
+                **options,
+            )
+        )
 
     if flavour.per_partition_status:
-        def status(ctx: typer.Context, stream: Stream, name: Group, json: StatusJson = False, watch: Watch = False,
-                   interval: Interval = "2s", per_partition: PerPartition = False) -> None:
+
+        def status(
+            ctx: typer.Context,
+            stream: Stream,
+            name: Group,
+            json: StatusJson = False,
+            watch: Watch = False,
+            interval: Interval = "2s",
+            per_partition: PerPartition = False,
+        ) -> None:
             show(ctx, stream, name, json, watch, interval, per_partition=per_partition)
     else:
-        def status(ctx: typer.Context, stream: Stream, name: Group, json: StatusJson = False,  # type: ignore[misc]
-                   watch: Watch = False, interval: Interval = "2s") -> None:
+
+        def status(
+            ctx: typer.Context,
+            stream: Stream,
+            name: Group,
+            json: StatusJson = False,  # type: ignore[misc]
+            watch: Watch = False,
+            interval: Interval = "2s",
+        ) -> None:
             show(ctx, stream, name, json, watch, interval)
 
     return status, STATUS_HELP
 
 
-Members = Annotated[Optional[list[str]], typer.Argument(help="members to reset (default: all)", metavar="MEMBER",
-                                                        show_default=False)]
+Members = Annotated[
+    list[str] | None, typer.Argument(help="members to reset (default: all)", metavar="MEMBER", show_default=False)
+]
 
 
 def _once(option: str, values: list[Any] | None) -> Any:
     """The value of an option given at most once (Click keeps the last of a repeated one, silently)."""
     if values and len(values) > 1:
-        raise CLIError(f"{option} given {len(values)} times ({', '.join(map(str, values))}): give one position, "
-                       "once")
+        raise CLIError(f"{option} given {len(values)} times ({', '.join(map(str, values))}): give one position, once")
     return values[0] if values else None
 
 
@@ -389,34 +503,50 @@ def _whole(option: str, text: str | None) -> int | None:
 
 def _warn_future(target: Any, given: list[str] | None) -> None:
     """``--to-time`` after now: nothing is at or after it, so the reset goes past the last message."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    if target.kind == "time" and given and target.time > datetime.now(timezone.utc):
-        warn(f"--to-time {given[0]} is in the future: no message is at or after it, so this skips everything "
-             "pending, as --to-latest does")
+    if target.kind == "time" and given and target.time > datetime.now(UTC):
+        warn(
+            f"--to-time {given[0]} is in the future: no message is at or after it, so this skips everything "
+            "pending, as --to-latest does"
+        )
 
 
 def _reset(flavour: Flavour) -> tuple[Fn, str]:
-    def reset(ctx: typer.Context, stream: Stream, name: Group, members: Members = None,
-              to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
-              to_latest: Annotated[bool, typer.Option("--to-latest", help="past the last message: skip "
-                                                      "everything pending")] = False,
-              to_seq: Annotated[Optional[list[str]], typer.Option("--to-seq", help="to this stream sequence",
-                                                                  metavar="N")] = None,
-              to_time: Annotated[Optional[list[str]], typer.Option("--to-time", help="to the first message at or "
-                                                                   "after this time", metavar="RFC3339")] = None,
-              by_duration: Annotated[Optional[list[str]], typer.Option("--by-duration", help="to this long before "
-                                                                       "now", metavar="DURATION")] = None,
-              execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing "
-                                                    "changes)")] = False,
-              json: Json = False) -> None:
+    def reset(
+        ctx: typer.Context,
+        stream: Stream,
+        name: Group,
+        members: Members = None,
+        to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to the first message")] = False,
+        to_latest: Annotated[
+            bool, typer.Option("--to-latest", help="past the last message: skip everything pending")
+        ] = False,
+        to_seq: Annotated[
+            list[str] | None, typer.Option("--to-seq", help="to this stream sequence", metavar="N")
+        ] = None,
+        to_time: Annotated[
+            list[str] | None,
+            typer.Option("--to-time", help="to the first message at or after this time", metavar="RFC3339"),
+        ] = None,
+        by_duration: Annotated[
+            list[str] | None, typer.Option("--by-duration", help="to this long before now", metavar="DURATION")
+        ] = None,
+        execute: Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing changes)")] = False,
+        json: Json = False,
+    ) -> None:
         from pcgroups import ops
 
         from .offsets import print_plan
 
         check_names(stream=stream, group=name, members=members or [])
-        target = ops.Target.of(earliest=to_earliest, latest=to_latest, seq=_whole("--to-seq", _once("--to-seq", to_seq)),
-                                   time=_once("--to-time", to_time), duration=_once("--by-duration", by_duration))
+        target = ops.Target.of(
+            earliest=to_earliest,
+            latest=to_latest,
+            seq=_whole("--to-seq", _once("--to-seq", to_seq)),
+            time=_once("--to-time", to_time),
+            duration=_once("--by-duration", by_duration),
+        )
         plan_fn = ops.plan_static_reset if flavour.name == "static" else ops.plan_elastic_reset
         _warn_future(target, to_time)
 
@@ -426,8 +556,10 @@ def _reset(flavour: Flavour) -> tuple[Fn, str]:
 
         print_plan(runtime(ctx).with_connection(body), as_json=json)
 
-    return reset, ("replay or skip: move members to --to-earliest, --to-latest, --to-seq N, --to-time T or "
-                   "--by-duration D (prints the plan; --execute applies it)")
+    return reset, (
+        "replay or skip: move members to --to-earliest, --to-latest, --to-seq N, --to-time T or "
+        "--by-duration D (prints the plan; --execute applies it)"
+    )
 
 
 def _prompt(flavour: Flavour) -> tuple[Fn, str]:
@@ -441,17 +573,29 @@ def _prompt(flavour: Flavour) -> tuple[Fn, str]:
 
 
 #: The commands both flavours have: name -> (the command function for a flavour, its help).
-WorkerName = Annotated[Optional[str], typer.Option(
-    "--name", help="the worker's name (default: <host>-<pid>); letters, digits, '-' and '_'", metavar="NAME",
-    show_default=False)]
+WorkerName = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="the worker's name (default: <host>-<pid>); letters, digits, '-' and '_'",
+        metavar="NAME",
+        show_default=False,
+    ),
+]
 Capacity = Annotated[int, typer.Option("--capacity", metavar="C", help="handle up to C messages at once")]
 
 
 def _worker(flavour: Flavour) -> tuple[Fn, str]:
-    def worker(ctx: typer.Context, stream: Stream, name: Group, worker_name: WorkerName = None,
-               capacity: Capacity = 1, sleep: Sleep = "20ms", otel: Otel = False) -> NoReturn:
-        from pcgroups.pool import check_worker_name
-        from pcgroups.pool import default_worker_name
+    def worker(
+        ctx: typer.Context,
+        stream: Stream,
+        name: Group,
+        worker_name: WorkerName = None,
+        capacity: Capacity = 1,
+        sleep: Sleep = "20ms",
+        otel: Otel = False,
+    ) -> NoReturn:
+        from pcgroups.pool import check_worker_name, default_worker_name
 
         from .common import MAX_CONCURRENCY
         from .consume import work
@@ -460,20 +604,30 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
         worker_name = worker_name if worker_name is not None else default_worker_name()
         check_worker_name(worker_name)
         if not 1 <= capacity <= MAX_CONCURRENCY:
-            raise CLIError(f"invalid --capacity {capacity}: must be between 1 and {MAX_CONCURRENCY} (the messages it "
-                           "handles at once)")
+            raise CLIError(
+                f"invalid --capacity {capacity}: must be between 1 and {MAX_CONCURRENCY} (the messages it "
+                "handles at once)"
+            )
         seconds = parse_sleep(flavour_sleep(ctx, sleep))
         rt = runtime(ctx)
-        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity,
-                                       otel=otel))
+        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity, otel=otel))
 
-    return worker, (f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
-                    "handles the messages they hand it")
+    return worker, (
+        f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
+        "handles the messages they hand it"
+    )
 
 
 SHARED: dict[str, Callable[[Flavour], tuple[Fn, str]]] = {
-    "ls": _ls, "info": _info, "delete": _delete, "member-info": _member_info, "step-down": _step_down,
-    "status": _status, "prompt": _prompt, "reset": _reset, "worker": _worker,
+    "ls": _ls,
+    "info": _info,
+    "delete": _delete,
+    "member-info": _member_info,
+    "step-down": _step_down,
+    "status": _status,
+    "prompt": _prompt,
+    "reset": _reset,
+    "worker": _worker,
 }
 
 
@@ -484,9 +638,20 @@ def add_shared(app: typer.Typer, flavour: Flavour, *names: str) -> None:
         flavour_command(app, flavour, name, help)(fn)
 
 
-def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: str, sleep: str,
-         concurrency: int | None = None, key_header: str | None = None, key_tokens: str | None = None,
-         max_ack_pending: int | None = None, dispatch: bool = False, **options: Any) -> NoReturn:
+def join(
+    ctx: typer.Context,
+    flavour: Flavour,
+    stream: str,
+    name: str,
+    member: str,
+    sleep: str,
+    concurrency: int | None = None,
+    key_header: str | None = None,
+    key_tokens: str | None = None,
+    max_ack_pending: int | None = None,
+    dispatch: bool = False,
+    **options: Any,
+) -> NoReturn:
     """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
     (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`) into one
     :class:`~cg.common.ConsumeRequest`, then run the member instance (cg/consume.py) until it ends; exits with
@@ -504,5 +669,16 @@ def join(ctx: typer.Context, flavour: Flavour, stream: str, name: str, member: s
     raise typer.Exit(rt.run_member(consume, rt, request))
 
 
-__all__ = ["ELASTIC", "FLAVOURS", "FLAVOUR_OPTIONS", "STATIC", "Calls", "Flavour", "add_shared", "flavour_app",
-           "flavour_command", "flavour_sleep", "join"]
+__all__ = [
+    "ELASTIC",
+    "FLAVOURS",
+    "FLAVOUR_OPTIONS",
+    "STATIC",
+    "Calls",
+    "Flavour",
+    "add_shared",
+    "flavour_app",
+    "flavour_command",
+    "flavour_sleep",
+    "join",
+]

@@ -79,8 +79,12 @@ def _write_params(command: Any, ctx: Any, formatter: Any) -> None:
         if getattr(param, "hidden", False):
             continue
         if param.param_type_name == "argument":
-            arguments.append((argument_name(param) + ("..." if param.nargs == -1 else ""),
-                              (getattr(param, "help", None) or "").strip()))
+            arguments.append(
+                (
+                    argument_name(param) + ("..." if param.nargs == -1 else ""),
+                    (getattr(param, "help", None) or "").strip(),
+                )
+            )
         elif param.param_type_name == "option":
             options.append(option_record(param))
     for title, rows in (("Arguments", arguments), ("Options", options)):
@@ -100,8 +104,11 @@ class Command(typer.core.TyperCommand):
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
-        return pieces + [_argument_piece(p) for p in self.get_params(ctx)
-                         if p.param_type_name == "argument" and not getattr(p, "hidden", False)]
+        return pieces + [
+            _argument_piece(p)
+            for p in self.get_params(ctx)
+            if p.param_type_name == "argument" and not getattr(p, "hidden", False)
+        ]
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _write_page(self, ctx, formatter)
@@ -134,13 +141,15 @@ class Group(typer.core.TyperGroup):
                 shown = [n for n in self.list_commands(ctx) if not getattr(self.get_command(ctx, n), "hidden", False)]
                 if matches:
                     e.message = f"{e.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
-                elif 1 < len(shown) <= FEW_COMMANDS:   # cg static create foo ...: balanced or mapped forgotten
+                elif 1 < len(shown) <= FEW_COMMANDS:  # cg static create foo ...: balanced or mapped forgotten
                     import shlex
 
                     path = ctx.command_path
-                    e.message = (f"{path} takes {', '.join(shown[:-1])} or {shown[-1]} first: "
-                                 f"{path} {'|'.join(shown)} {shlex.join(args)}")
-                    e.ctx = None   # the line is the usage: no "try -h" after it
+                    e.message = (
+                        f"{path} takes {', '.join(shown[:-1])} or {shown[-1]} first: "
+                        f"{path} {'|'.join(shown)} {shlex.join(args)}"
+                    )
+                    e.ctx = None  # the line is the usage: no "try -h" after it
             raise
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

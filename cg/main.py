@@ -37,7 +37,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-TYPE_CHECKING = False   # as typing.TYPE_CHECKING, without importing typing: a Ctrl-C before main() runs is Python's
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing: a Ctrl-C before main() runs is Python's
 if TYPE_CHECKING:
     from typing import Any
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--version" in args[:args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
+    if "--version" in args[: args.index("--") if "--" in args else len(args)]:  # anywhere, as the reference
         from . import VERSION
 
         sys.stdout.write(VERSION + "\n")
@@ -68,21 +68,23 @@ def _main(argv: Sequence[str] | None) -> int:
     if missing:
         from .errors import fail
 
-        return fail(f"the cg command needs the cli extra, which is not installed (no {', '.join(missing)}): "
-                    "pip install 'pcgroups[cli]'")
+        return fail(
+            f"the cg command needs the cli extra, which is not installed (no {', '.join(missing)}): "
+            "pip install 'pcgroups[cli]'"
+        )
     if args == ["--fisk-introspect"]:
         from .app import print_model
 
         print_model()
         return 0
-    if argv is None:   # the console script (a call from Python runs in its caller's process)
+    if argv is None:  # the console script (a call from Python runs in its caller's process)
         end_with_nats_parent()
     return run(args)
 
 
 #: The name of the nats CLI's process: a plugin is its child, and nothing else tells a plugin so.
 NATS_CLI = "nats"
-PARENT_POLL = 0.5   # seconds between two looks at the parent process
+PARENT_POLL = 0.5  # seconds between two looks at the parent process
 
 
 def end_with_nats_parent() -> None:
@@ -106,7 +108,7 @@ def end_with_nats_parent() -> None:
 def process_name(pid: int) -> str:
     """The executable name of process ``pid`` ("" when it cannot be told)."""
     try:
-        with open(f"/proc/{pid}/comm") as f:   # Linux
+        with open(f"/proc/{pid}/comm") as f:  # Linux
             return f.read().strip()
     except OSError:
         pass
@@ -161,7 +163,7 @@ def run(args: list[str]) -> int:
         return fail("operation canceled")
     except KeyboardInterrupt:
         return INTERRUPTED
-    except Exception as e:  # noqa: BLE001 - ours, the library's, nats-py's, the OS's: one line, no traceback
+    except Exception as e:
         return report(e)
     if isinstance(rv, int) and not isinstance(rv, bool):
         if rv == INTERRUPTED:  # Typer's KeyboardInterrupt, or a command that said it was interrupted

@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 DEFAULT_LISTEN = "127.0.0.1:9330"
-REFRESH_GRACE = 10.0   # the exporter is ready while its last good refresh is at most 2 intervals + this old
+REFRESH_GRACE = 10.0  # the exporter is ready while its last good refresh is at most 2 intervals + this old
 INSTALL_HINT = "the Prometheus client is not installed: pip install 'pcgroups[metrics]'"
 
 
@@ -52,10 +52,17 @@ def parse_listen(flag: str, text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     host = host[1:-1] if bracketed else host
-    if (not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or (":" in host and not bracketed)
-            or any(c.isspace() or c in "/[]" for c in host)):
-        raise CLIError(f"invalid {flag} {text!r}: give HOST:PORT with a port from 1 to 65535 "
-                       "(e.g. 127.0.0.1:9330, or :9330 for every interface)")
+    if (
+        not sep
+        or not port.isdigit()
+        or not 1 <= int(port) <= 65535
+        or (":" in host and not bracketed)
+        or any(c.isspace() or c in "/[]" for c in host)
+    ):
+        raise CLIError(
+            f"invalid {flag} {text!r}: give HOST:PORT with a port from 1 to 65535 "
+            "(e.g. 127.0.0.1:9330, or :9330 for every interface)"
+        )
     return host or "0.0.0.0", int(port)
 
 
@@ -78,9 +85,11 @@ def _say(text: str) -> None:
     import textwrap
 
     try:
-        print(textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False,
-                            break_long_words=False), file=sys.stderr,
-              flush=True)
+        print(
+            textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False),
+            file=sys.stderr,
+            flush=True,
+        )
     except (OSError, ValueError):
         pass
 
@@ -90,8 +99,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
     from prometheus_client import CollectorRegistry
 
     from pcgroups.connect import redact
-    from pcgroups.ops import GroupsExporter
-    from pcgroups.ops import Health
+    from pcgroups.ops import GroupsExporter, Health
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -109,7 +117,7 @@ async def run_exporter(rt: Runtime, streams: list[str], host: str, port: int, in
         exporter = GroupsExporter(nc, api, streams=streams, interval=interval)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(exporter)
-        await exporter.refresh()   # the first scrape finds a snapshot
+        await exporter.refresh()  # the first scrape finds a snapshot
         health = Health(exporter_readiness(exporter, interval))
         health.start()
         server = serve("--listen", host, port, registry, health)
@@ -167,7 +175,7 @@ async def _unknown_streams(api: Any, streams: list[str], statuses: list[Any]) ->
             await api.stream_info(stream)
         except NotFoundError:
             unknown.append(stream)
-        except Exception:  # noqa: BLE001 - a hint only: the refreshes report what fails
+        except Exception:
             continue
     return unknown
 
@@ -196,19 +204,26 @@ def register(app: typer.Typer, name: str = "metrics") -> None:
     app.command(name, help=METRICS_HELP, cls=Command)(metrics_command)
 
 
-METRICS_HELP = ("serve the consumer groups' lag, instances and pins on /metrics for Prometheus "
-                "(docs/OPERATIONS.md)")
+METRICS_HELP = "serve the consumer groups' lag, instances and pins on /metrics for Prometheus (docs/OPERATIONS.md)"
 
 
 def metrics_command(
     ctx: typer.Context,
-    streams: Annotated[Optional[list[str]], typer.Argument(
-        help="only the groups of these streams (default: every group)", metavar="STREAM",
-        show_default=False)] = None,
-    listen: Annotated[str, typer.Option("--listen", help="address to serve /metrics on", metavar="HOST:PORT")]
-        = DEFAULT_LISTEN,
-    interval: Annotated[str, typer.Option("--interval", help="refresh the groups' state this often, whatever "
-                                          "the scrape rate", metavar="DURATION")] = "5s",
+    streams: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="only the groups of these streams (default: every group)", metavar="STREAM", show_default=False
+        ),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option("--listen", help="address to serve /metrics on", metavar="HOST:PORT")
+    ] = DEFAULT_LISTEN,
+    interval: Annotated[
+        str,
+        typer.Option(
+            "--interval", help="refresh the groups' state this often, whatever the scrape rate", metavar="DURATION"
+        ),
+    ] = "5s",
 ) -> None:
     from .common import check_names, parse_duration_option
     from .runtime import runtime
@@ -220,8 +235,6 @@ def metrics_command(
     require_client()
     rt = runtime(ctx)
     raise typer.Exit(rt.run(run_exporter, rt, list(streams or []), host, port, seconds))
-
-
 
 
 class Served(NamedTuple):
@@ -243,9 +256,8 @@ def instance_metrics(kind: str, stream: str, group: str, member: str, listen: st
     of dead letters). Bad input is one :class:`CLIError`, before anything connects."""
     host, port = parse_listen("--metrics-listen", listen)
     require_client()
-    from pcgroups.ops import Health, InstanceReadiness
-    from pcgroups.ops import InstanceMetrics
     from pcgroups.consume import RetryPolicy
+    from pcgroups.ops import Health, InstanceMetrics, InstanceReadiness
 
     metrics = InstanceMetrics(kind, stream, group, member)
     readiness = InstanceReadiness(member)
@@ -261,5 +273,16 @@ def instance_metrics(kind: str, stream: str, group: str, member: str, listen: st
     return Served(metrics, health, readiness, server, on_event, RetryPolicy(on_dead_letter=metrics.on_dead_letter))
 
 
-__all__ = ["DEFAULT_LISTEN", "INSTALL_HINT", "Served", "exporter_readiness", "instance_metrics", "metrics_command", "parse_listen", "register",
-           "require_client", "run_exporter", "serve"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "INSTALL_HINT",
+    "Served",
+    "exporter_readiness",
+    "instance_metrics",
+    "metrics_command",
+    "parse_listen",
+    "register",
+    "require_client",
+    "run_exporter",
+    "serve",
+]

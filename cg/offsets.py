@@ -48,8 +48,11 @@ def summary(plan: ResetPlan) -> str:
     if plan.executed:
         head, purge, source = "done", "purged", "every stream sourced again"
     else:
-        head, purge, source = ("plan only, nothing changed (add --execute to apply)", "would purge",
-                               "would source every stream again")
+        head, purge, source = (
+            "plan only, nothing changed (add --execute to apply)",
+            "would purge",
+            "would source every stream again",
+        )
     if plan.replay:
         return f"{head}: {purge} {_count(plan.queued, 'queued message')}, {source}"
     if plan.flavour == "elastic":
@@ -97,6 +100,11 @@ def plan_table(plan: ResetPlan) -> Any:
         if not m.exists:
             table.add_row(m.member, "no consumer yet", "(never started)", "-", "-")
             continue
-        table.add_row(m.member, f"{m.now}\n{_when(m.now_time)}".strip(), f"{m.after}\n{_when(m.after_time)}".strip(),
-                      str(m.replay), str(m.skip))
+        table.add_row(
+            m.member,
+            f"{m.now}\n{_when(m.now_time)}".strip(),
+            f"{m.after}\n{_when(m.after_time)}".strip(),
+            str(m.replay),
+            str(m.skip),
+        )
     return table

@@ -34,9 +34,11 @@ from .errors import CLIError, debugging, warn
 
 INSTALL_HINT = "OpenTelemetry is not installed: pip install 'pcgroups[otel]'"
 PROTOCOLS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
-PACKAGES = {"otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
-            "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc"}
-FLUSH_LIMIT = 5.0   # seconds the last spans may take to export when the instance ends
+PACKAGES = {
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+}
+FLUSH_LIMIT = 5.0  # seconds the last spans may take to export when the instance ends
 GROUP = "opentelemetry_traces_exporter"
 
 
@@ -45,14 +47,17 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
     names = [n.strip() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
     if names == ["none"]:
         return []
-    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip()
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    ).strip()
     resolved = []
     for name in names:
         if name == "otlp":
             if protocol not in PROTOCOLS:
-                raise CLIError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} is not a protocol cg can export "
-                               f"with: give {' or '.join(PROTOCOLS)}")
+                raise CLIError(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} is not a protocol cg can export "
+                    f"with: give {' or '.join(PROTOCOLS)}"
+                )
             name = PROTOCOLS[protocol]
         resolved.append(name)
     return resolved
@@ -66,9 +71,11 @@ def _exporter(name: str) -> Any:
     if not found:
         installed = sorted({e.name for e in entry_points(group=GROUP)})
         hint = f": pip install {PACKAGES[name]}" if name in PACKAGES else ""
-        raise CLIError(f"OTEL_TRACES_EXPORTER asks for the span exporter {name!r}, which is not installed{hint} "
-                       f"(installed: {', '.join(installed) or 'none'}; 'otlp' picks OTLP by its protocol, "
-                       "'none' exports nothing)")
+        raise CLIError(
+            f"OTEL_TRACES_EXPORTER asks for the span exporter {name!r}, which is not installed{hint} "
+            f"(installed: {', '.join(installed) or 'none'}; 'otlp' picks OTLP by its protocol, "
+            "'none' exports nothing)"
+        )
     cls = found[0].load()
     if name == "console":
         return cls(out=sys.stderr)
@@ -94,8 +101,10 @@ class ExportFailures(logging.Filter):
             errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", record.getMessage())
             why = f" ({errno[1].strip().lower()})" if errno else ""
             where = ", ".join(self.endpoints) or "the collector"
-            warn(f"traces: can't export spans to {where}{why}; they are dropped until it answers "
-                 "(OTEL_EXPORTER_OTLP_ENDPOINT says where)")
+            warn(
+                f"traces: can't export spans to {where}{why}; they are dropped until it answers "
+                "(OTEL_EXPORTER_OTLP_ENDPOINT says where)"
+            )
         return False
 
     def install(self) -> None:
@@ -124,7 +133,7 @@ def tracing_from_env(env: Mapping[str, str] = os.environ) -> tuple[Any, Any, Exp
             exporters.append(_exporter(name))
         except CLIError:
             raise
-        except Exception as e:   # noqa: BLE001 - an exporter refusing its settings: say which, and why
+        except Exception as e:
             raise CLIError(f"the span exporter {name!r} can not start: {e}") from None
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):

@@ -56,14 +56,14 @@ def ranges(partitions: list[int]) -> str:
 
 def go_duration(seconds: float) -> str:
     """A duration as Go's ``time.Duration.String()``: ``20ms``, ``1.5s``, ``1m30s``, ``1h0m0s``, ``0s``."""
-    ns = int(round(seconds * 1e9))
+    ns = round(seconds * 1e9)
     sign = "-" if ns < 0 else ""
     u = abs(ns)
     if u == 0:
         return "0s"
 
     def frac(value: int, digits: int) -> str:
-        whole, rest = divmod(value, 10 ** digits)
+        whole, rest = divmod(value, 10**digits)
         if rest == 0:
             return str(whole)
         return f"{whole}.{str(rest).rjust(digits, '0').rstrip('0')}"
@@ -207,7 +207,7 @@ def groups_table(kind: str, stream: str, groups: Sequence[str]) -> Table | Text:
 
     if not groups:
         return Text(f"no {kind} consumer groups on stream {stream}", style="dim")
-    listed = table(f"{kind} consumer groups on stream {stream}", show_header=False)   # a list under its title
+    listed = table(f"{kind} consumer groups on stream {stream}", show_header=False)  # a list under its title
     listed.add_column("group", overflow="fold")
     for g in groups:
         listed.add_row(g)
@@ -226,16 +226,30 @@ def print_groups(kind: str, stream: str, groups: Sequence[str], *, as_json: bool
 # ---------------------------------------------------------------- info
 
 
-def print_info(kind: str, stream: str, group: str, cfg: StaticConfig | ElasticConfig, active: Sequence[str], *,
-               as_json: bool, layout: Layout | None = None, stuck: Sequence[Any] = ()) -> None:
+def print_info(
+    kind: str,
+    stream: str,
+    group: str,
+    cfg: StaticConfig | ElasticConfig,
+    active: Sequence[str],
+    *,
+    as_json: bool,
+    layout: Layout | None = None,
+    stuck: Sequence[Any] = (),
+) -> None:
     """``info`` of a ``kind`` (static, elastic) group: its config, active members and (elastic) the
     streams its work queue sources. In plain output a one-stream group prints the reference's lines
     only; a group over several streams adds one ``streams:`` line. A source stuck on an origin message, or
     losing origin messages (``stuck``, pcgroups.elastic) is a ``cg: warning:`` line (stdout keeps the reference's
     lines)."""
     if as_json:
-        doc = {"stream": stream, "group": group, "kind": kind, "config": json.loads(cfg.to_json()),
-               "active_members": list(active)}
+        doc = {
+            "stream": stream,
+            "group": group,
+            "kind": kind,
+            "config": json.loads(cfg.to_json()),
+            "active_members": list(active),
+        }
         if layout is not None:
             doc["layout"] = layout.kind
             doc["streams"] = [_stream_doc(s) for s in layout.streams]
@@ -273,8 +287,10 @@ def print_skip(result: Any, *, as_json: bool) -> None:
         out.line("run it again with --execute to do it (what is queued before it is handled first)")
         return
     out.line(f"stepped past message {s.seq} of stream {s.stream}: sourcing into {wq} resumes at message {s.seq + 1}")
-    out.line(f"dead letter: {s.stream} message {s.seq} ({s.subject}, header block {s.header_bytes} bytes) was not "
-             f"copied into {wq}; it stays in {s.stream} (nats stream get {s.stream} {s.seq})")
+    out.line(
+        f"dead letter: {s.stream} message {s.seq} ({s.subject}, header block {s.header_bytes} bytes) was not "
+        f"copied into {wq}; it stays in {s.stream} (nats stream get {s.stream} {s.seq})"
+    )
 
 
 def stuck_line(stuck: Any, stream: str, group: str) -> str:
@@ -287,8 +303,14 @@ def stuck_line(stuck: Any, stream: str, group: str) -> str:
 
 
 def _stream_doc(s: SourceStream) -> dict[str, Any]:
-    return {"name": s.name, "filters": [f.filter for f in s.filters], "partition": s.partition, "start": s.start,
-            "domain": s.domain, "api_prefix": s.external_api or None}
+    return {
+        "name": s.name,
+        "filters": [f.filter for f in s.filters],
+        "partition": s.partition,
+        "start": s.start,
+        "domain": s.domain,
+        "api_prefix": s.external_api or None,
+    }
 
 
 def print_streams(done: str, layout: Layout) -> None:
@@ -302,8 +324,10 @@ def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
     if kind == "static":
         lines = [f"config: max members={cfg.max_members}, filters={go_list(cfg.filters)}"]
     else:
-        lines = [f"config: max members={cfg.max_members}, max buffered msgs={cfg.max_buffered_msgs}, "
-                 f"max buffered bytes={cfg.max_buffered_bytes}"]
+        lines = [
+            f"config: max members={cfg.max_members}, max buffered msgs={cfg.max_buffered_msgs}, "
+            f"max buffered bytes={cfg.max_buffered_bytes}"
+        ]
         if not cfg.partitioning_filters:
             lines.append("no partitioning filters defined (whole subject used)")
         for pf in cfg.partitioning_filters or []:
@@ -318,8 +342,9 @@ def _plain_info(kind: str, cfg: Any, active: Sequence[str]) -> list[str]:
     return lines
 
 
-def _pretty_info(kind: str, stream: str, group: str, cfg: Any, active: Sequence[str],
-                 layout: Layout | None = None) -> list[Any]:
+def _pretty_info(
+    kind: str, stream: str, group: str, cfg: Any, active: Sequence[str], layout: Layout | None = None
+) -> list[Any]:
     """The config as a key/value table, the partitioning filters (elastic), the membership."""
     from rich.text import Text
 
@@ -352,8 +377,11 @@ def _filters_table(cfg: ElasticConfig) -> Table | Text:
     ft.add_column("wildcards", overflow="fold")
     ft.add_column("transform", overflow="fold")
     for pf in cfg.partitioning_filters:
-        ft.add_row(pf.filter, " ".join(map(str, pf.partitioning_wildcards or [])) or "whole subject",
-                   transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members))
+        ft.add_row(
+            pf.filter,
+            " ".join(map(str, pf.partitioning_wildcards or [])) or "whole subject",
+            transform_destination(pf.filter, pf.partitioning_wildcards, cfg.max_members),
+        )
     return ft
 
 
@@ -371,26 +399,38 @@ def _membership_table(cfg: StaticConfig | ElasticConfig, active: Sequence[str]) 
     members.add_column("partitions", overflow="fold")
     members.add_column("active", no_wrap=True)
     for name in names:
-        parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
-                                  member_mappings=cfg.member_mappings, member=name)
+        parts = member_partitions(
+            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings, member=name
+        )
         is_active = name in active
-        members.add_row(name, ranges(parts) if parts else Text("none", style="dim"),
-                      Text("yes", style="green") if is_active else Text("no", style="red"))
+        members.add_row(
+            name,
+            ranges(parts) if parts else Text("none", style="dim"),
+            Text("yes", style="green") if is_active else Text("no", style="red"),
+        )
     return members
 
 
 # ---------------------------------------------------------------- member-info
 
 
-def print_member_info(kind: str, stream: str, group: str, member: str, in_membership: bool, active: bool,
-                      *, as_json: bool) -> None:
+def print_member_info(
+    kind: str, stream: str, group: str, member: str, in_membership: bool, active: bool, *, as_json: bool
+) -> None:
     if as_json:
-        out.json({"stream": stream, "group": group, "kind": kind, "member": member,
-                  "in_membership": in_membership, "active": in_membership and active})
+        out.json(
+            {
+                "stream": stream,
+                "group": group,
+                "kind": kind,
+                "member": member,
+                "in_membership": in_membership,
+                "active": in_membership and active,
+            }
+        )
         return
     lines: list[tuple[str, str]] = []
-    warning = (f"***Warning*** member {member} is part of the consumer group membership but has NO "
-               "active instance")
+    warning = f"***Warning*** member {member} is part of the consumer group membership but has NO active instance"
     if kind == "static":
         if in_membership:
             lines.append((f"member {member} is part of the consumer group membership", ""))

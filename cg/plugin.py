@@ -28,12 +28,35 @@ __all__ = [
 
 #: Long names of the nats CLI's global flags: a plugin flag with one of these names is proxied
 #: (nats forwards its own parsed value as ``--name=value``), not declared again.
-NATS_GLOBAL_FLAGS = frozenset({
-    "server", "user", "password", "token", "connection-name", "creds", "nkey", "jwt", "seed",
-    "tlscert", "tlskey", "tlsca", "tlsfirst", "tls-first", "timeout", "socks-proxy",
-    "js-api-prefix", "js-event-prefix", "js-domain", "domain", "inbox-prefix", "colors",
-    "context", "trace", "no-context",
-})
+NATS_GLOBAL_FLAGS = frozenset(
+    {
+        "server",
+        "user",
+        "password",
+        "token",
+        "connection-name",
+        "creds",
+        "nkey",
+        "jwt",
+        "seed",
+        "tlscert",
+        "tlskey",
+        "tlsca",
+        "tlsfirst",
+        "tls-first",
+        "timeout",
+        "socks-proxy",
+        "js-api-prefix",
+        "js-event-prefix",
+        "js-domain",
+        "domain",
+        "inbox-prefix",
+        "colors",
+        "context",
+        "trace",
+        "no-context",
+    }
+)
 
 #: Short letters nats itself uses (``-s`` server, ``-h`` help): a plugin that declares one breaks nats.
 NATS_RESERVED_SHORTS = frozenset({"s", "h"})
@@ -91,10 +114,7 @@ def _default_list(param: Any) -> list[str]:
         return []
     if getattr(param, "count", False) or getattr(param, "is_flag", False):
         return []
-    if isinstance(default, (list, tuple)):
-        values = list(default)
-    else:
-        values = [default]
+    values = list(default) if isinstance(default, (list, tuple)) else [default]
     out = []
     for v in values:
         v = getattr(v, "value", v)  # enums
@@ -112,11 +132,12 @@ def _flag_models(param: Any, *, leaf: bool) -> list[dict[str, Any]]:
     is_bool = bool(getattr(param, "is_flag", False) or getattr(param, "count", False))
     if globals_:
         if leaf:
-            raise ValueError(f"option --{globals_[0]} on a leaf command has the name of a nats "
-                             "global flag: declare connection options on the root only")
+            raise ValueError(
+                f"option --{globals_[0]} on a leaf command has the name of a nats "
+                "global flag: declare connection options on the root only"
+            )
         # proxied by nats: declared without short letters, defaults or env vars
-        return [{"name": n, "help": help_text, "boolean": is_bool, "cumulative": False}
-                for n in globals_]
+        return [{"name": n, "help": help_text, "boolean": is_bool, "cumulative": False} for n in globals_]
     if not leaf:
         return []  # nats drops root and intermediate flags that aren't nats globals
     flag: dict[str, Any] = {"name": longs[0], "help": help_text}
@@ -196,7 +217,7 @@ class _PathNames:
     def __init__(self, longs: frozenset[str] = frozenset(), shorts: frozenset[int] = frozenset()):
         self.longs, self.shorts = longs, shorts
 
-    def extend(self, flags: Iterable[dict[str, Any]], where: str) -> "_PathNames":
+    def extend(self, flags: Iterable[dict[str, Any]], where: str) -> _PathNames:
         longs, shorts = set(self.longs), set(self.shorts)
         for f in flags:
             if f["name"] in longs:
@@ -209,9 +230,14 @@ class _PathNames:
         return _PathNames(frozenset(longs), frozenset(shorts))
 
 
-def _command_model(cmd: Any, path: CommandPath, aliases: Mapping[CommandPath, list[str]],
-                   used: _PathNames, seen_alias_keys: set[CommandPath],
-                   reserved: frozenset[str]) -> dict[str, Any]:
+def _command_model(
+    cmd: Any,
+    path: CommandPath,
+    aliases: Mapping[CommandPath, list[str]],
+    used: _PathNames,
+    seen_alias_keys: set[CommandPath],
+    reserved: frozenset[str],
+) -> dict[str, Any]:
     subs = {n: c for n, c in _subcommands(cmd).items() if not getattr(c, "hidden", False)}
     leaf = not _subcommands(cmd)
     where = " ".join(path)
@@ -229,8 +255,10 @@ def _command_model(cmd: Any, path: CommandPath, aliases: Mapping[CommandPath, li
             flags.extend(_flag_models(p, leaf=leaf))
             for spelling in [*p.opts, *(getattr(p, "secondary_opts", None) or [])]:
                 if spelling in reserved:
-                    raise ValueError(f"{spelling} is a root option: {where!r} can't reuse it "
-                                     "(root options are hoisted from anywhere in argv)")
+                    raise ValueError(
+                        f"{spelling} is a root option: {where!r} can't reuse it "
+                        "(root options are hoisted from anywhere in argv)"
+                    )
     used = used.extend(flags, where)
     if flags:
         model["flags"] = flags
@@ -245,24 +273,35 @@ def _command_model(cmd: Any, path: CommandPath, aliases: Mapping[CommandPath, li
     return model
 
 
-def _commands_model(subs: Mapping[str, Any], path: CommandPath,
-                    aliases: Mapping[CommandPath, list[str]], used: _PathNames,
-                    seen_alias_keys: set[CommandPath],
-                    reserved: frozenset[str]) -> list[dict[str, Any]]:
-    out = [_command_model(c, path + (n,), aliases, used, seen_alias_keys, reserved)
-           for n, c in subs.items()]
+def _commands_model(
+    subs: Mapping[str, Any],
+    path: CommandPath,
+    aliases: Mapping[CommandPath, list[str]],
+    used: _PathNames,
+    seen_alias_keys: set[CommandPath],
+    reserved: frozenset[str],
+) -> list[dict[str, Any]]:
+    out = [_command_model(c, (*path, n), aliases, used, seen_alias_keys, reserved) for n, c in subs.items()]
     taken: dict[str, str] = {}
     for m in out:
         for n in [m["name"], *m.get("aliases", [])]:
             if n in taken:
-                raise ValueError(f"command name or alias {n!r} under {' '.join(path) or 'the root'!r} "
-                                 f"is used by both {taken[n]!r} and {m['name']!r}")
+                raise ValueError(
+                    f"command name or alias {n!r} under {' '.join(path) or 'the root'!r} "
+                    f"is used by both {taken[n]!r} and {m['name']!r}"
+                )
             taken[n] = m["name"]
     return out
 
 
-def fisk_model(app: Any, *, name: str = "cg", help: str | None = None, version: str | None = None,
-               aliases: Mapping[CommandPath, Sequence[str]] | None = None) -> dict[str, Any]:
+def fisk_model(
+    app: Any,
+    *,
+    name: str = "cg",
+    help: str | None = None,
+    version: str | None = None,
+    aliases: Mapping[CommandPath, Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """The fisk ``ApplicationModel`` of a Typer app (or click group), for ``--fisk-introspect``.
 
     ``aliases`` maps a command path below the root (``("elastic", "consume")``) to its aliases;
@@ -296,13 +335,21 @@ def fisk_model(app: Any, *, name: str = "cg", help: str | None = None, version: 
     return model
 
 
-def print_fisk_model(app: Any, *, name: str = "cg", help: str | None = None,
-                     version: str | None = None,
-                     aliases: Mapping[CommandPath, Sequence[str]] | None = None,
-                     file: TextIO | None = None) -> None:
+def print_fisk_model(
+    app: Any,
+    *,
+    name: str = "cg",
+    help: str | None = None,
+    version: str | None = None,
+    aliases: Mapping[CommandPath, Sequence[str]] | None = None,
+    file: TextIO | None = None,
+) -> None:
     """Write the model as exactly one JSON document and a newline (stdout by default)."""
-    text = json.dumps(fisk_model(app, name=name, help=help, version=version, aliases=aliases),
-                      separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(
+        fisk_model(app, name=name, help=help, version=version, aliases=aliases),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     out = sys.stdout if file is None else file
     out.write(text + "\n")
     out.flush()
@@ -382,7 +429,7 @@ def hoist_options(argv: Sequence[str], names: Iterable[str], flags: Iterable[str
                 i += 1
         elif tok in bool_opts:
             front.append(tok)
-        elif (len(tok) > 2 and tok[0] == "-" and tok[1] != "-" and tok[:2] in value_opts):
+        elif len(tok) > 2 and tok[0] == "-" and tok[1] != "-" and tok[:2] in value_opts:
             front.append(tok)  # -surl
         else:
             rest.append(tok)
@@ -390,8 +437,9 @@ def hoist_options(argv: Sequence[str], names: Iterable[str], flags: Iterable[str
     return front + rest
 
 
-def hoist_to_command(argv: Sequence[str], commands: Iterable[str], names: Iterable[str],
-                     skip: Iterable[str] = ()) -> list[str]:
+def hoist_to_command(
+    argv: Sequence[str], commands: Iterable[str], names: Iterable[str], skip: Iterable[str] = ()
+) -> list[str]:
     """Move the value options ``names`` found after the first of ``commands`` in argv (stopping at
     ``--``) to just after it, order kept: a command group's options, which the reference's parser
     takes anywhere after the group (``cg static consume foo cg m1 --sleep 1s`` is
@@ -415,7 +463,7 @@ def hoist_to_command(argv: Sequence[str], commands: Iterable[str], names: Iterab
             rest.extend(args[j:])
             break
         if tok in spellings:
-            moved.extend(args[j:j + 2])
+            moved.extend(args[j : j + 2])
             j += 2
             continue
         if tok.startswith("--") and tok.partition("=")[0] in spellings:
@@ -423,4 +471,4 @@ def hoist_to_command(argv: Sequence[str], commands: Iterable[str], names: Iterab
         else:
             rest.append(tok)
         j += 1
-    return [*args[:i + 1], *moved, *rest]
+    return [*args[: i + 1], *moved, *rest]

@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from pcgroups.jetstream import JetStreamApi
 
 MODES = ("static", "elastic")
-NAME_TTL = 3.0          # seconds a looked-up list of names is reused by completion
-LOOKUP_TIMEOUT = 1.0    # completion never waits longer than this on the server
+NAME_TTL = 3.0  # seconds a looked-up list of names is reused by completion
+LOOKUP_TIMEOUT = 1.0  # completion never waits longer than this on the server
 DEFAULT_SLEEP = "20ms"  # consume's --sleep default
 
 #: The shell's own commands (completion and help).
@@ -172,7 +172,7 @@ def _usage(cmd: Any) -> str:
 def _short_help(cmd: Any) -> str:
     try:
         return cmd.get_short_help_str(limit=200)
-    except Exception:  # noqa: BLE001 - help text is decoration
+    except Exception:
         return ""
 
 
@@ -215,7 +215,7 @@ class SessionRuntime(Runtime):
     """The runtime of the commands the shell runs: the session's event loop and connection (a
     command's close only flushes it), and questions through the shell's prompt when interactive."""
 
-    def __init__(self, repl: "Repl") -> None:
+    def __init__(self, repl: Repl) -> None:
         super().__init__(options=repl.opts)
         self.repl = repl
 
@@ -223,7 +223,7 @@ class SessionRuntime(Runtime):
         """On the session's event loop (Ctrl-C cancels the command, not the shell)."""
         return self.repl.run_on_loop(coro_fn(*args, **kwargs))
 
-    run_member = run   # the shell's loop, whatever it is
+    run_member = run  # the shell's loop, whatever it is
 
     async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
         return self.repl.nc, self.repl.api
@@ -231,7 +231,7 @@ class SessionRuntime(Runtime):
     async def close(self, nc: Client) -> None:
         try:
             await asyncio.wait_for(nc.flush(), 2.0)
-        except Exception:  # noqa: BLE001 - a slow flush must not hide the command's outcome
+        except Exception:
             pass
 
     def stdin_is_terminal(self) -> bool:
@@ -260,7 +260,7 @@ class SessionRuntime(Runtime):
 class Names:
     """Stream, group and member names from the server, cached briefly; failures give no names."""
 
-    def __init__(self, repl: "Repl") -> None:
+    def __init__(self, repl: Repl) -> None:
         self.repl = repl
         self._cache: dict[tuple, tuple[float, list[str]]] = {}
         self._pending: dict[tuple, asyncio.Future] = {}
@@ -281,7 +281,7 @@ class Names:
             return list(await asyncio.wait_for(asyncio.shield(task), LOOKUP_TIMEOUT))
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - completion shows nothing rather than an error
+        except Exception:
             return hit[1] if hit is not None else []
 
     def _settle(self, key: tuple, task: asyncio.Future) -> None:
@@ -346,14 +346,14 @@ def _name_kind(mode: str, cmd_name: str, param: Any) -> str | None:
 # ---------------------------------------------------------------- prompt-toolkit completers
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _completion_class():
     from prompt_toolkit.completion import Completer, Completion
 
     class LineCompleter(Completer):
         """Completes the shell's command line (commands, options, live names)."""
 
-        def __init__(self, repl: "Repl") -> None:
+        def __init__(self, repl: Repl) -> None:
             self.repl = repl
 
         def get_completions(self, document, complete_event):  # pragma: no cover - the async path is used
@@ -398,15 +398,24 @@ class Repl:
     without them a terminal stdin gets prompt-toolkit and anything else plain line reading.
     """
 
-    def __init__(self, mode: str, opts: "ConnectionOptions", root: Any, *, input: Any = None,
-                 output: Any = None, history_file: Path | str | None = None, sleep: str | None = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        opts: ConnectionOptions,
+        root: Any,
+        *,
+        input: Any = None,
+        output: Any = None,
+        history_file: Path | str | None = None,
+        sleep: str | None = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode = mode
         self.opts = opts
         self.root = root
         self.root_ctx = root.context_class(root, info_name="cg", obj=SessionRuntime(self), **root.context_settings)
-        self.sleep: str | None = sleep   # consume's --sleep for the session (``cg static --sleep 50ms prompt``)
+        self.sleep: str | None = sleep  # consume's --sleep for the session (``cg static --sleep 50ms prompt``)
         self.names = Names(self)
         self.runner: asyncio.Runner | None = None
         self.nc: Any = None
@@ -452,8 +461,7 @@ class Repl:
             self.runner.close()
             self.runner = None
             raise
-        self.api = JetStreamApi(self.nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix,
-                                timeout=rc.timeout)
+        self.api = JetStreamApi(self.nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix, timeout=rc.timeout)
 
     def stop(self) -> None:
         if self.runner is None:
@@ -466,7 +474,7 @@ class Repl:
             self.runner = None
 
     @contextmanager
-    def bound(self) -> Iterator["Repl"]:
+    def bound(self) -> Iterator[Repl]:
         """``start()`` ... ``stop()`` as a context manager (tests drive :meth:`execute` in it)."""
         self.start()
         try:
@@ -501,9 +509,13 @@ class Repl:
                 sys.stderr.write(f"cg: warning: no history file ({path}: {e.strerror or e})\n")
                 history = InMemoryHistory()
             io = {"input": self._input, "output": self._output}
-            self._main_session = PromptSession(history=history, completer=LineCompleter(self),
-                                               complete_while_typing=False, auto_suggest=AutoSuggestFromHistory(),
-                                               **io)
+            self._main_session = PromptSession(
+                history=history,
+                completer=LineCompleter(self),
+                complete_while_typing=False,
+                auto_suggest=AutoSuggestFromHistory(),
+                **io,
+            )
             self._ask_session = PromptSession(history=InMemoryHistory(), complete_while_typing=False, **io)
         return self._main_session, self._ask_session
 
@@ -560,7 +572,7 @@ class Repl:
         except KeyboardInterrupt:
             self._newline()
             return True
-        except Exception as e:  # noqa: BLE001 - the shell never dies of a line
+        except Exception as e:
             self._error(e)
             return True
         finally:
@@ -606,8 +618,10 @@ class Repl:
     def _unknown(self, mode: str, name: str) -> None:
         other = "elastic" if mode == "static" else "static"
         if name in self.group(other).commands and name != "prompt":
-            self._fail(f"{name} is an {other} command, not a {mode} one: type `{other}` to switch modes, "
-                       f"or `{other} {name} ...`")
+            self._fail(
+                f"{name} is an {other} command, not a {mode} one: type `{other}` to switch modes, "
+                f"or `{other} {name} ...`"
+            )
         else:
             from .help import close_names
 
@@ -646,8 +660,9 @@ class Repl:
             if param.nargs == -1 and (not param.required or len(known) > i):
                 continue
             label = LABELS.get(param.name, param.name.replace("_", " "))
-            answer = await self._required(f"{label}: ", self._source(mode, path[-1], param, known),
-                                          label.split(" (")[0])
+            answer = await self._required(
+                f"{label}: ", self._source(mode, path[-1], param, known), label.split(" (")[0]
+            )
             if param.nargs == -1:
                 values = shlex.split(answer)
                 asked.extend(values)
@@ -662,16 +677,16 @@ class Repl:
             asked = ["--", *asked] if any(a.startswith("-") and a != "-" for a in asked) else asked
         return [*path, *rest, *extra, *asked]
 
-    async def _required(self, question: str, source: Callable[[], Awaitable[list[str]]] | None,
-                        label: str) -> str:
+    async def _required(self, question: str, source: Callable[[], Awaitable[list[str]]] | None, label: str) -> str:
         answer = await self.ask(question, source)
         if answer is None or not answer.strip():
             self._fail(f"no {label} given")
             raise _Cancel()
         return answer.strip()
 
-    def _source(self, mode: str, cmd_name: str, param: Any, known: list[str]
-                ) -> Callable[[], Awaitable[list[str]]] | None:
+    def _source(
+        self, mode: str, cmd_name: str, param: Any, known: list[str]
+    ) -> Callable[[], Awaitable[list[str]]] | None:
         kind = _name_kind(mode, cmd_name, param)
         if kind == "stream":
             return self.names.streams
@@ -729,12 +744,18 @@ class Repl:
             else:
                 also = f" (also {', '.join(names[1:])})" if names[1:] else ""
                 rows.append((f"{names[0]} {_usage(cmd)}", _short_help(cmd) + also))
-        rows += [("static|elastic [COMMAND ...]", "switch mode, or run one command of that mode"),
-                 ("processing-time [DURATION]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
-                 ("help [COMMAND]", "this list, or a command's arguments and options (also ?)"),
-                 ("exit", "leave (also quit, Ctrl-D)")]
-        for line in help_lines(f"{mode} mode commands (a missing argument is asked for; Tab completes commands, "
-                               "streams, groups and members; Ctrl-C cancels the line):", rows, _help_width()):
+        rows += [
+            ("static|elastic [COMMAND ...]", "switch mode, or run one command of that mode"),
+            ("processing-time [DURATION]", f"consume's --sleep for this session (now {self.sleep or DEFAULT_SLEEP})"),
+            ("help [COMMAND]", "this list, or a command's arguments and options (also ?)"),
+            ("exit", "leave (also quit, Ctrl-D)"),
+        ]
+        for line in help_lines(
+            f"{mode} mode commands (a missing argument is asked for; Tab completes commands, "
+            "streams, groups and members; Ctrl-C cancels the line):",
+            rows,
+            _help_width(),
+        ):
             out.line(line)
 
     def processing_time(self, rest: list[str]) -> None:
@@ -777,8 +798,11 @@ class Repl:
             if cmd is None:
                 return []
         if current.startswith("-"):
-            return [(o, (p.help or "") if p is not None else "show the command's help")
-                    for o, p in _options(cmd).items() if o.startswith("--")]
+            return [
+                (o, (p.help or "") if p is not None else "show the command's help")
+                for o, p in _options(cmd).items()
+                if o.startswith("--")
+            ]
         positional, _, waiting = scan(cmd, rest)
         if waiting:
             return []
@@ -794,7 +818,7 @@ class Repl:
         if source is None:
             return []
         meta = {"stream": "stream", "name": f"{mode} group"}.get(params[idx].name, "member")
-        return [(v, meta) for v in await source() if v not in positional[len(params) - 1:]]
+        return [(v, meta) for v in await source() if v not in positional[len(params) - 1 :]]
 
     async def completions(self, text: str) -> list[str]:
         """The completions prompt-toolkit would offer at the end of ``text`` (for tests)."""
@@ -817,7 +841,7 @@ class Repl:
         if self.interactive:
             try:
                 sys.stdout.write("\n")
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     @staticmethod
@@ -825,7 +849,7 @@ class Repl:
         for f in (sys.stdout, sys.stderr):
             try:
                 f.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 

@@ -37,8 +37,9 @@ T = TypeVar("T")
 
 CLOSE_TIMEOUT = 2.0  # seconds to wait for a clean nats-py close
 
-DELETE_WARNING = ("WARNING: this operation will cause all existing consumer members to terminate "
-                  "consuming are you sure? (y/n): ")
+DELETE_WARNING = (
+    "WARNING: this operation will cause all existing consumer members to terminate consuming are you sure? (y/n): "
+)
 
 
 class Runtime:
@@ -131,7 +132,7 @@ class Runtime:
         if force:
             return
         answer = await self.ask_async(DELETE_WARNING)
-        if not self.stdin_is_terminal() and _stdout_is_terminal():   # no answer echoed ended the question's line
+        if not self.stdin_is_terminal() and _stdout_is_terminal():  # no answer echoed ended the question's line
             _end_prompt_line()
         if answer is None:
             raise Canceled("no answer (stdin ended); -f deletes without asking")
@@ -158,7 +159,7 @@ async def close_quietly(nc: Client) -> None:
 
     try:
         await asyncio.wait_for(nc.close(), CLOSE_TIMEOUT)
-    except Exception:  # noqa: BLE001 - the command's own outcome matters, not the close
+    except Exception:
         pass
 
 
@@ -191,7 +192,7 @@ def _end_prompt_line() -> None:
     try:
         sys.stdout.write("\n")
         sys.stdout.flush()
-    except Exception:  # noqa: BLE001 - a closed stdout: nothing to end
+    except Exception:
         pass
 
 
@@ -215,7 +216,7 @@ async def read_answer_async(prompt: str) -> str | None:
     def read() -> None:
         try:
             value = read_answer(prompt)
-        except BaseException as e:  # noqa: BLE001 - handed to the waiting coroutine
+        except BaseException as e:
             loop.call_soon_threadsafe(settle, None, e)
         else:
             loop.call_soon_threadsafe(settle, value)
@@ -226,8 +227,6 @@ async def read_answer_async(prompt: str) -> str | None:
     except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C while the question waits
         _end_prompt_line()
         raise
-
-
 
 
 def member_loop_factory() -> Any:
@@ -244,4 +243,14 @@ def member_loop_factory() -> Any:
         return None
     return uvloop.new_event_loop
 
-__all__ = ["DELETE_WARNING", "Runtime", "member_loop_factory", "close_quietly", "read_answer", "read_answer_async", "runtime", "stdin_is_terminal"]
+
+__all__ = [
+    "DELETE_WARNING",
+    "Runtime",
+    "close_quietly",
+    "member_loop_factory",
+    "read_answer",
+    "read_answer_async",
+    "runtime",
+    "stdin_is_terminal",
+]

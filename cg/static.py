@@ -14,9 +14,27 @@ import typer
 
 from .common import check_config, check_names, group_exists, parse_mappings
 from .errors import CLIError, warn
-from .flavour import (STATIC, Concurrency, Dispatch, Group, KeyHeader, KeyTokens, MaxAckPending, MaxMembers, Member,
-                      MetricsListen, Otel, Sleep, Stream, add_shared, flavour_app, flavour_command, join)
-from .help import Command, Group as CommandGroup
+from .flavour import (
+    STATIC,
+    Concurrency,
+    Dispatch,
+    Group,
+    KeyHeader,
+    KeyTokens,
+    MaxAckPending,
+    MaxMembers,
+    Member,
+    MetricsListen,
+    Otel,
+    Sleep,
+    Stream,
+    add_shared,
+    flavour_app,
+    flavour_command,
+    join,
+)
+from .help import Command
+from .help import Group as CommandGroup
 from .runtime import runtime
 
 if TYPE_CHECKING:
@@ -28,27 +46,64 @@ if TYPE_CHECKING:
 static_app = flavour_app(STATIC)
 create_app = typer.Typer(help="create a static partitioned consumer group", cls=CommandGroup)
 
-Filters = Annotated[list[str], typer.Option("--filter", help="filter(s) (repeatable)", metavar="FILTER",
-                                            show_default=False)]
-Force = Annotated[bool, typer.Option("--force", help="create the group even if the stream's subjects do not carry "
-                                                     "a partition number it would use")]
+Filters = Annotated[
+    list[str], typer.Option("--filter", help="filter(s) (repeatable)", metavar="FILTER", show_default=False)
+]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="create the group even if the stream's subjects do not carry a partition number it would use"
+    ),
+]
 
 add_shared(static_app, STATIC, "ls", "info", "delete", "member-info", "step-down")
 
 
 @flavour_command(static_app, STATIC, "consume", "join a static partitioned consumer group")
-def consume(ctx: typer.Context, stream: Stream, name: Group, member: Member, sleep: Sleep = "20ms",
-            concurrency: Concurrency = None, key_header: KeyHeader = None, key_tokens: KeyTokens = None,
-            max_ack_pending: MaxAckPending = None, metrics_listen: MetricsListen = None,
-            dispatch: Dispatch = False, otel: Otel = False) -> None:
-    join(ctx, STATIC, stream, name, member, sleep, concurrency, key_header, key_tokens, max_ack_pending, dispatch,
-         metrics_listen=metrics_listen, otel=otel)
+def consume(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    member: Member,
+    sleep: Sleep = "20ms",
+    concurrency: Concurrency = None,
+    key_header: KeyHeader = None,
+    key_tokens: KeyTokens = None,
+    max_ack_pending: MaxAckPending = None,
+    metrics_listen: MetricsListen = None,
+    dispatch: Dispatch = False,
+    otel: Otel = False,
+) -> None:
+    join(
+        ctx,
+        STATIC,
+        stream,
+        name,
+        member,
+        sleep,
+        concurrency,
+        key_header,
+        key_tokens,
+        max_ack_pending,
+        dispatch,
+        metrics_listen=metrics_listen,
+        otel=otel,
+    )
 
 
-@flavour_command(static_app, STATIC, "create-consumers", "create the members' consumers as their instances would "
-                                                         "(members then need no permission to create consumers)")
-def create_consumers(ctx: typer.Context, stream: Stream, name: Group, concurrency: Concurrency = None,
-                     max_ack_pending: MaxAckPending = None) -> None:
+@flavour_command(
+    static_app,
+    STATIC,
+    "create-consumers",
+    "create the members' consumers as their instances would (members then need no permission to create consumers)",
+)
+def create_consumers(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    concurrency: Concurrency = None,
+    max_ack_pending: MaxAckPending = None,
+) -> None:
     from .common import parse_concurrency
     from .consume import consumer_template
     from .output import out
@@ -62,16 +117,26 @@ def create_consumers(ctx: typer.Context, stream: Stream, name: Group, concurrenc
         return await create_static_consumers(nc, stream, name, config=consumer_template(window), api=api)
 
     names = runtime(ctx).with_connection(body)
-    out.line(f"member consumers of static consumer group {name} on stream {stream} (max ack pending {window}): "
-             + (", ".join(names) or "none (no member owns a partition)"))
+    out.line(
+        f"member consumers of static consumer group {name} on stream {stream} (max ack pending {window}): "
+        + (", ".join(names) or "none (no member owns a partition)")
+    )
 
 
 add_shared(static_app, STATIC, "worker", "status", "reset", "prompt")
 static_app.add_typer(create_app, name="create")
 
 
-def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filters: list[str],
-            members: list[str], mappings: list[MemberMapping], force: bool) -> None:
+def _create(
+    ctx: typer.Context,
+    stream: str,
+    name: str,
+    max_members: int,
+    filters: list[str],
+    members: list[str],
+    mappings: list[MemberMapping],
+    force: bool,
+) -> None:
     from pcgroups.config import StaticConfig
 
     from .changes import check_unique, say_created, warn_idle
@@ -79,8 +144,9 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
 
     check_names(stream=stream, group=name, members=[*members, *(m.member for m in mappings)])
     check_unique(members)
-    cfg = StaticConfig(max_members=max_members, filters=list(filters), members=list(members),
-                       member_mappings=list(mappings))
+    cfg = StaticConfig(
+        max_members=max_members, filters=list(filters), members=list(members), member_mappings=list(mappings)
+    )
     check_config("static", cfg)
 
     async def body(nc: Client, api: JetStreamApi) -> bool:
@@ -94,8 +160,16 @@ def _create(ctx: typer.Context, stream: str, name: str, max_members: int, filter
         if never and not force:
             raise CLIError(never + "; --force creates the group anyway")
         existed = out.pretty and await group_exists(get_static_config(nc, stream, name, api=api))  # for say_created
-        await create_static(nc, stream, name, max_members, filters=list(filters), members=list(members),
-                            member_mappings=list(mappings), api=api)
+        await create_static(
+            nc,
+            stream,
+            name,
+            max_members,
+            filters=list(filters),
+            members=list(members),
+            member_mappings=list(mappings),
+            api=api,
+        )
         for problem in (never, lost):
             if problem:
                 warn(problem)
@@ -116,28 +190,40 @@ def partition_token_problems(stream: str, config: dict[str, Any], max_members: i
     A static group reads the partition from the first token of the stored subject: the stream's own subject
     transform (or its sources' transforms) must write one, ``{{partition(N,...)}}`` with N the group's number
     of partitions, or the subjects themselves must start with a wildcard or a number."""
-    transforms = [t for t in [config.get("subject_transform") or {}] +
-                  [st for src in config.get("sources") or [] for st in src.get("subject_transforms") or []]
-                  if t.get("dest")]
+    transforms = [
+        t
+        for t in [config.get("subject_transform") or {}]
+        + [st for src in config.get("sources") or [] for st in src.get("subject_transforms") or []]
+        if t.get("dest")
+    ]
     subjects = list(config.get("subjects") or [])
     if not transforms:
         if not subjects or any(s.split(".")[0] in ("*", ">") or s.split(".")[0].isdigit() for s in subjects):
             return None, None  # sourced or mirrored without transforms, or publishers may write the partition
-        return (f"the subjects of stream {stream} ({' '.join(subjects)}) do not start with a partition number, so a "
-                f"static consumer group on it would never receive a message: give the stream a subject transform "
-                f"such as {subjects[0]} -> {_example_dest(subjects[0], max_members)} (scripts/static_stream_setup.sh "
-                "makes one) or use an elastic consumer group"), None
+        return (
+            f"the subjects of stream {stream} ({' '.join(subjects)}) do not start with a partition number, so a "
+            f"static consumer group on it would never receive a message: give the stream a subject transform "
+            f"such as {subjects[0]} -> {_example_dest(subjects[0], max_members)} (scripts/static_stream_setup.sh "
+            "makes one) or use an elastic consumer group"
+        ), None
     for t in transforms:
         found = _PARTITION.match(t["dest"])
         if found and int(found[1]) != max_members:
             n = int(found[1])
-            lost = (f"partitions {max_members}..{n - 1} would never be consumed" if n > max_members
-                    else f"partitions {n}..{max_members - 1} would never receive a message")
-            return None, (f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} makes {n} "
-                          f"partitions, the group has {max_members}: {lost}")
+            lost = (
+                f"partitions {max_members}..{n - 1} would never be consumed"
+                if n > max_members
+                else f"partitions {n}..{max_members - 1} would never receive a message"
+            )
+            return None, (
+                f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} makes {n} "
+                f"partitions, the group has {max_members}: {lost}"
+            )
         if not found and not t["dest"].startswith("{{"):
-            return (f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} does not put a "
-                    "partition number first, so a static consumer group on it would never receive a message"), None
+            return (
+                f"stream {stream}'s subject transform {t.get('src') or '>'} -> {t['dest']} does not put a "
+                "partition number first, so a static consumer group on it would never receive a message"
+            ), None
     return None, None
 
 
@@ -154,19 +240,36 @@ def _example_dest(subject: str, partitions: int) -> str:
 
 
 @create_app.command("balanced", help="create a static partitioned consumer group with balanced members", cls=Command)
-def create_balanced(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
-                    members: Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER",
-                                                                 show_default=False)],
-                    filter: Filters = [], force: Force = False) -> None:  # noqa: B006 - Typer reads the default
+def create_balanced(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    max_members: MaxMembers,
+    members: Annotated[list[str], typer.Argument(help="member names", metavar="MEMBER", show_default=False)],
+    filter: Filters = [],
+    force: Force = False,
+) -> None:
     _create(ctx, stream, name, max_members, filter, members, [], force)
 
 
 @create_app.command("mapped", help="create a static partitioned consumer group with member mappings", cls=Command)
-def create_mapped(ctx: typer.Context, stream: Stream, name: Group, max_members: MaxMembers,
-                  mappings: Annotated[list[str], typer.Argument(
-                      help="mappings of members to partition numbers in the format "
-                           "<member>:<partition1>,<partition2>,... (ranges too: m1:0-4,7)", metavar="MAPPING", show_default=False)],
-                  filter: Filters = [], force: Force = False) -> None:  # noqa: B006
+def create_mapped(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Group,
+    max_members: MaxMembers,
+    mappings: Annotated[
+        list[str],
+        typer.Argument(
+            help="mappings of members to partition numbers in the format "
+            "<member>:<partition1>,<partition2>,... (ranges too: m1:0-4,7)",
+            metavar="MAPPING",
+            show_default=False,
+        ),
+    ],
+    filter: Filters = [],
+    force: Force = False,
+) -> None:
     _create(ctx, stream, name, max_members, filter, [], parse_mappings(mappings), force)
 
 

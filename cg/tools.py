@@ -23,11 +23,13 @@ import typer
 
 from .common import check_names, given, parse_sleep
 from .errors import CLIError, expected, warn
-from .help import Command, Group as CommandGroup
+from .help import Command
+from .help import Group as CommandGroup
 from .runtime import runtime
 
-tools_app = typer.Typer(help="demo helpers (stream set-up and removal, traffic, clean-up)", add_completion=False,
-                        cls=CommandGroup)
+tools_app = typer.Typer(
+    help="demo helpers (stream set-up and removal, traffic, clean-up)", add_completion=False, cls=CommandGroup
+)
 
 
 def static_transform(stream: str, partitions: int) -> tuple[str, str]:
@@ -38,10 +40,13 @@ def static_transform(stream: str, partitions: int) -> tuple[str, str]:
 def stream_setup(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream name; subjects are <stream>.*")] = "foo",
-    subjects: Annotated[list[str], typer.Option("--subjects", help="the stream's subjects instead of <stream>.* "
-                                                "(repeatable)", show_default=False)] = [],  # noqa: B006
-    static: Annotated[bool, typer.Option("--static", help="add the partitioning subject transform "
-                                                          "static groups need")] = False,
+    subjects: Annotated[
+        list[str],
+        typer.Option("--subjects", help="the stream's subjects instead of <stream>.* (repeatable)", show_default=False),
+    ] = [],
+    static: Annotated[
+        bool, typer.Option("--static", help="add the partitioning subject transform static groups need")
+    ] = False,
     partitions: Annotated[int, typer.Option("--partitions", help="partitions of the --static transform")] = 10,
     replicas: Annotated[int, typer.Option("--replicas", help="stream replicas")] = 1,
     memory: Annotated[bool, typer.Option("--memory", help="memory storage instead of file")] = False,
@@ -52,13 +57,21 @@ def stream_setup(
     if partitions < 1:
         raise CLIError(f"invalid --partitions {partitions}: must be at least 1")
     if given(ctx, "partitions") and not static:
-        raise CLIError("--partitions is the partition count of --static's subject transform: add --static, or "
-                       "leave --partitions out")
+        raise CLIError(
+            "--partitions is the partition count of --static's subject transform: add --static, or "
+            "leave --partitions out"
+        )
     if static and subjects:
         raise CLIError("--static makes the stream's subjects <stream>.*: give it without --subjects")
     subjects = subjects or [f"{stream}.*"]
-    config: dict = {"name": stream, "subjects": subjects, "retention": "limits",
-                    "storage": "memory" if memory else "file", "num_replicas": replicas, "discard": "old"}
+    config: dict = {
+        "name": stream,
+        "subjects": subjects,
+        "retention": "limits",
+        "storage": "memory" if memory else "file",
+        "num_replicas": replicas,
+        "discard": "old",
+    }
     transform = static_transform(stream, partitions) if static else None
     if transform:
         config["subject_transform"] = {"src": transform[0], "dest": transform[1]}
@@ -81,8 +94,7 @@ def stream_setup(
 @tools_app.command("stream-rm", help="delete streams (what nats str rm -f does)", cls=Command)
 def stream_rm(
     ctx: typer.Context,
-    streams: Annotated[list[str], typer.Argument(help="the streams to delete", metavar="STREAM",
-                                                 show_default=False)],
+    streams: Annotated[list[str], typer.Argument(help="the streams to delete", metavar="STREAM", show_default=False)],
 ) -> None:
     from .output import out
 
@@ -100,8 +112,11 @@ def stream_rm(
 
     missing = runtime(ctx).with_connection(body)
     if missing:
-        raise CLIError(f"no stream {' '.join(missing)} (the others were deleted)" if len(missing) < len(streams)
-                       else f"no stream {' '.join(missing)}")
+        raise CLIError(
+            f"no stream {' '.join(missing)} (the others were deleted)"
+            if len(missing) < len(streams)
+            else f"no stream {' '.join(missing)}"
+        )
 
 
 @tools_app.command("clean", help="delete pcgroups' KV buckets that hold no group and no lease", cls=Command)
@@ -109,8 +124,8 @@ def clean(ctx: typer.Context) -> None:
     from .output import out
 
     async def body(_nc: Any, api: Any) -> tuple[list[str], list[str]]:
-        from pcgroups.errors import NotFoundError
         from pcgroups.elastic import LEASE_BUCKET
+        from pcgroups.errors import NotFoundError
         from pcgroups.jetstream import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 
         deleted, kept = [], []
@@ -128,8 +143,10 @@ def clean(ctx: typer.Context) -> None:
                 way = f"delete them first: cg {kind} delete {' '.join(keys[0].split('.', 1))} ..."
                 kept.append(f"KV bucket {bucket} kept: it holds {kind} groups ({shown}); {way}")
             else:
-                kept.append(f"KV bucket {bucket} kept: it holds the leases of running --auto instances ({shown}); "
-                            "stop them first")
+                kept.append(
+                    f"KV bucket {bucket} kept: it holds the leases of running --auto instances ({shown}); "
+                    "stop them first"
+                )
         return deleted, kept
 
     deleted, kept = runtime(ctx).with_connection(body)
@@ -141,13 +158,15 @@ def clean(ctx: typer.Context) -> None:
         out.line("no pcgroups KV bucket to delete")
 
 
-@tools_app.command("traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects",
-                   cls=Command)
+@tools_app.command(
+    "traffic", help="publish synchronously to <subject>.<n>, n cycling below --max-subjects", cls=Command
+)
 def traffic(
     ctx: typer.Context,
     stream: Annotated[str, typer.Option("--stream", help="stream the publishes must land in")] = "foo",
-    subject: Annotated[str, typer.Option("--subject", help="subject prefix (default: the stream name)",
-                                         show_default=False)] = "",
+    subject: Annotated[
+        str, typer.Option("--subject", help="subject prefix (default: the stream name)", show_default=False)
+    ] = "",
     count: Annotated[int, typer.Option("--count", "-n", help="messages to publish (0: until Ctrl-C)")] = 0,
     sleep: Annotated[str, typer.Option("--sleep", help="pause between publishes", metavar="DURATION")] = "10ms",
     max_subjects: Annotated[int, typer.Option("--max-subjects", help="number of distinct subjects")] = 100,
@@ -167,7 +186,7 @@ def traffic(
     pub = Publisher(stream, subject or stream, count, pause, max_subjects, size, progress=not quiet)
     try:
         rt.run(pub.run, rt)
-    except Exception as e:  # noqa: BLE001 - nats-py publish errors: one clear line
+    except Exception as e:
         if expected(e):
             raise
         raise CLIError(f"publish failed: {e or type(e).__name__}") from None
@@ -184,11 +203,12 @@ class Publisher:
     (redrawn in place on a terminal, every :attr:`EVERY` seconds otherwise); :meth:`summary` is the
     last line, with the rate measured."""
 
-    EVERY = 10.0          # seconds between progress lines when stderr is not a terminal
+    EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
     BACKOFF = (0.1, 2.0)  # first and longest wait before a failed publish is sent again
 
-    def __init__(self, stream: str, prefix: str, count: int, pause: float, max_subjects: int, size: int, *,
-                 progress: bool) -> None:
+    def __init__(
+        self, stream: str, prefix: str, count: int, pause: float, max_subjects: int, size: int, *, progress: bool
+    ) -> None:
         self.stream, self.prefix, self.count, self.pause = stream, prefix, count, pause
         self.max_subjects, self.payload, self.progress = max_subjects, b"x" * size, progress
         self.sent = 0
@@ -242,8 +262,10 @@ class Publisher:
             await asyncio.sleep(0.2)
             if lost_at is None and not nc.is_connected:
                 lost_at = time.monotonic()
-                self._say(f"lost the connection to {server}: reconnecting; publishing goes on once the stream "
-                          "answers (Ctrl-C to stop)")
+                self._say(
+                    f"lost the connection to {server}: reconnecting; publishing goes on once the stream "
+                    "answers (Ctrl-C to stop)"
+                )
             elif lost_at is not None and nc.is_connected:
                 self._say(f"reconnected after {time.monotonic() - lost_at:.1f}s")
                 lost_at = None
@@ -258,13 +280,15 @@ class Publisher:
         while True:
             try:
                 await js.publish(subject, self.payload, stream=self.stream, timeout=timeout, headers=headers)
-            except Exception as e:  # noqa: BLE001 - sorted by _retryable
+            except Exception as e:
                 if not _retryable(e, answered=self.sent > 0):
                     raise _publish_error(e, subject, self.stream) from None
                 if failed_at is None:
                     failed_at = time.monotonic()
-                    self._say(f"publish to {subject} failed ({_reason(e)}): retrying until the stream answers "
-                              "(Ctrl-C to stop)")
+                    self._say(
+                        f"publish to {subject} failed ({_reason(e)}): retrying until the stream answers "
+                        "(Ctrl-C to stop)"
+                    )
                 self.retries += 1
                 if await _wait(stop, wait):
                     return False
@@ -281,10 +305,12 @@ class Publisher:
         from .output import go_duration
 
         retried = f", {self.retries} publishes retried" if self.retries else ""
-        last = min(self.sent, self.max_subjects) - 1   # the subjects it did publish to
+        last = min(self.sent, self.max_subjects) - 1  # the subjects it did publish to
         to = f" to {self.prefix}.0" if last == 0 else f" to {self.prefix}.<0..{last}>" if last > 0 else ""
-        return (f"published {self.sent} messages{to} (stream {self.stream}) in {self.seconds:.1f}s, "
-                f"{self.rate():.0f}/s (each publish waits for its ack, then a {go_duration(self.pause)} pause){retried}")
+        return (
+            f"published {self.sent} messages{to} (stream {self.stream}) in {self.seconds:.1f}s, "
+            f"{self.rate():.0f}/s (each publish waits for its ack, then a {go_duration(self.pause)} pause){retried}"
+        )
 
     def _progress_text(self) -> str:
         return f"published {self.sent} messages ({self.rate():.0f}/s)"
@@ -335,7 +361,7 @@ async def _wait(stop: Any, seconds: float) -> bool:
 
     try:
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 
@@ -352,9 +378,17 @@ def _retryable(e: BaseException, *, answered: bool) -> bool:
         from pcgroups.jetstream import ERR_NO_STREAM_MATCHES
 
         return e.code in (None, 503, 504) and e.err_code != ERR_NO_STREAM_MATCHES
-    return isinstance(e, (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,
-                          nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
-                          nats.errors.OutboundBufferLimitError, TimeoutError))
+    return isinstance(
+        e,
+        (
+            nats.errors.TimeoutError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.ConnectionReconnectingError,
+            nats.errors.StaleConnectionError,
+            nats.errors.OutboundBufferLimitError,
+            TimeoutError,
+        ),
+    )
 
 
 def _publish_error(e: BaseException, subject: str, stream: str) -> Exception:
@@ -362,8 +396,10 @@ def _publish_error(e: BaseException, subject: str, stream: str) -> Exception:
     import nats.js.errors
 
     if isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)):
-        return CLIError(f"publish to {subject} failed: no stream takes that subject (does stream {stream} exist, "
-                        "with subjects that match it? --subject sets the prefix)")
+        return CLIError(
+            f"publish to {subject} failed: no stream takes that subject (does stream {stream} exist, "
+            "with subjects that match it? --subject sets the prefix)"
+        )
     return CLIError(f"publish to {subject} failed: {_reason(e)}")
 
 

@@ -37,8 +37,15 @@ from nats.js.api import KeyValueConfig, StreamConfig
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from pcgroups import (ConsumerConfig, Msg, PartitioningFilter, add_members, create_elastic, delete_members,
-                      elastic_consume)
+from pcgroups import (
+    ConsumerConfig,
+    Msg,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    delete_members,
+    elastic_consume,
+)
 from pcgroups.testing import EmbeddedServer
 
 KEYS = [f"k{i:02d}" for i in range(16)]
@@ -110,9 +117,12 @@ async def run(url: str, messages: int) -> int:
     await add_members(nc, "tally", "sums", ["m1"])
     cfg = ConsumerConfig(max_ack_pending=1, ack_wait=2)
     states = {m: PartitionState(kv, m) for m in ("m1", "m2")}
-    instances = [await elastic_consume(nc, "tally", "sums", m, s.handle, config=cfg,
-                                       on_assigned=s.assigned, on_revoked=s.revoked)
-                 for m, s in states.items()]
+    instances = [
+        await elastic_consume(
+            nc, "tally", "sums", m, s.handle, config=cfg, on_assigned=s.assigned, on_revoked=s.revoked
+        )
+        for m, s in states.items()
+    ]
     sent: dict[str, list[int]] = {}
     third = messages // 3
     await publish(js, third, sent)
@@ -126,7 +136,7 @@ async def run(url: str, messages: int) -> int:
     await publish(js, messages - 2 * third, sent)
     await settled(js, "tally-sums", messages)
     for inst in instances:
-        await inst.stop()   # on_revoked stores what each instance holds
+        await inst.stop()  # on_revoked stores what each instance holds
     stored: dict[str, list[int]] = {}
     for p in range(4):
         try:
@@ -136,8 +146,10 @@ async def run(url: str, messages: int) -> int:
     await nc.close()
     wrong = sorted(k for k in sent if stored.get(k) != sent[k])
     disorder = sum(s.out_of_order for s in states.values())
-    print(f"{messages} messages, {len(sent)} keys; keys with a wrong total: {len(wrong)}; "
-          f"messages out of order: {disorder}")
+    print(
+        f"{messages} messages, {len(sent)} keys; keys with a wrong total: {len(wrong)}; "
+        f"messages out of order: {disorder}"
+    )
     ok = not wrong and not disorder
     print("PASS" if ok else f"FAIL: {', '.join(wrong)}")
     return 0 if ok else 1

@@ -29,6 +29,7 @@ from typing import Any
 def where_pcgroups_is(_: object) -> tuple[str, str, int]:
     """On an executor: where its Python imports pcgroups from, and which process it is."""
     import pcgroups
+
     return str(pcgroups.__file__), socket.gethostname(), os.getpid()
 
 
@@ -59,7 +60,7 @@ def main() -> None:
     def say(**fields: object) -> None:
         print(json.dumps(fields), flush=True)
 
-    def source(read: Any) -> Any:   # spark.read or spark.readStream
+    def source(read: Any) -> Any:  # spark.read or spark.readStream
         r = read.format("pcgroups").option("servers", args.servers).option("stream", args.stream)
         r = r.option("group", args.group) if args.group else r.option("partitionCount", args.partitions)
         return r
@@ -67,19 +68,32 @@ def main() -> None:
     if not args.copy_only:
         n = spark.sparkContext.defaultParallelism
         places = spark.sparkContext.parallelize(range(n), n).map(where_pcgroups_is).collect()
-        say(step="executors", pcgroups=sorted({f for f, _, _ in places}),
-            processes=sorted({(h, pid) for _, h, pid in places}), driver_pid=os.getpid())
+        say(
+            step="executors",
+            pcgroups=sorted({f for f, _, _ in places}),
+            processes=sorted({(h, pid) for _, h, pid in places}),
+            driver_pid=os.getpid(),
+        )
         batch = source(spark.read).load()
-        per_partition = batch.groupBy("partition").agg(F.count("*").alias("messages"),
-                                                       F.min("sequence").alias("first"),
-                                                       F.max("sequence").alias("last")).collect()
+        per_partition = (
+            batch.groupBy("partition")
+            .agg(F.count("*").alias("messages"), F.min("sequence").alias("first"), F.max("sequence").alias("last"))
+            .collect()
+        )
         say(step="batch-read", partitions={r.partition: [r.messages, r.first, r.last] for r in sorted(per_partition)})
 
-    rows = (source(spark.readStream).option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", args.max_per_trigger).load())
+    rows = (
+        source(spark.readStream)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_per_trigger)
+        .load()
+    )
     copies = rows.select(F.concat(F.lit(args.to + "."), rows.subject).alias("subject"), "data", "headers")
-    writer = (copies.writeStream.format("pcgroups").option("servers", args.servers)
-              .option("checkpointLocation", args.checkpoint))
+    writer = (
+        copies.writeStream.format("pcgroups")
+        .option("servers", args.servers)
+        .option("checkpointLocation", args.checkpoint)
+    )
     query = (writer.trigger(availableNow=True) if args.available_now else writer).start()
     say(step="streaming", id=str(query.id))
     query.awaitTermination()

@@ -38,10 +38,16 @@ CUSTOMERS = [f"c{i:02d}" for i in range(12)]
 async def setup_streams(url: str) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    await js.add_stream(StreamConfig(
-        name="ORDERS", subjects=["orders.*"], allow_direct=True,
-        subject_transform=SubjectTransform(src="orders.*",
-                                           dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name="ORDERS",
+            subjects=["orders.*"],
+            allow_direct=True,
+            subject_transform=SubjectTransform(
+                src="orders.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await js.add_stream(StreamConfig(name="TOTALS", subjects=["totals.*"], allow_direct=True))
     await nc.close()
 
@@ -77,30 +83,38 @@ async def latest_totals(url: str) -> tuple[dict[str, dict[str, Any]], int]:
 def run_job(spark: Any, url: str, checkpoint: str) -> list[int]:
     from pyspark.sql import functions as F
 
-    orders = (spark.readStream.format("pcgroups")
-              .option("servers", url)
-              .option("stream", "ORDERS")
-              .option("partitionCount", PARTITIONS)        # or .option("group", "<static group of ORDERS>")
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", 1000)
-              .load())
-    totals = (orders
-              .select(F.split("subject", r"\.").getItem(1).alias("customer"),
-                      F.get_json_object(F.col("data").cast("string"), "$.amount_cents").cast("long").alias("cents"))
-              .groupBy("customer")
-              .agg(F.count(F.lit(1)).alias("orders"), F.sum("cents").alias("total_cents")))
+    orders = (
+        spark.readStream.format("pcgroups")
+        .option("servers", url)
+        .option("stream", "ORDERS")
+        .option("partitionCount", PARTITIONS)  # or .option("group", "<static group of ORDERS>")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 1000)
+        .load()
+    )
+    totals = (
+        orders.select(
+            F.split("subject", r"\.").getItem(1).alias("customer"),
+            F.get_json_object(F.col("data").cast("string"), "$.amount_cents").cast("long").alias("cents"),
+        )
+        .groupBy("customer")
+        .agg(F.count(F.lit(1)).alias("orders"), F.sum("cents").alias("total_cents"))
+    )
     out = totals.select(
         F.concat(F.lit("totals."), "customer").alias("subject"),
         F.to_json(F.struct("customer", "orders", "total_cents")).alias("data"),
         # a stable id from the values: a replayed micro-batch, or a total that did not change since the
         # last batch, publishes an id the stream already has, and the stream drops it
-        F.concat_ws(":", "customer", F.col("orders").cast("string")).alias("msg_id"))
-    query = (out.writeStream.format("pcgroups")
-             .option("servers", url)
-             .option("checkpointLocation", checkpoint)
-             .outputMode("complete")   # every batch publishes all totals; unchanged ones are deduped
-             .trigger(availableNow=True)
-             .start())
+        F.concat_ws(":", "customer", F.col("orders").cast("string")).alias("msg_id"),
+    )
+    query = (
+        out.writeStream.format("pcgroups")
+        .option("servers", url)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("complete")  # every batch publishes all totals; unchanged ones are deduped
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         if not query.awaitTermination(300):
             raise SystemExit("the streaming job did not finish in 300 s")
@@ -128,9 +142,14 @@ def main() -> int:
         asyncio.run(publish_orders(url, 3000, rng, expected))
         print("published 3000 orders on orders.<customer> -> ORDERS as <partition>.orders.<customer>")
 
-        spark = (SparkSession.builder.master("local[2]").appName("pcgroups-orders")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("pcgroups-orders")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         try:

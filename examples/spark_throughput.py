@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig, SubjectTransform
 
-from pcgroups.testing._server import EmbeddedServer
 from pcgroups.spark import _nats
 from pcgroups.spark._options import ConnectionOptions
+from pcgroups.testing._server import EmbeddedServer
 
 T = TypeVar("T")
 
@@ -39,10 +39,16 @@ T = TypeVar("T")
 async def fill(url: str, n: int, partitions: int, payload: int) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=20000)
-    await js.add_stream(StreamConfig(
-        name="BENCH", subjects=["bench.*"], allow_direct=True,
-        subject_transform=SubjectTransform(src="bench.*",
-                                           dest=f"{{{{partition({partitions},1)}}}}.bench.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name="BENCH",
+            subjects=["bench.*"],
+            allow_direct=True,
+            subject_transform=SubjectTransform(
+                src="bench.*", dest=f"{{{{partition({partitions},1)}}}}.bench.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await js.add_stream(StreamConfig(name="OUT", subjects=["out.>"]))
     body = b"x" * payload
     for i in range(n):
@@ -54,8 +60,9 @@ async def fill(url: str, n: int, partitions: int, payload: int) -> None:
 async def plain_pull(url: str) -> int:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    sub = await js.pull_subscribe(">", stream="BENCH", config=ConsumerConfig(ack_policy=AckPolicy.NONE,
-                                                                            mem_storage=True, inactive_threshold=10))
+    sub = await js.pull_subscribe(
+        ">", stream="BENCH", config=ConsumerConfig(ack_policy=AckPolicy.NONE, mem_storage=True, inactive_threshold=10)
+    )
     n = 0
     while True:
         try:
@@ -70,8 +77,9 @@ async def plain_pull(url: str) -> int:
     return n
 
 
-async def source_reader(url: str, partitions: int, last: int,
-                        cls: type[_nats.DirectRangeReader] | type[_nats.ConsumerRangeReader]) -> int:
+async def source_reader(
+    url: str, partitions: int, last: int, cls: type[_nats.DirectRangeReader] | type[_nats.ConsumerRangeReader]
+) -> int:
     """The data source's own range reader (what each Spark task runs), partition after partition."""
     conn = ConnectionOptions(servers=(url,))
     nc = await _nats.connect(conn)
@@ -90,8 +98,13 @@ async def plain_publish(url: str, n: int, window: int, payload: int) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=max(window, 1))
     body = b"y" * payload
-    await _nats.publish_all(js, ((f"out.p{i % 1000}", body, {"Nats-Msg-Id": f"plain{window}:{i}"})
-                                 for i in range(n)), window=window, timeout=30, expected_stream=None)
+    await _nats.publish_all(
+        js,
+        ((f"out.p{i % 1000}", body, {"Nats-Msg-Id": f"plain{window}:{i}"}) for i in range(n)),
+        window=window,
+        timeout=30,
+        expected_stream=None,
+    )
     await nc.close()
 
 
@@ -119,8 +132,10 @@ def main() -> int:
     with EmbeddedServer() as server:
         url = server.url
         secs, _ = timed(lambda: asyncio.run(fill(url, n, parts, args.payload)))
-        print(f"filled BENCH: {n} messages of {args.payload} bytes + 1 header, {parts} partitions "
-              f"({n / secs:,.0f} msg/s publish_async)")
+        print(
+            f"filled BENCH: {n} messages of {args.payload} bytes + 1 header, {parts} partitions "
+            f"({n / secs:,.0f} msg/s publish_async)"
+        )
         print("plain nats-py / no Spark, one process:")
         secs, got = timed(lambda: asyncio.run(plain_pull(url)))
         assert got == n, got
@@ -139,30 +154,51 @@ def main() -> int:
         from pyspark.sql import functions as F
 
         from pcgroups.spark import register
+
         t = time.perf_counter()
-        spark = (SparkSession.builder.master("local[2]").appName("pcgroups-throughput")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("pcgroups-throughput")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         print(f"Spark local[2] (session start {time.perf_counter() - t:.1f} s, not counted):")
         try:
             for mode in ("direct", "consumer"):
-                df = (spark.read.format("pcgroups").option("servers", url).option("stream", "BENCH")
-                      .option("partitionCount", parts).option("readMode", mode).load())
-                df.write.format("noop").mode("overwrite").save()           # warm-up
+                df = (
+                    spark.read.format("pcgroups")
+                    .option("servers", url)
+                    .option("stream", "BENCH")
+                    .option("partitionCount", parts)
+                    .option("readMode", mode)
+                    .load()
+                )
+                df.write.format("noop").mode("overwrite").save()  # warm-up
                 secs, _ = timed(lambda: df.write.format("noop").mode("overwrite").save())
                 report(f"read: spark.read pcgroups -> noop, readMode={mode}", n, secs)
 
             def gen(rows: int) -> Any:
-                return (spark.range(rows, numPartitions=2)
-                        .select(F.concat(F.lit("out.s"), (F.col("id") % 1000).cast("string")).alias("subject"),
-                                F.expr(f"repeat('z', {args.payload})").alias("data")))
+                return spark.range(rows, numPartitions=2).select(
+                    F.concat(F.lit("out.s"), (F.col("id") % 1000).cast("string")).alias("subject"),
+                    F.expr(f"repeat('z', {args.payload})").alias("data"),
+                )
 
             for acks, rows in ((1, w), (256, n)):
+
                 def write(prefix: str, rows: int = rows, acks: int = acks) -> None:
-                    (gen(rows).write.format("pcgroups").mode("append").option("servers", url)
-                     .option("maxPendingAcks", acks).option("msgIdPrefix", prefix).save())
+                    (
+                        gen(rows)
+                        .write.format("pcgroups")
+                        .mode("append")
+                        .option("servers", url)
+                        .option("maxPendingAcks", acks)
+                        .option("msgIdPrefix", prefix)
+                        .save()
+                    )
+
                 write(f"warm{acks}", rows=2000)
                 secs, _ = timed(lambda: write(f"run{acks}"))
                 report(f"write: df.write pcgroups, maxPendingAcks={acks}", rows, secs)

@@ -20,8 +20,10 @@ MOVED: dict[str, tuple[str, str]] = {
     "pcgroups.store": ("pcgroups.jetstream._store", "pcgroups.jetstream"),
     "pcgroups.permissions": ("pcgroups.jetstream._permissions", "pcgroups.jetstream"),
     "pcgroups.delivery": ("pcgroups.consume._delivery,pcgroups.consume._msg", "pcgroups or pcgroups.consume"),
-    "pcgroups.scheduler": ("pcgroups.consume._dispatchers,pcgroups.consume._keys,pcgroups.consume._retry,"
-                           "pcgroups.consume._window", "pcgroups or pcgroups.consume"),
+    "pcgroups.scheduler": (
+        "pcgroups.consume._dispatchers,pcgroups.consume._keys,pcgroups.consume._retry,pcgroups.consume._window",
+        "pcgroups or pcgroups.consume",
+    ),
     "pcgroups.session": ("pcgroups.consume._session", "pcgroups.consume"),
     "pcgroups.loop": ("pcgroups.consume._loop", "pcgroups or pcgroups.consume"),
     "pcgroups.hooks": ("pcgroups.consume._report,pcgroups.consume._handoff", "pcgroups.consume"),
@@ -47,13 +49,15 @@ MOVED: dict[str, tuple[str, str]] = {
 class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path and loads it as the module it moved to."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         return importlib.machinery.ModuleSpec(fullname, self) if fullname in MOVED else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         modules, instead = MOVED[spec.name]
         warnings.warn(f"{spec.name} is deprecated: import from {instead}", DeprecationWarning, stacklevel=2)
-        if "," not in modules:   # moved whole: the module itself (what is patched on it is patched)
+        if "," not in modules:  # moved whole: the module itself (what is patched on it is patched)
             return importlib.import_module(modules)
         alias = ModuleType(spec.name, f"Deprecated: use {instead}.")
         for name in modules.split(","):
@@ -69,7 +73,7 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def install() -> None:
     if not any(isinstance(finder, _Aliases) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _Aliases())   # before any finder that might still see an old file
+        sys.meta_path.insert(0, _Aliases())  # before any finder that might still see an old file
 
 
 def fallback(package: str, module: str) -> Callable[[str], object]:
@@ -80,8 +84,7 @@ def fallback(package: str, module: str) -> Callable[[str], object]:
         found = getattr(importlib.import_module(module), name, None)
         if found is None or name.startswith("__"):
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        warnings.warn(f"{package}.{name} is deprecated: it is internal ({module})", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(f"{package}.{name} is deprecated: it is internal ({module})", DeprecationWarning, stacklevel=2)
         return found
 
     return __getattr__

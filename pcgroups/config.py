@@ -6,8 +6,9 @@ import itertools
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from .errors import ConfigError
 
@@ -179,8 +180,7 @@ def _decode(kind: str, data: bytes | str, build: Callable[[Any], T]) -> T:
 
 def _validate_max_members(max_members: Any) -> None:
     if type(max_members) is not int:
-        raise ConfigError(f"the max number of members must be an int, got {type(max_members).__name__} "
-                          f"{max_members!r}")
+        raise ConfigError(f"the max number of members must be an int, got {type(max_members).__name__} {max_members!r}")
     if max_members < 1:
         raise ConfigError(f"the max number of members must be at least 1, got {max_members!r}")
     if max_members > _UINT64_MAX:  # Go's uint: a larger value could be written but never read back
@@ -419,7 +419,7 @@ class ElasticConfig(_Membership):
                 max_buffered_bytes=_int(f.get("max_buffered_bytes"), "max_buffered_bytes"),
                 members=_list(f.get("members"), "members", _str) or [],
                 member_mappings=_list(f.get("member_mappings"), "member_mappings", _mapping) or [],
-                automatic=f.get("automatic_membership") is True,   # ours: anything else is no mark
+                automatic=f.get("automatic_membership") is True,  # ours: anything else is no mark
             )
 
         return _decode("elastic", data, build)
@@ -429,8 +429,9 @@ class ElasticConfig(_Membership):
         _validate_max_members(self.max_members)
         for name, value in (("messages", self.max_buffered_msgs), ("bytes", self.max_buffered_bytes)):
             if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:  # Go's int64
-                raise ConfigError(f"the max number of buffered {name} must be a 64-bit integer (-1 or 0 for no "
-                                  f"limit), got {value!r}")
+                raise ConfigError(
+                    f"the max number of buffered {name} must be a 64-bit integer (-1 or 0 for no limit), got {value!r}"
+                )
         for pf in self.partitioning_filters or []:
             _validate_partitioning_filter(pf)
         _validate_membership(self.max_members, self.members, self.member_mappings)
@@ -501,8 +502,9 @@ def parse_mapping(text: str) -> MemberMapping:
     for item in rest.split(","):
         match = _PARTITION_RE.fullmatch(item)
         if match is None:
-            raise ConfigError(f"invalid member mapping {_q(text)}: partition {_q(item)} is not an integer or a "
-                              f"range; {usage}")
+            raise ConfigError(
+                f"invalid member mapping {_q(text)}: partition {_q(item)} is not an integer or a range; {usage}"
+            )
         if match.group(1):
             raise ConfigError(
                 f"invalid member mapping {_q(text)}: partition {item.strip()} is negative, partitions are numbered from 0"
@@ -510,10 +512,12 @@ def parse_mapping(text: str) -> MemberMapping:
         first = int(match.group(2))
         last = first if match.group(3) is None else int(match.group(3))
         if last < first:
-            raise ConfigError(f"invalid member mapping {_q(text)}: range {item.strip()} goes down; write it "
-                              f"{last}-{first}")
+            raise ConfigError(
+                f"invalid member mapping {_q(text)}: range {item.strip()} goes down; write it {last}-{first}"
+            )
         if last - first >= MAX_RANGE:
-            raise ConfigError(f"invalid member mapping {_q(text)}: range {item.strip()} names more than "
-                              f"{MAX_RANGE} partitions")
+            raise ConfigError(
+                f"invalid member mapping {_q(text)}: range {item.strip()} names more than {MAX_RANGE} partitions"
+            )
         partitions.extend(range(first, last + 1))
     return MemberMapping(member, partitions)

@@ -34,15 +34,15 @@ from urllib.parse import urlsplit
 
 from .errors import PCGroupsError
 from .jetstream._api import JetStreamApi
-from .jetstream._connection import prefix_of
 from .jetstream._compat import tolerate_undecodable
+from .jetstream._connection import prefix_of
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
 __all__ = [
-    "DEFAULT_URL",
     "DEFAULT_TIMEOUT",
+    "DEFAULT_URL",
     "ConnectionOptions",
     "NatsContext",
     "ResolvedConnection",
@@ -62,8 +62,13 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_TIMEOUT = 5.0  # seconds, as the nats CLI's --timeout
 RECONNECT_TIME_WAIT = 2.0  # seconds between reconnect rounds once connected
 # connection failures that mean nothing answers (yet) at the address: not a wrong setting of the client's
-_UNREACHABLE = ("connection refused", "timed out", "connection reset by server", "network is unreachable",
-                "no route to host")
+_UNREACHABLE = (
+    "connection refused",
+    "timed out",
+    "connection reset by server",
+    "network is unreachable",
+    "no route to host",
+)
 
 
 class ServerUnreachableError(PCGroupsError):
@@ -123,8 +128,7 @@ class NatsContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_CONTEXT_STR_FIELDS = tuple(f.name for f in fields(NatsContext)
-                            if f.name not in ("name", "path", "tls_first", "extra"))
+_CONTEXT_STR_FIELDS = tuple(f.name for f in fields(NatsContext) if f.name not in ("name", "path", "tls_first", "extra"))
 
 
 # ---------------------------------------------------------------- helpers
@@ -155,13 +159,13 @@ def _expand(value: str, env: Mapping[str, str]) -> str:
 def _reference(value: str, env: Mapping[str, str], what: str) -> str | None:
     """The content of an ``env://VAR`` or ``data:;base64,...`` reference; None for a plain value."""
     if value.startswith("env://"):
-        var = value[len("env://"):]
+        var = value[len("env://") :]
         content = env.get(var)
         if not content:
             raise PCGroupsError(f"{what}: environment variable {var} is not set")
         return content
     if value.startswith("data:"):
-        meta, sep, payload = value[len("data:"):].partition(",")
+        meta, sep, payload = value[len("data:") :].partition(",")
         if not sep:
             raise PCGroupsError(f"{what}: malformed data: reference")
         if meta.endswith(";base64"):
@@ -211,8 +215,9 @@ def parse_duration(text: str) -> float:
     if not s:
         raise PCGroupsError(f"invalid duration {text!r}: use e.g. 5s, 1m30s, 500ms")
     if total > MAX_DURATION:
-        raise PCGroupsError(f'duration "{text.strip()}" is out of range: at most 2562047h47m16.854775807s (about '
-                            "292 years), as in Go")
+        raise PCGroupsError(
+            f'duration "{text.strip()}" is out of range: at most 2562047h47m16.854775807s (about 292 years), as in Go'
+        )
     return sign * total
 
 
@@ -231,18 +236,21 @@ def _normalize_url(url: str) -> str:
 
     try:
         parts = urlsplit(url)
-    except ValueError:   # an unclosed [ (Invalid IPv6 URL), ...
-        raise bad("it is malformed; write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222, "
-                  "nats://[::1]:4222)") from None
+    except ValueError:  # an unclosed [ (Invalid IPv6 URL), ...
+        raise bad(
+            "it is malformed; write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222, nats://[::1]:4222)"
+        ) from None
 
     if parts.scheme not in URL_SCHEMES:
         schemes = ", ".join(f"{s}://" for s in URL_SCHEMES)
         raise bad(f"the scheme {parts.scheme}:// is not NATS's; use {schemes} (e.g. nats://127.0.0.1:4222)")
     if not parts.hostname or (parts.path not in ("", "/") and parts.scheme not in ("ws", "wss")):
         raise bad("write it nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")
-    if parts.hostname.isdigit():   # taken for a host (an IPv4 address as one number), it waits for a timeout
-        raise bad(f"{parts.hostname} is a port number, not a host: write nats://HOST:{parts.hostname} (e.g. "
-                  f"nats://127.0.0.1:{parts.hostname})")
+    if parts.hostname.isdigit():  # taken for a host (an IPv4 address as one number), it waits for a timeout
+        raise bad(
+            f"{parts.hostname} is a port number, not a host: write nats://HOST:{parts.hostname} (e.g. "
+            f"nats://127.0.0.1:{parts.hostname})"
+        )
     try:
         port = parts.port
     except ValueError:
@@ -276,11 +284,10 @@ def _split_servers(url: str) -> list[str]:
 
 
 def _context_error(selection: str, source: str, path: Path | str) -> PCGroupsError:
-    return PCGroupsError(f"unknown context \"{selection}\" ({source}): no file {path}")
+    return PCGroupsError(f'unknown context "{selection}" ({source}): no file {path}')
 
 
-def load_context(name_or_path: str | None = None,
-                 env: Mapping[str, str] | None = None) -> NatsContext | None:
+def load_context(name_or_path: str | None = None, env: Mapping[str, str] | None = None) -> NatsContext | None:
     """The context chosen by ``name_or_path`` > ``NATS_CONTEXT`` > ``context.txt``; None if none is.
 
     A value naming an existing ``*.json`` file loads that file; otherwise it is a context name
@@ -394,8 +401,13 @@ class ResolvedConnection:
     @property
     def uses_tls(self) -> bool:
         """True when the user asked for TLS (certs, CA, TLS first, or a ``tls://`` URL)."""
-        return bool(self.tls_cert or self.tls_key or self.tls_ca or self.tls_first
-                    or any(u.startswith(("tls://", "wss://")) for u in self.servers))
+        return bool(
+            self.tls_cert
+            or self.tls_key
+            or self.tls_ca
+            or self.tls_first
+            or any(u.startswith(("tls://", "wss://")) for u in self.servers)
+        )
 
     def error(self, detail: str) -> PCGroupsError:
         """The one-line connection error: ``can't connect to <servers>: <detail>``."""
@@ -458,6 +470,7 @@ class ResolvedConnection:
         elif self.creds:
             if self.creds_is_data:
                 from nats.aio.client import RawCredentials
+
                 kw["user_credentials"] = RawCredentials(self.creds)
             else:
                 _need_file(self, self.creds, "creds file")
@@ -500,8 +513,9 @@ def _read_seed(rc: ResolvedConnection, path: str) -> str:
     raise rc.error(f"nkey file {path} holds no nkey seed")
 
 
-def _jwt_callbacks(rc: ResolvedConnection, user_jwt: str,
-                   user_seed: str) -> tuple[Callable[[], bytes], Callable[[str], bytes]]:
+def _jwt_callbacks(
+    rc: ResolvedConnection, user_jwt: str, user_seed: str
+) -> tuple[Callable[[], bytes], Callable[[str], bytes]]:
     try:
         import nkeys
     except ImportError:
@@ -535,8 +549,7 @@ def _pick(*values: str | None) -> str | None:
     return None
 
 
-def resolve(options: ConnectionOptions | None = None,
-            env: Mapping[str, str] | None = None) -> ResolvedConnection:
+def resolve(options: ConnectionOptions | None = None, env: Mapping[str, str] | None = None) -> ResolvedConnection:
     """Merge options > env vars > context > defaults into final settings (no network)."""
     o = options or ConnectionOptions()
     env = os.environ if env is None else env
@@ -574,9 +587,11 @@ def resolve(options: ConnectionOptions | None = None,
     rc.user_jwt = _secret(_pick(env.get("NATS_JWT"), c.user_jwt), env, "user_jwt")
     rc.user_seed = _secret(_pick(env.get("NATS_SEED"), c.user_seed), env, "user_seed")
 
-    for attr, opt, var, ctx_value in (("tls_cert", o.tlscert, "NATS_CERT", c.cert),
-                                      ("tls_key", o.tlskey, "NATS_KEY", c.key),
-                                      ("tls_ca", o.tlsca, "NATS_CA", c.ca)):
+    for attr, opt, var, ctx_value in (
+        ("tls_cert", o.tlscert, "NATS_CERT", c.cert),
+        ("tls_key", o.tlskey, "NATS_KEY", c.key),
+        ("tls_ca", o.tlsca, "NATS_CA", c.ca),
+    ):
         value = _pick(opt, env.get(var), ctx_value)
         setattr(rc, attr, _expand(value, env) if value else None)
     rc.tls_first = bool(o.tlsfirst if o.tlsfirst is not None else c.tls_first)
@@ -603,7 +618,7 @@ def _resolve_jetstream(rc: ResolvedConnection, o: ConnectionOptions, c: NatsCont
     else:
         rc.js_domain = c.jetstream_domain
         rc.js_api_prefix = None if c.jetstream_domain else c.jetstream_api_prefix
-    prefix_of(rc.js_domain, rc.js_api_prefix)   # one the server would not take is an error now, not at a request
+    prefix_of(rc.js_domain, rc.js_api_prefix)  # one the server would not take is an error now, not at a request
 
 
 # ---------------------------------------------------------------- connecting
@@ -679,9 +694,13 @@ def enable_reconnect(nc: Any, *, time_wait: float = RECONNECT_TIME_WAIT) -> None
     nc.options["reconnect_time_wait"] = time_wait
 
 
-async def connect(options: ConnectionOptions | ResolvedConnection | None = None, *,
-                  env: Mapping[str, str] | None = None, reconnect: bool = True,
-                  **nats_kwargs: Any) -> Client:
+async def connect(
+    options: ConnectionOptions | ResolvedConnection | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    reconnect: bool = True,
+    **nats_kwargs: Any,
+) -> Client:
     """A connected ``nats.aio.client.Client``, or one :class:`PCGroupsError` naming the server.
 
     ``nats_kwargs`` override the computed ``nats.connect`` arguments (e.g. ``reconnected_cb``).
@@ -712,7 +731,7 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
     except asyncio.CancelledError:
         await _quiet_close(nc)
         raise
-    except Exception as e:  # noqa: BLE001 - every failure becomes one clear line
+    except Exception as e:
         await _quiet_close(nc)
         detail = _describe(e)
         if detail in ("no servers available", "timed out") and failures:
@@ -729,8 +748,9 @@ async def connect(options: ConnectionOptions | ResolvedConnection | None = None,
     connecting = False
     if rc.uses_tls and not (rc.tls_first or _server_info(nc).get("tls_required")):
         await _quiet_close(nc)
-        raise rc.error("TLS was requested but the server does not require TLS "
-                       "(nats-py only upgrades when the server requires it)")
+        raise rc.error(
+            "TLS was requested but the server does not require TLS (nats-py only upgrades when the server requires it)"
+        )
     if reconnect:
         enable_reconnect(nc)
     if rc.js_domain or rc.js_api_prefix:
@@ -751,9 +771,9 @@ async def _quiet_close(nc: Any) -> None:
     """
     try:
         await asyncio.wait_for(nc.close(), 0.25)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.debug("closing a failed connection timed out")
-    except Exception as e:  # noqa: BLE001 - closing a half-open client must not mask the cause
+    except Exception as e:
         log.debug("closing a failed connection: %s", e)
 
 
@@ -772,5 +792,3 @@ def _silence_ssl_eof_warning() -> None:
     if _ssl_noise_filter is None:
         _ssl_noise_filter = _SSLEOFNoise()
         logging.getLogger("asyncio").addFilter(_ssl_noise_filter)
-
-

@@ -64,5 +64,8 @@ class PermissionDeniedError(PCGroupsError):
 
 def extra_missing(error: ModuleNotFoundError, what: str, extra: str) -> ModuleNotFoundError:
     """``error`` (a package of one of pcgroups' extras is not installed) as one that says what to install."""
-    return ModuleNotFoundError(f"{what} needs the {extra} extra, which is not installed (no module named "
-                               f"{error.name!r}): pip install 'pcgroups[{extra}]'", name=error.name)
+    return ModuleNotFoundError(
+        f"{what} needs the {extra} extra, which is not installed (no module named "
+        f"{error.name!r}): pip install 'pcgroups[{extra}]'",
+        name=error.name,
+    )

@@ -45,9 +45,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-KINDS = ("pinned", "standby", "lost-pin", "not-a-member", "added", "partitions", "dropped",
-         "disconnected", "reconnected", "unavailable", "worker-joined", "worker-left", "enrolled",
-         "no-dispatcher", "dead-letter-refused")
+KINDS = (
+    "pinned",
+    "standby",
+    "lost-pin",
+    "not-a-member",
+    "added",
+    "partitions",
+    "dropped",
+    "disconnected",
+    "reconnected",
+    "unavailable",
+    "worker-joined",
+    "worker-left",
+    "enrolled",
+    "no-dispatcher",
+    "dead-letter-refused",
+)
 
 
 @dataclass(frozen=True)

@@ -42,17 +42,19 @@ def work_queue_name(stream: str, group: str) -> str:
 class Flavour(Generic[C]):
     """What differs between static and elastic groups (the wire names are the reference's)."""
 
-    name: str                                   # "static" | "elastic", as messages say it
-    bucket: str                                 # the KV bucket of the configs, keyed ``<stream>.<group>``
-    parse: Callable[[bytes | str], C]           # decode and validate a stored config
-    consumer_name: Callable[[str, str], str]    # (group, member) -> the member's consumer
+    name: str  # "static" | "elastic", as messages say it
+    bucket: str  # the KV bucket of the configs, keyed ``<stream>.<group>``
+    parse: Callable[[bytes | str], C]  # decode and validate a stored config
+    consumer_name: Callable[[str, str], str]  # (group, member) -> the member's consumer
     consumer_stream: Callable[[str, str], str]  # (stream, group) -> the stream holding the member consumers
 
 
-STATIC: Flavour[StaticConfig] = Flavour("static", STATIC_BUCKET, parse_static_config, static_consumer_name,
-                                        lambda stream, group: stream)
-ELASTIC: Flavour[ElasticConfig] = Flavour("elastic", ELASTIC_BUCKET, parse_elastic_config,
-                                          lambda group, member: member, work_queue_name)
+STATIC: Flavour[StaticConfig] = Flavour(
+    "static", STATIC_BUCKET, parse_static_config, static_consumer_name, lambda stream, group: stream
+)
+ELASTIC: Flavour[ElasticConfig] = Flavour(
+    "elastic", ELASTIC_BUCKET, parse_elastic_config, lambda group, member: member, work_queue_name
+)
 
 
 def api_of(nc: Client, api: JetStreamApi | None) -> JetStreamApi:
@@ -73,12 +75,13 @@ def stored_config(flavour: Flavour[C], stream: str, group: str, value: bytes) ->
     try:
         return flavour.parse(value)
     except ConfigError as e:
-        raise ConfigError(f"{flavour.name} consumer group {group} on stream {stream} has an invalid config: {e} "
-                          "(write a valid config or delete the group)") from None
+        raise ConfigError(
+            f"{flavour.name} consumer group {group} on stream {stream} has an invalid config: {e} "
+            "(write a valid config or delete the group)"
+        ) from None
 
 
-async def get_config(flavour: Flavour[C], nc: Client, stream: str, group: str, *,
-                     api: JetStreamApi | None = None) -> C:
+async def get_config(flavour: Flavour[C], nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> C:
     """The group's config, validated; NotFoundError (saying so when it is of the other flavour) if none."""
     check_names(stream, group)
     _, entry = await group_entry(api_of(nc, api), flavour.bucket, flavour.name, stream, group)
@@ -98,8 +101,9 @@ def _no_stream(flavour: Flavour[Any], name: str) -> NotFoundError:
     return NotFoundError(f"the {flavour.name} consumer group's stream does not exist: {name}")
 
 
-def stream_gone(flavour: Flavour[Any], stream: str, group: str,
-                error: type[PCGroupsError] = NotFoundError) -> PCGroupsError:
+def stream_gone(
+    flavour: Flavour[Any], stream: str, group: str, error: type[PCGroupsError] = NotFoundError
+) -> PCGroupsError:
     """The group exists and the stream holding its member consumers does not (it was deleted under the group):
     what is gone, and how to recover (``error``: ConsumerGoneError under a running instance)."""
     name = flavour.consumer_stream(stream, group)
@@ -107,12 +111,13 @@ def stream_gone(flavour: Flavour[Any], stream: str, group: str,
         what, again = f"stream {name}", "create the stream and the group again"
     else:
         what, again = f"work queue {name}", "create it again"
-    return error(f"the {what} of {flavour.name} consumer group {group} was deleted: delete the group "
-                 f"(cg {flavour.name} delete {stream} {group}), then {again}")
+    return error(
+        f"the {what} of {flavour.name} consumer group {group} was deleted: delete the group "
+        f"(cg {flavour.name} delete {stream} {group}), then {again}"
+    )
 
 
-async def list_groups(flavour: Flavour[Any], nc: Client, stream: str, *, api: JetStreamApi | None = None
-                      ) -> list[str]:
+async def list_groups(flavour: Flavour[Any], nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
     """Names of the groups of this flavour defined on ``stream`` (empty when there is no bucket yet)."""
     validate_name("stream", stream)
     try:
@@ -127,12 +132,13 @@ async def _waiting_by_consumer(flavour: Flavour[Any], api: JetStreamApi, stream:
     try:
         infos = await api.list_consumers(name)
     except NotFoundError:
-        raise stream_gone(flavour, stream, group) from None   # the callers read the group's config first
+        raise stream_gone(flavour, stream, group) from None  # the callers read the group's config first
     return {c["name"]: c.get("num_waiting", 0) for c in infos}
 
 
-async def list_active_members(flavour: Flavour[Any], nc: Client, stream: str, group: str, *,
-                              api: JetStreamApi | None = None) -> list[str]:
+async def list_active_members(
+    flavour: Flavour[Any], nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+) -> list[str]:
     """Members whose consumer exists and has an instance pulling, in membership order."""
     api = api_of(nc, api)
     members = (await get_config(flavour, nc, stream, group, api=api)).membership()
@@ -142,8 +148,9 @@ async def list_active_members(flavour: Flavour[Any], nc: Client, stream: str, gr
     return [m for m in members if waiting.get(flavour.consumer_name(group, m), 0) > 0]
 
 
-async def is_in_membership_and_active(flavour: Flavour[Any], nc: Client, stream: str, group: str, member: str, *,
-                                      api: JetStreamApi | None = None) -> tuple[bool, bool]:
+async def is_in_membership_and_active(
+    flavour: Flavour[Any], nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi | None = None
+) -> tuple[bool, bool]:
     """Whether ``member`` is in the membership, and whether *its* consumer has an instance pulling."""
     api = api_of(nc, api)
     validate_name("member", member)
@@ -153,8 +160,9 @@ async def is_in_membership_and_active(flavour: Flavour[Any], nc: Client, stream:
     return True, waiting.get(flavour.consumer_name(group, member), 0) > 0
 
 
-async def member_step_down(flavour: Flavour[Any], nc: Client, stream: str, group: str, member: str, *,
-                           api: JetStreamApi | None = None) -> None:
+async def member_step_down(
+    flavour: Flavour[Any], nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi | None = None
+) -> None:
     """Unpin the member's consumer: another of its instances takes over at once."""
     api = api_of(nc, api)
     validate_name("member", member)

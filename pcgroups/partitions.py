@@ -57,9 +57,11 @@ def _balanced_share(members: list[str], max_members: int, member: str, per_parti
 
 def _check_share(member: str, owned: int, max_members: int, per_partition: int = 1) -> None:
     if owned * per_partition > MAX_MEMBER_FILTERS:
-        raise ConfigError(f"member {member} would own {owned} of the group's {max_members} partitions, and its "
-                          f"consumer takes at most {MAX_MEMBER_FILTERS} filter subjects ({per_partition} per "
-                          f"partition): use fewer partitions (max_members) or more members")
+        raise ConfigError(
+            f"member {member} would own {owned} of the group's {max_members} partitions, and its "
+            f"consumer takes at most {MAX_MEMBER_FILTERS} filter subjects ({per_partition} per "
+            f"partition): use fewer partitions (max_members) or more members"
+        )
 
 
 def _mapped(member_mappings: list[MemberMapping], member: str) -> list[int]:
@@ -158,10 +160,7 @@ def partition_of_subject(
     if not wildcard_tokens:
         return fnv1a32(subject.encode()) % max_members
     tokens = subject.split(".")
-    if filter is None:
-        positions = list(range(len(tokens)))
-    else:
-        positions = [i for i, t in enumerate(filter.split(".")) if t == "*"]
+    positions = list(range(len(tokens))) if filter is None else [i for i, t in enumerate(filter.split(".")) if t == "*"]
     key = []
     for k in wildcard_tokens:
         if not 1 <= k <= len(positions) or positions[k - 1] >= len(tokens):
@@ -194,7 +193,7 @@ def tokens_match(pattern: list[str], tokens: list[str]) -> bool:
 def subjects_intersect(a: str, b: str) -> bool:
     """True if some subject matches both NATS subject filters (`*` one token, `>` one or more trailing tokens)."""
     ta, tb = a.split("."), b.split(".")
-    for i, (x, y) in enumerate(zip(ta, tb)):
+    for _i, (x, y) in enumerate(zip(ta, tb, strict=False)):
         if x == ">" or y == ">":
             return True  # the other has a token here, and `>` takes it and anything after it
         if x != y and x != "*" and y != "*":
@@ -209,7 +208,11 @@ def unmatched_filters(filters: list[str], stream_config: dict[str, Any]) -> list
     subjects are not simply the configured ones); otherwise nothing is reported.
     """
     subjects = stream_config.get("subjects") or []
-    if not subjects or stream_config.get("subject_transform") or stream_config.get("sources") \
-            or stream_config.get("mirror"):
+    if (
+        not subjects
+        or stream_config.get("subject_transform")
+        or stream_config.get("sources")
+        or stream_config.get("mirror")
+    ):
         return []
     return [f for f in filters if not any(subjects_intersect(f, s) for s in subjects)]

@@ -72,16 +72,16 @@ __all__ = ["NO_TRACING", "InstanceTracing", "Traced", "Tracing"]
 
 SYSTEM = "nats"
 MSG_ID_HEADER = "Nats-Msg-Id"
-FAILED_KEPT = 1024   # messages whose last handling failed: their attempts, and the span to parent a dead letter
+FAILED_KEPT = 1024  # messages whose last handling failed: their attempts, and the span to parent a dead letter
 
 
 class Traced(Protocol):
     """What a process span reads of a message (``pcgroups.Msg`` is one)."""
 
-    subject: str        # the partition token stripped
+    subject: str  # the partition token stripped
     partition: int
-    key: str | None     # its key under key-level concurrency, else None
-    naks: int           # times nak() was called on it
+    key: str | None  # its key under key-level concurrency, else None
+    naks: int  # times nak() was called on it
 
     @property
     def headers(self) -> Mapping[str, str] | None: ...
@@ -114,8 +114,9 @@ class InstanceTracing:
     def dead_letter(self, msg: Any, reason: str) -> None:
         """A ``RetryPolicy.on_dead_letter``: ``msg`` was given up for ``reason``."""
 
-    def take_over(self, partitions: Iterable[int], pin: str | None,
-                  previous: str | None) -> AbstractContextManager[Any]:
+    def take_over(
+        self, partitions: Iterable[int], pin: str | None, previous: str | None
+    ) -> AbstractContextManager[Any]:
         """The instance got the member's pin (``previous``: its pin state before, None at start)."""
         return nullcontext()
 
@@ -193,8 +194,12 @@ class _Spans(InstanceTracing):
         self._error: Callable[[str], Any] = lambda description: Status(StatusCode.ERROR, description)
         self.group = group
         self._labels: dict[str, Any] = {
-            "messaging.system": SYSTEM, "messaging.consumer.group.name": group,
-            "pcgroups.flavour": flavour, "pcgroups.stream": stream, "pcgroups.member": member}
+            "messaging.system": SYSTEM,
+            "messaging.consumer.group.name": group,
+            "pcgroups.flavour": flavour,
+            "pcgroups.stream": stream,
+            "pcgroups.member": member,
+        }
         self._process = {**self._labels, "messaging.operation.name": "process", "messaging.operation.type": "process"}
         self._process_name = f"process {stream}"
         # (stream sequence, server deliveries) of a message whose last handler call failed -> that call's span
@@ -202,7 +207,7 @@ class _Spans(InstanceTracing):
         self._failed: OrderedDict[tuple[int, int], tuple[Any, int]] = OrderedDict()
         self._failed_lock = threading.Lock()
         self._rebalance: Any = None
-        self._root = context.Context()   # no parent: a span never inherits the context its caller runs in
+        self._root = context.Context()  # no parent: a span never inherits the context its caller runs in
 
     # --- process spans -------------------------------------------------------------------
     def _start(self, msg: Traced, extra: Mapping[str, Any] | None = None) -> tuple[Any, int]:
@@ -213,11 +218,15 @@ class _Spans(InstanceTracing):
         if self._failed:
             failed = self._failed.get((msg.stream_sequence, count))
             if failed is not None:
-                count = failed[1] + 1   # retried in place: the server's count stays
-        attributes = {**self._process, "messaging.destination.name": msg.subject,
-                      "messaging.destination.partition.id": str(msg.partition),
-                      "messaging.message.body.size": len(msg.data), "pcgroups.delivery_count": count,
-                      "pcgroups.stream_sequence": msg.stream_sequence}
+                count = failed[1] + 1  # retried in place: the server's count stays
+        attributes = {
+            **self._process,
+            "messaging.destination.name": msg.subject,
+            "messaging.destination.partition.id": str(msg.partition),
+            "messaging.message.body.size": len(msg.data),
+            "pcgroups.delivery_count": count,
+            "pcgroups.stream_sequence": msg.stream_sequence,
+        }
         if msg.key is not None:
             attributes["pcgroups.key"] = msg.key
         if extra:
@@ -230,8 +239,9 @@ class _Spans(InstanceTracing):
             parent, producer = self._producer(headers)
             if producer is not None:
                 links = [self._Link(producer)]
-        return self._tracer.start_span(self._process_name, context=parent, kind=self._CONSUMER,
-                                       attributes=attributes, links=links), count
+        return self._tracer.start_span(
+            self._process_name, context=parent, kind=self._CONSUMER, attributes=attributes, links=links
+        ), count
 
     def _producer(self, headers: Mapping[str, str]) -> tuple[Any, Any]:
         """The producer's context in ``headers`` and its span context; (the root, None) without one."""
@@ -251,7 +261,7 @@ class _Spans(InstanceTracing):
         elif isinstance(error, SupersededError):
             failed = False
             span.add_event("superseded", {"reason": str(error)})
-        elif not isinstance(error, Exception):   # cancelled: the instance stops
+        elif not isinstance(error, Exception):  # cancelled: the instance stops
             failed = False
             span.add_event("cancelled")
         else:
@@ -276,6 +286,7 @@ class _Spans(InstanceTracing):
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         call = self.handling
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+
             @wraps(handler)
             async def traced_async(msg: Any) -> Any:
                 with call(msg):
@@ -295,13 +306,18 @@ class _Spans(InstanceTracing):
             last = self._failed.pop((msg.stream_sequence, msg.deliveries), None)
         if last is not None:
             parent = self._trace.set_span_in_context(self._trace.NonRecordingSpan(last[0]))
-        else:   # its handler calls were traced elsewhere (a worker process), or not kept: the producer's trace
+        else:  # its handler calls were traced elsewhere (a worker process), or not kept: the producer's trace
             parent = self._producer(msg.headers)[0] if msg.headers else self._root
-        attributes = {**self._labels, "messaging.destination.name": msg.subject,
-                      "messaging.destination.partition.id": str(msg.partition),
-                      "pcgroups.stream_sequence": msg.stream_sequence, "pcgroups.dead_letter.reason": reason}
-        span = self._tracer.start_span(f"dead-letter {self._labels['pcgroups.stream']}", context=parent,
-                                       kind=self._INTERNAL, attributes=attributes)
+        attributes = {
+            **self._labels,
+            "messaging.destination.name": msg.subject,
+            "messaging.destination.partition.id": str(msg.partition),
+            "pcgroups.stream_sequence": msg.stream_sequence,
+            "pcgroups.dead_letter.reason": reason,
+        }
+        span = self._tracer.start_span(
+            f"dead-letter {self._labels['pcgroups.stream']}", context=parent, kind=self._INTERNAL, attributes=attributes
+        )
         span.add_event("dead-letter", {"reason": reason})
         span.set_status(self._error(reason))
         span.end()
@@ -310,20 +326,34 @@ class _Spans(InstanceTracing):
     def _control(self, operation: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
         """A control span, child of the open rebalance if any (else a root), current inside."""
         parent = self._root if self._rebalance is None else self._trace.set_span_in_context(self._rebalance)
-        return self._tracer.start_as_current_span(f"{operation} {self.group}", context=parent, kind=self._INTERNAL,
-                                                  attributes={**self._labels, **attributes})
+        return self._tracer.start_as_current_span(
+            f"{operation} {self.group}", context=parent, kind=self._INTERNAL, attributes={**self._labels, **attributes}
+        )
 
-    def take_over(self, partitions: Iterable[int], pin: str | None,
-                  previous: str | None) -> AbstractContextManager[Any]:
-        return self._control("take-over", {"pcgroups.partitions": sorted(partitions), "pcgroups.pin_id": pin or "",
-                                           "pcgroups.previous_state": previous or "none"})
+    def take_over(
+        self, partitions: Iterable[int], pin: str | None, previous: str | None
+    ) -> AbstractContextManager[Any]:
+        return self._control(
+            "take-over",
+            {
+                "pcgroups.partitions": sorted(partitions),
+                "pcgroups.pin_id": pin or "",
+                "pcgroups.previous_state": previous or "none",
+            },
+        )
 
     def rebalance_started(self, before: Iterable[int], after: Iterable[int]) -> None:
         self._end_rebalance("superseded")
         self._rebalance = self._tracer.start_span(
-            f"rebalance {self.group}", context=self._root, kind=self._INTERNAL,
-            attributes={**self._labels, "pcgroups.partitions.before": sorted(before),
-                        "pcgroups.partitions.after": sorted(after)})
+            f"rebalance {self.group}",
+            context=self._root,
+            kind=self._INTERNAL,
+            attributes={
+                **self._labels,
+                "pcgroups.partitions.before": sorted(before),
+                "pcgroups.partitions.after": sorted(after),
+            },
+        )
 
     def rebalance_done(self) -> None:
         self._end_rebalance("applied")
@@ -336,14 +366,24 @@ class _Spans(InstanceTracing):
 
     def assigned(self, started_ns: int, before: Iterable[str], after: Iterable[str], moved: int) -> None:
         span = self._tracer.start_span(
-            f"assign {self.group}", context=self._root, kind=self._INTERNAL, start_time=started_ns,
-            attributes={**self._labels, "pcgroups.members.before": sorted(before),
-                        "pcgroups.members.after": sorted(after), "pcgroups.partitions.moved": moved})
+            f"assign {self.group}",
+            context=self._root,
+            kind=self._INTERNAL,
+            start_time=started_ns,
+            attributes={
+                **self._labels,
+                "pcgroups.members.before": sorted(before),
+                "pcgroups.members.after": sorted(after),
+                "pcgroups.partitions.moved": moved,
+            },
+        )
         span.end(end_time=time.time_ns())
 
     def reset(self, consumer: str, seq: int | None) -> AbstractContextManager[Any]:
-        return self._control("reset", {"pcgroups.consumer": consumer,
-                                       "pcgroups.reset.to": "ack floor" if seq is None else f"sequence {seq}"})
+        return self._control(
+            "reset",
+            {"pcgroups.consumer": consumer, "pcgroups.reset.to": "ack floor" if seq is None else f"sequence {seq}"},
+        )
 
     def close(self) -> None:
         self._end_rebalance("instance stopped")
@@ -353,7 +393,7 @@ class _Call:
     """One handler call inside its process span (:meth:`InstanceTracing.handling`): the span is current
     inside, and ends with the call's outcome."""
 
-    __slots__ = ("_spans", "_msg", "_span", "_count", "_naks", "_token")
+    __slots__ = ("_count", "_msg", "_naks", "_span", "_spans", "_token")
 
     def __init__(self, spans: _Spans, msg: Traced, attributes: Mapping[str, Any] | None) -> None:
         self._spans, self._msg = spans, msg

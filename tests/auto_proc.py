@@ -27,6 +27,7 @@ def emit(line: str) -> None:
 
 async def main() -> None:
     import logging
+
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     p = argparse.ArgumentParser()
     p.add_argument("url")
@@ -44,8 +45,14 @@ async def main() -> None:
     async def handler(msg):
         await labelled.wait()
         subject, origin = origin_of(msg)
-        common = dict(member=label["member"], instance=label["instance"], partition=msg.partition, key=origin,
-                      seq=origin, subject=subject)
+        common = dict(
+            member=label["member"],
+            instance=label["instance"],
+            partition=msg.partition,
+            key=origin,
+            seq=origin,
+            subject=subject,
+        )
         emit(event_line("start", **common))
         if args.work:
             await asyncio.sleep(args.work)
@@ -54,9 +61,16 @@ async def main() -> None:
         await msg.ack()
         emit(event_line("end", **common, outcome="ack"))
 
-    inst = await elastic_consume(nc, args.stream, args.group, args.member or "", handler, auto=True,
-                                 lease_ttl=args.lease_ttl,
-                                 config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
+    inst = await elastic_consume(
+        nc,
+        args.stream,
+        args.group,
+        args.member or "",
+        handler,
+        auto=True,
+        lease_ttl=args.lease_ttl,
+        config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait),
+    )
     label.update(member=inst.member_name, instance=f"{inst.member_name}/{inst.instance_id}")
     labelled.set()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)

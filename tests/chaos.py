@@ -65,9 +65,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ACK_WAIT = 1.0            # PinnedTTL = max(AckWait, 1 s) = 1 s
+ACK_WAIT = 1.0  # PinnedTTL = max(AckWait, 1 s) = 1 s
 PARTITIONS = 4
-RATE = 40.0               # messages per second per group
+RATE = 40.0  # messages per second per group
 GROUP = "g"
 
 
@@ -92,34 +92,60 @@ async def worker_main(argv: list[str]) -> None:
     p.add_argument("instance")
     p.add_argument("--ack-wait", type=float, default=ACK_WAIT)
     p.add_argument("--work", type=float, default=0.0, help="seconds each handler call works")
-    p.add_argument("--slow", type=float, default=0.0, help="seconds a call works on a message whose data starts "
-                                                           "with 'slow' (the partition scenarios' call in flight)")
+    p.add_argument(
+        "--slow",
+        type=float,
+        default=0.0,
+        help="seconds a call works on a message whose data starts "
+        "with 'slow' (the partition scenarios' call in flight)",
+    )
     p.add_argument("--window", type=int, default=1, help="max_ack_pending")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="key-level concurrency (keys: the subjects); calls are then recorded per key, not per "
-                        "partition (partition 1000 x p + key number), the unit of exclusivity and order")
-    p.add_argument("--progress", choices=["auto", "call", "none"], default="auto",
-                   help="auto: pcgroups sends +WPI; call: the handler calls msg.in_progress() (auto off); "
-                        "none: neither")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="key-level concurrency (keys: the subjects); calls are then recorded per key, not per "
+        "partition (partition 1000 x p + key number), the unit of exclusivity and order",
+    )
+    p.add_argument(
+        "--progress",
+        choices=["auto", "call", "none"],
+        default="auto",
+        help="auto: pcgroups sends +WPI; call: the handler calls msg.in_progress() (auto off); none: neither",
+    )
     p.add_argument("--dispatch", action="store_true", help="a dispatching instance: the pool's workers handle")
     p.add_argument("--pool-worker", action="store_true", help="a worker of the group's pool (INSTANCE: its name)")
     p.add_argument("--capacity", type=int, default=1, help="a pool worker's capacity")
-    p.add_argument("--superseded-at-end", action="store_true",
-                   help="look at msg.superseded only when the work is done (as cg's handler), not during it")
-    p.add_argument("--sample", type=float, default=0.0,
-                   help="every so many seconds a line of what the process costs (tests/helpers/sampler.py; 0: none)")
+    p.add_argument(
+        "--superseded-at-end",
+        action="store_true",
+        help="look at msg.superseded only when the work is done (as cg's handler), not during it",
+    )
+    p.add_argument(
+        "--sample",
+        type=float,
+        default=0.0,
+        help="every so many seconds a line of what the process costs (tests/helpers/sampler.py; 0: none)",
+    )
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
     import logging
+
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
 
     async def on_reconnect() -> None:
         _emit(json.dumps({"ev": "reconnected", "t": time.time()}))
 
     # URLs in the order given (a cluster scenario picks each instance's first server)
-    nc = await nats.connect(servers=args.url.split(","), dont_randomize=True, max_reconnect_attempts=-1,
-                            reconnect_time_wait=0.1, connect_timeout=2, reconnected_cb=on_reconnect,
-                            name=f"{args.stream}/{instance}")
+    nc = await nats.connect(
+        servers=args.url.split(","),
+        dont_randomize=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.1,
+        connect_timeout=2,
+        reconnected_cb=on_reconnect,
+        name=f"{args.stream}/{instance}",
+    )
 
     keyed = args.concurrency > 1 or args.dispatch or args.pool_worker
 
@@ -127,8 +153,15 @@ async def worker_main(argv: list[str]) -> None:
         subject, origin = origin_of(msg)
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
         unit = 1000 * msg.partition + int(subject.rsplit(".k", 1)[1]) if keyed else msg.partition
-        ids = dict(member=member, instance=instance, partition=unit, key=origin, order=origin,
-                   seq=msg.sequence, subject=subject)
+        ids = dict(
+            member=member,
+            instance=instance,
+            partition=unit,
+            key=origin,
+            order=origin,
+            seq=msg.sequence,
+            subject=subject,
+        )
         # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
         _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - msg.started)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
@@ -152,6 +185,7 @@ async def worker_main(argv: list[str]) -> None:
     if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
         # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
         from pcgroups.consume._delivery import Delivery
+
         Delivery.pin_doubtful = lambda self: False
 
     def said(ev) -> None:
@@ -159,26 +193,43 @@ async def worker_main(argv: list[str]) -> None:
 
     if args.pool_worker:
         from pcgroups import serve_worker
-        inst = await serve_worker(nc, args.flavour, args.stream, args.group, handler, name=instance,
-                                  capacity=args.capacity, ack_wait=args.ack_wait,
-                                  auto_in_progress=args.progress == "auto", on_event=said)
+
+        inst = await serve_worker(
+            nc,
+            args.flavour,
+            args.stream,
+            args.group,
+            handler,
+            name=instance,
+            capacity=args.capacity,
+            ack_wait=args.ack_wait,
+            auto_in_progress=args.progress == "auto",
+            on_event=said,
+        )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
         await inst.wait_for_consuming(30)
     else:
         consume = static_consume if args.flavour == "static" else elastic_consume
-        pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0,
-                "on_event": said}
-        inst = await consume(nc, args.stream, args.group, member, None if args.dispatch else handler,
-                             config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
-                             auto_in_progress=args.progress == "auto",
-                             **(pool if args.dispatch else {"concurrency": args.concurrency}))
+        pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0, "on_event": said}
+        inst = await consume(
+            nc,
+            args.stream,
+            args.group,
+            member,
+            None if args.dispatch else handler,
+            config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
+            auto_in_progress=args.progress == "auto",
+            **(pool if args.dispatch else {"concurrency": args.concurrency}),
+        )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
     _emit(json.dumps({"ev": "ready", "t": time.time()}))
     sampler = None
     if args.sample:
         from .helpers.sampler import sample_forever
+
         def state() -> str:
             return ("pinned" if inst.pinned else "standby") if inst.partitions else "idle"
+
         sampler = asyncio.create_task(sample_forever(args.sample, _emit, state=state))
     err = await inst.done()
     if sampler is not None:
@@ -202,17 +253,17 @@ class Result:
     """One scenario's figures (a table row) and its checker report."""
 
     scenario: str
-    runs: int = 0                      # fault injections
-    messages: int = 0                  # messages published (each must be acked)
+    runs: int = 0  # fault injections
+    messages: int = 0  # messages published (each must be acked)
     lost: int = 0
-    redelivered: int = 0               # handler calls beyond the first per message
+    redelivered: int = 0  # handler calls beyond the first per message
     redelivery_bound: int | None = None
-    duplicates: int = 0                # messages acked more than once
+    duplicates: int = 0  # messages acked more than once
     overlaps: int = 0
     order_violations: int = 0
     takeover: list[float] = field(default_factory=list)
     seconds: float = 0.0
-    overlap_note: str = ""             # what the overlaps (or order violations) are, when they are expected
+    overlap_note: str = ""  # what the overlaps (or order violations) are, when they are expected
     redelivered_note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
@@ -239,20 +290,20 @@ class Result:
 class Worker:
     """One member instance process and what it printed."""
 
-    def __init__(self, group: "Group", member: str, name: str, proc: asyncio.subprocess.Process):
+    def __init__(self, group: Group, member: str, name: str, proc: asyncio.subprocess.Process):
         self.group, self.member, self.name, self.proc = group, member, name, proc
         self.ready = asyncio.Event()
-        self.ended: str | None = None     # the 'done' line's error, or why it ended
+        self.ended: str | None = None  # the 'done' line's error, or why it ended
         self.killed_at: float | None = None
         self.stopped = False
         self.reconnects = 0
         self.reconnected_at: list[float] = []
-        self.dispatched: dict[Any, float] = {}    # message key -> when the instance last handed it out
-        self.state: str | None = None              # its last instance event (pool scenarios): pinned, ...
-        self.samples: list[dict[str, Any]] = []   # what the process costs over time (--sample)
+        self.dispatched: dict[Any, float] = {}  # message key -> when the instance last handed it out
+        self.state: str | None = None  # its last instance event (pool scenarios): pinned, ...
+        self.samples: list[dict[str, Any]] = []  # what the process costs over time (--sample)
         self.started_at = time.time()
         self.reader: asyncio.Task | None = None
-        self.proxy: Any = None                     # its tests.helpers.faultproxy.FaultProxy, when it connects through one
+        self.proxy: Any = None  # its tests.helpers.faultproxy.FaultProxy, when it connects through one
 
     @property
     def alive(self) -> bool:
@@ -262,9 +313,23 @@ class Worker:
 class Group:
     """One consumer group under test: its stream, the record of its handler calls, what was published."""
 
-    def __init__(self, env: "Env", flavour: str, stream: str, partitions: int, *, work: float, window: int,
-                 progress: str, concurrency: int = 1, slow: float = 0.0, proxied: bool = False, sample: float = 0.0):
+    def __init__(
+        self,
+        env: Env,
+        flavour: str,
+        stream: str,
+        partitions: int,
+        *,
+        work: float,
+        window: int,
+        progress: str,
+        concurrency: int = 1,
+        slow: float = 0.0,
+        proxied: bool = False,
+        sample: float = 0.0,
+    ):
         from pcgroups.testing._checker import Recorder
+
         self.env, self.flavour, self.stream, self.partitions = env, flavour, stream, partitions
         self.work, self.window, self.progress, self.concurrency = work, window, progress, concurrency
         self.slow, self.proxied, self.sample = slow, proxied, sample
@@ -277,6 +342,7 @@ class Group:
     def _keys(self) -> list[str]:
         """Subject keys, 4 per partition, in round-robin partition order (every partition gets traffic)."""
         from pcgroups import partition_of_subject
+
         by: dict[int, list[str]] = {p: [] for p in range(self.partitions)}
         i = 0
         while min(len(v) for v in by.values()) < 4:
@@ -305,8 +371,11 @@ class Group:
         return {p for p, c in latest.items() if c.member == member}
 
     def first_start(self, partition: int, after: float, *, exclude: str | None = None) -> float | None:
-        starts = [c.start for c in list(self.rec.calls)
-                  if c.partition == partition and c.start > after and c.instance != exclude]
+        starts = [
+            c.start
+            for c in list(self.rec.calls)
+            if c.partition == partition and c.start > after and c.instance != exclude
+        ]
         return min(starts) if starts else None
 
 
@@ -324,21 +393,24 @@ class Env:
         self._pub_task: asyncio.Task | None = None
         self.pub_stalled = 0.0
         self._n = 0
-        self.proxies: list[Any] = []     # fault proxies between instances and the server, closed last
+        self.proxies: list[Any] = []  # fault proxies between instances and the server, closed last
 
     # --- lifecycle --------------------------------------------------------------------------
-    async def __aenter__(self) -> "Env":
+    async def __aenter__(self) -> Env:
         import nats
 
         from pcgroups.testing._server import EmbeddedServer
+
         self.server = EmbeddedServer(store_dir=os.path.join(self.tmp.name, "server"))
         os.makedirs(self.server.store_dir, exist_ok=True)
         await asyncio.to_thread(self.server.start)
-        async def quiet(e: Exception) -> None:   # the restart scenario's reconnects are expected
+
+        async def quiet(e: Exception) -> None:  # the restart scenario's reconnects are expected
             self.log(f"harness connection: {e!r}")
 
-        self.nc = await nats.connect(self.server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1,
-                                     connect_timeout=2, error_cb=quiet)
+        self.nc = await nats.connect(
+            self.server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, connect_timeout=2, error_cb=quiet
+        )
         return self
 
     replicas = 1
@@ -360,10 +432,15 @@ class Env:
             pass
         await self._close_servers()
         keep = os.environ.get("PCG_CHAOS_KEEP_LOGS")
-        if keep:   # the instances' logs, for a closer look at a run
+        if keep:  # the instances' logs, for a closer look at a run
             import shutil
-            shutil.copytree(self.tmp.name, os.path.join(keep, self.name), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("server", "n1", "n2", "n3"))
+
+            shutil.copytree(
+                self.tmp.name,
+                os.path.join(keep, self.name),
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("server", "n1", "n2", "n3"),
+            )
         self.tmp.cleanup()
 
     def log(self, text: str) -> None:
@@ -371,11 +448,23 @@ class Env:
             print(f"  [{self.name} {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
     # --- groups and instances ---------------------------------------------------------------
-    async def group(self, flavour: str, members: dict[str, int], *, partitions: int = PARTITIONS,
-                    work: float = 0.002, window: int = 1, progress: str = "auto",
-                    add: list[str] | None = None, concurrency: int = 1, slow: float = 0.0,
-                    proxied: bool = False, url_of: Callable[[str, int], str] | None = None,
-                    dispatch: bool = False, sample: float = 0.0) -> Group:
+    async def group(
+        self,
+        flavour: str,
+        members: dict[str, int],
+        *,
+        partitions: int = PARTITIONS,
+        work: float = 0.002,
+        window: int = 1,
+        progress: str = "auto",
+        add: list[str] | None = None,
+        concurrency: int = 1,
+        slow: float = 0.0,
+        proxied: bool = False,
+        url_of: Callable[[str, int], str] | None = None,
+        dispatch: bool = False,
+        sample: float = 0.0,
+    ) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
         each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
         server URL(s) of the member's k-th instance; ``sample``: each instance reports what it costs every so
@@ -383,46 +472,96 @@ class Env:
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
+
         self._n += 1
         s = f"{self.name.replace('-', '')}{self._n}"
         js = self.nc.jetstream()
         if flavour == "static":
-            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
-                                             num_replicas=self.replicas, subject_transform=SubjectTransform(
-                                                 src=f"{s}.*", dest=f"{{{{partition({partitions},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
+            await js.add_stream(
+                StreamConfig(
+                    name=s,
+                    subjects=[f"{s}.*"],
+                    duplicate_window=120,
+                    num_replicas=self.replicas,
+                    subject_transform=SubjectTransform(
+                        src=f"{s}.*", dest=f"{{{{partition({partitions},1)}}}}.{s}.{{{{wildcard(1)}}}}"
+                    ),
+                )
+            )
             await create_static(self.nc, s, GROUP, partitions, members=list(members))
         else:
-            await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120,
-                                             num_replicas=self.replicas))
-            await create_elastic(self.nc, s, GROUP, partitions,
-                                 partitioning_filters=[PartitioningFilter(f"{s}.*", [1])])
+            await js.add_stream(
+                StreamConfig(name=s, subjects=[f"{s}.*"], duplicate_window=120, num_replicas=self.replicas)
+            )
+            await create_elastic(
+                self.nc, s, GROUP, partitions, partitioning_filters=[PartitioningFilter(f"{s}.*", [1])]
+            )
             await add_members(self.nc, s, GROUP, list(members) if add is None else add)
-        g = Group(self, flavour, s, partitions, work=work, window=window, progress=progress,
-                  concurrency=concurrency, slow=slow, proxied=proxied, sample=sample)
+        g = Group(
+            self,
+            flavour,
+            s,
+            partitions,
+            work=work,
+            window=window,
+            progress=progress,
+            concurrency=concurrency,
+            slow=slow,
+            proxied=proxied,
+            sample=sample,
+        )
         self.groups.append(g)
         for member, count in members.items():
             for k in range(count):
-                await self.spawn(g, member, url_of(member, k) if url_of else None,
-                                 extra=("--dispatch",) if dispatch else ())
+                await self.spawn(
+                    g, member, url_of(member, k) if url_of else None, extra=("--dispatch",) if dispatch else ()
+                )
         await self.wait_ready(g.workers)
         return g
 
-    async def spawn(self, g: Group, member: str, url: str | None = None, *, extra: tuple[str, ...] = (),
-                    name: str | None = None) -> Worker:
+    async def spawn(
+        self, g: Group, member: str, url: str | None = None, *, extra: tuple[str, ...] = (), name: str | None = None
+    ) -> Worker:
         name = name or f"{member}-{sum(1 for w in g.workers if w.member == member)}"
         proxy = None
         if g.proxied and url is None:
             from .helpers.faultproxy import FaultProxy
+
             proxy = await FaultProxy(self.server.port, name=name).start()
             self.proxies.append(proxy)
             url = proxy.url
         err = open(self.log_path(g, name), "w")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.chaos", "worker", url or self.server.url, g.flavour, g.stream, GROUP, member,
-            name, "--ack-wait", str(ACK_WAIT), "--work", str(g.work), "--slow", str(g.slow), "--window", str(g.window),
-            "--progress", g.progress, "--concurrency", str(g.concurrency), "--sample", str(g.sample), *extra,
-            stdout=asyncio.subprocess.PIPE, stderr=err, cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")})
+            sys.executable,
+            "-m",
+            "tests.chaos",
+            "worker",
+            url or self.server.url,
+            g.flavour,
+            g.stream,
+            GROUP,
+            member,
+            name,
+            "--ack-wait",
+            str(ACK_WAIT),
+            "--work",
+            str(g.work),
+            "--slow",
+            str(g.slow),
+            "--window",
+            str(g.window),
+            "--progress",
+            g.progress,
+            "--concurrency",
+            str(g.concurrency),
+            "--sample",
+            str(g.sample),
+            *extra,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")},
+        )
         err.close()
         w = Worker(g, member, name, proc)
         w.proxy = proxy
@@ -488,7 +627,7 @@ class Env:
         workers = [w for g in self.groups for w in g.workers]
         for w in workers:
             if w.proxy is not None:
-                w.proxy.pass_through()   # a partition heals before the end: instances drain through it
+                w.proxy.pass_through()  # a partition heals before the end: instances drain through it
             if w.proc.returncode is None:
                 if w.stopped:
                     w.proc.send_signal(signal.SIGCONT)
@@ -496,13 +635,13 @@ class Env:
         for w in workers:
             try:
                 await asyncio.wait_for(w.proc.wait(), 15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 w.proc.kill()
                 await w.proc.wait()
             if w.reader is not None:
                 try:
                     await asyncio.wait_for(w.reader, 5)
-                except (asyncio.TimeoutError, Exception):
+                except (TimeoutError, Exception):
                     w.reader.cancel()
 
     # --- traffic ----------------------------------------------------------------------------
@@ -521,8 +660,9 @@ class Env:
                 t0 = time.monotonic()
                 while True:
                     try:
-                        ack = await js.publish(subject, str(i).encode(), timeout=1.0,
-                                               headers={"Nats-Msg-Id": f"{g.stream}-{i}"})
+                        ack = await js.publish(
+                            subject, str(i).encode(), timeout=1.0, headers={"Nats-Msg-Id": f"{g.stream}-{i}"}
+                        )
                         break
                     except asyncio.CancelledError:
                         raise
@@ -550,8 +690,12 @@ class Env:
     async def publish_slow(self, g: Group, partition: int) -> int:
         """One message that the workers handle for ``g.slow`` seconds, on a key of ``partition``; its key."""
         from pcgroups import partition_of_subject
-        key = next(k for k in g.keys
-                   if partition_of_subject(f"{g.stream}.{k}", g.partitions, [1], f"{g.stream}.*") == partition)
+
+        key = next(
+            k
+            for k in g.keys
+            if partition_of_subject(f"{g.stream}.{k}", g.partitions, [1], f"{g.stream}.*") == partition
+        )
         ack = await self.nc.jetstream().publish(f"{g.stream}.{key}", b"slow", timeout=5)
         g.expected.add(ack.seq)
         g.sent += 1
@@ -581,37 +725,58 @@ class Env:
         targets = [(g, g.rec.count() + count) for g in self.groups]
         await wait_until(lambda: all(g.rec.count() >= n for g, n in targets), timeout, f"{count} more acks")
 
-    async def resumed(self, g: Group, partitions: set[int], after: float, timeout: float = 30.0,
-                      exclude: str | None = None) -> float:
+    async def resumed(
+        self, g: Group, partitions: set[int], after: float, timeout: float = 30.0, exclude: str | None = None
+    ) -> float:
         """Wait until each partition started a call after ``after``; the take-over time (s)."""
+
         def starts():
             return [g.first_start(p, after, exclude=exclude) for p in sorted(partitions)]
-        await wait_until(lambda: all(s is not None for s in starts()), timeout,
-                         f"{g.flavour} partitions {sorted(partitions)} handled again")
+
+        await wait_until(
+            lambda: all(s is not None for s in starts()),
+            timeout,
+            f"{g.flavour} partitions {sorted(partitions)} handled again",
+        )
         return max(starts()) - after
 
     async def drained(self, timeout: float = 60.0) -> None:
         for g in self.groups:
-            await wait_until(lambda g=g: g.expected <= g.rec.acked_keys(), timeout,
-                             f"every message of {g.stream} acked "
-                             f"({len(g.expected - g.rec.acked_keys())} of {len(g.expected)} left)")
+            await wait_until(
+                lambda g=g: g.expected <= g.rec.acked_keys(),
+                timeout,
+                f"every message of {g.stream} acked ({len(g.expected - g.rec.acked_keys())} of {len(g.expected)} left)",
+            )
 
     async def server_redeliveries(self, g: Group) -> int:
         """Deliveries beyond one per message: the consumers' delivered consumer sequences (every delivery,
         redeliveries included) less the messages published (for groups whose consumers were never re-created)."""
         from pcgroups import JetStreamApi, work_queue_name
+
         stream = g.stream if g.flavour == "static" else work_queue_name(g.stream, GROUP)
         infos = await JetStreamApi(self.nc).list_consumers(stream)
         return sum(int((c.get("delivered") or {}).get("consumer_seq", 0)) for c in infos) - len(g.expected)
 
-    def result(self, name: str, g: Group, runs: int, *, bound: int | None, takeover: list[float],
-               t0: float, **extra: Any) -> Result:
+    def result(
+        self, name: str, g: Group, runs: int, *, bound: int | None, takeover: list[float], t0: float, **extra: Any
+    ) -> Result:
         report = g.rec.check(g.expected, redelivery_bound=bound)
-        r = Result(name, runs=runs, messages=len(g.expected), lost=report.lost, redelivered=report.redelivered,
-                   redelivery_bound=bound, duplicates=report.duplicates, overlaps=report.overlaps,
-                   order_violations=report.order_violations, takeover=[round(x, 3) for x in takeover],
-                   seconds=round(time.time() - t0, 1), extra=extra, failures=list(report.failures),
-                   examples=[f"{v.kind}: {v.message}" for v in report.examples])
+        r = Result(
+            name,
+            runs=runs,
+            messages=len(g.expected),
+            lost=report.lost,
+            redelivered=report.redelivered,
+            redelivery_bound=bound,
+            duplicates=report.duplicates,
+            overlaps=report.overlaps,
+            order_violations=report.order_violations,
+            takeover=[round(x, 3) for x in takeover],
+            seconds=round(time.time() - t0, 1),
+            extra=extra,
+            failures=list(report.failures),
+            examples=[f"{v.kind}: {v.message}" for v in report.examples],
+        )
         ended = [(w.name, w.ended) for w in g.workers if w.ended and w.killed_at is None]
         if ended:
             r.failures.append(f"instances ended: {ended}")
@@ -625,27 +790,42 @@ class ClusterEnv(Env):
 
     replicas = 3
 
-    async def __aenter__(self) -> "ClusterEnv":
+    async def __aenter__(self) -> ClusterEnv:
         import nats
 
         from pcgroups.testing._cluster import EmbeddedCluster
         from pcgroups.testing._server import free_port
 
         from .helpers.faultproxy import FaultProxy
+
         ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
-        self.routes = {(i, j): await FaultProxy(ports[j][1], name=f"n{i + 1}->n{j + 1}").start()
-                       for i in range(3) for j in range(3) if i != j}
+        self.routes = {
+            (i, j): await FaultProxy(ports[j][1], name=f"n{i + 1}->n{j + 1}").start()
+            for i in range(3)
+            for j in range(3)
+            if i != j
+        }
         self.proxies.extend(self.routes.values())
         self.cluster = EmbeddedCluster(
-            size=3, ports=ports, extra_args=["--cluster_advertise", "127.0.0.1:1"],
-            routes=[[f"nats-route://127.0.0.1:{self.routes[(i, j)].port}" for j in range(3) if j != i] for i in range(3)])
+            size=3,
+            ports=ports,
+            extra_args=["--cluster_advertise", "127.0.0.1:1"],
+            routes=[
+                [f"nats-route://127.0.0.1:{self.routes[(i, j)].port}" for j in range(3) if j != i] for i in range(3)
+            ],
+        )
         await asyncio.to_thread(self.cluster.start)
 
         async def quiet(e: Exception) -> None:
             self.log(f"harness connection: {e!r}")
 
-        self.nc = await nats.connect(servers=self.cluster.urls[:2], max_reconnect_attempts=-1, reconnect_time_wait=0.1,
-                                     connect_timeout=2, error_cb=quiet)
+        self.nc = await nats.connect(
+            servers=self.cluster.urls[:2],
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.1,
+            connect_timeout=2,
+            error_cb=quiet,
+        )
         return self
 
     async def _close_servers(self) -> None:
@@ -673,7 +853,7 @@ class ClusterEnv(Env):
             try:
                 if all(n.monitor("/healthz").get("status") == "ok" for n in self.cluster.nodes):
                     return
-            except Exception:  # noqa: BLE001 - 503 while catching up
+            except Exception:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"the cluster was not healthy {timeout:g}s after the partition healed")
@@ -690,7 +870,7 @@ async def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> Non
 async def bounded(aw: Awaitable, timeout: float, what: str):
     try:
         return await asyncio.wait_for(aw, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}") from None
 
 
@@ -703,7 +883,7 @@ async def sigkill(flavour: str, runs: int, verbose: bool = False) -> Result:
         env.start_publishing()
         await env.progress(30)
         takeover = []
-        for run in range(runs):
+        for _run in range(runs):
             victim = g.active("m1")
             parts = g.partitions_of("m1")
             t = await env.kill(victim)
@@ -714,12 +894,20 @@ async def sigkill(flavour: str, runs: int, verbose: bool = False) -> Result:
         await env.stop_publishing()
         await env.drained()
         # each kill costs at most the one message of m1's consumer in flight (max_ack_pending 1)
-        return env.result(f"sigkill-{flavour}", g, runs, bound=runs, takeover=takeover, t0=t_start,
-                          publish_stall=round(env.pub_stalled, 2))
+        return env.result(
+            f"sigkill-{flavour}",
+            g,
+            runs,
+            bound=runs,
+            takeover=takeover,
+            t0=t_start,
+            publish_stall=round(env.pub_stalled, 2),
+        )
 
 
-async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int = 1,
-                  name: str | None = None, concurrency: int = 1) -> Result:
+async def sigstop(
+    flavour: str, runs: int, verbose: bool = False, *, window: int = 1, name: str | None = None, concurrency: int = 1
+) -> Result:
     """SIGSTOP m1's pinned instance for 2.5 x PinnedTTL, SIGCONT; it must start nothing afterwards
     (until it is pinned again, in the next run when the other instance is paused)."""
     name = name or f"sigstop-{flavour}"
@@ -729,66 +917,94 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
         env.start_publishing()
         await env.progress(30)
         takeover, overlap_ms, late_starts, superseded, inflight, repinned_starts = [], [], 0, 0, [], 0
-        for run in range(runs):
+        for _run in range(runs):
             victim = g.active("m1")
             parts = g.partitions_of("m1")
             t_stop = time.time()
             victim.stopped = True
             victim.proc.send_signal(signal.SIGSTOP)
             takeover.append(await env.resumed(g, parts, t_stop, exclude=victim.name))
-            await asyncio.sleep(max(0.0, t_stop + 2.5 * ACK_WAIT - time.time()))   # the pause itself
+            await asyncio.sleep(max(0.0, t_stop + 2.5 * ACK_WAIT - time.time()))  # the pause itself
             t_cont = time.time()
             victim.proc.send_signal(signal.SIGCONT)
             victim.stopped = False
             await env.progress(15)
-            await asyncio.sleep(0.5)   # the resumed instance had time to start something, if it would
+            await asyncio.sleep(0.5)  # the resumed instance had time to start something, if it would
             t_next = time.time()
             calls = [c for c in list(g.rec.calls) if c.instance == victim.name]
             # a start after SIGCONT is allowed only under a pin given to it again (the log says 'pinned')
             repins = [t for t, line in _log_lines(env.log_of(victim)) if t >= t_cont and "pinned (" in line]
-            late = [c for c in calls if t_cont <= c.start <= t_next
-                    and not victim.dispatched.get(c.key, c.start) < t_stop]   # handed out before the pause
+            late = [
+                c for c in calls if t_cont <= c.start <= t_next and not victim.dispatched.get(c.key, c.start) < t_stop
+            ]  # handed out before the pause
             repinned_starts += sum(1 for c in late if any(t <= c.start for t in repins))
             late = [c for c in late if not any(t <= c.start for t in repins)]
             late_starts += len(late)
             # its call in flight when paused: how long it overlapped the successor's calls on that partition
             for c in calls:
                 if (c.start < t_stop and (c.end is None or c.end > t_stop)) or (
-                        t_cont <= c.start and victim.dispatched.get(c.key, c.start) < t_stop):
+                    t_cont <= c.start and victim.dispatched.get(c.key, c.start) < t_stop
+                ):
                     inflight.append(c)
                     if c.outcome == "superseded":
                         superseded += 1
-                    others = [o.start for o in list(g.rec.calls)
-                              if o.partition == c.partition and o.instance != victim.name and o.start > c.start]
+                    others = [
+                        o.start
+                        for o in list(g.rec.calls)
+                        if o.partition == c.partition and o.instance != victim.name and o.start > c.start
+                    ]
                     end = c.end if c.end is not None else time.time()
                     if others and min(others) < end:
                         overlap_ms.append(round((end - min(others)) * 1000))
-            env.log("victim log since the pause: " + " | ".join(
-                line for line in env.log_of(victim).splitlines()
-                if line[:19] >= time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_stop))))
+            env.log(
+                "victim log since the pause: "
+                + " | ".join(
+                    line
+                    for line in env.log_of(victim).splitlines()
+                    if line[:19] >= time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_stop))
+                )
+            )
             for c in late:
                 env.log(f"started after SIGCONT: {c.show()} (SIGCONT at {t_cont:.3f})")
-            env.log(f"paused {victim.name}: take-over {takeover[-1]:.2f}s, {len(late)} starts after SIGCONT, "
-                    f"in-flight overlap {overlap_ms[-1:] or '-'} ms")
+            env.log(
+                f"paused {victim.name}: take-over {takeover[-1]:.2f}s, {len(late)} starts after SIGCONT, "
+                f"in-flight overlap {overlap_ms[-1:] or '-'} ms"
+            )
         await env.stop_publishing()
         await env.drained()
         # what the paused instances had buffered when their pin moved, dropped unhandled (pcgroups' log)
         import re
-        dropped = sum(int(n) for w in g.workers
-                      for n in re.findall(r"pin moved while this instance was paused; dropping (\d+)", env.log_of(w)))
+
+        dropped = sum(
+            int(n)
+            for w in g.workers
+            for n in re.findall(r"pin moved while this instance was paused; dropping (\d+)", env.log_of(w))
+        )
         # Every overlap must be a paused instance's call in flight (frozen, it cannot stop: its handler
         # learns it was superseded once it runs again): without those calls, none may overlap.
         from pcgroups.testing._checker import Recorder
+
         rest = Recorder()
         rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
         rest_report = rest.check()
         unexplained = rest_report.overlaps
-        r = env.result(name, g, runs, bound=runs * window, takeover=takeover, t0=t_start,
-                       starts_after_resume=late_starts, paused_inflight_calls=len(inflight),
-                       paused_inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
-                       inflight_overlaps_ms=overlap_ms, other_overlaps=unexplained, window=window,
-                       buffered_dropped=dropped, starts_after_repin=repinned_starts,
-                       other_overlap_examples=[v.message for v in rest_report.examples if v.kind == "overlap"])
+        r = env.result(
+            name,
+            g,
+            runs,
+            bound=runs * window,
+            takeover=takeover,
+            t0=t_start,
+            starts_after_resume=late_starts,
+            paused_inflight_calls=len(inflight),
+            paused_inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
+            inflight_overlaps_ms=overlap_ms,
+            other_overlaps=unexplained,
+            window=window,
+            buffered_dropped=dropped,
+            starts_after_repin=repinned_starts,
+            other_overlap_examples=[v.message for v in rest_report.examples if v.kind == "overlap"],
+        )
         r.overlap_note = f"all {len(inflight)} paused call(s) in flight" if r.overlaps and not unexplained else ""
         if late_starts:
             r.failures.append(f"{late_starts} handler calls started by a paused instance after SIGCONT")
@@ -796,7 +1012,7 @@ async def sigstop(flavour: str, runs: int, verbose: bool = False, *, window: int
             r.failures.append(f"{r.extra['paused_inflight_acked']} paused call(s) acked after their pin moved")
         if not unexplained:
             r.failures = [f for f in r.failures if "overlapping" not in f]
-        return r   # order holds with a window > 1 too: the take-over hands out in stream order
+        return r  # order holds with a window > 1 too: the take-over hands out in stream order
 
 
 async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
@@ -811,7 +1027,7 @@ async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
         env.start_publishing()
         await env.progress(30)
         takeover, learnt, overlap_ms, inflight, late_starts, repinned_starts = [], [], [], [], 0, 0
-        for run in range(runs):
+        for _run in range(runs):
             parts = g.partitions_of("m1")
             key = await env.publish_slow(g, min(parts))
             await wait_until(lambda: any(c.key == key for c in list(g.rec.calls)), 20, "the slow call to start")
@@ -833,19 +1049,31 @@ async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
             t_heal = time.time()
             victim.proxy.pass_through()
             await env.progress(15)
-            await asyncio.sleep(0.5)   # the healed instance had time to start something, if it would
+            await asyncio.sleep(0.5)  # the healed instance had time to start something, if it would
             late, repinned = _starts_after(env, victim, t_heal, time.time())
             late_starts += len(late)
             repinned_starts += repinned
             for c in late:
                 env.log(f"started after the partition healed: {c.show()} (healed at {t_heal:.3f})")
-            env.log(f"cut {victim.name} off: take-over {takeover[-1]:.2f}s, its call learnt after {learnt[-1]:.2f}s "
-                    f"({call.outcome}), {len(late)} starts after healing")
+            env.log(
+                f"cut {victim.name} off: take-over {takeover[-1]:.2f}s, its call learnt after {learnt[-1]:.2f}s "
+                f"({call.outcome}), {len(late)} starts after healing"
+            )
         await env.stop_publishing()
         await env.drained()
-        r = _fenced_result(env, name, g, runs, inflight, takeover=takeover, t0=t_start, superseded_after_s=learnt,
-                           inflight_overlaps_ms=overlap_ms, starts_after_heal=late_starts,
-                           starts_after_repin=repinned_starts)
+        r = _fenced_result(
+            env,
+            name,
+            g,
+            runs,
+            inflight,
+            takeover=takeover,
+            t0=t_start,
+            superseded_after_s=learnt,
+            inflight_overlaps_ms=overlap_ms,
+            starts_after_heal=late_starts,
+            starts_after_repin=repinned_starts,
+        )
         if late_starts:
             r.failures.append(f"{late_starts} handler calls started by a cut-off instance after the partition healed")
         if r.extra["inflight_acked"]:
@@ -863,7 +1091,7 @@ async def slow_link(runs: int, verbose: bool = False, seconds: float = 4.0) -> R
         env.start_publishing()
         await env.progress(30)
         moves, superseded, handled = 0, 0, []
-        for run in range(runs):
+        for _run in range(runs):
             victim = g.active("m1")
             parts = g.partitions_of("m1")
             t0 = time.time()
@@ -873,18 +1101,35 @@ async def slow_link(runs: int, verbose: bool = False, seconds: float = 4.0) -> R
             victim.proxy.pass_through()
             calls = [c for c in list(g.rec.calls) if t0 <= c.start <= t1 and c.partition in parts]
             others = [c for c in calls if c.instance != victim.name]
-            pin_lines = [line for w in g.workers for t, line in _log_lines(env.log_of(w))
-                         if t0 <= t <= t1 + 0.5 and ("pinned (" in line or "lost the pin" in line or "pin moved" in line)]
+            pin_lines = [
+                line
+                for w in g.workers
+                for t, line in _log_lines(env.log_of(w))
+                if t0 <= t <= t1 + 0.5 and ("pinned (" in line or "lost the pin" in line or "pin moved" in line)
+            ]
             moves += len(others) + len(pin_lines)
             superseded += sum(1 for c in calls if c.outcome == "superseded")
             handled.append(len(calls) - len(others))
-            env.log(f"200 ms on {victim.name} for {seconds:g}s: it handled {handled[-1]} of m1's calls, others "
-                    f"{len(others)}, pin changes logged {len(pin_lines)}")
+            env.log(
+                f"200 ms on {victim.name} for {seconds:g}s: it handled {handled[-1]} of m1's calls, others "
+                f"{len(others)}, pin changes logged {len(pin_lines)}"
+            )
             await env.progress(20)
         await env.stop_publishing()
         await env.drained()
-        r = env.result("slow-link", g, runs, bound=0, takeover=[], t0=t_start, pin_moves=moves,
-                       superseded_calls=superseded, calls_on_slow_link=handled, delay_ms=200, seconds_per_run=seconds)
+        r = env.result(
+            "slow-link",
+            g,
+            runs,
+            bound=0,
+            takeover=[],
+            t0=t_start,
+            pin_moves=moves,
+            superseded_calls=superseded,
+            calls_on_slow_link=handled,
+            delay_ms=200,
+            seconds_per_run=seconds,
+        )
         if moves:
             r.failures.append(f"m1's pin moved {moves} time(s) on a slow link")
         if superseded:
@@ -902,20 +1147,32 @@ async def server_closes(runs: int, verbose: bool = False, every: float = 2.0) ->
         env.start_publishing()
         await env.progress(30)
         takeover: dict[str, list[float]] = {"static": [], "elastic": []}
-        for run in range(runs):
+        for _run in range(runs):
             t = time.time()
             closed = sum(w.proxy.close_connections() for g in (gs, ge) for w in g.workers)
             for g in (gs, ge):
                 takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t))
-            env.log(f"closed {closed} connections: handled again after "
-                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            env.log(
+                f"closed {closed} connections: handled again after "
+                + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
+            )
             await asyncio.sleep(max(0.0, t + every - time.time()))
         await env.stop_publishing()
         await env.drained()
         # a close may cost each consumer (m1, m2) the message it had in flight
-        return [env.result(f"server-closes-{g.flavour}", g, runs, bound=2 * runs, takeover=takeover[g.flavour],
-                           t0=t_start, reconnects=sum(w.reconnects for w in g.workers),
-                           publish_stall=round(env.pub_stalled, 2)) for g in (gs, ge)]
+        return [
+            env.result(
+                f"server-closes-{g.flavour}",
+                g,
+                runs,
+                bound=2 * runs,
+                takeover=takeover[g.flavour],
+                t0=t_start,
+                reconnects=sum(w.reconnects for w in g.workers),
+                publish_stall=round(env.pub_stalled, 2),
+            )
+            for g in (gs, ge)
+        ]
 
 
 async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0) -> list[Result]:
@@ -926,15 +1183,20 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
     overlap. Each run starts a new instance on n3 for each member that has none there."""
     t_start = time.time()
     async with ClusterEnv("cluster-part", verbose=verbose) as env:
-        groups = [await env.group(flavour, {"m1": 2, "m2": 2},
-                                  url_of=lambda member, k: env.urls_from(2 if k == 0 else (0 if member == "m1" else 1)))
-                  for flavour in ("static", "elastic")]
+        groups = [
+            await env.group(
+                flavour,
+                {"m1": 2, "m2": 2},
+                url_of=lambda member, k: env.urls_from(2 if k == 0 else (0 if member == "m1" else 1)),
+            )
+            for flavour in ("static", "elastic")
+        ]
         env.start_publishing()
         await env.progress(30, timeout=60)
         takeover: dict[str, list[float]] = {"static": [], "elastic": []}
         moved_after: list[float] = []
         unmoved = 0
-        for run in range(runs):
+        for _run in range(runs):
             on_n3 = await _instances_on(env, groups, 2)
             t_cut = time.time()
             env.cut(2)
@@ -942,8 +1204,12 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
                 takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_cut, timeout=60))
 
             def moved() -> list[float]:
-                return [min(t for t in w.reconnected_at if t > t_cut) - t_cut for w in on_n3
-                        if any(t > t_cut for t in w.reconnected_at)]
+                return [
+                    min(t for t in w.reconnected_at if t > t_cut) - t_cut
+                    for w in on_n3
+                    if any(t > t_cut for t in w.reconnected_at)
+                ]
+
             try:
                 await wait_until(lambda: len(moved()) == len(on_n3), 60, "the instances on n3 to move")
             except AssertionError as e:
@@ -954,9 +1220,11 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
             await asyncio.sleep(max(0.0, t_cut + hold - time.time()))
             env.heal()
             await asyncio.to_thread(env.wait_healthy)
-            env.log(f"n3 cut off for {time.time() - t_cut:.0f}s: handled again after "
-                    + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
-                    + f"; {len(moves)} of {len(on_n3)} instances on n3 moved, after {sorted(round(m, 1) for m in moves)} s")
+            env.log(
+                f"n3 cut off for {time.time() - t_cut:.0f}s: handled again after "
+                + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
+                + f"; {len(moves)} of {len(on_n3)} instances on n3 moved, after {sorted(round(m, 1) for m in moves)} s"
+            )
             await env.progress(20, timeout=60)
         await env.stop_publishing()
         await env.drained(timeout=90)
@@ -964,9 +1232,18 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
         for g in groups:
             # a cut may cost each consumer (m1, m2) its message in flight, and each leader change of the consumer
             # (or, elastic, of the work queue) the messages it had delivered
-            r = env.result(f"cluster-partition-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
-                           t0=t_start, moved_after_s=sorted(moved_after), not_moved=unmoved,
-                           reconnects=sum(w.reconnects for w in g.workers), publish_stall=round(env.pub_stalled, 2))
+            r = env.result(
+                f"cluster-partition-{g.flavour}",
+                g,
+                runs,
+                bound=4 * runs,
+                takeover=takeover[g.flavour],
+                t0=t_start,
+                moved_after_s=sorted(moved_after),
+                not_moved=unmoved,
+                reconnects=sum(w.reconnects for w in g.workers),
+                publish_stall=round(env.pub_stalled, 2),
+            )
             if unmoved:
                 r.failures.append(f"{unmoved} instance(s) on n3 did not move to the majority")
             out.append(r)
@@ -976,6 +1253,7 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
 async def _instances_on(env: ClusterEnv, groups: list[Group], node: int) -> list[Worker]:
     """The instances connected to ``node`` (0-based), after starting one there for each member that has none
     (the earlier runs' instances moved away)."""
+
     def names() -> set[str]:
         conns = env.cluster.nodes[node].monitor("/connz?limit=1024").get("connections") or []
         return {str(c.get("name")) for c in conns}
@@ -993,8 +1271,11 @@ def _starts_after(env: Env, w: Worker, since: float, until: float) -> tuple[list
     """Calls ``w`` started in [since, until] that no pin given to it again explains (its log says 'pinned'), and
     how many such a pin explains."""
     repins = [t for t, line in _log_lines(env.log_of(w)) if t >= since and "pinned (" in line]
-    started = [c for c in list(w.group.rec.calls) if c.instance == w.name and since <= c.start <= until
-               and not w.dispatched.get(c.key, c.start) < since]
+    started = [
+        c
+        for c in list(w.group.rec.calls)
+        if c.instance == w.name and since <= c.start <= until and not w.dispatched.get(c.key, c.start) < since
+    ]
     late = [c for c in started if not any(t <= c.start for t in repins)]
     return late, len(started) - len(late)
 
@@ -1003,12 +1284,20 @@ def _fenced_result(env: Env, name: str, g: Group, runs: int, inflight: list[Any]
     """The result of a run whose faulted instances had calls in flight that ran on (a SIGSTOP, a partition):
     those calls may overlap their successors until the instance learns; no other call may overlap."""
     from pcgroups.testing._checker import Recorder
+
     rest = Recorder()
     rest.calls = [c for c in g.rec.calls if all(c is not p for p in inflight)]
     unexplained = rest.check().overlaps
-    r = env.result(name, g, runs, bound=runs * g.window, other_overlaps=unexplained,
-                   inflight_calls=len(inflight), inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
-                   **extra)
+    r = env.result(
+        name,
+        g,
+        runs,
+        bound=runs * g.window,
+        other_overlaps=unexplained,
+        inflight_calls=len(inflight),
+        inflight_acked=sum(1 for c in inflight if c.outcome == "ack"),
+        **extra,
+    )
     r.overlap_note = f"all {len(inflight)} cut-off call(s) in flight" if r.overlaps and not unexplained else ""
     if not unexplained:
         r.failures = [f for f in r.failures if "overlapping" not in f]
@@ -1047,8 +1336,9 @@ async def server_restart(runs: int, verbose: bool = False) -> list[Result]:
             t_up = time.time()
             for g in (gs, ge):
                 takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_up, timeout=60))
-            env.log(f"restart ({how}): handled again after " +
-                    ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
+            env.log(
+                f"restart ({how}): handled again after " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items())
+            )
             await env.progress(20, timeout=60)
         await env.stop_publishing()
         await env.drained()
@@ -1059,9 +1349,19 @@ async def server_restart(runs: int, verbose: bool = False) -> list[Result]:
             # queue, the position of its source: messages acked before the crash come again (a server limit,
             # docs/RELIABILITY.md). Those are counted apart; the bound holds for the rest.
             crash = _crash_redeliveries(g, crashes)
-            r = env.result(f"server-restart-{g.flavour}", g, runs, bound=3 * runs + crash, takeover=takeover[g.flavour],
-                           t0=t_start, publish_stall=round(env.pub_stalled, 2), crashes=len(crashes),
-                           after_crash=crash, resourced=_resourced(g), reconnects=sum(w.reconnects for w in g.workers))
+            r = env.result(
+                f"server-restart-{g.flavour}",
+                g,
+                runs,
+                bound=3 * runs + crash,
+                takeover=takeover[g.flavour],
+                t0=t_start,
+                publish_stall=round(env.pub_stalled, 2),
+                crashes=len(crashes),
+                after_crash=crash,
+                resourced=_resourced(g),
+                reconnects=sum(w.reconnects for w in g.workers),
+            )
             if crash:
                 r.redelivered_note = f"{crash} after a server SIGKILL"
             out.append(r)
@@ -1094,11 +1394,12 @@ async def membership(runs: int, verbose: bool = False, seed: int = 5) -> Result:
     """``runs`` membership changes of an elastic group (6 partitions, members m1..m4 with one instance
     each): add, drop, set mappings, mappings changed, back to members."""
     from pcgroups import MemberMapping, add_members, delete_member_mappings, delete_members, set_member_mappings
+
     rnd = random.Random(seed)
     names = ["m1", "m2", "m3", "m4"]
     t_start = time.time()
     async with Env("members", verbose=verbose) as env:
-        g = await env.group("elastic", {m: 1 for m in names}, partitions=6, add=["m1", "m2"])
+        g = await env.group("elastic", dict.fromkeys(names, 1), partitions=6, add=["m1", "m2"])
         s, nc = g.stream, env.nc
         members, mapped = {"m1", "m2"}, False
         env.start_publishing(RATE * 1.5)
@@ -1152,6 +1453,7 @@ def _mappings(rnd: random.Random, names: list[str], partitions: int, MemberMappi
 async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
     """Step-downs of m1 (3 instances) in static and elastic groups, each right after the last took effect."""
     from pcgroups import elastic_member_step_down, static_member_step_down
+
     t_start = time.time()
     rnd = random.Random(7)
     async with Env("stepdown", verbose=verbose) as env:
@@ -1163,8 +1465,10 @@ async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
         for run in range(runs):
             parts = {g.flavour: g.partitions_of("m1") for g in (gs, ge)}
             t = time.time()
-            await asyncio.gather(static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
-                                 elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"))
+            await asyncio.gather(
+                static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
+                elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"),
+            )
             for g in (gs, ge):
                 takeover[g.flavour].append(await env.resumed(g, parts[g.flavour], t))
             env.log(f"step-down {run + 1}: " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
@@ -1172,9 +1476,18 @@ async def stepdown_storm(runs: int, verbose: bool = False) -> list[Result]:
         await env.stop_publishing()
         await env.drained()
         # a call in flight at a step-down sees msg.superseded and does not ack: redelivered once
-        return [env.result(f"stepdown-{g.flavour}", g, runs, bound=runs, takeover=takeover[g.flavour], t0=t_start,
-                           pins=len({c.instance for c in g.rec.calls if c.member == "m1"}))
-                for g in (gs, ge)]
+        return [
+            env.result(
+                f"stepdown-{g.flavour}",
+                g,
+                runs,
+                bound=runs,
+                takeover=takeover[g.flavour],
+                t0=t_start,
+                pins=len({c.instance for c in g.rec.calls if c.member == "m1"}),
+            )
+            for g in (gs, ge)
+        ]
 
 
 async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2, every: float = 1.5) -> list[Result]:
@@ -1182,6 +1495,7 @@ async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2,
     elastic groups, ``every`` s apart: the new pin holder must not start a key while the old one still runs a
     call of it (its calls in flight end first, and may ack), and every key keeps its order."""
     from pcgroups import elastic_member_step_down, static_member_step_down
+
     t_start = time.time()
     async with Env("stepdownkeyed", verbose=verbose) as env:
         gs = await env.group("static", {"m1": 2}, work=work, window=16, concurrency=4)
@@ -1192,24 +1506,42 @@ async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2,
         for run in range(runs):
             before = {g.flavour: g.active("m1") for g in (gs, ge)}
             t = time.time()
-            await asyncio.gather(static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
-                                 elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"))
+            await asyncio.gather(
+                static_member_step_down(env.nc, gs.stream, GROUP, "m1"),
+                elastic_member_step_down(env.nc, ge.stream, GROUP, "m1"),
+            )
             for g in (gs, ge):
                 old = before[g.flavour]
-                await wait_until(lambda g=g, old=old: g.rec.first_start(after=t) is not None and any(
-                    c.start > t and (old is None or c.instance != old.name) for c in list(g.rec.calls)), 20,
-                    f"{g.flavour}: a call of the new pin holder")
-                takeover[g.flavour].append(min(c.start for c in list(g.rec.calls) if c.start > t and (
-                    old is None or c.instance != old.name)) - t)
+                await wait_until(
+                    lambda g=g, old=old: (
+                        g.rec.first_start(after=t) is not None
+                        and any(c.start > t and (old is None or c.instance != old.name) for c in list(g.rec.calls))
+                    ),
+                    20,
+                    f"{g.flavour}: a call of the new pin holder",
+                )
+                takeover[g.flavour].append(
+                    min(c.start for c in list(g.rec.calls) if c.start > t and (old is None or c.instance != old.name))
+                    - t
+                )
             env.log(f"step-down {run + 1}: " + ", ".join(f"{f} {v[-1]:.2f}s" for f, v in takeover.items()))
             await asyncio.sleep(every)
         await env.stop_publishing()
         await env.drained()
         # the old holder's calls in flight at a step-down finish and ack; a call that had not would be nak'd
         # at its end and handled once more: at most K per step-down
-        return [env.result(f"stepdown-keyed-{g.flavour}", g, runs, bound=4 * runs, takeover=takeover[g.flavour],
-                           t0=t_start, pins=len({c.instance for c in g.rec.calls}))
-                for g in (gs, ge)]
+        return [
+            env.result(
+                f"stepdown-keyed-{g.flavour}",
+                g,
+                runs,
+                bound=4 * runs,
+                takeover=takeover[g.flavour],
+                t0=t_start,
+                pins=len({c.instance for c in g.rec.calls}),
+            )
+            for g in (gs, ge)
+        ]
 
 
 def _open_call(g: Group, instance: str) -> Any:
@@ -1220,8 +1552,17 @@ def _open_call(g: Group, instance: str) -> Any:
     return None
 
 
-async def _pool(env: Env, flavour: str, dispatchers: int, *, work: float, workers: int, capacity: int,
-                rate: float, worker_args: tuple[str, ...] = ()) -> tuple[Group, list[Worker]]:
+async def _pool(
+    env: Env,
+    flavour: str,
+    dispatchers: int,
+    *,
+    work: float,
+    workers: int,
+    capacity: int,
+    rate: float,
+    worker_args: tuple[str, ...] = (),
+) -> tuple[Group, list[Worker]]:
     """A pool scenario's start: member m1 with ``dispatchers`` dispatching instances, ``workers`` workers
     (w0, w1, ...) of ``capacity``, traffic at ``rate`` and a first few calls made."""
     g = await env.group(flavour, {"m1": dispatchers}, work=work, window=256, dispatch=True)
@@ -1248,6 +1589,7 @@ async def pool_sigkill_worker(runs: int, verbose: bool = False, capacity: int = 
 
             def elsewhere(call=call, t=t):
                 return [c.start for c in list(g.rec.calls) if c.key == call.key and c.start > t]
+
             await wait_until(lambda: bool(elsewhere()), 15, f"message {call.key} handled again after the kill")
             again.append(min(elsewhere()) - t)
             env.log(f"kill {run + 1}: {victim.name}'s message {call.key} running again after {again[-1]:.2f}s")
@@ -1276,8 +1618,16 @@ async def pool_sigkill_dispatcher(flavour: str, runs: int, verbose: bool = False
             await env.progress(10)
         await env.stop_publishing()
         await env.drained()
-        return env.result(f"pool-sigkill-dispatcher-{flavour}", g, runs, bound=runs * 6, takeover=gaps, t0=t_start,
-                          workers_restarted=0, worker_names=sorted({c.instance for c in g.rec.calls}))
+        return env.result(
+            f"pool-sigkill-dispatcher-{flavour}",
+            g,
+            runs,
+            bound=runs * 6,
+            takeover=gaps,
+            t0=t_start,
+            workers_restarted=0,
+            worker_names=sorted({c.instance for c in g.rec.calls}),
+        )
 
 
 async def pool_churn(runs: int, verbose: bool = False) -> Result:
@@ -1292,13 +1642,14 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
             new = await env.pool_worker(g, f"w{2 + run}", 1)
             await env.wait_ready([new])
             ready = time.time()
-            await wait_until(lambda n=new.name: g.rec.first_start(after=ready, instance=n) is not None, 15,
-                             f"{new.name} handling")
+            await wait_until(
+                lambda n=new.name: g.rec.first_start(after=ready, instance=n) is not None, 15, f"{new.name} handling"
+            )
             first_work.append(g.rec.first_start(after=ready, instance=new.name) - ready)
             old = live.pop(0)
             old.proc.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(old.proc.wait(), 15)
-            old.killed_at = time.time()   # gone (it ended by itself: every call it took had ended)
+            old.killed_at = time.time()  # gone (it ended by itself: every call it took had ended)
             if code != 0:
                 raise AssertionError(f"{old.name} exited {code} on SIGTERM")
             live.append(new)
@@ -1306,8 +1657,9 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
         await env.stop_publishing()
         await env.drained()
         stopped_open = [c for c in g.rec.calls if c.end is None]
-        r = env.result("pool-churn", g, runs, bound=0, takeover=first_work, t0=t_start,
-                       calls_left_open=len(stopped_open))
+        r = env.result(
+            "pool-churn", g, runs, bound=0, takeover=first_work, t0=t_start, calls_left_open=len(stopped_open)
+        )
         return r
 
 
@@ -1321,13 +1673,14 @@ async def pool_server_restart(runs: int, verbose: bool = False, dispatchers: int
     name = "pool-server-restart" + ("-2d" if dispatchers > 1 else "")
     async with Env(name.replace("-", ""), verbose=verbose) as env:
         # handlers as cg's: msg.superseded looked at when the work is done (a call spanning the outage goes on)
-        g, workers = await _pool(env, "static", dispatchers, work=3.0, workers=3, capacity=1, rate=1.0,
-                                 worker_args=("--superseded-at-end",))
+        g, workers = await _pool(
+            env, "static", dispatchers, work=3.0, workers=3, capacity=1, rate=1.0, worker_args=("--superseded-at-end",)
+        )
         await wait_until(lambda: sum(1 for w in workers if _open_call(g, w.name)) >= 2, 15, "calls in flight")
         back: list[float] = []
         for run in range(runs):
             await asyncio.to_thread(env.server.stop)
-            await asyncio.sleep(2.5)   # longer than REVOKE_AFTER: a dispatcher counting this silence would revoke
+            await asyncio.sleep(2.5)  # longer than REVOKE_AFTER: a dispatcher counting this silence would revoke
             await asyncio.to_thread(env.server.start)
             t_up = time.time()
             await wait_until(lambda t=t_up: g.rec.first_start(after=t) is not None, 60, "calls after the restart")
@@ -1337,8 +1690,18 @@ async def pool_server_restart(runs: int, verbose: bool = False, dispatchers: int
         await env.stop_publishing()
         await env.drained()
         # a call in flight at the restart may not get its ack through (the server was down): handled again once
-        return _no_double_acks(env.result(name, g, runs, bound=3 * runs, takeover=back, t0=t_start,
-                                          reconnects=sum(w.reconnects for w in g.workers)), g)
+        return _no_double_acks(
+            env.result(
+                name,
+                g,
+                runs,
+                bound=3 * runs,
+                takeover=back,
+                t0=t_start,
+                reconnects=sum(w.reconnects for w in g.workers),
+            ),
+            g,
+        )
 
 
 def _no_double_acks(r: Result, g: Group) -> Result:
@@ -1356,11 +1719,13 @@ def _no_double_acks(r: Result, g: Group) -> Result:
 
 async def _calm(g: Group, quiet: float = 1.5, timeout: float = 30.0) -> None:
     """Until no pool worker has run a call for ``quiet`` s (an offer made again would have started by then)."""
+
     def calm() -> bool:
         if any(_open_call(g, w.name) for w in g.alive("pool")):
             return False
         ends = [c.end for c in list(g.rec.calls) if c.end is not None]
         return not ends or time.time() - max(ends) >= quiet
+
     await wait_until(calm, timeout, "the workers idle")
 
 
@@ -1384,8 +1749,11 @@ async def pool_sigstop_dispatcher(flavour: str, runs: int, verbose: bool = False
                 await wait_until(lambda s=set(seqs): len(s & g.rec.acked_keys()) >= len(s) // 4, 30, "a quarter acked")
             else:
                 seqs = await env.publish_keys(g, [g.keys[run % len(g.keys)]] * 3)
-                await wait_until(lambda s=seqs[0]: any(c.key == s and c.end is None for c in list(g.rec.calls)), 30,
-                                 "the key's first message running")
+                await wait_until(
+                    lambda s=seqs[0]: any(c.key == s and c.end is None for c in list(g.rec.calls)),
+                    30,
+                    "the key's first message running",
+                )
             await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 30, "a pinned dispatcher")
             victim = next(w for w in g.alive("m1") if w.state == "pinned")
             t = time.time()
@@ -1399,8 +1767,9 @@ async def pool_sigstop_dispatcher(flavour: str, runs: int, verbose: bool = False
             gaps.append(g.rec.longest_pause(since=t - 0.5, until=time.time()))
             env.log(f"pause {run + 1}: {victim.name} stopped {pause}s; longest pause between calls {gaps[-1]:.2f}s")
         await env.drained()
-        return _no_double_acks(env.result(f"pool-sigstop-dispatcher-{kind}-{flavour}", g, runs, bound=0,
-                                          takeover=gaps, t0=t_start), g)
+        return _no_double_acks(
+            env.result(f"pool-sigstop-dispatcher-{kind}-{flavour}", g, runs, bound=0, takeover=gaps, t0=t_start), g
+        )
 
 
 async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Result:
@@ -1415,8 +1784,9 @@ async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Resu
         inflight: list[Any] = []
         for run in range(runs):
             seqs = await env.publish_keys(g, [g.keys[(3 * run + i) % len(g.keys)] for i in range(3)])
-            await wait_until(lambda s=set(seqs): {c.key for c in list(g.rec.calls) if c.end is None} >= s, 30,
-                             "three calls running")
+            await wait_until(
+                lambda s=set(seqs): {c.key for c in list(g.rec.calls) if c.end is None} >= s, 30, "three calls running"
+            )
             await wait_until(lambda: any(w.state == "pinned" for w in g.alive("m1")), 30, "a pinned dispatcher")
             victim = next(w for w in g.alive("m1") if w.state == "pinned")
             running = [c for c in list(g.rec.calls) if c.end is None]
@@ -1425,8 +1795,10 @@ async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Resu
             await wait_until(lambda s=set(seqs): s <= g.rec.acked_keys(), 60, f"run {run + 1}'s messages acked")
             await _calm(g, quiet=3.0)
             gaps.append(max(c.end for c in running) - t)
-            env.log(f"kill {run + 1}: {victim.name}; the {len(running)} calls in flight ended "
-                    f"{[c.outcome for c in running]}")
+            env.log(
+                f"kill {run + 1}: {victim.name}; the {len(running)} calls in flight ended "
+                f"{[c.outcome for c in running]}"
+            )
             await env.wait_ready([await env.spawn(g, "m1", extra=("--dispatch",))])
         await env.drained()
         r = _no_double_acks(env.result("pool-sigkill-dispatcher-long", g, runs, bound=0, takeover=gaps, t0=t_start), g)
@@ -1434,8 +1806,10 @@ async def pool_sigkill_dispatcher_long(runs: int, verbose: bool = False) -> Resu
         not_acked = [c for c in inflight if c.outcome != "ack"]
         r.extra.update(inflight=len(inflight), inflight_acked=len(inflight) - len(not_acked), run_again=len(again))
         if not_acked or again:
-            r.failures.append(f"calls in flight at the kill not acked: {[c.show() for c in not_acked]}; "
-                              f"run again: {[c.show() for c in again]}")
+            r.failures.append(
+                f"calls in flight at the kill not acked: {[c.show() for c in not_acked]}; "
+                f"run again: {[c.show() for c in again]}"
+            )
         return r
 
 
@@ -1461,14 +1835,23 @@ async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
         await env.stop_publishing()
         await env.drained()
         acked_frozen = sum(1 for c in frozen_calls if c.outcome == "ack")
-        r = env.result("pool-sigstop-worker", g, runs, bound=runs, takeover=[], t0=t_start,
-                       frozen_acked=acked_frozen, frozen_outcomes=[c.outcome for c in frozen_calls])
-        if r.overlaps:   # each frozen call overlaps the call that took its message over: expected, those only
+        r = env.result(
+            "pool-sigstop-worker",
+            g,
+            runs,
+            bound=runs,
+            takeover=[],
+            t0=t_start,
+            frozen_acked=acked_frozen,
+            frozen_outcomes=[c.outcome for c in frozen_calls],
+        )
+        if r.overlaps:  # each frozen call overlaps the call that took its message over: expected, those only
             frozen = {c.key for c in frozen_calls}
             other = [e for e in r.examples if e.startswith("overlap") and not any(f"#{k} " in e for k in frozen)]
             r.overlap_note = "the frozen calls"
             r.failures = [f for f in r.failures if "overlapping" not in f] + (
-                [f"overlaps beyond the frozen calls: {other}"] if other else [])
+                [f"overlaps beyond the frozen calls: {other}"] if other else []
+            )
         return r
 
 
@@ -1479,8 +1862,9 @@ async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
     async with Env("slow", verbose=verbose) as env:
         groups = {}
         for progress in ("call", "auto", "none"):
-            groups[progress] = await env.group("static", {"m1": 1, "m2": 1}, partitions=2, work=1.6 * ACK_WAIT,
-                                               progress=progress)
+            groups[progress] = await env.group(
+                "static", {"m1": 1, "m2": 1}, partitions=2, work=1.6 * ACK_WAIT, progress=progress
+            )
         for g in groups.values():
             await env.publish_batch(g, count)
         await env.drained(timeout=20 + count * 4 * ACK_WAIT)
@@ -1489,8 +1873,19 @@ async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
         for progress, g in groups.items():
             # With +WPI nothing is redelivered. Without it the server redelivers each message after AckWait
             # while its handler runs; the instance drops that copy once the original is acked.
-            out.append(env.result(names[progress], g, count, bound=0, takeover=[], t0=t_start, work_s=g.work,
-                                  ack_wait_s=ACK_WAIT, server_redeliveries=await env.server_redeliveries(g)))
+            out.append(
+                env.result(
+                    names[progress],
+                    g,
+                    count,
+                    bound=0,
+                    takeover=[],
+                    t0=t_start,
+                    work_s=g.work,
+                    ack_wait_s=ACK_WAIT,
+                    server_redeliveries=await env.server_redeliveries(g),
+                )
+            )
         return out
 
 
@@ -1516,8 +1911,9 @@ async def wq_source_crash_evidence() -> list[str]:
             nc = await nats.connect(srv.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, error_cb=quiet)
             js = nc.jetstream()
             await js.add_stream(StreamConfig(name="O", subjects=["o.*"]))
-            await js.add_stream(StreamConfig(name="W", retention=RetentionPolicy.WORK_QUEUE,
-                                             sources=[StreamSource(name="O")]))
+            await js.add_stream(
+                StreamConfig(name="W", retention=RetentionPolicy.WORK_QUEUE, sources=[StreamSource(name="O")])
+            )
             await js.add_consumer("W", ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT))
             sub = await js.pull_subscribe_bind("c", "W")
             steps = []
@@ -1536,8 +1932,10 @@ async def wq_source_crash_evidence() -> list[str]:
                 await asyncio.sleep(2)
                 after = await bounded(js.stream_info("W"), 10, "stream info")
                 ci = await bounded(js.consumer_info("W", "c"), 10, "consumer info")
-                steps.append(f"{how}: W last seq {before.state.last_seq} -> {after.state.last_seq}, "
-                             f"{after.state.messages} messages, {ci.num_pending} pending for the consumer")
+                steps.append(
+                    f"{how}: W last seq {before.state.last_seq} -> {after.state.last_seq}, "
+                    f"{after.state.messages} messages, {ci.num_pending} pending for the consumer"
+                )
             lines.append(f"{first} then {second}: " + "; ".join(steps))
             await nc.close()
         finally:
@@ -1547,26 +1945,56 @@ async def wq_source_crash_evidence() -> list[str]:
 
 # ============================================================== running them
 SIZES = {  # scenario -> (CI size, --long size)
-    "sigkill-static": (3, 20), "sigkill-elastic": (3, 20),
-    "sigstop-static": (1, 10), "sigstop-elastic": (1, 10), "sigstop-buffered": (1, 5), "sigstop-keyed": (1, 5),
-    "server-restart": (2, 6), "membership": (12, 50), "stepdown-storm": (8, 50), "stepdown-keyed": (4, 20),
-    "pool-sigkill-worker": (3, 20), "pool-sigkill-dispatcher-static": (2, 10),
-    "pool-sigkill-dispatcher-elastic": (2, 10), "pool-churn": (5, 30), "pool-server-restart": (1, 4),
-    "pool-sigstop-worker": (1, 5), "pool-server-restart-2d": (1, 20),
-    "pool-sigstop-dispatcher-key-static": (1, 20), "pool-sigstop-dispatcher-key-elastic": (1, 20),
-    "pool-sigstop-dispatcher-burst-static": (1, 20), "pool-sigstop-dispatcher-burst-elastic": (1, 20),
+    "sigkill-static": (3, 20),
+    "sigkill-elastic": (3, 20),
+    "sigstop-static": (1, 10),
+    "sigstop-elastic": (1, 10),
+    "sigstop-buffered": (1, 5),
+    "sigstop-keyed": (1, 5),
+    "server-restart": (2, 6),
+    "membership": (12, 50),
+    "stepdown-storm": (8, 50),
+    "stepdown-keyed": (4, 20),
+    "pool-sigkill-worker": (3, 20),
+    "pool-sigkill-dispatcher-static": (2, 10),
+    "pool-sigkill-dispatcher-elastic": (2, 10),
+    "pool-churn": (5, 30),
+    "pool-server-restart": (1, 4),
+    "pool-sigstop-worker": (1, 5),
+    "pool-server-restart-2d": (1, 20),
+    "pool-sigstop-dispatcher-key-static": (1, 20),
+    "pool-sigstop-dispatcher-key-elastic": (1, 20),
+    "pool-sigstop-dispatcher-burst-static": (1, 20),
+    "pool-sigstop-dispatcher-burst-elastic": (1, 20),
     "pool-sigkill-dispatcher-long": (2, 20),
     "slow-handler": (4, 12),
-    "partition-static": (1, 10), "partition-elastic": (1, 10), "slow-link": (1, 5), "server-closes": (2, 20),
+    "partition-static": (1, 10),
+    "partition-elastic": (1, 10),
+    "slow-link": (1, 5),
+    "server-closes": (2, 20),
     "cluster-partition": (1, 3),
 }
-EXTRA: dict[str, tuple[int, int]] = {}   # scenarios run only when named with --only
-LIMITS = {"sigkill": 12, "sigstop": 15, "server-restart": 40, "membership": 8, "stepdown-storm": 4,
-          "stepdown-keyed": 8, "pool-sigkill-worker": 8, "pool-sigkill-dispatcher": 12, "pool-churn": 6,
-          "pool-server-restart": 40, "pool-sigstop-worker": 15, "pool-sigstop-dispatcher": 30,
-          "pool-sigkill-dispatcher-long": 25,
-          "slow-handler": 8, "partition": 15, "slow-link": 15, "server-closes": 6,
-          "cluster-partition": 60}   # seconds allowed per run (plus setup)
+EXTRA: dict[str, tuple[int, int]] = {}  # scenarios run only when named with --only
+LIMITS = {
+    "sigkill": 12,
+    "sigstop": 15,
+    "server-restart": 40,
+    "membership": 8,
+    "stepdown-storm": 4,
+    "stepdown-keyed": 8,
+    "pool-sigkill-worker": 8,
+    "pool-sigkill-dispatcher": 12,
+    "pool-churn": 6,
+    "pool-server-restart": 40,
+    "pool-sigstop-worker": 15,
+    "pool-sigstop-dispatcher": 30,
+    "pool-sigkill-dispatcher-long": 25,
+    "slow-handler": 8,
+    "partition": 15,
+    "slow-link": 15,
+    "server-closes": 6,
+    "cluster-partition": 60,
+}  # seconds allowed per run (plus setup)
 
 
 async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
@@ -1620,6 +2048,7 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
 
 def machine() -> dict[str, Any]:
     from pcgroups.testing._server import nats_server_binary
+
     mem = ""
     try:
         with open("/proc/meminfo") as f:
@@ -1634,12 +2063,20 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        server = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True,
-                                timeout=10).stdout.strip()
+        server = subprocess.run(
+            [nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except Exception as e:
         server = f"unknown ({e})"
-    return {"nproc": os.cpu_count(), "cpu": cpu, "memory": mem, "python": platform.python_version(),
-            "os": platform.platform(), "nats_server": server, "loadavg_start": os.getloadavg()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": mem,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "nats_server": server,
+        "loadavg_start": os.getloadavg(),
+    }
 
 
 def fmt_s(v: float | None) -> str:
@@ -1647,16 +2084,37 @@ def fmt_s(v: float | None) -> str:
 
 
 def table(results: list[Result]) -> str:
-    head = ("scenario", "runs", "messages", "lost", "redelivered", "overlaps", "order violations",
-            "takeover p50 s", "takeover p99 s", "ok")
-    rows = [head] + [(r.scenario, str(r.runs), str(r.messages), str(r.lost),
-                      f"{r.redelivered}" + (f" (≤{r.redelivery_bound})" if r.redelivery_bound is not None else "")
-                      + (f" ({r.redelivered_note})" if r.redelivered_note else ""),
-                      str(r.overlaps) + (f" ({r.overlap_note.split(';')[0]})" if r.overlap_note.split(';')[0] else ""),
-                      str(r.order_violations), fmt_s(r.takeover_p50), fmt_s(r.takeover_p99),
-                      "yes" if r.ok else "NO") for r in results]
+    head = (
+        "scenario",
+        "runs",
+        "messages",
+        "lost",
+        "redelivered",
+        "overlaps",
+        "order violations",
+        "takeover p50 s",
+        "takeover p99 s",
+        "ok",
+    )
+    rows = [head] + [
+        (
+            r.scenario,
+            str(r.runs),
+            str(r.messages),
+            str(r.lost),
+            f"{r.redelivered}"
+            + (f" (≤{r.redelivery_bound})" if r.redelivery_bound is not None else "")
+            + (f" ({r.redelivered_note})" if r.redelivered_note else ""),
+            str(r.overlaps) + (f" ({r.overlap_note.split(';')[0]})" if r.overlap_note.split(";")[0] else ""),
+            str(r.order_violations),
+            fmt_s(r.takeover_p50),
+            fmt_s(r.takeover_p99),
+            "yes" if r.ok else "NO",
+        )
+        for r in results
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
@@ -1675,8 +2133,11 @@ async def main(argv: list[str]) -> int:
         if n not in sizes:
             p.error(f"unknown scenario {n!r}; one of {', '.join(sizes)}")
     info = machine()
-    print(f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
-          f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}", flush=True)
+    print(
+        f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
+        f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}",
+        flush=True,
+    )
     results: list[Result] = []
     t0 = time.time()
     for n in names:
@@ -1687,11 +2148,14 @@ async def main(argv: list[str]) -> int:
         except AssertionError as e:
             rows = [Result(n, runs=size, failures=[f"did not finish: {e}"])]
         for r in rows:
-            print(f"  {r.scenario}: {r.messages} messages, lost {r.lost}, redelivered {r.redelivered}, "
-                  f"overlaps {r.overlaps}, order violations {r.order_violations}, takeover p50 "
-                  f"{fmt_s(r.takeover_p50)} s p99 {fmt_s(r.takeover_p99)} s, {r.seconds:.0f} s"
-                  + (f", {r.extra}" if r.extra else "") + ("" if r.ok else f"\n    FAILED: {r.failures}"
-                                                           f"\n    {r.examples[:5]}"), flush=True)
+            print(
+                f"  {r.scenario}: {r.messages} messages, lost {r.lost}, redelivered {r.redelivered}, "
+                f"overlaps {r.overlaps}, order violations {r.order_violations}, takeover p50 "
+                f"{fmt_s(r.takeover_p50)} s p99 {fmt_s(r.takeover_p99)} s, {r.seconds:.0f} s"
+                + (f", {r.extra}" if r.extra else "")
+                + ("" if r.ok else f"\n    FAILED: {r.failures}\n    {r.examples[:5]}"),
+                flush=True,
+            )
         results.extend(rows)
     info["loadavg_end"] = os.getloadavg()
     info["seconds"] = round(time.time() - t0)
@@ -1699,8 +2163,11 @@ async def main(argv: list[str]) -> int:
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"size": "long" if args.long else "ci", "machine": info,
-                       "results": [r.to_dict() for r in results]}, f, indent=1)
+            json.dump(
+                {"size": "long" if args.long else "ci", "machine": info, "results": [r.to_dict() for r in results]},
+                f,
+                indent=1,
+            )
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -14,7 +14,6 @@ import nats
 import pytest
 
 from pcgroups.testing import EmbeddedCluster, EmbeddedServer
-
 from tests.helpers.cli import EMPTY_CONFIG
 from tests.helpers.secured import secured_server
 
@@ -88,6 +87,7 @@ async def connections(nats_server):
         nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
         made.append(nc)
         return nc
+
     yield connect
     for nc in made:
         await nc.close()

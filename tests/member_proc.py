@@ -23,8 +23,8 @@ import time
 import nats
 
 from pcgroups import ConsumerConfig, elastic_consume, static_consume
-from pcgroups.testing._checker import origin_of
 from pcgroups.connect import ConnectionOptions, connect
+from pcgroups.testing._checker import origin_of
 
 
 def emit(**fields) -> None:
@@ -35,7 +35,10 @@ def emit(**fields) -> None:
 
 async def main() -> None:
     import logging
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(created).3f %(levelname)s %(name)s: %(message)s")
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(created).3f %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("pcgroups").setLevel(logging.DEBUG)
     p = argparse.ArgumentParser()
     p.add_argument("url")
@@ -49,12 +52,20 @@ async def main() -> None:
     p.add_argument("--max-ack-pending", type=int, default=1)
     p.add_argument("--instance", default="")
     p.add_argument("--context", default=None)
-    p.add_argument("--key", choices=["origin", "stream"], default="origin",
-                   help="origin: key and order are the origin stream sequence; stream: the key is STREAM:SEQ of the "
-                        "origin and the order the work-queue sequence (arrival order, for groups over several streams)")
-    p.add_argument("--ack", choices=["sync", "plain"], default="sync",
-                   help="sync: wait for the server's confirmation (then print end); plain: print end once the "
-                        "ack is handed to the client, as the checker wants when instances take over from each other")
+    p.add_argument(
+        "--key",
+        choices=["origin", "stream"],
+        default="origin",
+        help="origin: key and order are the origin stream sequence; stream: the key is STREAM:SEQ of the "
+        "origin and the order the work-queue sequence (arrival order, for groups over several streams)",
+    )
+    p.add_argument(
+        "--ack",
+        choices=["sync", "plain"],
+        default="sync",
+        help="sync: wait for the server's confirmation (then print end); plain: print end once the "
+        "ack is handed to the client, as the checker wants when instances take over from each other",
+    )
     args = p.parse_args()
     instance = args.instance or f"{args.member}-{os.getpid()}"
 
@@ -71,11 +82,17 @@ async def main() -> None:
         emit(ev="disconnected")
 
     if args.context:
-        nc = await connect(ConnectionOptions(context=args.context), reconnected_cb=on_reconnect,
-                           disconnected_cb=on_disconnect)
+        nc = await connect(
+            ConnectionOptions(context=args.context), reconnected_cb=on_reconnect, disconnected_cb=on_disconnect
+        )
     else:
-        nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-                                reconnected_cb=on_reconnect, disconnected_cb=on_disconnect)
+        nc = await nats.connect(
+            servers=args.url.split(","),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            reconnected_cb=on_reconnect,
+            disconnected_cb=on_disconnect,
+        )
     emit(ev="connected", server=server_name())
 
     async def handler(msg):
@@ -86,8 +103,15 @@ async def main() -> None:
             source = ((msg.headers or {}).get("Nats-Stream-Source") or "?").split(" ")[0]
             ids.update(key=f"{source}:{origin}", order=meta.sequence.stream)
         deliveries = meta.num_delivered or 1
-        emit(ev="start", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id,
-             deliveries=deliveries, **ids)
+        emit(
+            ev="start",
+            seq=meta.sequence.stream,
+            subject=msg.subject,
+            partition=msg.partition,
+            pin=msg.pin_id,
+            deliveries=deliveries,
+            **ids,
+        )
         if args.work:
             await asyncio.sleep(args.work)
         if args.ack == "sync":
@@ -97,9 +121,15 @@ async def main() -> None:
         emit(ev="end", seq=meta.sequence.stream, subject=msg.subject, partition=msg.partition, pin=msg.pin_id, **ids)
 
     consume = static_consume if args.flavour == "static" else elastic_consume
-    inst = await consume(nc, args.stream, args.group, args.member, handler,
-                         config=ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait),
-                         concurrency=args.concurrency)
+    inst = await consume(
+        nc,
+        args.stream,
+        args.group,
+        args.member,
+        handler,
+        config=ConsumerConfig(max_ack_pending=args.max_ack_pending, ack_wait=args.ack_wait),
+        concurrency=args.concurrency,
+    )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, inst.stop)
     emit(ev="ready")

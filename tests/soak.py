@@ -49,10 +49,10 @@ from typing import Any
 from .chaos import GROUP, Env, Group, Worker, bounded, fmt_s, machine, percentile, wait_until
 from .helpers.sampler import open_fds, rss_kb
 
-SAMPLE_EVERY = 5.0       # seconds between an instance's samples
-WARMUP = 60.0            # an instance's first minute is not held to the targets
-GROWTH_LIMIT = 0.10      # RSS and descriptors may grow less than this after the first minute
-REPLAY_BACK = 40         # a reset replays from this many origin sequences before the oldest unacked message
+SAMPLE_EVERY = 5.0  # seconds between an instance's samples
+WARMUP = 60.0  # an instance's first minute is not held to the targets
+GROWTH_LIMIT = 0.10  # RSS and descriptors may grow less than this after the first minute
+REPLAY_BACK = 40  # a reset replays from this many origin sequences before the oldest unacked message
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Schedule:
     restart_at: float
 
     @classmethod
-    def of(cls, minutes: float) -> "Schedule":
+    def of(cls, minutes: float) -> Schedule:
         total = minutes * 60
         return cls(total, min(60.0, total / 4), min(120.0, total / 3), min(180.0, total / 3), total / 2)
 
@@ -75,8 +75,11 @@ class Schedule:
         kinds rarely fall together (kills on the period, changes and resets between them). The changes are
         even in number, so x and e2 end as they were after their first minute (a member has more tasks)."""
         out: list[tuple[float, str]] = []
-        for every, offset, kind in ((self.kill_every, 0.0, "kill"), (self.change_every, self.kill_every / 2, "change"),
-                                    (self.reset_every, self.kill_every / 4, "reset")):
+        for every, offset, kind in (
+            (self.kill_every, 0.0, "kill"),
+            (self.change_every, self.kill_every / 2, "change"),
+            (self.reset_every, self.kill_every / 4, "reset"),
+        ):
             times = []
             t = every + offset
             while t < self.seconds - 5:
@@ -94,11 +97,11 @@ class Event:
     """One churn event as it happened."""
 
     kind: str
-    t: float                                  # time.time() when it was made
-    group: str = ""                           # static, elastic or both
+    t: float  # time.time() when it was made
+    group: str = ""  # static, elastic or both
     detail: str = ""
-    takeover: float | None = None             # until every affected partition was handled again (s)
-    replayed: int = 0                         # messages a reset sends again
+    takeover: float | None = None  # until every affected partition was handled again (s)
+    replayed: int = 0  # messages a reset sends again
 
 
 @dataclass
@@ -135,12 +138,13 @@ class Soak:
         t = await self.env.kill(victim)
         takeover = await resumed(g, parts, t, mark)
         await self.env.wait_ready([await self.env.spawn(g, member)])
-        self.bounds[g.flavour] += 1          # the one message of the member's consumer in flight
+        self.bounds[g.flavour] += 1  # the one message of the member's consumer in flight
         return Event("kill", t, g.flavour, victim.name, takeover)
 
     async def change(self) -> Event:
         """Add one of x and e2 to the elastic group, then drop the other (they take turns)."""
         from pcgroups import add_members, delete_members
+
         g = self.elastic
         new, old = ("x", "e2") if self._changes % 2 == 0 else ("e2", "x")
         self._changes += 1
@@ -149,7 +153,7 @@ class Soak:
         await add_members(self.env.nc, g.stream, GROUP, [new])
         await delete_members(self.env.nc, g.stream, GROUP, [old])
         takeover = await resumed(g, set(range(g.partitions)), t, mark)
-        self.bounds["elastic"] += 2          # each change may cost the message in flight (as in the chaos run)
+        self.bounds["elastic"] += 2  # each change may cost the message in flight (as in the chaos run)
         return Event("change", t, "elastic", f"+{new} -{old}", takeover)
 
     async def restart(self) -> Event:
@@ -163,12 +167,13 @@ class Soak:
         takeover = 0.0
         for g in (self.static, self.elastic):
             takeover = max(takeover, await resumed(g, set(range(g.partitions)), t_up, marks[g.flavour], timeout=60))
-            self.bounds[g.flavour] += 3      # each member consumer's message in flight (three per group)
+            self.bounds[g.flavour] += 3  # each member consumer's message in flight (three per group)
         return Event("restart", t_up, "both", "SIGTERM, started again", takeover)
 
     async def reset(self) -> Event:
         """Replay the static or the elastic group (in turn) from just before its oldest message not yet acked."""
         from pcgroups.ops._offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
+
         g = (self.static, self.elastic)[self._resets % 2]
         self._resets += 1
         pending = g.expected - g.rec.acked_keys()
@@ -180,7 +185,7 @@ class Soak:
         plan = await execute_reset(self.env.nc, await plan_of(self.env.nc, g.stream, GROUP, target))
         replayed = sum(m.replay for m in plan.members) + sum(s.messages for s in plan.sources)
         takeover = await resumed(g, set(range(g.partitions)), t, mark)
-        self.bounds[g.flavour] += replayed + 3   # what it replays, and each consumer's message in flight
+        self.bounds[g.flavour] += replayed + 3  # what it replays, and each consumer's message in flight
         return Event("reset", t, g.flavour, f"replay from {target}", takeover, replayed)
 
     # --- the server's own cost --------------------------------------------------------------
@@ -189,9 +194,11 @@ class Soak:
             proc = self.env.server.proc
             try:
                 if proc is not None and proc.poll() is None:
-                    self.server_samples.append({"t": time.time(), "rss_kb": rss_kb(proc.pid), "fds": open_fds(proc.pid)})
+                    self.server_samples.append(
+                        {"t": time.time(), "rss_kb": rss_kb(proc.pid), "fds": open_fds(proc.pid)}
+                    )
             except OSError:
-                pass   # restarting
+                pass  # restarting
             await asyncio.sleep(SAMPLE_EVERY)
 
 
@@ -209,6 +216,7 @@ async def resumed(g: Group, partitions: set[int], after: float, mark: int, timeo
                 first[c.partition] = min(first.get(c.partition, c.start), c.start)
         seen = len(calls)
         return len(first) == len(partitions)
+
     await wait_until(done, timeout, f"{g.flavour} partitions {sorted(partitions)} handled again")
     return max(first.values()) - after
 
@@ -229,7 +237,7 @@ class Growth:
     fds_end: float = 0.0
     tasks_start: float = 0.0
     tasks_end: float = 0.0
-    end_state: str = ""                       # pinned, standby or idle (not a member): tasks compare within it
+    end_state: str = ""  # pinned, standby or idle (not a member): tasks compare within it
     lag_p50_ms: float | None = None
     lag_p99_ms: float | None = None
     lag_max_ms: float | None = None
@@ -318,8 +326,10 @@ async def soak(minutes: float, *, verbose: bool = False, sample: float = SAMPLE_
                 await asyncio.sleep(max(0.0, run.t0 + at - time.time()))
                 ev = await getattr(run, kind)()
                 run.events.append(ev)
-                run.log(f"{ev.kind} ({ev.group}: {ev.detail}): handled again after {fmt_s(ev.takeover)} s"
-                        + (f", {ev.replayed} replayed" if ev.replayed else ""))
+                run.log(
+                    f"{ev.kind} ({ev.group}: {ev.detail}): handled again after {fmt_s(ev.takeover)} s"
+                    + (f", {ev.replayed} replayed" if ev.replayed else "")
+                )
             await asyncio.sleep(max(0.0, run.t0 + schedule.seconds - time.time()))
             t_end = time.time()
             await env.stop_publishing()
@@ -336,11 +346,18 @@ def results(run: Soak, t_start: float, t_end: float) -> dict[str, Any]:
         report = g.rec.check(g.expected, redelivery_bound=run.bounds[g.flavour])
         ended = [(w.name, w.ended) for w in g.workers if w.ended and w.killed_at is None]
         groups[g.flavour] = {
-            "stream": g.stream, "messages": len(g.expected), "lost": report.lost, "redelivered": report.redelivered,
-            "redelivery_bound": run.bounds[g.flavour], "duplicates": report.duplicates, "overlaps": report.overlaps,
-            "order_violations": report.order_violations, "instances_ended": ended,
+            "stream": g.stream,
+            "messages": len(g.expected),
+            "lost": report.lost,
+            "redelivered": report.redelivered,
+            "redelivery_bound": run.bounds[g.flavour],
+            "duplicates": report.duplicates,
+            "overlaps": report.overlaps,
+            "order_violations": report.order_violations,
+            "instances_ended": ended,
             "failures": report.failures + ([f"instances ended: {ended}"] if ended else []),
-            "examples": [f"{v.kind}: {v.message}" for v in report.examples]}
+            "examples": [f"{v.kind}: {v.message}" for v in report.examples],
+        }
     workers = [w for g in (run.static, run.elastic) for w in g.workers]
     instances = [growth(w, seconds) for w in workers]
     takeovers: dict[str, list[float]] = {}
@@ -352,53 +369,75 @@ def results(run: Soak, t_start: float, t_end: float) -> dict[str, Any]:
     if not any(i.measured for i in instances):
         failures.append("no instance lived long enough to be measured")
     return {
-        "minutes": seconds / 60, "seconds": round(time.time() - t_start), "schedule": asdict(run.schedule),
-        "groups": groups, "instances": [i.to_dict() for i in instances],
+        "minutes": seconds / 60,
+        "seconds": round(time.time() - t_start),
+        "schedule": asdict(run.schedule),
+        "groups": groups,
+        "instances": [i.to_dict() for i in instances],
         "events": [asdict(e) | {"at": round(e.t - run.t0, 1)} for e in run.events],
         "takeover": {k: {"count": len(v), "p50": percentile(v, 50), "max": max(v)} for k, v in takeovers.items()},
-        "t0": run.t0, "t_end": t_end,
-        "samples": {w.name: {"group": w.group.flavour, "started": w.started_at, "killed": w.killed_at,
-                             "samples": w.samples} for w in workers},
+        "t0": run.t0,
+        "t_end": t_end,
+        "samples": {
+            w.name: {"group": w.group.flavour, "started": w.started_at, "killed": w.killed_at, "samples": w.samples}
+            for w in workers
+        },
         "server_samples": run.server_samples,
-        "failures": failures, "ok": not failures,
+        "failures": failures,
+        "ok": not failures,
     }
 
 
 # ============================================================== printing and plotting
 def tables(res: dict[str, Any]) -> str:
     """The two markdown tables of docs/RELIABILITY.md: the groups' invariants, each instance's cost."""
-    out = ["| group | messages | lost | redelivered (bound) | overlaps | order violations |", "|---|---|---|---|---|---|"]
+    out = [
+        "| group | messages | lost | redelivered (bound) | overlaps | order violations |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, g in res["groups"].items():
-        out.append(f"| {name} | {g['messages']} | {g['lost']} | {g['redelivered']} (≤ {g['redelivery_bound']}) "
-                   f"| {g['overlaps']} | {g['order_violations']} |")
+        out.append(
+            f"| {name} | {g['messages']} | {g['lost']} | {g['redelivered']} (≤ {g['redelivery_bound']}) "
+            f"| {g['overlaps']} | {g['order_violations']} |"
+        )
     out += ["", "| churn | count | handled again p50 | max |", "|---|---|---|---|"]
     for kind, t in res["takeover"].items():
         out.append(f"| {kind} | {t['count']} | {t['p50']:.2f} s | {t['max']:.2f} s |")
-    out += ["", "| instance | group | lived | RSS after 1 min → end | descriptors | tasks | loop lag p50 / p99 / max |",
-            "|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "| instance | group | lived | RSS after 1 min → end | descriptors | tasks | loop lag p50 / p99 / max |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for i in sorted(res["instances"], key=lambda i: (not i["measured"], i["group"], i["instance"])):
         if not i["samples"]:
             continue
         mark = "" if i["measured"] else " ¹"
-        out.append(f"| {i['instance']}{mark} | {i['group']} | {i['lived_s'] / 60:.1f} min "
-                   f"| {i['rss_start_kb'] / 1024:.1f} → {i['rss_end_kb'] / 1024:.1f} MiB ({i['rss_growth']:+.1%}) "
-                   f"| {i['fds_start']:g} → {i['fds_end']:g} | {i['tasks_start']:g} → {i['tasks_end']:g} ({i['end_state']}) "
-                   f"| {i['lag_p50_ms']:g} / {i['lag_p99_ms']:g} / {i['lag_max_ms']:g} ms |")
+        out.append(
+            f"| {i['instance']}{mark} | {i['group']} | {i['lived_s'] / 60:.1f} min "
+            f"| {i['rss_start_kb'] / 1024:.1f} → {i['rss_end_kb'] / 1024:.1f} MiB ({i['rss_growth']:+.1%}) "
+            f"| {i['fds_start']:g} → {i['fds_end']:g} | {i['tasks_start']:g} → {i['tasks_end']:g} ({i['end_state']}) "
+            f"| {i['lag_p50_ms']:g} / {i['lag_p99_ms']:g} / {i['lag_max_ms']:g} ms |"
+        )
     return "\n".join(out)
 
 
 def plot(res: dict[str, Any], path: str) -> None:
     """RSS, descriptors, tasks and loop lag of every instance over the run, with the churn marked (matplotlib)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     t0 = res["t0"]
     fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
-    panels = (("rss_kb", "RSS (MiB)", 1 / 1024), ("fds", "open descriptors", 1), ("tasks", "asyncio tasks", 1),
-              ("lag_max_ms", "loop lag, worst per sample (ms)", 1))
+    panels = (
+        ("rss_kb", "RSS (MiB)", 1 / 1024),
+        ("fds", "open descriptors", 1),
+        ("tasks", "asyncio tasks", 1),
+        ("lag_max_ms", "loop lag, worst per sample (ms)", 1),
+    )
     measured = {i["instance"]: i["measured"] for i in res["instances"]}
-    for ax, (key, label, scale) in zip(axes, panels):
+    for ax, (key, label, scale) in zip(axes, panels, strict=False):
         for name, w in sorted(res["samples"].items()):
             s = w["samples"]
             if not s:
@@ -412,8 +451,14 @@ def plot(res: dict[str, Any], path: str) -> None:
         if key in ("rss_kb", "fds") and res["server_samples"]:
             s = res["server_samples"]
             ax2 = ax.twinx()
-            ax2.plot([(x["t"] - t0) / 60 for x in s], [x[key] * scale for x in s], color="black", linestyle=":",
-                     linewidth=1, label="nats-server")
+            ax2.plot(
+                [(x["t"] - t0) / 60 for x in s],
+                [x[key] * scale for x in s],
+                color="black",
+                linestyle=":",
+                linewidth=1,
+                label="nats-server",
+            )
             ax2.set_ylabel("nats-server", fontsize=8)
             ax2.tick_params(labelsize=8)
         ax.set_ylabel(label, fontsize=9)
@@ -423,8 +468,11 @@ def plot(res: dict[str, Any], path: str) -> None:
             color = {"kill": "red", "change": "blue", "reset": "green", "restart": "black"}[ev["kind"]]
             ax.axvline(ev["at"] / 60, color=color, alpha=0.25, linewidth=0.8)
     axes[0].legend(fontsize=7, ncol=3, loc="upper left")
-    axes[-1].set_xlabel("minutes since the traffic started (red: SIGKILL, blue: add and drop, green: reset, "
-                        "black: server restart; grey: instances not held to the targets)", fontsize=8)
+    axes[-1].set_xlabel(
+        "minutes since the traffic started (red: SIGKILL, blue: add and drop, green: reset, "
+        "black: server restart; grey: instances not held to the targets)",
+        fontsize=8,
+    )
     fig.suptitle(f"pcgroups soak, {res['minutes']:g} minutes", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -447,8 +495,11 @@ async def main(argv: list[str]) -> int:
         except ImportError:
             p.error("--plot needs matplotlib: pip install -e '.[plot]'")
     info = machine()
-    print(f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
-          f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}", flush=True)
+    print(
+        f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, Python {info['python']}, "
+        f"{info['nats_server']}, load average {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}",
+        flush=True,
+    )
     print(f"soak: {args.minutes:g} minutes of traffic and churn ...", flush=True)
     limit = args.minutes * 60 + 300
     try:

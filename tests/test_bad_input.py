@@ -39,11 +39,11 @@ import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
 from pcgroups import ConsumerConfig, PartitioningFilter
-from pcgroups.jetstream import _store as store
 from pcgroups.errors import ConfigError
+from pcgroups.jetstream import _store as store
 from pcgroups.jetstream._api import JetStreamApi
-from tests.helpers.support import wait_for
 from tests.helpers.cli import Result, acg, cg_env, closed_port_url, procs, run_cg
+from tests.helpers.support import wait_for
 
 STATIC_BUCKET = "static-consumer-groups"
 ELASTIC_BUCKET = "elastic-consumer-groups"
@@ -55,8 +55,8 @@ ELASTIC_BUCKET = "elastic-consumer-groups"
 @dataclass
 class World:
     url: str
-    S: str   # static stream: subjects S.*, partition transform into 4 partitions
-    E: str   # elastic origin stream: subjects E.*
+    S: str  # static stream: subjects S.*, partition transform into 4 partitions
+    E: str  # elastic origin stream: subjects E.*
     names: dict = field(default_factory=dict)
 
 
@@ -66,15 +66,24 @@ async def _setup(url: str, w: World) -> None:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        await js.add_stream(StreamConfig(name=w.S, subjects=[f"{w.S}.*"], subject_transform=SubjectTransform(
-            src=f"{w.S}.*", dest=f"{{{{partition(4,1)}}}}.{w.S}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(
+            StreamConfig(
+                name=w.S,
+                subjects=[f"{w.S}.*"],
+                subject_transform=SubjectTransform(
+                    src=f"{w.S}.*", dest=f"{{{{partition(4,1)}}}}.{w.S}.{{{{wildcard(1)}}}}"
+                ),
+            )
+        )
         await js.add_stream(StreamConfig(name=w.E, subjects=[f"{w.E}.*"]))
         await create_static(nc, w.S, "sg", 4, members=["m1", "m2"])
-        await create_static(nc, w.S, "sm", 4, member_mappings=[MemberMapping("m1", [0, 1]), MemberMapping("m2", [2, 3])])
+        await create_static(
+            nc, w.S, "sm", 4, member_mappings=[MemberMapping("m1", [0, 1]), MemberMapping("m2", [2, 3])]
+        )
         await create_elastic(nc, w.E, "eg", 4, partitioning_filters=[PartitioningFilter(f"{w.E}.*", [1])])
         await add_members(nc, w.E, "eg", ["a", "b"])
         await create_elastic(nc, w.E, "em", 4)
-        await create_elastic(nc, w.E, "big", 20001)   # no member yet: one would own more than a consumer can filter
+        await create_elastic(nc, w.E, "big", 20001)  # no member yet: one would own more than a consumer can filter
         await set_member_mappings(nc, w.E, "em", [MemberMapping("x", [0, 1]), MemberMapping("y", [2, 3])])
         # a durable member consumer that must survive every failed command (static consumers outlive instances)
         inst = await static_consume(nc, w.S, "sg", "m1", lambda msg: None, config=ConsumerConfig(ack_wait=1.0))
@@ -111,8 +120,8 @@ async def snapshot(nc, w: World) -> dict:
 class Row:
     id: str
     args: list[str]
-    wants: list[str]           # substrings of the error line: what is wrong, what is allowed
-    proc: bool = False         # run the real executable as a subprocess
+    wants: list[str]  # substrings of the error line: what is wrong, what is allowed
+    proc: bool = False  # run the real executable as a subprocess
     input: str = ""
     env: dict | None = None
 
@@ -122,184 +131,432 @@ BAD = closed_port_url()
 
 ROWS = [
     # ---- names
-    R("static-group-dot", ["static", "create", "balanced", "{S}", "g.x", "2", "m1"],
-      ['invalid group name "g.x"', "only letters, digits, '-' and '_'"]),
-    R("static-group-star", ["static", "create", "balanced", "{S}", "g*", "2", "m1"],
-      ['invalid group name "g*"', "only letters, digits, '-' and '_'"], proc=True),
-    R("static-group-gt", ["static", "create", "mapped", "{S}", "g>", "2", "m1:0,1"],
-      ['invalid group name "g>"', "only letters, digits"]),
+    R(
+        "static-group-dot",
+        ["static", "create", "balanced", "{S}", "g.x", "2", "m1"],
+        ['invalid group name "g.x"', "only letters, digits, '-' and '_'"],
+    ),
+    R(
+        "static-group-star",
+        ["static", "create", "balanced", "{S}", "g*", "2", "m1"],
+        ['invalid group name "g*"', "only letters, digits, '-' and '_'"],
+        proc=True,
+    ),
+    R(
+        "static-group-gt",
+        ["static", "create", "mapped", "{S}", "g>", "2", "m1:0,1"],
+        ['invalid group name "g>"', "only letters, digits"],
+    ),
     R("static-group-space", ["static", "info", "{S}", "my group"], ['invalid group name "my group"', "only letters"]),
-    R("static-group-empty", ["static", "create", "balanced", "{S}", "", "2", "m1"],
-      ['invalid group name ""', "must not be empty"]),
-    R("static-member-star", ["static", "create", "balanced", "{S}", "g", "2", "m1", "m*"],
-      ['invalid member name "m*"', "only letters"]),
+    R(
+        "static-group-empty",
+        ["static", "create", "balanced", "{S}", "", "2", "m1"],
+        ['invalid group name ""', "must not be empty"],
+    ),
+    R(
+        "static-member-star",
+        ["static", "create", "balanced", "{S}", "g", "2", "m1", "m*"],
+        ['invalid member name "m*"', "only letters"],
+    ),
     R("static-stream-dot", ["static", "ls", "a.b"], ['invalid stream name "a.b"', "may not contain '.'"]),
     R("elastic-stream-gt", ["elastic", "info", "a>", "eg"], ['invalid stream name "a>"', "'>'"], proc=True),
-    R("elastic-member-space", ["elastic", "add", "{E}", "eg", "new member"],
-      ['invalid member name "new member"', "only letters"]),
+    R(
+        "elastic-member-space",
+        ["elastic", "add", "{E}", "eg", "new member"],
+        ['invalid member name "new member"', "only letters"],
+    ),
     R("elastic-member-empty", ["elastic", "drop", "{E}", "eg", ""], ['invalid member name ""', "must not be empty"]),
-    R("elastic-mapping-member-dot", ["elastic", "create-mapping", "{E}", "eg", "a.b:0,1,2,3"],
-      ['invalid member name "a.b"', "only letters"]),
+    R(
+        "elastic-mapping-member-dot",
+        ["elastic", "create-mapping", "{E}", "eg", "a.b:0,1,2,3"],
+        ['invalid member name "a.b"', "only letters"],
+    ),
     # ---- max_members
-    R("static-max-zero", ["static", "create", "balanced", "{S}", "g", "0", "m1"],
-      ["the max number of members must be at least 1, got 0"]),
-    R("static-max-negative", ["static", "create", "balanced", "{S}", "g", "-1", "m1"],
-      ["invalid argument -1", "negative numbers are not allowed", "must be at least 1"]),
-    R("static-max-huge", ["static", "create", "balanced", "{S}", "g", "99999999999999999999999", "m1"],
-      ["the max number of members must be between 1 and 2147483647", "got 99999999999999999999999"], proc=True),
-    R("static-max-not-integer", ["static", "create", "mapped", "{S}", "g", "2.5", "m1:0"],
-      ["invalid MAX-MEMBERS: '2.5' is not a whole number"]),
-    R("elastic-max-zero", ["elastic", "create", "{E}", "g", "0"], ["the max number of members must be at least 1, got 0"]),
-    R("elastic-max-too-many-partitions", ["elastic", "create", "{E}", "g", "2147483648"],
-      ["between 1 and 2147483647", "partition transform", "got 2147483648"]),
-    R("elastic-max-not-integer", ["elastic", "create", "{E}", "g", "ten"],
-      ["invalid MAX-MEMBERS: 'ten' is not a whole number"]),
+    R(
+        "static-max-zero",
+        ["static", "create", "balanced", "{S}", "g", "0", "m1"],
+        ["the max number of members must be at least 1, got 0"],
+    ),
+    R(
+        "static-max-negative",
+        ["static", "create", "balanced", "{S}", "g", "-1", "m1"],
+        ["invalid argument -1", "negative numbers are not allowed", "must be at least 1"],
+    ),
+    R(
+        "static-max-huge",
+        ["static", "create", "balanced", "{S}", "g", "99999999999999999999999", "m1"],
+        ["the max number of members must be between 1 and 2147483647", "got 99999999999999999999999"],
+        proc=True,
+    ),
+    R(
+        "static-max-not-integer",
+        ["static", "create", "mapped", "{S}", "g", "2.5", "m1:0"],
+        ["invalid MAX-MEMBERS: '2.5' is not a whole number"],
+    ),
+    R(
+        "elastic-max-zero",
+        ["elastic", "create", "{E}", "g", "0"],
+        ["the max number of members must be at least 1, got 0"],
+    ),
+    R(
+        "elastic-max-too-many-partitions",
+        ["elastic", "create", "{E}", "g", "2147483648"],
+        ["between 1 and 2147483647", "partition transform", "got 2147483648"],
+    ),
+    R(
+        "elastic-max-not-integer",
+        ["elastic", "create", "{E}", "g", "ten"],
+        ["invalid MAX-MEMBERS: 'ten' is not a whole number"],
+    ),
     # ---- mappings
-    R("static-mapping-overlap", ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1", "m2:1,2,3"],
-      ["partition numbers must be used only once", "partition 1 is mapped more than once"]),
-    R("static-mapping-missing-partitions", ["static", "create", "mapped", "{S}", "g", "4", "m1:0", "m2:1"],
-      ["every partition must be assigned", "partitions 2, 3 are not"]),
-    R("static-mapping-out-of-range", ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1,2,3,4"],
-      ["partition 4 is out of range", "between 0 and 3"]),
-    R("static-mapping-negative", ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m2:-1"],
-      ['invalid member mapping "m2:-1"', "partitions are numbered from 0"]),
-    R("static-mapping-syntax", ["static", "create", "mapped", "{S}", "g", "2", "m1=0,1"],
-      ["missing ':'", "member:p1,p2,..."]),
-    R("static-mapping-same-member", ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m1:1"],
-      ["member names must be unique", '"m1"']),
-    R("elastic-mapping-overlap", ["elastic", "create-mapping", "{E}", "eg", "a:0,1", "b:1,2,3"],
-      ["partition numbers must be used only once", "partition 1"], proc=True),
-    R("elastic-mapping-out-of-range", ["elastic", "cm", "{E}", "eg", "a:0,1", "b:2,3,7"],
-      ["partition 7 is out of range", "between 0 and 3"]),
-    R("elastic-mapping-missing", ["elastic", "create-mapping", "{E}", "em", "x:0", "y:1"],
-      ["every partition must be assigned", "partitions 2, 3 are not"]),
-    R("elastic-mapping-not-integer", ["elastic", "create-mapping", "{E}", "eg", "a:0,one"],
-      ['partition "one" is not an integer', "member:p1,p2,..."]),
+    R(
+        "static-mapping-overlap",
+        ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1", "m2:1,2,3"],
+        ["partition numbers must be used only once", "partition 1 is mapped more than once"],
+    ),
+    R(
+        "static-mapping-missing-partitions",
+        ["static", "create", "mapped", "{S}", "g", "4", "m1:0", "m2:1"],
+        ["every partition must be assigned", "partitions 2, 3 are not"],
+    ),
+    R(
+        "static-mapping-out-of-range",
+        ["static", "create", "mapped", "{S}", "g", "4", "m1:0,1,2,3,4"],
+        ["partition 4 is out of range", "between 0 and 3"],
+    ),
+    R(
+        "static-mapping-negative",
+        ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m2:-1"],
+        ['invalid member mapping "m2:-1"', "partitions are numbered from 0"],
+    ),
+    R(
+        "static-mapping-syntax",
+        ["static", "create", "mapped", "{S}", "g", "2", "m1=0,1"],
+        ["missing ':'", "member:p1,p2,..."],
+    ),
+    R(
+        "static-mapping-same-member",
+        ["static", "create", "mapped", "{S}", "g", "2", "m1:0", "m1:1"],
+        ["member names must be unique", '"m1"'],
+    ),
+    R(
+        "elastic-mapping-overlap",
+        ["elastic", "create-mapping", "{E}", "eg", "a:0,1", "b:1,2,3"],
+        ["partition numbers must be used only once", "partition 1"],
+        proc=True,
+    ),
+    R(
+        "elastic-mapping-out-of-range",
+        ["elastic", "cm", "{E}", "eg", "a:0,1", "b:2,3,7"],
+        ["partition 7 is out of range", "between 0 and 3"],
+    ),
+    R(
+        "elastic-mapping-missing",
+        ["elastic", "create-mapping", "{E}", "em", "x:0", "y:1"],
+        ["every partition must be assigned", "partitions 2, 3 are not"],
+    ),
+    R(
+        "elastic-mapping-not-integer",
+        ["elastic", "create-mapping", "{E}", "eg", "a:0,one"],
+        ['partition "one" is not an integer', "member:p1,p2,..."],
+    ),
     # ---- elastic filters
-    R("elastic-filter-no-wildcard", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.x"],
-      ["at least one * wildcard or end with > wildcard"]),
-    R("elastic-filter-not-matching-stream", ["elastic", "create", "{E}", "g", "2", "--filter", "other.*"],
-      ["partitioning filter other.* matches none of the subjects of stream {E} ({E}.*)"]),
-    R("elastic-filters-overlap", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*", "--filter", "{E}.>"],
-      ["can't create the elastic consumer group's stream", "source filters can not overlap"], proc=True),
-    R("elastic-wildcard-out-of-range", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*",
-                                        "--wildcards", "2"],
-      ["2 is out of range 1..1", "{E}.*"]),
-    R("elastic-wildcards-unpaired", ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*",
-                                     "--wildcards", "1", "--wildcards", "1"],
-      ["2 --wildcards given for 1 --filter", "each --wildcards pairs with one --filter"]),
-    R("elastic-buffer-too-large", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "99999999999999999999"],
-      ["the max number of buffered messages must be a 64-bit integer", "got 99999999999999999999"]),
-    R("elastic-buffer-not-integer", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "1e3"],
-      ["invalid --max-buffered-msgs: '1e3' is not a whole number"]),
-    R("elastic-buffer-negative", ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "-5"],
-      ["invalid --max-buffered-msgs -5: give a limit, or 0 for none"]),
-    R("elastic-buffer-bytes-negative", ["elastic", "create", "{E}", "g", "2", "--max-buffered-bytes", "-2"],
-      ["invalid --max-buffered-bytes -2: give a limit, or 0 for none"]),
-    R("elastic-consume-create-buffer-negative", ["elastic", "consume", "{E}", "g", "--auto", "--create", "2",
-                                                 "--max-buffered-msgs", "-5"],
-      ["invalid --max-buffered-msgs -5"], proc=True),   # a subprocess: taken, it would consume on
+    R(
+        "elastic-filter-no-wildcard",
+        ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.x"],
+        ["at least one * wildcard or end with > wildcard"],
+    ),
+    R(
+        "elastic-filter-not-matching-stream",
+        ["elastic", "create", "{E}", "g", "2", "--filter", "other.*"],
+        ["partitioning filter other.* matches none of the subjects of stream {E} ({E}.*)"],
+    ),
+    R(
+        "elastic-filters-overlap",
+        ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*", "--filter", "{E}.>"],
+        ["can't create the elastic consumer group's stream", "source filters can not overlap"],
+        proc=True,
+    ),
+    R(
+        "elastic-wildcard-out-of-range",
+        ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*", "--wildcards", "2"],
+        ["2 is out of range 1..1", "{E}.*"],
+    ),
+    R(
+        "elastic-wildcards-unpaired",
+        ["elastic", "create", "{E}", "g", "2", "--filter", "{E}.*", "--wildcards", "1", "--wildcards", "1"],
+        ["2 --wildcards given for 1 --filter", "each --wildcards pairs with one --filter"],
+    ),
+    R(
+        "elastic-buffer-too-large",
+        ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "99999999999999999999"],
+        ["the max number of buffered messages must be a 64-bit integer", "got 99999999999999999999"],
+    ),
+    R(
+        "elastic-buffer-not-integer",
+        ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "1e3"],
+        ["invalid --max-buffered-msgs: '1e3' is not a whole number"],
+    ),
+    R(
+        "elastic-buffer-negative",
+        ["elastic", "create", "{E}", "g", "2", "--max-buffered-msgs", "-5"],
+        ["invalid --max-buffered-msgs -5: give a limit, or 0 for none"],
+    ),
+    R(
+        "elastic-buffer-bytes-negative",
+        ["elastic", "create", "{E}", "g", "2", "--max-buffered-bytes", "-2"],
+        ["invalid --max-buffered-bytes -2: give a limit, or 0 for none"],
+    ),
+    R(
+        "elastic-consume-create-buffer-negative",
+        ["elastic", "consume", "{E}", "g", "--auto", "--create", "2", "--max-buffered-msgs", "-5"],
+        ["invalid --max-buffered-msgs -5"],
+        proc=True,
+    ),  # a subprocess: taken, it would consume on
     # ---- missing streams and groups
-    R("static-create-missing-stream", ["static", "create", "balanced", "no{S}", "g", "2", "m1"],
-      ["the static consumer group's stream does not exist: no{S}"]),
-    R("elastic-create-missing-stream", ["elastic", "create", "no{E}", "g", "2"],
-      ["the elastic consumer group's origin stream does not exist: no{E}"]),
-    R("static-consume-missing-stream", ["static", "consume", "no{S}", "sg", "m1"],
-      ["stream does not exist: no{S}"]),
-    R("elastic-delete-mapping-missing-group", ["elastic", "delete-mapping", "{E}", "nope"],
-      ["elastic consumer group nope on stream {E} not found"]),
-    R("elastic-delete-mapping-of-added-members", ["elastic", "delete-mapping", "{E}", "eg"],
-      ["has no member mappings to delete: its members were given with add (a b)", "cg elastic drop {E} eg a b"]),
-    R("elastic-skip-stuck-missing-group", ["elastic", "skip-stuck", "{E}", "nope"],
-      ["elastic consumer group nope on stream {E} not found"]),
-    R("elastic-skip-stuck-on-static", ["elastic", "skip-stuck", "{S}", "sg"],
-      ["elastic consumer group sg on stream {S} not found (sg is a static consumer group)"]),
+    R(
+        "static-create-missing-stream",
+        ["static", "create", "balanced", "no{S}", "g", "2", "m1"],
+        ["the static consumer group's stream does not exist: no{S}"],
+    ),
+    R(
+        "elastic-create-missing-stream",
+        ["elastic", "create", "no{E}", "g", "2"],
+        ["the elastic consumer group's origin stream does not exist: no{E}"],
+    ),
+    R("static-consume-missing-stream", ["static", "consume", "no{S}", "sg", "m1"], ["stream does not exist: no{S}"]),
+    R(
+        "elastic-delete-mapping-missing-group",
+        ["elastic", "delete-mapping", "{E}", "nope"],
+        ["elastic consumer group nope on stream {E} not found"],
+    ),
+    R(
+        "elastic-delete-mapping-of-added-members",
+        ["elastic", "delete-mapping", "{E}", "eg"],
+        ["has no member mappings to delete: its members were given with add (a b)", "cg elastic drop {E} eg a b"],
+    ),
+    R(
+        "elastic-skip-stuck-missing-group",
+        ["elastic", "skip-stuck", "{E}", "nope"],
+        ["elastic consumer group nope on stream {E} not found"],
+    ),
+    R(
+        "elastic-skip-stuck-on-static",
+        ["elastic", "skip-stuck", "{S}", "sg"],
+        ["elastic consumer group sg on stream {S} not found (sg is a static consumer group)"],
+    ),
     R("elastic-skip-stuck-bad-wait", ["elastic", "skip-stuck", "{E}", "eg", "--wait", "soon"], ["--wait"]),
-    R("static-create-consumers-missing-group", ["static", "create-consumers", "{S}", "nope"],
-      ["static consumer group nope on stream {S} not found"]),
-    R("static-create-consumers-other-settings", ["static", "create-consumers", "{S}", "sg", "--concurrency", "2"],
-      ["member m1's consumer sg-m1 exists with other settings (ack_wait 1s there, 2s asked, max_ack_pending 1000 "
-       "there, 16384 asked)"]),
-    R("static-create-consumers-bad-window", ["static", "create-consumers", "{S}", "sg", "--concurrency", "0"],
-      ["invalid --concurrency 0"]),
-    R("static-delete-missing-group", ["static", "rm", "{S}", "nope", "-f"],
-      ["static consumer group nope on stream {S} not found"]),
+    R(
+        "static-create-consumers-missing-group",
+        ["static", "create-consumers", "{S}", "nope"],
+        ["static consumer group nope on stream {S} not found"],
+    ),
+    R(
+        "static-create-consumers-other-settings",
+        ["static", "create-consumers", "{S}", "sg", "--concurrency", "2"],
+        [
+            "member m1's consumer sg-m1 exists with other settings (ack_wait 1s there, 2s asked, max_ack_pending 1000 "
+            "there, 16384 asked)"
+        ],
+    ),
+    R(
+        "static-create-consumers-bad-window",
+        ["static", "create-consumers", "{S}", "sg", "--concurrency", "0"],
+        ["invalid --concurrency 0"],
+    ),
+    R(
+        "static-delete-missing-group",
+        ["static", "rm", "{S}", "nope", "-f"],
+        ["static consumer group nope on stream {S} not found"],
+    ),
     # ---- existing groups: changes that are not allowed
-    R("static-create-different", ["static", "create", "balanced", "{S}", "sg", "4", "m1", "m3"],
-      ["the existing static consumer group config doesn't match ours"]),
-    R("elastic-create-different", ["elastic", "create", "{E}", "eg", "5"],
-      ["can not be updated to the requested one", "delete the existing elastic consumer group"]),
-    R("elastic-add-to-mapped", ["elastic", "add", "{E}", "em", "z"],
-      ["can't add members to an elastic consumer group that uses member mappings", "--sticky"]),
+    R(
+        "static-create-different",
+        ["static", "create", "balanced", "{S}", "sg", "4", "m1", "m3"],
+        ["the existing static consumer group config doesn't match ours"],
+    ),
+    R(
+        "elastic-create-different",
+        ["elastic", "create", "{E}", "eg", "5"],
+        ["can not be updated to the requested one", "delete the existing elastic consumer group"],
+    ),
+    R(
+        "elastic-add-to-mapped",
+        ["elastic", "add", "{E}", "em", "z"],
+        ["can't add members to an elastic consumer group that uses member mappings", "--sticky"],
+    ),
     # ---- configs no member could consume under: refused before anything is written
-    R("static-create-member-over-filters", ["static", "create", "balanced", "{S}", "bigX", "20001", "m1"],
-      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects",
-       "use fewer partitions"]),
-    R("static-create-mapping-over-filters", ["static", "create", "mapped", "{S}", "bigM", "20001", "m1:0-20000"],
-      ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
-    R("elastic-add-member-over-filters", ["elastic", "add", "{E}", "big", "a"],
-      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
-    R("elastic-mapping-over-filters", ["elastic", "create-mapping", "{E}", "big", "a:0-20000"],
-      ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"]),
+    R(
+        "static-create-member-over-filters",
+        ["static", "create", "balanced", "{S}", "bigX", "20001", "m1"],
+        [
+            "member m1 would own 20001 of the group's 20001 partitions",
+            "at most 20000 filter subjects",
+            "use fewer partitions",
+        ],
+    ),
+    R(
+        "static-create-mapping-over-filters",
+        ["static", "create", "mapped", "{S}", "bigM", "20001", "m1:0-20000"],
+        ["member m1 would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"],
+    ),
+    R(
+        "elastic-add-member-over-filters",
+        ["elastic", "add", "{E}", "big", "a"],
+        ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"],
+    ),
+    R(
+        "elastic-mapping-over-filters",
+        ["elastic", "create-mapping", "{E}", "big", "a:0-20000"],
+        ["member a would own 20001 of the group's 20001 partitions", "at most 20000 filter subjects"],
+    ),
     # ---- wrong flavour
-    R("static-info-on-elastic", ["static", "info", "{E}", "eg"],
-      ["static consumer group eg on stream {E} not found", "(eg is an elastic consumer group)"]),
-    R("static-delete-on-elastic", ["static", "delete", "{E}", "eg", "--force"],
-      ["(eg is an elastic consumer group)"], proc=True),
+    R(
+        "static-info-on-elastic",
+        ["static", "info", "{E}", "eg"],
+        ["static consumer group eg on stream {E} not found", "(eg is an elastic consumer group)"],
+    ),
+    R(
+        "static-delete-on-elastic",
+        ["static", "delete", "{E}", "eg", "--force"],
+        ["(eg is an elastic consumer group)"],
+        proc=True,
+    ),
     R("static-step-down-on-elastic", ["static", "step-down", "{E}", "em", "x"], ["(em is an elastic consumer group)"]),
-    R("elastic-consume-on-static", ["elastic", "consume", "{S}", "sg", "m1"],
-      ["(sg is a static consumer group)"], proc=True),
-    R("elastic-member-info-on-static", ["elastic", "member-info", "{S}", "sm", "m1"],
-      ["elastic consumer group sm on stream {S} not found", "(sm is a static consumer group)"]),
+    R(
+        "elastic-consume-on-static",
+        ["elastic", "consume", "{S}", "sg", "m1"],
+        ["(sg is a static consumer group)"],
+        proc=True,
+    ),
+    R(
+        "elastic-member-info-on-static",
+        ["elastic", "member-info", "{S}", "sm", "m1"],
+        ["elastic consumer group sm on stream {S} not found", "(sm is a static consumer group)"],
+    ),
     R("elastic-delete-on-static", ["elastic", "rm", "{S}", "sg", "-f"], ["(sg is a static consumer group)"]),
     # ---- members, consume options
-    R("static-member-info-bad-member", ["static", "minfo", "{S}", "sg", "m 1"],
-      ['invalid member name "m 1"', "only letters"]),
-    R("static-step-down-non-member", ["static", "step-down", "{S}", "sg", "m9"],
-      ["member m9 is not part of static consumer group sg"]),
-    R("elastic-step-down-non-member", ["elastic", "sd", "{E}", "eg", "zz"],
-      ["member zz is not part of elastic consumer group eg"]),
-    R("static-consume-non-member", ["static", "consume", "{S}", "sg", "m9"],
-      ["m9 is not a member of static consumer group sg (members: "], proc=True),
-    R("static-consume-bad-sleep", ["static", "join", "{S}", "sg", "m1", "--sleep", "-5ms"],
-      ["invalid --sleep '-5ms'", "must not be negative"]),
-    R("elastic-consume-sleep-out-of-range", ["elastic", "consume", "{E}", "eg", "a", "--sleep", "99999999999h"],
-      ['invalid --sleep: duration "99999999999h" is out of range', "at most 2562047h47m16.854775807s"]),
-    R("static-consume-empty-metrics-listen", ["static", "consume", "{S}", "sg", "m1", "--metrics-listen", ""],
-      ["invalid --metrics-listen ''", "give HOST:PORT with a port from 1 to 65535"]),
-    R("elastic-consume-no-member", ["elastic", "consume", "{E}", "eg"],
-      ["a member name is required", "--auto"]),
-    R("elastic-consume-lease-ttl-without-auto", ["elastic", "consume", "{E}", "eg", "a", "--lease-ttl", "10s"],
-      ["--lease-ttl is the lease of an --auto instance", "add --auto, or leave --lease-ttl out"], proc=True),
-    R("tools-partitions-without-static", ["tools", "stream-setup", "--stream", "{S}x", "--partitions", "4"],
-      ["--partitions is the partition count of --static's subject transform", "add --static"]),
+    R(
+        "static-member-info-bad-member",
+        ["static", "minfo", "{S}", "sg", "m 1"],
+        ['invalid member name "m 1"', "only letters"],
+    ),
+    R(
+        "static-step-down-non-member",
+        ["static", "step-down", "{S}", "sg", "m9"],
+        ["member m9 is not part of static consumer group sg"],
+    ),
+    R(
+        "elastic-step-down-non-member",
+        ["elastic", "sd", "{E}", "eg", "zz"],
+        ["member zz is not part of elastic consumer group eg"],
+    ),
+    R(
+        "static-consume-non-member",
+        ["static", "consume", "{S}", "sg", "m9"],
+        ["m9 is not a member of static consumer group sg (members: "],
+        proc=True,
+    ),
+    R(
+        "static-consume-bad-sleep",
+        ["static", "join", "{S}", "sg", "m1", "--sleep", "-5ms"],
+        ["invalid --sleep '-5ms'", "must not be negative"],
+    ),
+    R(
+        "elastic-consume-sleep-out-of-range",
+        ["elastic", "consume", "{E}", "eg", "a", "--sleep", "99999999999h"],
+        ['invalid --sleep: duration "99999999999h" is out of range', "at most 2562047h47m16.854775807s"],
+    ),
+    R(
+        "static-consume-empty-metrics-listen",
+        ["static", "consume", "{S}", "sg", "m1", "--metrics-listen", ""],
+        ["invalid --metrics-listen ''", "give HOST:PORT with a port from 1 to 65535"],
+    ),
+    R("elastic-consume-no-member", ["elastic", "consume", "{E}", "eg"], ["a member name is required", "--auto"]),
+    R(
+        "elastic-consume-lease-ttl-without-auto",
+        ["elastic", "consume", "{E}", "eg", "a", "--lease-ttl", "10s"],
+        ["--lease-ttl is the lease of an --auto instance", "add --auto, or leave --lease-ttl out"],
+        proc=True,
+    ),
+    R(
+        "tools-partitions-without-static",
+        ["tools", "stream-setup", "--stream", "{S}x", "--partitions", "4"],
+        ["--partitions is the partition count of --static's subject transform", "add --static"],
+    ),
     # ---- delete confirmation
     R("static-delete-answer-no", ["static", "delete", "{S}", "sg"], ["operation canceled"], input="n\n"),
-    R("elastic-delete-no-answer", ["elastic", "delete", "{E}", "eg"],
-      ["operation canceled: no answer (stdin ended); -f deletes without asking"], proc=True),
+    R(
+        "elastic-delete-no-answer",
+        ["elastic", "delete", "{E}", "eg"],
+        ["operation canceled: no answer (stdin ended); -f deletes without asking"],
+        proc=True,
+    ),
     # ---- connection, contexts, usage
-    R("unreachable-server", ["-s", BAD, "elastic", "ls", "{E}"], ["can't connect to " + BAD, "connection refused"],
-      proc=True),
-    R("unreachable-server-env", ["static", "info", "{S}", "sg"], ["can't connect to " + BAD], proc=True,
-      env={"NATS_URL": BAD}),
-    R("server-url-http", ["-s", "http://127.0.0.1:4222", "static", "ls", "{S}"],
-      ['invalid server URL "http://127.0.0.1:4222"', "the scheme http:// is not NATS's", "nats://"], proc=True),
-    R("server-url-no-scheme-colon", ["static", "info", "{S}", "sg"],
-      ['invalid server URL "nats//127.0.0.1:4222"', "write it nats://HOST:PORT"], proc=True,
-      env={"NATS_URL": "nats//127.0.0.1:4222"}),
-    R("server-url-port-alone", ["static", "info", "{S}", "sg"],
-      ['invalid server URL "4501": 4501 is a port number, not a host', "nats://HOST:4501"], proc=True,
-      env={"NATS_URL": "4501"}),
-    R("server-url-port", ["--server", "nats://127.0.0.1:99999", "elastic", "ls", "{E}"],
-      ['invalid server URL "nats://127.0.0.1:99999"', "the port must be a number from 1 to 65535"], proc=True),
-    R("server-url-unclosed-ipv6", ["-s", "nats://[::1", "static", "ls", "{S}"],
-      ['invalid server URL "nats://[::1"', "it is malformed", "nats://HOST:PORT", "nats://[::1]:4222"], proc=True),
-    R("server-url-unclosed-ipv6-secret", ["-s", "nats://alice:s3cret@[::1", "elastic", "ls", "{E}"],
-      ['invalid server URL "nats://***@[::1"', "it is malformed"], proc=True),
-    R("unknown-context-option", ["--context", "nosuchctx", "static", "ls", "{S}"],
-      ['unknown context "nosuchctx" (--context)', "nosuchctx.json"], proc=True),
-    R("unknown-context-env", ["elastic", "ls", "{E}"], ['unknown context "envctx" (NATS_CONTEXT)'], proc=True,
-      env={"NATS_CONTEXT": "envctx"}),
+    R(
+        "unreachable-server",
+        ["-s", BAD, "elastic", "ls", "{E}"],
+        ["can't connect to " + BAD, "connection refused"],
+        proc=True,
+    ),
+    R(
+        "unreachable-server-env",
+        ["static", "info", "{S}", "sg"],
+        ["can't connect to " + BAD],
+        proc=True,
+        env={"NATS_URL": BAD},
+    ),
+    R(
+        "server-url-http",
+        ["-s", "http://127.0.0.1:4222", "static", "ls", "{S}"],
+        ['invalid server URL "http://127.0.0.1:4222"', "the scheme http:// is not NATS's", "nats://"],
+        proc=True,
+    ),
+    R(
+        "server-url-no-scheme-colon",
+        ["static", "info", "{S}", "sg"],
+        ['invalid server URL "nats//127.0.0.1:4222"', "write it nats://HOST:PORT"],
+        proc=True,
+        env={"NATS_URL": "nats//127.0.0.1:4222"},
+    ),
+    R(
+        "server-url-port-alone",
+        ["static", "info", "{S}", "sg"],
+        ['invalid server URL "4501": 4501 is a port number, not a host', "nats://HOST:4501"],
+        proc=True,
+        env={"NATS_URL": "4501"},
+    ),
+    R(
+        "server-url-port",
+        ["--server", "nats://127.0.0.1:99999", "elastic", "ls", "{E}"],
+        ['invalid server URL "nats://127.0.0.1:99999"', "the port must be a number from 1 to 65535"],
+        proc=True,
+    ),
+    R(
+        "server-url-unclosed-ipv6",
+        ["-s", "nats://[::1", "static", "ls", "{S}"],
+        ['invalid server URL "nats://[::1"', "it is malformed", "nats://HOST:PORT", "nats://[::1]:4222"],
+        proc=True,
+    ),
+    R(
+        "server-url-unclosed-ipv6-secret",
+        ["-s", "nats://alice:s3cret@[::1", "elastic", "ls", "{E}"],
+        ['invalid server URL "nats://***@[::1"', "it is malformed"],
+        proc=True,
+    ),
+    R(
+        "unknown-context-option",
+        ["--context", "nosuchctx", "static", "ls", "{S}"],
+        ['unknown context "nosuchctx" (--context)', "nosuchctx.json"],
+        proc=True,
+    ),
+    R(
+        "unknown-context-env",
+        ["elastic", "ls", "{E}"],
+        ['unknown context "envctx" (NATS_CONTEXT)'],
+        proc=True,
+        env={"NATS_CONTEXT": "envctx"},
+    ),
     R("bad-timeout", ["--timeout", "soon", "static", "ls", "{S}"], ["invalid --timeout", "use e.g. 5s"]),
     R("zero-timeout", ["static", "ls", "{S}", "--timeout", "0s"], ["invalid --timeout '0s': must be positive"]),
     R("unknown-command", ["elastic", "shrink", "{E}", "eg"], ["no such command 'shrink'", "cg elastic -h"]),
@@ -323,11 +580,16 @@ async def _run(row: Row, w: World) -> Result:
 def test_the_table_is_large_and_covers_every_command_family():
     assert len(ROWS) >= 40 and len({r.id for r in ROWS}) == len(ROWS)
     aliases = {"rm": "delete", "cm": "create-mapping", "sd": "step-down", "join": "consume", "minfo": "member-info"}
-    covered = {(r.args[i], aliases.get(r.args[i + 1], r.args[i + 1]))
-               for r in ROWS for i in range(len(r.args) - 1) if r.args[i] in ("static", "elastic")}
+    covered = {
+        (r.args[i], aliases.get(r.args[i + 1], r.args[i + 1]))
+        for r in ROWS
+        for i in range(len(r.args) - 1)
+        if r.args[i] in ("static", "elastic")
+    }
     common = {"create", "delete", "member-info", "step-down", "info", "consume", "ls"}
-    wanted = {("static", c) for c in common} | {("elastic", c) for c in common | {
-        "add", "drop", "create-mapping", "delete-mapping"}}
+    wanted = {("static", c) for c in common} | {
+        ("elastic", c) for c in common | {"add", "drop", "create-mapping", "delete-mapping"}
+    }
     assert wanted <= covered, wanted - covered
     assert sum(r.proc or bool(r.env) for r in ROWS) >= 10
 
@@ -343,20 +605,31 @@ async def test_bad_invocation(row: Row, world: World, nc):
     assert len(lines) == 1 and lines[0].startswith("cg: error: "), where
     for want in row.wants:
         assert _fmt(want, world) in lines[0], f"{want!r} missing\n{where}"
-    assert r.out in ("", "WARNING: this operation will cause all existing consumer members to terminate consuming "
-                         "are you sure? (y/n): "), where
+    assert r.out in (
+        "",
+        "WARNING: this operation will cause all existing consumer members to terminate consuming are you sure? (y/n): ",
+    ), where
     assert await snapshot(nc, world) == before, f"state changed\n{where}"
 
 
 # ====================================================================== corrupted KV values under running instances
 
 
-MAPPINGS_OVERLAP = (b'{"max_members":4,"member_mappings":[{"member":"m1","partitions":[0,1]},'
-                    b'{"member":"m2","partitions":[1,2,3]}]}')
+MAPPINGS_OVERLAP = (
+    b'{"max_members":4,"member_mappings":[{"member":"m1","partitions":[0,1]},{"member":"m2","partitions":[1,2,3]}]}'
+)
 CORRUPTIONS = [
     ("garbage-bytes", b"\xff\xfe\x00{garbage", "not valid JSON"),
-    ("wrong-types", b'{"max_members":"4","members":"m1"}', 'max_members must be a non-negative integer, got the string "4"'),
-    ("negative-number", b'{"max_members":-4,"members":["m1","m2"]}', "max_members must be a non-negative integer, got -4"),
+    (
+        "wrong-types",
+        b'{"max_members":"4","members":"m1"}',
+        'max_members must be a non-negative integer, got the string "4"',
+    ),
+    (
+        "negative-number",
+        b'{"max_members":-4,"members":["m1","m2"]}',
+        "max_members must be a non-negative integer, got -4",
+    ),
     ("missing-fields", b'{"members":["m1","m2"]}', "the max number of members must be at least 1, got 0"),
     ("valid-json-invalid-config", MAPPINGS_OVERLAP, "partition numbers must be used only once"),
     ("wrong-nested-type", b'{"max_members":4,"members":["m1",2]}', "members[1] must be a string, got 2"),
@@ -368,8 +641,15 @@ async def _two_groups(nc, js, kind: str, stream: str) -> None:
     from pcgroups import add_members, create_elastic, create_static
 
     if kind == "static":
-        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"], subject_transform=SubjectTransform(
-            src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(
+            StreamConfig(
+                name=stream,
+                subjects=[f"{stream}.*"],
+                subject_transform=SubjectTransform(
+                    src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}"
+                ),
+            )
+        )
         await create_static(nc, stream, "T", 4, members=["m1", "m2"])
         await create_static(nc, stream, "O", 4, members=["m1"])
     else:
@@ -410,6 +690,7 @@ async def test_corrupted_config_ends_that_groups_instances_only(kind, bad, want,
         async def h(msg) -> None:
             got[label].add(msg.subject)
             await msg.ack_sync()
+
         return h
 
     async def publish(prefix: str) -> set[str]:
@@ -454,14 +735,21 @@ async def test_corrupted_config_ends_that_groups_instances_only(kind, bad, want,
             await wait_for(lambda: sent <= got["O"], 15, what="group O still consuming")
             assert o1.consuming and not o1._done.done()
 
-            _one_error_line(await run_cg(kind, "info", stream, "T", url=url),
-                            f"{kind} consumer group T on stream {stream} has an invalid config", want,
-                            "write a valid config or delete the group")
+            _one_error_line(
+                await run_cg(kind, "info", stream, "T", url=url),
+                f"{kind} consumer group T on stream {stream} has an invalid config",
+                want,
+                "write a valid config or delete the group",
+            )
             _one_error_line(await run_cg(kind, "member-info", stream, "T", "m1", url=url), "has an invalid config")
-            create = ["create", "balanced", stream, "T", "4", "m1", "m2"] if kind == "static" else \
-                ["create", stream, "T", "4"]
-            _one_error_line(await run_cg(kind, *create, url=url), "already exists with an invalid config",
-                            "delete it first")
+            create = (
+                ["create", "balanced", stream, "T", "4", "m1", "m2"]
+                if kind == "static"
+                else ["create", stream, "T", "4"]
+            )
+            _one_error_line(
+                await run_cg(kind, *create, url=url), "already exists with an invalid config", "delete it first"
+            )
             r = (await run_cg(kind, "ls", stream, "--json", url=url)).ok()
             assert sorted(json.loads(r.out)["groups"]) == ["O", "T"]
             assert (await kv.get(f"{stream}.T")).value == bad  # nothing above rewrote it

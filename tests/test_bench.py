@@ -19,8 +19,14 @@ ROW_KEYS = {"metric", "value", "unit", "baseline", "baseline_label", "ratio", "t
 def test_quick_bench_writes_the_json_shape(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "P5,P4", "--json", str(out),
-                           "--plain"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "P5,P4", "--json", str(out), "--plain"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "| id | metric | pcgroups |" in proc.stdout
     doc = json.loads(out.read_text())
@@ -45,8 +51,14 @@ def test_quick_bench_writes_the_json_shape(tmp_path):
 
 def test_unknown_scenario_is_a_usage_error(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P99", "--json", str(tmp_path / "x.json")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "P99", "--json", str(tmp_path / "x.json")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert "unknown scenario" in proc.stderr
 
@@ -55,14 +67,26 @@ def test_p8_times_each_start_up_path_in_a_fresh_process(tmp_path):
     """P8 runs every command it times (static ls must list the scenario's group) and reports their ratios."""
     out = tmp_path / "p8.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "P8", "--json", str(out), "--plain"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "P8", "--json", str(out), "--plain"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (scenario,) = json.loads(out.read_text())["scenarios"]
     assert scenario["error"] is None
     medians = scenario["details"]["median_s"]
-    assert set(medians) == {"python -c pass", "floor", "cg --version", "cg --help", "cg --fisk-introspect",
-                            "cg static ls"}
+    assert set(medians) == {
+        "python -c pass",
+        "floor",
+        "cg --version",
+        "cg --help",
+        "cg --fisk-introspect",
+        "cg static ls",
+    }
     assert all(len(v) == 8 for v in scenario["details"]["samples_s"].values())
     rows = {r["metric"].split(",")[0]: r for r in scenario["rows"]}
     assert rows["cg --version"]["met"] in (True, False) and rows["cg static ls STREAM (local server)"]["target"]
@@ -72,8 +96,14 @@ def test_p9_drains_the_same_messages_through_both_groups(tmp_path):
     """P9 runs an aggregate group and a one-stream group over the same messages to the last ack."""
     out = tmp_path / "p9.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "P9", "--json", str(out),
-                           "--plain"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "P9", "--json", str(out), "--plain"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (scenario,) = json.loads(out.read_text())["scenarios"]
     assert scenario["error"] is None
@@ -93,8 +123,9 @@ async def test_p7_elastic_side_acks_the_backlog_through_cg_elastic_consume(nats_
     api = JetStreamApi(nc)
     await p7.backlog(nc, uniq, "elastic", 400)
     side = p7.Side("elastic", env=p7.ASYNCIO)
-    _, cpu, server_cpu, span = await p7.one_round(nats_server.url, nc, api, side, uniq, "g", 0.0, 200, ["m1", "m2"],
-                                                  server_pid=nats_server.proc.pid)
+    _, cpu, server_cpu, span = await p7.one_round(
+        nats_server.url, nc, api, side, uniq, "g", 0.0, 200, ["m1", "m2"], server_pid=nats_server.proc.pid
+    )
     assert span is not None and span > 0 and cpu >= 0 and server_cpu is not None
     with pytest.raises(NotFoundError):
         await api.stream_info(f"{uniq}-g")

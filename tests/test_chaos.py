@@ -13,7 +13,7 @@ from pcgroups.consume._session import pinned_ttl
 from .chaos import ACK_WAIT, SIZES, Result, percentile, run_scenario, table
 
 TTL = pinned_ttl(ACK_WAIT)
-pytestmark = pytest.mark.slow   # run by ./scripts/test like every test; -m "not slow" leaves them out
+pytestmark = pytest.mark.slow  # run by ./scripts/test like every test; -m "not slow" leaves them out
 
 
 def _check_common(r: Result) -> None:
@@ -53,7 +53,7 @@ async def test_sigstop_longer_than_pinned_ttl_then_sigcont(name):
     assert r.extra["paused_inflight_acked"] == 0
     assert r.extra["other_overlaps"] == 0, r.examples
     assert r.overlaps == 0 or r.extra["paused_inflight_calls"] >= 1
-    assert r.order_violations == 0, r.examples   # a larger window too: the take-over hands out in stream order
+    assert r.order_violations == 0, r.examples  # a larger window too: the take-over hands out in stream order
     assert max(r.takeover) < 3 * TTL, r.takeover
 
 
@@ -65,7 +65,7 @@ async def test_nats_server_restart_mid_run():
     for r in rows:
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-        assert r.extra["reconnects"] >= 3   # every instance reconnected
+        assert r.extra["reconnects"] >= 3  # every instance reconnected
         assert max(r.takeover) < 10, r.takeover
 
 
@@ -84,7 +84,7 @@ async def test_step_down_storm():
     for r in rows:
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-        assert r.extra["pins"] >= 2                   # the pin did move between instances
+        assert r.extra["pins"] >= 2  # the pin did move between instances
         assert max(r.takeover) < 3 * TTL, r.takeover  # a step-down moves the pin at once (p99 0.1 s)
 
 
@@ -96,7 +96,7 @@ async def test_handler_slower_than_ack_wait():
     for r in rows.values():
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-        assert r.redelivered == 0   # no handler call for a message twice
+        assert r.redelivered == 0  # no handler call for a message twice
     assert rows["slow-in-progress"].extra["server_redeliveries"] == 0
     assert rows["slow-auto-progress"].extra["server_redeliveries"] == 0
     # without +WPI the server redelivers while the handler runs; the copy is dropped once the original is acked
@@ -125,7 +125,7 @@ async def test_slow_link_keeps_the_pin():
     [r] = await _run("slow-link")
     _check_common(r)
     assert r.extra["pin_moves"] == 0 and r.extra["superseded_calls"] == 0
-    assert min(r.extra["calls_on_slow_link"]) > 0   # it went on handling m1's messages over the slow link
+    assert min(r.extra["calls_on_slow_link"]) > 0  # it went on handling m1's messages over the slow link
     assert r.overlaps == 0 and r.order_violations == 0 and r.redelivered == 0
 
 
@@ -135,7 +135,7 @@ async def test_connections_closed_every_few_seconds():
     for r in rows:
         _check_common(r)
         assert r.overlaps == 0 and r.order_violations == 0
-        assert r.extra["reconnects"] >= 3 * r.runs   # every instance reconnected after every close
+        assert r.extra["reconnects"] >= 3 * r.runs  # every instance reconnected after every close
         assert max(r.takeover) < 3 * TTL, r.takeover
 
 
@@ -190,7 +190,7 @@ async def test_the_dispatchers_standby_takes_over_with_the_same_workers(flavour)
     _check_common(r)
     assert r.overlaps == 0 and r.order_violations == 0, r.examples
     assert r.extra["worker_names"] == ["w0", "w1", "w2"]
-    assert max(r.takeover) < 3 * TTL + 3.0, r.takeover   # PinnedTTL, then the dead one's calls and AckWait
+    assert max(r.takeover) < 3 * TTL + 3.0, r.takeover  # PinnedTTL, then the dead one's calls and AckWait
 
 
 @pytest.mark.timeout(90)
@@ -224,8 +224,15 @@ async def test_a_frozen_worker_does_not_ack_what_ran_elsewhere():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", ["pool-sigstop-dispatcher-key-static", "pool-sigstop-dispatcher-key-elastic",
-                                  "pool-sigstop-dispatcher-burst-static", "pool-sigstop-dispatcher-burst-elastic"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pool-sigstop-dispatcher-key-static",
+        "pool-sigstop-dispatcher-key-elastic",
+        "pool-sigstop-dispatcher-burst-static",
+        "pool-sigstop-dispatcher-burst-elastic",
+    ],
+)
 async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(name):
     """SIGSTOP of the pinned dispatching instance for longer than PinnedTTL (one key, or mid-burst): the standby
     adopts the calls the workers run, the resumed one offers nothing again: no message acked twice, no key on two

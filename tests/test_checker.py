@@ -14,11 +14,11 @@ def clean_run() -> Recorder:
     """Two partitions, two instances of one member with a failover at t=10, and a second member."""
     rec = Recorder()
     t = 0.0
-    for key in range(10):                   # partition 0, instance a, then b after a failover
+    for key in range(10):  # partition 0, instance a, then b after a failover
         inst = "a" if key < 5 else "b"
         rec.record("m1", inst, 0, key, t, t + 0.5)
         t += 1.0
-    for key in range(10, 20):               # partition 1, member m2, interleaved in time with p0
+    for key in range(10, 20):  # partition 1, member m2, interleaved in time with p0
         rec.record("m2", "c", 1, key, (key - 10) * 1.0, (key - 10) * 1.0 + 0.9)
     return rec
 
@@ -27,8 +27,15 @@ def test_a_clean_run_passes():
     report = clean_run().check(range(20), redelivery_bound=0)
     assert isinstance(report, Report)
     assert report.ok and report.failures == [] and report.examples == []
-    assert (report.calls, report.processed, report.lost, report.redelivered, report.overlaps,
-            report.order_violations, report.partitions) == (20, 20, 0, 0, 0, 0, 2)
+    assert (
+        report.calls,
+        report.processed,
+        report.lost,
+        report.redelivered,
+        report.overlaps,
+        report.order_violations,
+        report.partitions,
+    ) == (20, 20, 0, 0, 0, 0, 2)
     assert report.by_instance == {"a": 5, "b": 5, "c": 10}
 
 
@@ -48,7 +55,7 @@ def test_a_nak_or_error_is_not_a_success():
 
 def test_overlap_across_instances_is_detected():
     rec = clean_run()
-    rec.record("m1", "x", 0, 99, 3.2, 3.4)   # inside a's call of key 3 (3.0..3.5)
+    rec.record("m1", "x", 0, 99, 3.2, 3.4)  # inside a's call of key 3 (3.0..3.5)
     report = rec.check()
     assert report.overlaps == 1 and not report.ok
     [v] = [v for v in report.examples if v.kind == "overlap"]
@@ -85,7 +92,7 @@ def test_adjacent_calls_do_not_overlap():
 
 def test_order_violation_is_detected():
     rec = Recorder()
-    for key, (s, e) in zip([1, 3, 2, 4], [(0, 1), (1, 2), (2, 3), (3, 4)]):
+    for key, (s, e) in zip([1, 3, 2, 4], [(0, 1), (1, 2), (2, 3), (3, 4)], strict=False):
         rec.record("m", "a", 0, key, s, e)
     report = rec.check([1, 2, 3, 4])
     assert report.order_violations == 1 and report.lost == 0 and not report.ok
@@ -95,10 +102,10 @@ def test_order_violation_is_detected():
 
 def test_order_is_per_partition_and_a_redelivery_before_later_messages_is_fine():
     rec = Recorder()
-    rec.record("m", "a", 0, 1, 0, 1, outcome="nak")   # failed, redelivered before 2
+    rec.record("m", "a", 0, 1, 0, 1, outcome="nak")  # failed, redelivered before 2
     rec.record("m", "a", 0, 1, 1, 2)
     rec.record("m", "a", 0, 2, 2, 3)
-    rec.record("m", "a", 1, 0, 2.5, 2.6)              # a lower key on another partition
+    rec.record("m", "a", 1, 0, 2.5, 2.6)  # a lower key on another partition
     report = rec.check([0, 1, 2], redelivery_bound=1)
     assert report.ok and report.redelivered == 1 and report.duplicates == 0
 
@@ -106,15 +113,15 @@ def test_order_is_per_partition_and_a_redelivery_before_later_messages_is_fine()
 def test_a_success_after_a_later_message_on_redelivery_is_an_order_violation():
     rec = Recorder()
     rec.record("m", "a", 0, 1, 0, 1, outcome="nak")
-    rec.record("m", "a", 0, 2, 1, 2)                  # 2 succeeded while 1 was still unacked
+    rec.record("m", "a", 0, 2, 1, 2)  # 2 succeeded while 1 was still unacked
     rec.record("m", "a", 0, 1, 2, 3)
     assert rec.check([1, 2]).order_violations == 1
 
 
 def test_redeliveries_over_the_bound_fail_and_duplicates_are_counted():
     rec = clean_run()
-    rec.record("m1", "b", 0, 9, 20.0, 20.5)           # 9 processed twice
-    rec.record("m1", "b", 0, 9, 21.0, 21.5)           # and three times
+    rec.record("m1", "b", 0, 9, 20.0, 20.5)  # 9 processed twice
+    rec.record("m1", "b", 0, 9, 21.0, 21.5)  # and three times
     within = rec.check(range(20), redelivery_bound=2)
     assert within.ok and within.redelivered == 2 and within.duplicates == 1
     over = rec.check(range(20), redelivery_bound=1)
@@ -127,7 +134,7 @@ def test_redeliveries_over_the_bound_fail_and_duplicates_are_counted():
 
 def test_examples_are_capped():
     rec = Recorder()
-    for key in range(50, 0, -1):   # every success after a higher one
+    for key in range(50, 0, -1):  # every success after a higher one
         rec.record("m", "a", 0, key, 50 - key, 50 - key + 0.5)
     report = rec.check(examples=3)
     assert report.order_violations == 49 and len(report.examples) == 3
@@ -138,7 +145,7 @@ def test_feed_pairs_start_and_end_lines_from_other_processes():
     lines = [
         event_line("start", member="m1", instance="p1", partition=0, key="k1", order=1, seq=11, t=1.0),
         event_line("start", member="m2", instance="p2", partition=1, key="k2", order=2, seq=12, t=1.1),
-        "consuming...",                          # not an event: ignored
+        "consuming...",  # not an event: ignored
         json.dumps({"ev": "ready"}),
         event_line("end", member="m2", instance="p2", partition=1, key="k2", order=2, seq=12, t=1.3),
         event_line("end", member="m1", instance="p1", partition=0, key="k1", order=1, seq=11, outcome="ack", t=1.5),
@@ -147,7 +154,10 @@ def test_feed_pairs_start_and_end_lines_from_other_processes():
     for line in lines:
         rec.feed(line)
     assert [(c.key, c.start, c.end, c.outcome) for c in rec.calls] == [
-        ("k1", 1.0, 1.5, "ack"), ("k2", 1.1, 1.3, "ack"), ("k3", 2.0, None, None)]
+        ("k1", 1.0, 1.5, "ack"),
+        ("k2", 1.1, 1.3, "ack"),
+        ("k3", 2.0, None, None),
+    ]
     assert rec.calls[0].order == 1 and rec.calls[0].seq == 11
     rec.close_instance("p1", t=2.5)
     report = rec.check(["k1", "k2", "k3"])

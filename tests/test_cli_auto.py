@@ -10,9 +10,8 @@ import signal
 import time
 
 from pcgroups.elastic._membership import list_leases
-
-from tests.helpers.support import wait_for
 from tests.helpers.cli import assert_cli_error, kv_value, make_stream, message_lines, procs, run_cg
+from tests.helpers.support import wait_for
 
 BUCKET = "elastic-consumer-groups"
 
@@ -28,25 +27,30 @@ async def test_sticky_add_and_drop_write_mappings_moving_the_fewest_partitions(n
     (await run_cg("elastic", "add", s, "g", "a", "b", url=url)).ok()  # balanced: a 0,1  b 2,3
 
     r = (await run_cg("elastic", "add", s, "g", "c", "--sticky", url=url)).ok()
-    assert r.lines == ["added members: [a b c]",
-                       "member mapping: [{Member:a Partitions:[0 1]} {Member:b Partitions:[2]} "
-                       "{Member:c Partitions:[3]}]"]
+    assert r.lines == [
+        "added members: [a b c]",
+        "member mapping: [{Member:a Partitions:[0 1]} {Member:b Partitions:[2]} {Member:c Partitions:[3]}]",
+    ]
     cfg = await _config(js, s, "g")
     assert "members" not in cfg  # the membership is now the mappings: Go members read them as they are
-    assert cfg["member_mappings"] == [{"member": "a", "partitions": [0, 1]}, {"member": "b", "partitions": [2]},
-                                      {"member": "c", "partitions": [3]}]
+    assert cfg["member_mappings"] == [
+        {"member": "a", "partitions": [0, 1]},
+        {"member": "b", "partitions": [2]},
+        {"member": "c", "partitions": [3]},
+    ]
 
     r = (await run_cg("elastic", "drop", s, "g", "a", "--sticky", url=url)).ok()
     # only a's partitions move; b and c keep theirs
-    assert r.lines == ["dropped members: [b c]",
-                       "member mapping: [{Member:b Partitions:[0 2]} {Member:c Partitions:[1 3]}]"]
+    assert r.lines == [
+        "dropped members: [b c]",
+        "member mapping: [{Member:b Partitions:[0 2]} {Member:c Partitions:[1 3]}]",
+    ]
 
     # a plain add on a mapped group says what to use instead, and changes nothing
     before = await kv_value(js, BUCKET, f"{s}.g")
     assert_cli_error(await run_cg("elastic", "add", s, "g", "x", url=url), "--sticky")
     # more members than partitions can't all own one: refused, nothing written
-    assert_cli_error(await run_cg("elastic", "add", s, "g", "x", "y", "z", "--sticky", url=url),
-                     "at most 4 members")
+    assert_cli_error(await run_cg("elastic", "add", s, "g", "x", "y", "z", "--sticky", url=url), "at most 4 members")
     assert await kv_value(js, BUCKET, f"{s}.g") == before
 
 
@@ -55,26 +59,33 @@ async def test_consume_needs_a_member_unless_auto_and_a_sane_lease_ttl(nats_serv
     await make_stream(js, s)
     (await run_cg("elastic", "create", s, "g", "2", "--filter", f"{s}.*", url=url)).ok()
     assert_cli_error(await run_cg("elastic", "consume", s, "g", url=url), "--auto")
-    assert_cli_error(await run_cg("elastic", "consume", s, "g", "--auto", "--lease-ttl", "500ms", url=url),
-                     "at least 1s")
-    assert_cli_error(await run_cg("elastic", "consume", s, "g", "--auto", "--lease-ttl", "soon", url=url),
-                     "--lease-ttl")
-    assert_cli_error(await run_cg("elastic", "consume", s, "nope", "--auto", url=url),
-                     f"elastic consumer group nope on stream {s} not found")
+    assert_cli_error(
+        await run_cg("elastic", "consume", s, "g", "--auto", "--lease-ttl", "500ms", url=url), "at least 1s"
+    )
+    assert_cli_error(
+        await run_cg("elastic", "consume", s, "g", "--auto", "--lease-ttl", "soon", url=url), "--lease-ttl"
+    )
+    assert_cli_error(
+        await run_cg("elastic", "consume", s, "nope", "--auto", url=url),
+        f"elastic consumer group nope on stream {s} not found",
+    )
 
 
 async def test_three_auto_instances_spread_the_partitions_and_a_killed_one_moves_within_the_lease_ttl(
-        nats_server, js, uniq):
+    nats_server, js, uniq
+):
     """The new user's first try, through cg: `cg elastic consume foo cg --auto` three times."""
     url, s, ttl = nats_server.url, uniq, 2.0
     await make_stream(js, s)
     (await run_cg("elastic", "create", s, "cg", "6", "--filter", f"{s}.*", url=url)).ok()
     async with procs() as start:
-        ps = [await start("elastic", "consume", s, "cg", "--auto", "--lease-ttl", "2s", "--sleep", "1ms", url=url)
-              for _ in range(3)]
+        ps = [
+            await start("elastic", "consume", s, "cg", "--auto", "--lease-ttl", "2s", "--sleep", "1ms", url=url)
+            for _ in range(3)
+        ]
         for p in ps:
             await p.wait_text("consuming...\n", timeout=20)
-        assert all(p.out == "consuming...\n" for p in ps)   # a pipe: stdout keeps the reference's lines
+        assert all(p.out == "consuming...\n" for p in ps)  # a pipe: stdout keeps the reference's lines
         owners: dict[str, list[int]] = {}
 
         async def spread() -> bool:
@@ -96,7 +107,7 @@ async def test_three_auto_instances_spread_the_partitions_and_a_killed_one_moves
         for i in range(60):
             await js.publish(f"{s}.{i}", b"x")
         await wait_for(lambda: sum(p.out.count("acked\n") for p in ps) >= 60, timeout=20, what="60 acked")
-        names = [message_lines(p.out)[0]["member"] for p in ps]   # each instance's member, by its messages
+        names = [message_lines(p.out)[0]["member"] for p in ps]  # each instance's member, by its messages
         assert sorted(names) == sorted(owners)
 
         victim, survivors = ps[0], ps[1:]
@@ -124,7 +135,6 @@ async def test_three_auto_instances_spread_the_partitions_and_a_killed_one_moves
     acked = {int(m["seq"]) for p in ps for m in message_lines(p.out) if m["end"] == "acked"}
     assert acked == set(range(1, 121)), sorted(set(range(1, 121)) - acked)
     print(f"kill -> mappings changed {moved_after:.2f}s, all 120 acked {flowing_after:.2f}s after the kill")
-
 
 
 async def test_auto_refuses_a_group_managed_by_hand_and_writes_nothing(nats_server, nc, js, uniq):
@@ -162,8 +172,7 @@ async def test_auto_refuses_a_group_managed_by_hand_and_writes_nothing(nats_serv
         r = await p.wait(timeout=15)
     assert r.code == 0 and r.out == "consuming...\n", r
     # the joined line is a status line (stderr in a pipe); its own leave is not "dropped"
-    joined = re.search(r"^\[(auto-[0-9a-f]{8})\] joined the group \(automatic membership, lease TTL 5s\)$",
-                       r.err, re.M)
+    joined = re.search(r"^\[(auto-[0-9a-f]{8})\] joined the group \(automatic membership, lease TTL 5s\)$", r.err, re.M)
     assert joined, r.err
     assert "dropped" not in r.err and "keeps running" not in r.err, r.err
 
@@ -187,7 +196,7 @@ async def test_a_named_auto_member_whose_leases_expired_joins_again(nats_server,
         p.kill()
         await p.wait(timeout=10)
         await wait_for(no_leases, timeout=10, what="w1's lease expired")
-        assert await owned()   # nobody left to rewrite it: w1 is still mapped, without a lease
+        assert await owned()  # nobody left to rewrite it: w1 is still mapped, without a lease
         again = await start("elastic", "consume", s, "g", "w1", "--auto", "--lease-ttl", "1s", url=url)
         await again.wait_text("consuming...\n", timeout=20)
         await wait_for(lambda: list_leases(nc, s, "g"), timeout=10, what="the new lease")
@@ -216,7 +225,7 @@ async def test_ctrl_c_on_an_auto_instance_with_the_server_down_ends_at_once(fres
             await wait_for(mapped, timeout=10, what="the instance's member in the group")
             await nc.close()
             fresh_server.stop()
-            await asyncio.sleep(1.5)   # the instance's requests are under way and can only time out
+            await asyncio.sleep(1.5)  # the instance's requests are under way and can only time out
             p.signal(signal.SIGINT)
             stopped = time.monotonic()
             r = await p.wait(timeout=15)
@@ -225,7 +234,7 @@ async def test_ctrl_c_on_an_auto_instance_with_the_server_down_ends_at_once(fres
         await nc.close()
     print(f"Ctrl-C with the server down: exit after {took:.2f}s\n{r.err}")
     assert r.code == 0, r.err
-    assert took < 5.0, (took, r.err.splitlines())   # it took 10.4 s, a request timeout and more, before
+    assert took < 5.0, (took, r.err.splitlines())  # it took 10.4 s, a request timeout and more, before
     # status lines and cg's notes only: no Go log lines, no "dropped" for its own leave
     assert all(line.startswith(("[", "cg: warning: ")) for line in r.err.splitlines()), r.err
     assert "dropped" not in r.err, r.err

@@ -14,13 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import (SCRIPTS, acg, assert_cli_error, cg, cg_argv, cg_env, closed_port_url, kv_value,
-                               make_stream, partition_transform)
+from tests.helpers.cli import (
+    SCRIPTS,
+    acg,
+    assert_cli_error,
+    cg,
+    cg_argv,
+    cg_env,
+    closed_port_url,
+    kv_value,
+    make_stream,
+    partition_transform,
+)
 from tests.helpers.fisk_sim import all_nats_argvs, check_fisk_model, nats_argv
 from tests.helpers.support import wait_for
-
-
-
 
 
 def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
@@ -33,8 +40,7 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert p.stdout.endswith(b"}\n") and p.stdout.count(b"\n") == 1
     model = json.loads(p.stdout)
     check_fisk_model(model)
-    assert (model["name"], model["help"], model["version"]) == ("cg", "Partitioned Consumer Group CLI tool",
-                                                                 "0.1.0")
+    assert (model["name"], model["help"], model["version"]) == ("cg", "Partitioned Consumer Group CLI tool", "0.1.0")
     assert time.monotonic() - start < 10
     from cg.app import ALIASES
 
@@ -51,24 +57,45 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
     assert {"context", "server", "creds", "timeout", "js-domain", "tlsfirst", "no-context"} <= roots
     assert all("short" not in f for f in model["flags"])
     assert {f["name"] for f in find("static", "consume")["flags"]} == {
-        "sleep", "concurrency", "key-header", "key-tokens", "max-ack-pending", "metrics-listen", "dispatch",
-        "otel"}
+        "sleep",
+        "concurrency",
+        "key-header",
+        "key-tokens",
+        "max-ack-pending",
+        "metrics-listen",
+        "dispatch",
+        "otel",
+    }
     assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {
-        "filter", "wildcards", "source", "partition-stream", "start", "source-domain", "source-api",
-        "max-buffered-msgs", "max-buffered-bytes"}
+        "filter",
+        "wildcards",
+        "source",
+        "partition-stream",
+        "start",
+        "source-domain",
+        "source-api",
+        "max-buffered-msgs",
+        "max-buffered-bytes",
+    }
     assert find("elastic", "add-source")["args"][0]["place_holder"] == "STREAM GROUP SOURCE"
 
 
 def test_help_and_version_need_no_server():
     url = closed_port_url()
-    for args in (["--help"], ["-h"], ["static", "--help"], ["static", "create", "balanced", "-h"],
-                 ["elastic", "consume", "--help"], ["elastic", "create", "-h"]):
+    for args in (
+        ["--help"],
+        ["-h"],
+        ["static", "--help"],
+        ["static", "create", "balanced", "-h"],
+        ["elastic", "consume", "--help"],
+        ["elastic", "create", "-h"],
+    ):
         r = cg(*args, url=url, timeout=20).ok()
         assert "Usage" in r.out and r.err == "", args
     listed = cg("--help", url=url).ok().out.split("Commands:", 1)[1].split()
-    assert {"demo", "static", "elastic", "metrics", "tools"} <= set(listed)   # the README uses `cg tools`
+    assert {"demo", "static", "elastic", "metrics", "tools"} <= set(listed)  # the README uses `cg tools`
     assert cg("--version", url=url).ok().out == "0.1.0\n"
 
 
@@ -94,11 +121,14 @@ async def test_nats_plugin_argvs_reach_the_right_commands(nats_server, js, uniq,
         out.append(nats_argv(model, path, positionals, flags, globals_, rng=rng))
         return out
 
-    for argv in argvs(["static", "create", "balanced"], [uniq, "grp", "4", "m2", "m1"],
-                      {"filter": [f"{uniq}.*"]}, {"server": url}):
+    for argv in argvs(
+        ["static", "create", "balanced"], [uniq, "grp", "4", "m2", "m1"], {"filter": [f"{uniq}.*"]}, {"server": url}
+    ):
         (await acg(*argv, env=cg_env())).ok()
-    assert await kv_value(js, "static-consumer-groups", f"{uniq}.grp") == \
-        f'{{"max_members":4,"filters":["{uniq}.*"],"members":["m2","m1"]}}'.encode()
+    assert (
+        await kv_value(js, "static-consumer-groups", f"{uniq}.grp")
+        == f'{{"max_members":4,"filters":["{uniq}.*"],"members":["m2","m1"]}}'.encode()
+    )
 
     for argv in argvs(["static", "list"], [uniq], None, {"context": "plugtest"}):
         r = (await acg(*argv, env=env)).ok()
@@ -107,26 +137,46 @@ async def test_nats_plugin_argvs_reach_the_right_commands(nats_server, js, uniq,
         r = (await acg(*argv, env=env)).ok()
         assert json.loads(r.out)["member"] == "m1" and json.loads(r.out)["in_membership"] is True
 
-    for argv in argvs(["elastic", "create"], [uniq, "eg", "3"],
-                      {"filter": [f"{uniq}.*"], "wildcards": ["1"], "max-buffered-msgs": "-1"},
-                      {"server": url, "timeout": "10s"}):
+    for argv in argvs(
+        ["elastic", "create"],
+        [uniq, "eg", "3"],
+        {"filter": [f"{uniq}.*"], "wildcards": ["1"], "max-buffered-msgs": "-1"},
+        {"server": url, "timeout": "10s"},
+    ):
         (await acg(*argv, env=cg_env())).ok()
-    assert await kv_value(js, "elastic-consumer-groups", f"{uniq}.eg") == (
-        f'{{"max_members":3,"partitioning_filters":[{{"filter":"{uniq}.*","partitioning_wildcards":[1]}}],'
-        f'"max_buffered_msg":-1}}').encode()
-    r = (await acg(*nats_argv(model, ["elastic", "add"], [uniq, "eg", "b", "a"], None,
-                              {"context": "plugtest"}, rng=rng), env=env)).ok()
+    assert (
+        await kv_value(js, "elastic-consumer-groups", f"{uniq}.eg")
+        == (
+            f'{{"max_members":3,"partitioning_filters":[{{"filter":"{uniq}.*","partitioning_wildcards":[1]}}],'
+            f'"max_buffered_msg":-1}}'
+        ).encode()
+    )
+    r = (
+        await acg(
+            *nats_argv(model, ["elastic", "add"], [uniq, "eg", "b", "a"], None, {"context": "plugtest"}, rng=rng),
+            env=env,
+        )
+    ).ok()
     assert r.out == "added members: [b a]\n"
-    r = (await acg(*nats_argv(model, ["elastic", "memberinfo"], [uniq, "eg", "a"], None,
-                              {"context": "plugtest"}, rng=rng), env=env)).ok()
+    r = (
+        await acg(
+            *nats_argv(model, ["elastic", "memberinfo"], [uniq, "eg", "a"], None, {"context": "plugtest"}, rng=rng),
+            env=env,
+        )
+    ).ok()
     assert r.lines[0] == "member a is part of the consumer group membership"
 
-    r = await acg(*nats_argv(model, ["static", "rm"], [uniq, "grp"], {"force": True},
-                             {"server": url}, rng=rng), env=cg_env())
+    r = await acg(
+        *nats_argv(model, ["static", "rm"], [uniq, "grp"], {"force": True}, {"server": url}, rng=rng), env=cg_env()
+    )
     r.ok()
     assert await kv_value(js, "static-consumer-groups", f"{uniq}.grp") is None
-    r = await acg(*nats_argv(model, ["elastic", "rm"], [uniq, "eg"], {"force": True},
-                             {"server": url, "no-context": True}, rng=rng), env=cg_env())
+    r = await acg(
+        *nats_argv(
+            model, ["elastic", "rm"], [uniq, "eg"], {"force": True}, {"server": url, "no-context": True}, rng=rng
+        ),
+        env=cg_env(),
+    )
     r.ok()
 
 
@@ -176,8 +226,7 @@ async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, u
         (["static", "consume", s, "sg", "m1", "--sleep", "xx"], "invalid --sleep"),
         (["static", "consume", s, "sg", "m9"], "m9 is not a member of static consumer group sg (members: "),
         (["elastic", "create", s, "g", "2", "--filter", "a.b"], "at least one * wildcard"),
-        (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "1", "--wildcards", "2"],
-         "--wildcards"),
+        (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "1", "--wildcards", "2"], "--wildcards"),
         (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "x"], "can't parse partition x"),
         (["elastic", "create", s, "g", "2", "--filter", "a.*", "--wildcards", "2"], "wildcard"),
         (["elastic", "create-mapping", s, "eg", "m1:0,1,2"], "partition"),
@@ -195,7 +244,7 @@ async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, u
             return await acg(*args, url=url)
 
     results = await asyncio.gather(*(one(args) for args, _ in table))
-    for (args, fragment), r in zip(table, results):
+    for (args, fragment), r in zip(table, results, strict=False):
         try:
             assert_cli_error(r, fragment)
             assert r.out == "", r.out
@@ -211,8 +260,10 @@ async def test_stream_setup_and_traffic_scripts(nats_server, js, uniq):
     assert p.returncode == 0, p.stderr
     info = await js.stream_info(uniq)
     assert info.config.subjects == [f"{uniq}.*"]
-    assert (info.config.subject_transform.src, info.config.subject_transform.dest) == \
-        (f"{uniq}.*", f"{{{{partition(10,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")
+    assert (info.config.subject_transform.src, info.config.subject_transform.dest) == (
+        f"{uniq}.*",
+        f"{{{{partition(10,1)}}}}.{uniq}.{{{{wildcard(1)}}}}",
+    )
     assert run(str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq).returncode == 0  # idempotent
 
     p = run(str(SCRIPTS / "elastic_stream_setup.sh"), "--stream", uniq + "e")
@@ -231,8 +282,13 @@ async def test_stream_setup_and_traffic_scripts(nats_server, js, uniq):
     assert rest == f"{uniq}.0" and 0 <= int(token) < 10
 
     # by default it runs until Ctrl-C, then reports and exits 0
-    proc = subprocess.Popen([str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         await wait_for(lambda: _stream_messages(js, uniq, 160), timeout=15, what="traffic")
         proc.send_signal(signal.SIGINT)
@@ -253,13 +309,28 @@ def test_go_formatting_helpers():
     from cg.output import go_duration, go_list, go_mappings
     from pcgroups.config import MemberMapping
 
-    cases = {0: "0s", 0.02: "20ms", 0.0255: "25.5ms", 1: "1s", 1.5: "1.5s", 90: "1m30s", 60: "1m0s",
-             3600: "1h0m0s", 5400.25: "1h30m0.25s", 1.5e-6: "1.5µs", 1e-9: "1ns", 0.000999: "999µs", -2: "-2s"}
+    cases = {
+        0: "0s",
+        0.02: "20ms",
+        0.0255: "25.5ms",
+        1: "1s",
+        1.5: "1.5s",
+        90: "1m30s",
+        60: "1m0s",
+        3600: "1h0m0s",
+        5400.25: "1h30m0.25s",
+        1.5e-6: "1.5µs",
+        1e-9: "1ns",
+        0.000999: "999µs",
+        -2: "-2s",
+    }
     for seconds, text in cases.items():
         assert go_duration(seconds) == text, seconds
     assert go_list([]) == "[]" and go_list(["a", "b"]) == "[a b]" and go_list([0, 1]) == "[0 1]"
-    assert go_mappings([MemberMapping("m1", [0, 1]), MemberMapping("m2", [])]) == \
-        "[{Member:m1 Partitions:[0 1]} {Member:m2 Partitions:[]}]"
+    assert (
+        go_mappings([MemberMapping("m1", [0, 1]), MemberMapping("m2", [])])
+        == "[{Member:m1 Partitions:[0 1]} {Member:m2 Partitions:[]}]"
+    )
 
 
 def test_filter_and_wildcard_pairing():
@@ -267,7 +338,10 @@ def test_filter_and_wildcard_pairing():
     from pcgroups.config import PartitioningFilter as PF
 
     assert partitioning_filters(["a.*.*", "b.*", "c.>"], ["2,1"]) == [
-        PF("a.*.*", [2, 1]), PF("b.*", [1]), PF("c.>", [])]
+        PF("a.*.*", [2, 1]),
+        PF("b.*", [1]),
+        PF("c.>", []),
+    ]
     assert partitioning_filters(["a.*.*"], ["2 1"]) == [PF("a.*.*", [2, 1])]
     assert partitioning_filters(["a.*.*"], [""]) == [PF("a.*.*", [])]  # explicit: hash the whole subject
     with pytest.raises(CLIError, match="pairs with one --filter"):

@@ -17,11 +17,12 @@ import time
 
 import pytest
 
-from tests.helpers.cli import (acg, assert_cli_error, cg_env, make_stream, partition_transform, procs,
-                                   run_cg)
+from tests.helpers.cli import acg, assert_cli_error, cg_env, make_stream, partition_transform, procs, run_cg
 
-LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=(?P<pin>\S*)\. "
-                  r"(?P<what>Processing for \S+ \.\.\.|acked)$")
+LINE = re.compile(
+    r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=(?P<pin>\S*)\. "
+    r"(?P<what>Processing for \S+ \.\.\.|acked)$"
+)
 
 
 def events(out: str) -> list[tuple[str, int, str]]:
@@ -63,17 +64,29 @@ async def test_static_key_header_runs_keys_at_once_each_in_order(nats_server, js
     await make_stream(js, uniq, transform=partition_transform(uniq))
     (await run_cg("static", "create", "balanced", uniq, "g", "10", "m1", url=url)).ok()
     key_of = {}
-    for i in range(12):   # the same subject, so the same partition: only the header tells them apart
+    for i in range(12):  # the same subject, so the same partition: only the header tells them apart
         ack = await js.publish(f"{uniq}.7", str(i).encode(), headers={"Order": f"o{i % 4}"})
         key_of[ack.seq] = f"o{i % 4}"
     async with procs() as start:
-        p = await start("static", "consume", uniq, "g", "m1", "--concurrency", "4", "--key-header", "Order",
-                        "--sleep", "300ms", url=url)
+        p = await start(
+            "static",
+            "consume",
+            uniq,
+            "g",
+            "m1",
+            "--concurrency",
+            "4",
+            "--key-header",
+            "Order",
+            "--sleep",
+            "300ms",
+            url=url,
+        )
         await p.wait_output(lambda o: o.count("acked\n") == 12, timeout=20, what="12 acked lines")
     assert check_keyed(p.out, key_of) == 4
     assert {subject for _, _, subject in events(p.out)} == {f"{uniq}.7"}
     info = await js.consumer_info(uniq, "g-m1")
-    assert info.config.max_ack_pending == 16384 and info.num_ack_pending == 0   # fair by default
+    assert info.config.max_ack_pending == 16384 and info.num_ack_pending == 0  # fair by default
 
 
 async def test_static_default_key_is_the_subject(nats_server, js, uniq):
@@ -108,8 +121,22 @@ async def test_elastic_key_tokens_group_by_the_tokens_given(nats_server, js, uni
         ack = await js.publish(f"{uniq}.acme.o{i % 2}", b"x")
         key_of[ack.seq] = f"o{i % 2}"
     async with procs() as start:
-        p = await start("elastic", "consume", uniq, "g", "m1", "--concurrency", "4", "--key-tokens", "3",
-                        "--max-ack-pending", "8", "--sleep", "300ms", url=url)
+        p = await start(
+            "elastic",
+            "consume",
+            uniq,
+            "g",
+            "m1",
+            "--concurrency",
+            "4",
+            "--key-tokens",
+            "3",
+            "--max-ack-pending",
+            "8",
+            "--sleep",
+            "300ms",
+            url=url,
+        )
         await p.wait_output(lambda o: o.count("acked\n") == 8, timeout=20, what="8 acked lines")
     assert check_keyed(p.out, key_of) == 2
 
@@ -130,8 +157,10 @@ async def test_key_tokens_past_the_groups_subjects_are_warned_once(nats_server, 
     if warned is None:
         assert warnings == [], r.err
     else:
-        assert warnings == [f"cg: warning: --key-tokens {warned}: the group's subjects ({uniq}.*.*) have at most 3 "
-                            f"tokens, so the key has nothing from {'that position' if ',' not in warned else 'those positions'}"], r.err
+        assert warnings == [
+            f"cg: warning: --key-tokens {warned}: the group's subjects ({uniq}.*.*) have at most 3 "
+            f"tokens, so the key has nothing from {'that position' if ',' not in warned else 'those positions'}"
+        ], r.err
 
 
 @pytest.mark.parametrize("kind", ["static", "elastic"])
@@ -140,10 +169,10 @@ async def test_key_tokens_past_the_streams_subjects_are_warned_without_filters(n
     subject has (static: as the stream's transform writes them, the partition token stripped)."""
     url = nats_server.url
     if kind == "static":
-        await make_stream(js, uniq, transform=partition_transform(uniq, 2))       # <p>.<uniq>.<token>
+        await make_stream(js, uniq, transform=partition_transform(uniq, 2))  # <p>.<uniq>.<token>
         (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
     else:
-        await make_stream(js, uniq)                                               # <uniq>.*
+        await make_stream(js, uniq)  # <uniq>.*
         (await run_cg("elastic", "create", uniq, "g", "2", url=url)).ok()
         (await run_cg("elastic", "add", uniq, "g", "m1", url=url)).ok()
     for tokens, warned in (("2", False), ("5", True)):
@@ -154,8 +183,14 @@ async def test_key_tokens_past_the_streams_subjects_are_warned_without_filters(n
             r = await p.wait(15)
         assert r.code == 0, r.err
         warnings = [line for line in r.err.splitlines() if line.startswith("cg: warning:")]
-        assert warnings == ([f"cg: warning: --key-tokens 5: the group's subjects ({uniq}.*) have at most 2 tokens, "
-                             "so the key has nothing from that position"] if warned else []), r.err
+        assert warnings == (
+            [
+                f"cg: warning: --key-tokens 5: the group's subjects ({uniq}.*) have at most 2 tokens, "
+                "so the key has nothing from that position"
+            ]
+            if warned
+            else []
+        ), r.err
 
 
 async def test_elastic_default_key_is_the_partitioning_tokens(nats_server, js, uniq):
@@ -183,8 +218,22 @@ async def test_elastic_auto_takes_the_concurrency_too(nats_server, js, uniq):
         ack = await js.publish(f"{uniq}.k{i % 4}", b"x")
         key_of[ack.seq] = f"k{i % 4}"
     async with procs() as start:
-        p = await start("elastic", "consume", uniq, "g", "--auto", "--create", "1", "--filter", f"{uniq}.*",
-                        "--concurrency", "4", "--sleep", "300ms", url=url)
+        p = await start(
+            "elastic",
+            "consume",
+            uniq,
+            "g",
+            "--auto",
+            "--create",
+            "1",
+            "--filter",
+            f"{uniq}.*",
+            "--concurrency",
+            "4",
+            "--sleep",
+            "300ms",
+            url=url,
+        )
         await p.wait_output(lambda o: o.count("acked\n") == 8, timeout=20, what="8 acked lines")
     assert check_keyed(p.out, key_of) == 4
 
@@ -202,11 +251,11 @@ async def test_sigterm_waits_for_every_handler_in_flight(nats_server, js, uniq):
         p.signal(signal.SIGTERM)
         res = await p.wait(timeout=15)
     assert res.code == 0, res.err
-    assert time.monotonic() - t0 >= 0.5   # it waited for the handlers (1.5 s each, started just before)
+    assert time.monotonic() - t0 >= 0.5  # it waited for the handlers (1.5 s each, started just before)
     ends = [seq for what, seq, _ in events(res.out) if what == "end"]
     starts = [seq for what, seq, _ in events(res.out) if what == "start"]
     assert sorted(starts) == sorted(ends) == [1, 2, 3, 4], res.out
-    assert (await js.stream_info(f"{uniq}-g")).state.messages == 4   # the other four wait for the next instance
+    assert (await js.stream_info(f"{uniq}-g")).state.messages == 4  # the other four wait for the next instance
 
 
 async def test_a_first_ctrl_c_says_at_once_that_it_stops_after_the_message_in_flight(nats_server, js, uniq):
@@ -221,7 +270,7 @@ async def test_a_first_ctrl_c_says_at_once_that_it_stops_after_the_message_in_fl
         await p.wait_text("Processing for 10s ... ", timeout=20)
         p.signal(signal.SIGINT)
         said = ""
-        deadline = time.monotonic() + 1.0   # well before the stop's 2 s
+        deadline = time.monotonic() + 1.0  # well before the stop's 2 s
         while "cg: stopping" not in said and time.monotonic() < deadline:
             said += (await asyncio.wait_for(p.proc.stderr.readline(), deadline - time.monotonic())).decode()
         assert said.endswith("cg: stopping after the message in flight (at most 2s; Ctrl-C again: now)\n"), said
@@ -236,12 +285,16 @@ BAD = [
     (["--concurrency", "1001"], "invalid --concurrency 1001: must be between 1 and 1000"),
     (["--concurrency", "99999999999999999999"], "invalid --concurrency 99999999999999999999: must be between 1"),
     (["--concurrency", "two"], "invalid --concurrency: 'two' is not a whole number"),
-    (["--concurrency", "4", "--key-header", "K", "--key-tokens", "1"],
-     "--key-header and --key-tokens can't be combined"),
+    (
+        ["--concurrency", "4", "--key-header", "K", "--key-tokens", "1"],
+        "--key-header and --key-tokens can't be combined",
+    ),
     (["--key-header", "K"], "--key-header needs --concurrency greater than 1"),
     (["--key-tokens", "1"], "--key-tokens needs --concurrency greater than 1"),
-    (["--concurrency", "4", "--key-tokens", "0,2"], "invalid --key-tokens '0,2': give subject token positions "
-                                                    "counted from 1"),
+    (
+        ["--concurrency", "4", "--key-tokens", "0,2"],
+        "invalid --key-tokens '0,2': give subject token positions counted from 1",
+    ),
     (["--concurrency", "4", "--key-tokens", "a"], "invalid --key-tokens 'a'"),
     (["--concurrency", "4", "--key-header", "Order Id"], "invalid --key-header 'Order Id': give a header name"),
     (["--concurrency", "4", "--max-ack-pending", "3"], "--max-ack-pending 3 is less than --concurrency 4"),
@@ -267,7 +320,7 @@ async def test_bad_combinations_are_one_line_and_create_nothing(nats_server, js,
     assert_cli_error(r, "--max-ack-pending 1 is less than --concurrency 2")  # the real executable too
     stream = uniq if flavour == "static" else f"{uniq}-g"
     names = [c.name for c in await js.consumers_info(stream)]
-    assert names == [], names   # nothing was created
+    assert names == [], names  # nothing was created
 
 
 async def test_consume_at_a_closed_port_says_so_and_waits_until_ctrl_c():
@@ -278,8 +331,18 @@ async def test_consume_at_a_closed_port_says_so_and_waits_until_ctrl_c():
     from tests.helpers.cli import closed_port_url
 
     async with procs() as start:
-        p = await start("static", "consume", "s", "g", "m1", "--max-ack-pending", "4", "--timeout", "1s",
-                        env=cg_env(closed_port_url()))
+        p = await start(
+            "static",
+            "consume",
+            "s",
+            "g",
+            "m1",
+            "--max-ack-pending",
+            "4",
+            "--timeout",
+            "1s",
+            env=cg_env(closed_port_url()),
+        )
         first = (await asyncio.wait_for(p.proc.stderr.readline(), 20)).decode()
         p.signal(signal.SIGINT)
         r = await p.wait(10)

@@ -28,8 +28,8 @@ async def test_a_short_demo_runs_every_phase_and_passes():
     assert result.exit_code == 0, out
     assert "PASS: every check passed" in out
     assert took < 25, f"the 12 s demo took {took:.1f}s"
-    assert result.elapsed <= 12 + 1, result.elapsed               # --duration is the longest it runs
-    assert not [line for line in out.splitlines() if line.endswith(" ")], out     # no padding into a log
+    assert result.elapsed <= 12 + 1, result.elapsed  # --duration is the longest it runs
+    assert not [line for line in out.splitlines() if line.endswith(" ")], out  # no padding into a log
     for flavour in ("static", "elastic"):
         report = result.reports[flavour]
         assert report.ok and report.lost == 0 and report.overlaps == 0 and report.order_violations == 0
@@ -41,7 +41,7 @@ async def test_a_short_demo_runs_every_phase_and_passes():
     kill_static, kill_elastic = result.takeovers[:2]
     assert kill_static.by.startswith("m1-") and kill_static.by != kill_static.victim
     assert kill_elastic.by.startswith("e2-") and kill_elastic.by != kill_elastic.victim
-    assert kill_static.after < 4 and kill_elastic.after < 4       # about PinnedTTL (1 s here)
+    assert kill_static.after < 4 and kill_elastic.after < 4  # about PinnedTTL (1 s here)
     # every partition that moved, not only the added member's: e1 e2 -> e1 e2 e3 -> e2 e3 over 6 partitions
     add, drop = result.takeovers[2:]
     assert [(m.partition, m.src, m.dst) for m in add.moves] == [(2, "e1", "e2"), (4, "e2", "e3"), (5, "e2", "e3")]
@@ -82,8 +82,13 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_ctrl_c_stops_every_process_it_started():
     code = "import typer; from cg.demo.command import demo_command; typer.run(demo_command)"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--duration", "30s"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--duration", "30s"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         deadline = time.monotonic() + 20
@@ -96,7 +101,7 @@ def test_ctrl_c_stops_every_process_it_started():
                 break
         assert any("publishing" in line for line in lines), "".join(lines)
         children = _children(proc.pid)
-        assert len(children) >= 8, children          # nats-server and 7 instances
+        assert len(children) >= 8, children  # nats-server and 7 instances
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=20)
         assert proc.returncode == 130, (rest, err)
@@ -116,8 +121,14 @@ def test_ctrl_c_through_cg_says_interrupted_once_and_exits_130():
     """Through the ``cg`` entry point: the demo's own line and nothing more (no ``cg: error``), status 130."""
     from tests.helpers.cli import cg_argv, cg_env
 
-    proc = subprocess.Popen(cg_argv("demo", "--duration", "30s"), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=cg_env())
+    proc = subprocess.Popen(
+        cg_argv("demo", "--duration", "30s"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cg_env(),
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -11,13 +11,21 @@ import signal
 
 import pytest
 
+from tests.helpers.cli import (
+    acg,
+    assert_cli_error,
+    cg_argv,
+    cg_env,
+    kv_value,
+    make_stream,
+    message_lines,
+    procs,
+    run_cg,
+)
 from tests.helpers.support import WIRE_VECTORS
-from tests.helpers.cli import (acg, assert_cli_error, cg_argv, cg_env, kv_value, make_stream,
-                                   message_lines, procs, run_cg)
 
 BUCKET = "elastic-consumer-groups"
-PROMPT = ("WARNING: this operation will cause all existing consumer members to terminate consuming "
-          "are you sure? (y/n): ")
+PROMPT = "WARNING: this operation will cause all existing consumer members to terminate consuming are you sure? (y/n): "
 
 
 @pytest.fixture
@@ -52,9 +60,10 @@ async def test_wire_vectors(nats_server, js, stream):
         assert r.out == "", args
         assert await kv_value(js, BUCKET, f"{stream}.{group}") == _rename(v["kv"], stream).encode(), args
         info = await js.stream_info(f"{stream}-{group}")
-        sources = [{"name": s.name, "subject_transforms": [{"src": t.src, "dest": t.dest}
-                                                           for t in s.subject_transforms or []]}
-                   for s in info.config.sources]
+        sources = [
+            {"name": s.name, "subject_transforms": [{"src": t.src, "dest": t.dest} for t in s.subject_transforms or []]}
+            for s in info.config.sources
+        ]
         expected = json.loads(_rename(json.dumps(v["stream_sources"]), stream))
         for s in expected:
             s["name"] = stream
@@ -67,20 +76,38 @@ async def test_wire_vectors(nats_server, js, stream):
     assert_cli_error(r, "can not be updated")
     r = (await run_cg("elastic", "ls", stream, url=url)).ok()
     assert r.out.startswith("elastic consumer groups: [")
-    assert sorted(r.out.strip()[len("elastic consumer groups: ["):-1].split()) == ["e1", "e2", "e3"]
+    assert sorted(r.out.strip()[len("elastic consumer groups: [") : -1].split()) == ["e1", "e2", "e3"]
 
 
 async def test_info_membership_and_mapping_lines(nats_server, js, stream):
     url = nats_server.url
     s = stream
-    (await run_cg("elastic", "create", s, "g", "6", "--filter", f"{s}.a.*.*", "--wildcards", "2 1",
-                  "--filter", f"{s}.b.*", "--max-buffered-msgs", "100", url=url)).ok()
+    (
+        await run_cg(
+            "elastic",
+            "create",
+            s,
+            "g",
+            "6",
+            "--filter",
+            f"{s}.a.*.*",
+            "--wildcards",
+            "2 1",
+            "--filter",
+            f"{s}.b.*",
+            "--max-buffered-msgs",
+            "100",
+            url=url,
+        )
+    ).ok()
     r = (await run_cg("elastic", "info", s, "g", url=url)).ok()
-    assert r.lines == ["config: max members=6, max buffered msgs=100, max buffered bytes=0",
-                       f"filter={s}.a.*.*, partitioning wildcards [2 1]",
-                       f"filter={s}.b.*, partitioning wildcards [1]",
-                       "no members or mappings defined",
-                       "currently active members: []"]
+    assert r.lines == [
+        "config: max members=6, max buffered msgs=100, max buffered bytes=0",
+        f"filter={s}.a.*.*, partitioning wildcards [2 1]",
+        f"filter={s}.b.*, partitioning wildcards [1]",
+        "no members or mappings defined",
+        "currently active members: []",
+    ]
     r = (await run_cg("elastic", "add", s, "g", "b", "a", url=url)).ok()
     assert r.out == "added members: [b a]\n"
     r = (await run_cg("elastic", "add", s, "g", "c", "a", url=url)).ok()
@@ -90,18 +117,24 @@ async def test_info_membership_and_mapping_lines(nats_server, js, stream):
     r = (await run_cg("elastic", "info", s, "g", url=url)).ok()
     assert r.lines[3:] == ["members: [b c]", "currently active members: []"]
     r = (await run_cg("elastic", "member-info", s, "g", "b", url=url)).ok()
-    assert r.lines == ["member b is part of the consumer group membership",
-                       "***Warning*** member b is part of the consumer group membership but has NO active instance"]
+    assert r.lines == [
+        "member b is part of the consumer group membership",
+        "***Warning*** member b is part of the consumer group membership but has NO active instance",
+    ]
     r = (await run_cg("elastic", "minfo", s, "g", "a", url=url)).ok()
     assert r.lines == ["member a is not currently part of the consumer group membership"]
 
     for alias in ("create-mapping", "cm", "createmapping"):
         r = (await run_cg("elastic", alias, s, "g", "m1:0,1,2", "m2:3,4,5", url=url)).ok()
         assert r.out == "member mapping: [{Member:m1 Partitions:[0 1 2]} {Member:m2 Partitions:[3 4 5]}]\n"
-    assert await kv_value(js, BUCKET, f"{s}.g") == (
-        f'{{"max_members":6,"partitioning_filters":[{{"filter":"{s}.a.*.*","partitioning_wildcards":[2,1]}},'
-        f'{{"filter":"{s}.b.*","partitioning_wildcards":[1]}}],"max_buffered_msg":100,'
-        '"member_mappings":[{"member":"m1","partitions":[0,1,2]},{"member":"m2","partitions":[3,4,5]}]}').encode()
+    assert (
+        await kv_value(js, BUCKET, f"{s}.g")
+        == (
+            f'{{"max_members":6,"partitioning_filters":[{{"filter":"{s}.a.*.*","partitioning_wildcards":[2,1]}},'
+            f'{{"filter":"{s}.b.*","partitioning_wildcards":[1]}}],"max_buffered_msg":100,'
+            '"member_mappings":[{"member":"m1","partitions":[0,1,2]},{"member":"m2","partitions":[3,4,5]}]}'
+        ).encode()
+    )
     r = (await run_cg("elastic", "info", s, "g", url=url)).ok()
     assert r.lines[3] == "Member mappings: [{Member:m1 Partitions:[0 1 2]} {Member:m2 Partitions:[3 4 5]}]"
     r = (await run_cg("elastic", "info", s, "g", "--json", url=url)).ok()
@@ -116,9 +149,12 @@ async def test_info_membership_and_mapping_lines(nats_server, js, stream):
 
     (await run_cg("elastic", "create", s, "w", "3", url=url)).ok()  # no --filter, no terminal
     r = (await run_cg("elastic", "info", s, "w", url=url)).ok()
-    assert r.lines == ["config: max members=3, max buffered msgs=0, max buffered bytes=0",
-                       "no partitioning filters defined (whole subject used)",
-                       "no members or mappings defined", "currently active members: []"]
+    assert r.lines == [
+        "config: max members=3, max buffered msgs=0, max buffered bytes=0",
+        "no partitioning filters defined (whole subject used)",
+        "no members or mappings defined",
+        "currently active members: []",
+    ]
 
 
 async def test_delete_confirmation(nats_server, js, stream):
@@ -144,8 +180,12 @@ async def test_interactive_create_on_a_terminal(nats_server, js, stream):
     """With no --filter and stdin a terminal, cg asks for filters and indexes as the reference does."""
     master, slave = pty.openpty()
     proc = await asyncio.create_subprocess_exec(
-        *cg_argv("elastic", "create", stream, "i", "4"), stdin=slave, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cg_env(nats_server.url))
+        *cg_argv("elastic", "create", stream, "i", "4"),
+        stdin=slave,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=cg_env(nats_server.url),
+    )
     os.close(slave)
     out = b""
 
@@ -174,9 +214,12 @@ async def test_interactive_create_on_a_terminal(nats_server, js, stream):
     err = (await proc.stderr.read()).decode()
     assert code == 0, err
     assert b"can't parse partition x" in out
-    assert await kv_value(js, BUCKET, f"{stream}.i") == (
-        f'{{"max_members":4,"partitioning_filters":[{{"filter":"{stream}.*","partitioning_wildcards":[1]}}]}}'
-    ).encode()
+    assert (
+        await kv_value(js, BUCKET, f"{stream}.i")
+        == (
+            f'{{"max_members":4,"partitioning_filters":[{{"filter":"{stream}.*","partitioning_wildcards":[1]}}]}}'
+        ).encode()
+    )
     assert "whole subject" not in err
 
 
@@ -184,8 +227,12 @@ async def test_interactive_create_with_no_filter_says_the_whole_subject_is_the_k
     """An empty first answer at the filter prompt creates a whole-subject group, and cg says so."""
     master, slave = pty.openpty()
     proc = await asyncio.create_subprocess_exec(
-        *cg_argv("elastic", "create", stream, "w", "10"), stdin=slave, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cg_env(nats_server.url))
+        *cg_argv("elastic", "create", stream, "w", "10"),
+        stdin=slave,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=cg_env(nats_server.url),
+    )
     os.close(slave)
     try:
         out = b""
@@ -201,9 +248,11 @@ async def test_interactive_create_with_no_filter_says_the_whole_subject_is_the_k
             await proc.wait()
         os.close(master)
     assert proc.returncode == 0, err
-    assert out + rest == b"filter (empty when done): "                    # stdout: the reference's prompt only
-    assert err.decode() == (f"created elastic consumer group w on stream {stream} with no partitioning filter: "
-                            "the whole subject is the key\n")
+    assert out + rest == b"filter (empty when done): "  # stdout: the reference's prompt only
+    assert err.decode() == (
+        f"created elastic consumer group w on stream {stream} with no partitioning filter: "
+        "the whole subject is the key\n"
+    )
     stored = json.loads(await kv_value(js, BUCKET, f"{stream}.w"))
     assert stored["max_members"] == 10 and not stored.get("partitioning_filters"), stored
 

@@ -10,16 +10,18 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import signal
 
 import pytest
 
-from tests.helpers.cli import (MSG_LINE, cg_env, make_stream, message_lines, partition_transform, procs,
-                                   run_cg)
+from tests.helpers.cli import MSG_LINE, cg_env, make_stream, message_lines, partition_transform, procs, run_cg
 
-STATUS = re.compile(r"^\[m\d\] (pinned|standby|lost the pin|not a member|added|partitions now|dropped|"
-                    r"disconnected|reconnected)\b")
+STATUS = re.compile(
+    r"^\[m\d\] (pinned|standby|lost the pin|not a member|added|partitions now|dropped|"
+    r"disconnected|reconnected)\b"
+)
 
 
 def statuses(text: str) -> list[str]:
@@ -41,7 +43,7 @@ async def test_two_instances_of_a_member_say_pinned_and_standby_and_swap_on_step
         await a.wait_text("consuming...\n")
         b = await start("static", "consume", uniq, "g", "m1", env=env)
         await b.wait_text("consuming...\n")
-        await js.publish(f"{uniq}.first", b"x")            # the server gives the pin with a message
+        await js.publish(f"{uniq}.first", b"x")  # the server gives the pin with a message
         await a.wait_output(lambda o: "acked" in o + b.out, what="the first message handled")
         pinned, standby = (a, b) if message_lines(a.out) else (b, a)
         await pinned.wait_text("[m1] pinned: partitions 0-1\n")
@@ -67,7 +69,7 @@ async def test_two_instances_of_a_member_say_pinned_and_standby_and_swap_on_step
     assert old[-1] == "[m1] standby: another instance of m1 holds the pin"
     assert new[0] == "[m1] standby: another instance of m1 holds the pin" and new[-1] == "[m1] pinned: partitions 0-1"
     for said in (old, new):
-        assert all(x != y for x, y in zip(said, said[1:])), said   # once per change
+        assert all(x != y for x, y in itertools.pairwise(said)), said  # once per change
         assert all(len(line) <= 80 for line in said)
 
 
@@ -87,10 +89,14 @@ async def test_status_lines_never_split_a_message_line(nats_server, js, uniq, wh
             for i in range(8):
                 await js.publish(f"{uniq}.k{round_}{i}", b"x")
             await p.wait_output(lambda o: "Processing" in o.rsplit("\n", 1)[-1], what="a message line open")
-            change = (("add", uniq, "g", "m2"), ("drop", uniq, "g", "m2"), ("step-down", uniq, "g", "m1"),
-                      ("add", uniq, "g", "m3"))[round_]
+            change = (
+                ("add", uniq, "g", "m2"),
+                ("drop", uniq, "g", "m2"),
+                ("step-down", uniq, "g", "m1"),
+                ("add", uniq, "g", "m3"),
+            )[round_]
             (await run_cg("elastic", *change, url=url)).ok()
-        (await run_cg("elastic", "drop", uniq, "g", "m3", url=url)).ok()    # m1 owns every partition again
+        (await run_cg("elastic", "drop", uniq, "g", "m3", url=url)).ok()  # m1 owns every partition again
         await p.wait_output(lambda o: o.count("acked\n") == 32, timeout=30, what="32 acked")
         p.signal(signal.SIGINT)
         res = await p.wait(timeout=15)
@@ -100,10 +106,10 @@ async def test_status_lines_never_split_a_message_line(nats_server, js, uniq, wh
     said = statuses(res.out) if where == "terminal" else statuses(res.err)
     assert len(message_lines(res.out)) == 32 and all(m["end"] == "acked" for m in message_lines(res.out))
     if where == "pipe":
-        assert lines == reference                           # the reference's lines only, each whole
+        assert lines == reference  # the reference's lines only, each whole
         assert statuses(res.out) == []
     else:
-        assert sorted(lines) == sorted(reference + said)    # nothing else, nothing cut
+        assert sorted(lines) == sorted(reference + said)  # nothing else, nothing cut
     assert "[m1] pinned: partitions 0-3" in said
     assert "[m1] partitions now 0-1" in said and "[m1] partitions now 0-3" in said
 
@@ -115,16 +121,19 @@ def test_the_printer_holds_status_lines_until_the_message_line_ends(capsys):
     for on_stdout in (True, False):
         p = Printer(status_on_stdout=on_stdout)
         p.expect_header(["consuming..."])
-        p.status("[m1] not a member of the group yet")       # before consuming...: waits for it
+        p.status("[m1] not a member of the group yet")  # before consuming...: waits for it
         p.announce()
         p.ready()
         p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... ")
         p.status("[m1] partitions now 0-1")
-        p.line("consuming...")                                 # a reference line waits as well
+        p.line("consuming...")  # a reference line waits as well
         out, err = capsys.readouterr()
         early = ["[m1] not a member of the group yet"]
-        assert out == "\n".join(["consuming...", *(early if on_stdout else [])]) + \
-            "\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... "
+        assert (
+            out
+            == "\n".join(["consuming...", *(early if on_stdout else [])])
+            + "\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1s ... "
+        )
         p.end("acked")
         out2, err2 = capsys.readouterr()
         if on_stdout:
@@ -156,8 +165,8 @@ def test_consuming_comes_before_a_message_handled_before_the_ready_check_ended(c
 
     p = Printer(status_on_stdout=False)
     p.expect_header(["consuming..."])
-    p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... ")   # a long handler, started at once
-    p.announce()                                                            # the ready check ends meanwhile
+    p.begin("[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... ")  # a long handler, started at once
+    p.announce()  # the ready check ends meanwhile
     assert capsys.readouterr().out == "consuming...\n[m1] subject=a, seq=1, pinnedID=x. Processing for 1m0s ... "
 
 
@@ -182,7 +191,7 @@ async def test_a_plain_and_a_concurrent_instance_of_a_member_say_standby_and_los
         b = await start("elastic", "consume", uniq, "g", "m2", env=env)
         await b.wait_text("[m2] standby: another instance of m2 holds the pin\n", timeout=15)
         holder, other = a, b
-        for swap in range(2):    # a step-down hands the pin over (should it come back, step down again)
+        for swap in range(2):  # a step-down hands the pin over (should it come back, step down again)
             for attempt in range(6):
                 (await run_cg("elastic", "step-down", uniq, "g", "m2", url=url)).ok()
                 await js.publish(f"{uniq}.s{swap}{attempt}", b"x")
@@ -201,7 +210,8 @@ async def test_a_plain_and_a_concurrent_instance_of_a_member_say_standby_and_los
     # the plain one works by the consumer the concurrent one made, and says so once, as it starts
     assert [line for line in done[1].err.splitlines() if "warning" in line] == [
         "cg: warning: member m2's consumer: max_ack_pending 16384, this instance asked 1: this instance uses the "
-        "consumer as another instance of m2 made it (the member's instances share it; stop them all to change it)"]
+        "consumer as another instance of m2 made it (the member's instances share it; stop them all to change it)"
+    ]
     assert "warning" not in done[0].err
 
 
@@ -211,7 +221,7 @@ async def test_pinned_comes_before_the_first_message_line_in_a_terminal(nats_ser
     url = nats_server.url
     await make_stream(js, uniq)
     env = cg_env(url, CG_PRETTY="1", COLUMNS="80")
-    for start_ in range(4):   # a group each: a stopped instance's pin outlives it for a PinnedTTL
+    for start_ in range(4):  # a group each: a stopped instance's pin outlives it for a PinnedTTL
         group = f"g{start_}"
         (await run_cg("elastic", "create", uniq, group, "2", "--filter", f"{uniq}.*", url=url)).ok()
         (await run_cg("elastic", "add", uniq, group, "m1", url=url)).ok()
@@ -239,8 +249,7 @@ async def test_not_a_member_fits_80_columns_with_the_command_whole(nats_server, 
         p.signal(signal.SIGINT)
         res = await p.wait(timeout=15)
     assert res.code == 0, res.err
-    assert "[m1] not a member of the group yet: waiting to be added\n" \
-           f"    (cg elastic add {uniq} g m1)\n" in res.out
+    assert f"[m1] not a member of the group yet: waiting to be added\n    (cg elastic add {uniq} g m1)\n" in res.out
     assert all(len(line) <= 80 for line in res.out.splitlines()), res.out
 
 
@@ -248,9 +257,13 @@ def test_status_lines_wrap_around_a_command_and_only_split_one_wider_than_a_line
     from cg.consume import wrap_status
 
     said = wrap_status("[m1] not a member of the group yet: waiting to be added (cg elastic add bar cg m1)", 79)
-    assert said.splitlines() == ["[m1] not a member of the group yet: waiting to be added",
-                                 "    (cg elastic add bar cg m1)"]
-    long = "[m1] not a member of the group yet: waiting to be added (cg elastic add " + "s" * 40 + " " + "g" * 30 + " m1)"
+    assert said.splitlines() == [
+        "[m1] not a member of the group yet: waiting to be added",
+        "    (cg elastic add bar cg m1)",
+    ]
+    long = (
+        "[m1] not a member of the group yet: waiting to be added (cg elastic add " + "s" * 40 + " " + "g" * 30 + " m1)"
+    )
     assert all(len(line) <= 79 for line in wrap_status(long, 79).splitlines())
     assert wrap_status("[m1] pinned: partitions 0-3", 79) == "[m1] pinned: partitions 0-3"
 
@@ -269,8 +282,11 @@ async def test_a_call_frozen_past_its_pin_says_superseded_not_acked(nats_server,
         a.signal(signal.SIGSTOP)
         try:
             b = await start("static", "--sleep", "1s", "consume", uniq, "g", "m1", url=url)
-            await b.wait_output(lambda o: any(m["end"] == "acked" for m in message_lines(o)), timeout=30,
-                                what="the standby took over and handled the message")
+            await b.wait_output(
+                lambda o: any(m["end"] == "acked" for m in message_lines(o)),
+                timeout=30,
+                what="the standby took over and handled the message",
+            )
         finally:
             a.signal(signal.SIGCONT)
         await a.wait_output(lambda o: "Processing for 1s ... superseded" in o, what="the frozen call's end")
@@ -309,6 +325,8 @@ async def test_consume_started_while_the_server_is_down_says_so_once_and_waits(f
         r = await p.wait(10)
     assert r.code == 0
     said = (err.decode() + r.err).splitlines()
-    assert said[0] == (f"cg: warning: can't connect to {url}: connection refused; trying again every 2s until "
-                       "it answers (Ctrl-C to stop)"), said
+    assert said[0] == (
+        f"cg: warning: can't connect to {url}: connection refused; trying again every 2s until "
+        "it answers (Ctrl-C to stop)"
+    ), said
     assert not [line for line in said[1:] if "can't connect" in line or "error" in line], said

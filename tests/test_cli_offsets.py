@@ -11,7 +11,6 @@ import time
 import pytest
 
 from pcgroups import JetStreamApi
-from tests.helpers.support import wait_for
 from tests.helpers.cli import (
     assert_cli_error,
     make_stream,
@@ -20,6 +19,7 @@ from tests.helpers.cli import (
     procs,
     run_cg,
 )
+from tests.helpers.support import wait_for
 
 
 async def _publish(js, stream: str, n: int, start: int = 0) -> None:
@@ -62,7 +62,7 @@ async def test_static_reset_plans_then_replays_under_a_running_consume(nats_serv
         assert "done" in r.err
         await p.wait_output(lambda o: o.count("acked\n") == 16, what="8 replayed")
         seqs = [int(m["seq"]) for m in message_lines(p.out)]
-        assert seqs == list(range(1, 9)) * 2   # every message once more, in order
+        assert seqs == list(range(1, 9)) * 2  # every message once more, in order
         await _publish(js, stream, 1, start=8)
         await p.wait_output(lambda o: o.count("acked\n") == 17, what="the next new message")
         assert [int(m["seq"]) for m in message_lines(p.out)][-1] == 9
@@ -72,8 +72,7 @@ async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
     url, stream = nats_server.url, uniq
     await make_stream(js, stream)
     await _publish(js, stream, 6)
-    (await run_cg("elastic", "create", stream, "c", "2", "--filter", f"{stream}.*", "--wildcards", "1",
-                  url=url)).ok()
+    (await run_cg("elastic", "create", stream, "c", "2", "--filter", f"{stream}.*", "--wildcards", "1", url=url)).ok()
     (await run_cg("elastic", "add", stream, "c", "m1", url=url)).ok()
     api = JetStreamApi(nc)
 
@@ -91,7 +90,7 @@ async def test_elastic_reset_skip_and_replay(nats_server, nc, js, uniq):
     await _publish(js, stream, 1, start=6)
     await wait_for(lambda: _is(queued(), 1), 10, what="the new one sourced")
     r = (await run_cg("elastic", "reset", stream, "c", "--to-latest", url=url)).ok()
-    assert "would purge 1 queued message\n" in r.err, r.err   # one message: singular
+    assert "would purge 1 queued message\n" in r.err, r.err  # one message: singular
     r = (await run_cg("elastic", "reset", stream, "c", "--to-seq", "7", url=url)).ok()
     assert r.lines[0].endswith(": 1 message") and "would purge 1 queued message," in r.err, (r.lines, r.err)
     async with procs() as start:
@@ -109,19 +108,29 @@ async def test_reset_bad_input_is_one_line(nats_server, js, uniq):
     await make_stream(js, stream, transform=partition_transform(stream, 2))
     (await run_cg("static", "create", "balanced", stream, "c", "2", "m1", "m2", url=url)).ok()
     assert_cli_error(await run_cg("static", "reset", stream, "c", url=url), "no position given")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
-                     "--to-earliest and --to-seq given together")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--to-seq", "6", url=url),
-                     "--to-seq given 2 times (5, 6): give one position, once")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1m", "--by-duration", "1m",
-                                  "--execute", url=url), "--by-duration given 2 times")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-seq", "x", url=url),
-                     "invalid --to-seq: 'x' is not a whole number")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url),
-                     "m7 is not a member")
+    assert_cli_error(
+        await run_cg("static", "reset", stream, "c", "--to-earliest", "--to-seq", "3", url=url),
+        "--to-earliest and --to-seq given together",
+    )
+    assert_cli_error(
+        await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--to-seq", "6", url=url),
+        "--to-seq given 2 times (5, 6): give one position, once",
+    )
+    assert_cli_error(
+        await run_cg(
+            "static", "reset", stream, "c", "--by-duration", "1m", "--by-duration", "1m", "--execute", url=url
+        ),
+        "--by-duration given 2 times",
+    )
+    assert_cli_error(
+        await run_cg("static", "reset", stream, "c", "--to-seq", "x", url=url),
+        "invalid --to-seq: 'x' is not a whole number",
+    )
+    assert_cli_error(await run_cg("static", "reset", stream, "c", "m7", "--to-earliest", url=url), "m7 is not a member")
     assert_cli_error(await run_cg("static", "reset", stream, "c", "--to-time", "noon", url=url), "invalid --to-time")
-    assert_cli_error(await run_cg("static", "reset", stream, "c", "--by-duration", "1x", url=url),
-                     "invalid --by-duration")
+    assert_cli_error(
+        await run_cg("static", "reset", stream, "c", "--by-duration", "1x", url=url), "invalid --by-duration"
+    )
     assert_cli_error(await run_cg("static", "reset", stream, "nope", "--to-earliest", url=url))
 
 
@@ -135,10 +144,12 @@ async def test_static_reset_back_while_messages_are_flowing_loses_and_repeats_no
         p = await start("static", "consume", stream, "c", "m1", "--sleep", "30ms", url=url)
         await p.wait_output(lambda o: o.count("acked\n") >= 10, what="10 acked lines")
         (await run_cg("static", "reset", stream, "c", "--to-seq", "5", "--execute", url=url)).ok()
-        await p.wait_output(lambda o: o.count("acked\n") >= 2 and _last_seq(o) == 30 and o.count("seq=5,") == 2,
-                            what="5..30 again, the last one acked")
+        await p.wait_output(
+            lambda o: o.count("acked\n") >= 2 and _last_seq(o) == 30 and o.count("seq=5,") == 2,
+            what="5..30 again, the last one acked",
+        )
         seqs = [int(m["seq"]) for m in message_lines(p.out)]
-    k = seqs.index(5, 5)   # where the replay starts
+    k = seqs.index(5, 5)  # where the replay starts
     assert seqs[:k] == list(range(1, k + 1)) and seqs[k:] == list(range(5, 31)), seqs
 
 
@@ -156,9 +167,19 @@ def test_the_plan_table_fits_80_columns_and_keeps_every_number(kind):
         plan.sources = [SourceMove(f"ORDERS_{i}", 123456789 + i, stamp, 987654321) for i in range(3)]
         numbers = [123456789, 987654321]
     else:
-        plan.members = [MemberMove(f"member-with-a-long-name-{i}", list(range(0, 64, 2)), now=9876543210,
-                                   after=1234567890, now_time=stamp, after_time=stamp, replay=8641975320, skip=0)
-                        for i in range(3)]
+        plan.members = [
+            MemberMove(
+                f"member-with-a-long-name-{i}",
+                list(range(0, 64, 2)),
+                now=9876543210,
+                after=1234567890,
+                now_time=stamp,
+                after_time=stamp,
+                replay=8641975320,
+                skip=0,
+            )
+            for i in range(3)
+        ]
         plan.members.append(MemberMove("never", [1], exists=False, note="no consumer yet"))
         numbers = [9876543210, 1234567890, 8641975320] if kind == "static" else [0]
     buf = io.StringIO()
@@ -216,7 +237,7 @@ async def test_static_reset_under_traffic_replays_within_a_round_trip_and_says_s
     # start-up on a loaded machine. The behaviour itself is the next two assertions.
     assert gap < 4.0, f"the replay started {gap:.2f} s after --execute"
     assert "can not be acknowledged" not in p.out, p.out
-    ends = [m["end"] for m in message_lines(p.out)][:-1]   # the last one may still be running
+    ends = [m["end"] for m in message_lines(p.out)][:-1]  # the last one may still be running
     assert set(ends) <= {"acked", "superseded by a reset (not acked)"}, set(ends)
 
 
@@ -232,6 +253,6 @@ async def test_two_static_resets_in_a_row_the_second_wins_and_nothing_is_lost(na
         published = await stop_traffic()
         await p.wait_output(lambda o: _last_seq(o) == published, what="the last message published acked")
     seqs = [int(m["seq"]) for m in message_lines(p.out) if m["end"] == "acked"]
-    k = len(seqs) - 1 - seqs[::-1].index(second)   # where the second reset's replay starts
+    k = len(seqs) - 1 - seqs[::-1].index(second)  # where the second reset's replay starts
     assert seqs[k:] == list(range(second, published + 1)), seqs
     assert "can not be acknowledged" not in p.out, p.out

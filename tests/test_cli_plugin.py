@@ -7,7 +7,7 @@ built inside functions whose locals string annotations could not see.
 import io
 import json
 import random
-from typing import Annotated, Optional
+from typing import Annotated
 
 import pytest
 import typer
@@ -36,19 +36,27 @@ def make_app(calls: list):
 
     @app.callback()
     def root(
-        context: Annotated[Optional[str], typer.Option("--context", help="NATS context")] = None,
-        server: Annotated[Optional[str], typer.Option("--server", "-s", help="NATS server URLs")] = None,
-        creds: Annotated[Optional[str], typer.Option("--creds", help="credentials file")] = None,
-        timeout: Annotated[Optional[str], typer.Option("--timeout", help="connect timeout")] = None,
-        tlsfirst: Annotated[Optional[bool], typer.Option("--tlsfirst/--no-tlsfirst", help="TLS first")] = None,
+        context: Annotated[str | None, typer.Option("--context", help="NATS context")] = None,
+        server: Annotated[str | None, typer.Option("--server", "-s", help="NATS server URLs")] = None,
+        creds: Annotated[str | None, typer.Option("--creds", help="credentials file")] = None,
+        timeout: Annotated[str | None, typer.Option("--timeout", help="connect timeout")] = None,
+        tlsfirst: Annotated[bool | None, typer.Option("--tlsfirst/--no-tlsfirst", help="TLS first")] = None,
         no_context: Annotated[bool, typer.Option("--no-context", help="ignore contexts")] = False,
-        js_domain: Annotated[Optional[str], typer.Option("--js-domain", "--domain", help="JetStream domain")] = None,
-        fisk_introspect: Annotated[bool, typer.Option("--fisk-introspect", hidden=True, is_eager=True,
-                                                      callback=fisk)] = False,
+        js_domain: Annotated[str | None, typer.Option("--js-domain", "--domain", help="JetStream domain")] = None,
+        fisk_introspect: Annotated[
+            bool, typer.Option("--fisk-introspect", hidden=True, is_eager=True, callback=fisk)
+        ] = False,
     ):
         conn.clear()
-        conn.update(context=context, server=server, creds=creds, timeout=timeout, tlsfirst=tlsfirst,
-                    no_context=no_context, js_domain=js_domain)
+        conn.update(
+            context=context,
+            server=server,
+            creds=creds,
+            timeout=timeout,
+            tlsfirst=tlsfirst,
+            no_context=no_context,
+            js_domain=js_domain,
+        )
 
     @create.command("balanced", help="Create a balanced static group")
     def balanced(
@@ -59,8 +67,20 @@ def make_app(calls: list):
         filter: Annotated[list[str], typer.Option("--filter", help="subject filters")] = [],
         force: Annotated[bool, typer.Option("--force/--no-force", "-f", help="no prompt")] = False,
     ):
-        calls.append(("balanced", dict(stream=stream, name=name, max_members=max_members,
-                                       members=members, filter=filter, force=force, **conn)))
+        calls.append(
+            (
+                "balanced",
+                dict(
+                    stream=stream,
+                    name=name,
+                    max_members=max_members,
+                    members=members,
+                    filter=filter,
+                    force=force,
+                    **conn,
+                ),
+            )
+        )
 
     @static.command("ls", help="List static groups")
     def ls(stream: Annotated[str, typer.Argument(help="stream name")]):
@@ -79,16 +99,19 @@ def make_app(calls: list):
         verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="more output")] = 0,
         hush: Annotated[bool, typer.Option("--hush", "-h", help="short letter nats owns")] = False,
     ):
-        calls.append(("consume", dict(stream=stream, name=name, member=member, sleep=sleep,
-                                      verbose=verbose, hush=hush, **conn)))
+        calls.append(
+            ("consume", dict(stream=stream, name=name, member=member, sleep=sleep, verbose=verbose, hush=hush, **conn))
+        )
 
     @elastic.command("join", hidden=True)
     def join(stream: str, name: str, member: str):
         consume(stream, name, member)
 
     @elastic.command("add", help="Add members")
-    def add(stream: Annotated[str, typer.Argument(help="stream name")],
-            members: Annotated[list[str], typer.Argument(help="member names")]):
+    def add(
+        stream: Annotated[str, typer.Argument(help="stream name")],
+        members: Annotated[list[str], typer.Argument(help="member names")],
+    ):
         calls.append(("add", dict(stream=stream, members=members, **conn)))
 
     return app
@@ -133,8 +156,7 @@ def test_model_passes_the_fisk_rules(model):
 
 def test_root_declares_connection_options_by_nats_global_names_without_shorts(model):
     root = {f["name"]: f for f in model["flags"]}
-    assert set(root) == {"context", "server", "creds", "timeout", "tlsfirst", "no-context",
-                         "js-domain", "domain"}
+    assert set(root) == {"context", "server", "creds", "timeout", "tlsfirst", "no-context", "js-domain", "domain"}
     assert all("short" not in f for f in root.values())
     assert root["tlsfirst"]["boolean"] is True and root["context"]["boolean"] is False
     names = json.dumps(model)
@@ -162,32 +184,51 @@ def test_commands_aliases_and_hidden_duplicates(model):
 
 def test_leaf_flags(model):
     flags = {f["name"]: f for f in find(model, "elastic", "consume")["flags"]}
-    assert flags["sleep"] == {"name": "sleep", "help": "processing time", "default": ["20ms"],
-                              "place_holder": "DURATION", "boolean": False, "cumulative": False}
+    assert flags["sleep"] == {
+        "name": "sleep",
+        "help": "processing time",
+        "default": ["20ms"],
+        "place_holder": "DURATION",
+        "boolean": False,
+        "cumulative": False,
+    }
     assert flags["verbose"]["short"] == ord("v") and flags["verbose"]["boolean"] is True
     assert "short" not in flags["hush"]  # -h belongs to nats
     bal = {f["name"]: f for f in find(model, "static", "create", "balanced")["flags"]}
-    assert bal["force"] == {"name": "force", "help": "no prompt", "short": ord("f"),
-                            "boolean": True, "negatable": True, "cumulative": False}
+    assert bal["force"] == {
+        "name": "force",
+        "help": "no prompt",
+        "short": ord("f"),
+        "boolean": True,
+        "negatable": True,
+        "cumulative": False,
+    }
     assert bal["filter"]["cumulative"] is True and "default" not in bal["filter"]
     assert isinstance(bal["force"]["short"], int)
 
 
 def test_positional_args_are_order_safe(model):
     balanced = find(model, "static", "create", "balanced")["args"]
-    assert balanced == [{"name": "args", "required": True, "cumulative": True,
-                         "place_holder": "<stream> <name> <max-members> <members>...",
-                         "help": "<stream>: stream name; <name>: group name; "
-                                 "<max-members>: number of partitions; <members>...: member names"}]
+    assert balanced == [
+        {
+            "name": "args",
+            "required": True,
+            "cumulative": True,
+            "place_holder": "<stream> <name> <max-members> <members>...",
+            "help": "<stream>: stream name; <name>: group name; "
+            "<max-members>: number of partitions; <members>...: member names",
+        }
+    ]
     consume = find(model, "elastic", "consume")["args"]
-    assert len(consume) == 1 and consume[0]["cumulative"] and consume[0]["place_holder"] == \
-        "<stream> <name> <member>"
+    assert len(consume) == 1 and consume[0]["cumulative"] and consume[0]["place_holder"] == "<stream> <name> <member>"
     # one single arg followed by one cumulative arg is kept as is
     assert find(model, "elastic", "add")["args"] == [
         {"name": "stream", "help": "stream name", "required": True, "cumulative": False},
-        {"name": "members", "help": "member names", "required": True, "cumulative": True}]
+        {"name": "members", "help": "member names", "required": True, "cumulative": True},
+    ]
     assert find(model, "static", "ls")["args"] == [
-        {"name": "stream", "help": "stream name", "required": True, "cumulative": False}]
+        {"name": "stream", "help": "stream name", "required": True, "cumulative": False}
+    ]
 
 
 def test_print_fisk_model_writes_one_json_document(app, capsys):
@@ -221,16 +262,18 @@ def _tiny(root_opt=None, group_opt=None, leaf_opts=()):
     app.add_typer(grp, name="g")
 
     @app.callback()
-    def root(ctx: typer.Context, context: Annotated[Optional[str], typer.Option("--context", "-c")] = None):
+    def root(ctx: typer.Context, context: Annotated[str | None, typer.Option("--context", "-c")] = None):
         pass
 
     @grp.callback()
-    def group(server: Annotated[Optional[str], typer.Option(group_opt or "--gopt")] = None):
+    def group(server: Annotated[str | None, typer.Option(group_opt or "--gopt")] = None):
         pass
 
     @grp.command("leaf")
-    def leaf(a: Annotated[bool, typer.Option(*(leaf_opts[0] if leaf_opts else ("--alpha", "-a")))] = False,
-             b: Annotated[bool, typer.Option(*(leaf_opts[1] if leaf_opts else ("--beta", "-b")))] = False):
+    def leaf(
+        a: Annotated[bool, typer.Option(*(leaf_opts[0] if leaf_opts else ("--alpha", "-a")))] = False,
+        b: Annotated[bool, typer.Option(*(leaf_opts[1] if leaf_opts else ("--beta", "-b")))] = False,
+    ):
         pass
 
     return app
@@ -267,8 +310,7 @@ def test_checker_catches_what_nats_rejects(model):
     with pytest.raises(AssertionError) as e:
         check_fisk_model(bad)
     text = str(e.value)
-    for expected in ("empty help", "short must be an int", "short -h is taken",
-                     "2 non-cumulative args"):
+    for expected in ("empty help", "short must be an int", "short -h is taken", "2 non-cumulative args"):
         assert expected in text
 
 
@@ -277,23 +319,65 @@ def test_checker_catches_what_nats_rejects(model):
 
 CASES = [
     # (typed command path, positionals, leaf flags, nats globals, expected command, expected values)
-    (["static", "create", "balanced"], ["ORDERS", "grp", "4", "m1", "m2", "m3"],
-     {"filter": ["orders.*", "x.>"], "force": True}, {"context": "prod"},
-     "balanced", dict(stream="ORDERS", name="grp", max_members=4, members=["m1", "m2", "m3"],
-                      filter=["orders.*", "x.>"], force=True, context="prod")),
-    (["elastic", "join"], ["ORDERS", "grp", "m1"], {"sleep": "1s", "verbose": True},
-     {"context": "p", "server": "nats://a:1,nats://b:2", "timeout": "1m30s", "tlsfirst": True,
-      "trace": True},  # trace isn't declared by the app: lost, as with nats
-     "consume", dict(stream="ORDERS", name="grp", member="m1", sleep="1s", verbose=1,
-                     context="p", server="nats://a:1,nats://b:2", timeout="1m30s", tlsfirst=True)),
-    (["elastic", "consume"], ["S", "G", "M"], {"hush": True},
-     {"tlsfirst": False, "no-context": True, "domain": "hub"},
-     "consume", dict(stream="S", name="G", member="M", hush=True, tlsfirst=False, no_context=True,
-                     js_domain="hub", sleep="20ms")),
-    (["elastic", "add"], ["ORDERS", "m1", "m2"], {}, {"creds": "/tmp/u.creds"},
-     "add", dict(stream="ORDERS", members=["m1", "m2"], creds="/tmp/u.creds")),
-    (["static", "list"], ["ORDERS"], {}, {"js-domain": "leaf"},
-     "ls", dict(stream="ORDERS", js_domain="leaf")),
+    (
+        ["static", "create", "balanced"],
+        ["ORDERS", "grp", "4", "m1", "m2", "m3"],
+        {"filter": ["orders.*", "x.>"], "force": True},
+        {"context": "prod"},
+        "balanced",
+        dict(
+            stream="ORDERS",
+            name="grp",
+            max_members=4,
+            members=["m1", "m2", "m3"],
+            filter=["orders.*", "x.>"],
+            force=True,
+            context="prod",
+        ),
+    ),
+    (
+        ["elastic", "join"],
+        ["ORDERS", "grp", "m1"],
+        {"sleep": "1s", "verbose": True},
+        {
+            "context": "p",
+            "server": "nats://a:1,nats://b:2",
+            "timeout": "1m30s",
+            "tlsfirst": True,
+            "trace": True,
+        },  # trace isn't declared by the app: lost, as with nats
+        "consume",
+        dict(
+            stream="ORDERS",
+            name="grp",
+            member="m1",
+            sleep="1s",
+            verbose=1,
+            context="p",
+            server="nats://a:1,nats://b:2",
+            timeout="1m30s",
+            tlsfirst=True,
+        ),
+    ),
+    (
+        ["elastic", "consume"],
+        ["S", "G", "M"],
+        {"hush": True},
+        {"tlsfirst": False, "no-context": True, "domain": "hub"},
+        "consume",
+        dict(
+            stream="S", name="G", member="M", hush=True, tlsfirst=False, no_context=True, js_domain="hub", sleep="20ms"
+        ),
+    ),
+    (
+        ["elastic", "add"],
+        ["ORDERS", "m1", "m2"],
+        {},
+        {"creds": "/tmp/u.creds"},
+        "add",
+        dict(stream="ORDERS", members=["m1", "m2"], creds="/tmp/u.creds"),
+    ),
+    (["static", "list"], ["ORDERS"], {}, {"js-domain": "leaf"}, "ls", dict(stream="ORDERS", js_domain="leaf")),
 ]
 
 
@@ -314,8 +398,14 @@ def test_nats_argv_reaches_the_right_command_in_order(app, model, calls, case):
 
 
 def test_the_argv_really_has_nats_shape(model):
-    argv = nats_argv(model, ["elastic", "join"], ["ORDERS", "grp", "m1"], {"sleep": "1s"},
-                     {"context": "p", "trace": True}, rng=random.Random(1))
+    argv = nats_argv(
+        model,
+        ["elastic", "join"],
+        ["ORDERS", "grp", "m1"],
+        {"sleep": "1s"},
+        {"context": "p", "trace": True},
+        rng=random.Random(1),
+    )
     assert argv == ["elastic", "consume", "--sleep=1s", "--context=p", "ORDERS", "grp", "m1"]
     argv = nats_argv(model, ["elastic", "add"], ["S", "m1", "m2"], {}, {"server": "nats://x:1"})
     assert argv == ["elastic", "add", "S", "--server=nats://x:1", "m1", "m2"]
@@ -325,7 +415,8 @@ def test_a_naive_model_gets_its_arguments_shuffled(app, calls):
     """What the order-safe args avoid: one arg per positional, as fisk itself would declare them."""
     naive = fisk_model(app, aliases=ALIASES)
     find(naive, "elastic", "consume")["args"] = [
-        {"name": n, "required": True, "cumulative": False} for n in ("stream", "name", "member")]
+        {"name": n, "required": True, "cumulative": False} for n in ("stream", "name", "member")
+    ]
     with pytest.raises(AssertionError, match="nats shuffles"):
         check_fisk_model(naive)
     seen = set()
@@ -337,11 +428,26 @@ def test_a_naive_model_gets_its_arguments_shuffled(app, calls):
 
 
 def test_typed_by_a_user_with_options_anywhere(app, calls):
-    run(app, ["static", "create", "balanced", "-s", "nats://h:4222", "ORDERS", "grp", "2",
-              "--context", "dev", "a", "b", "-f"])
+    run(
+        app,
+        [
+            "static",
+            "create",
+            "balanced",
+            "-s",
+            "nats://h:4222",
+            "ORDERS",
+            "grp",
+            "2",
+            "--context",
+            "dev",
+            "a",
+            "b",
+            "-f",
+        ],
+    )
     got = calls[-1][1]
-    assert (got["server"], got["context"], got["members"], got["force"]) == \
-        ("nats://h:4222", "dev", ["a", "b"], True)
+    assert (got["server"], got["context"], got["members"], got["force"]) == ("nats://h:4222", "dev", ["a", "b"], True)
 
 
 # ------------------------------------------------------------------ hoist_options
@@ -360,12 +466,16 @@ def test_hoist_options_forms():
     assert hoist_options(["a", "--no-context=true"], names, flags) == ["--no-context", "a"]
     assert hoist_options(["a", "--no-context=false"], names, flags) == ["a"]
     assert hoist_options(["a", "--", "--context", "x"], names, flags) == ["a", "--", "--context", "x"]
-    assert hoist_options(["a", "--sleep=1s", "--contextual"], names, flags) == \
-        ["a", "--sleep=1s", "--contextual"]
+    assert hoist_options(["a", "--sleep=1s", "--contextual"], names, flags) == ["a", "--sleep=1s", "--contextual"]
     assert hoist_options(["a", "--context"], names, flags) == ["--context", "a"]
     assert hoist_options(["x", "context"], {"context", "s"}, {"tlsfirst"}) == ["x", "context"]
-    assert hoist_options(["x", "--context=1", "-s", "2", "--tlsfirst"], {"context", "s"},
-                         {"tlsfirst"}) == ["--context=1", "-s", "2", "--tlsfirst", "x"]
+    assert hoist_options(["x", "--context=1", "-s", "2", "--tlsfirst"], {"context", "s"}, {"tlsfirst"}) == [
+        "--context=1",
+        "-s",
+        "2",
+        "--tlsfirst",
+        "x",
+    ]
 
 
 def test_root_option_spellings(app):
@@ -381,7 +491,8 @@ def test_root_option_spellings(app):
 
 @pytest.fixture(scope="module")
 def cg_model():
-    from cg.app import ALIASES as CG_ALIASES, build
+    from cg.app import ALIASES as CG_ALIASES
+    from cg.app import build
 
     model = fisk_model(build(), name="cg", help="Partitioned Consumer Group CLI tool", aliases=CG_ALIASES)
     check_fisk_model(model)
@@ -398,18 +509,23 @@ def test_cg_consume_declares_the_concurrency_flags(cg_model, flavour):
         f = flags[name]
         assert f["help"] and not f["boolean"] and not f["cumulative"] and "short" not in f, f
     for name in ("concurrency", "key-header", "key-tokens", "max-ack-pending"):
-        assert "default" not in flags[name]   # unset unless given: the defaults depend on --concurrency, --dispatch
+        assert "default" not in flags[name]  # unset unless given: the defaults depend on --concurrency, --dispatch
     assert "counted from 1" in flags["key-tokens"]["help"]
     assert "at least K" in flags["max-ack-pending"]["help"]
 
 
 @pytest.mark.parametrize("flavour", ["static", "elastic"])
-@pytest.mark.parametrize("flags, error", [
-    ({"concurrency": "4", "key-header": "Order", "max-ack-pending": "2"},
-     "--max-ack-pending 2 is less than --concurrency 4"),
-    ({"concurrency": "3", "key-tokens": "2,1", "key-header": "Order"}, "--key-header and --key-tokens can't be"),
-    ({"key-tokens": "2"}, "--key-tokens needs --concurrency greater than 1"),
-])
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (
+            {"concurrency": "4", "key-header": "Order", "max-ack-pending": "2"},
+            "--max-ack-pending 2 is less than --concurrency 4",
+        ),
+        ({"concurrency": "3", "key-tokens": "2,1", "key-header": "Order"}, "--key-header and --key-tokens can't be"),
+        ({"key-tokens": "2"}, "--key-tokens needs --concurrency greater than 1"),
+    ],
+)
 def test_nats_argvs_carry_the_concurrency_flags_to_cg(cg_model, flavour, flags, error):
     """Every argv nats could run for ``nats cg <flavour> join S G m1 --concurrency=...`` reaches consume's checks
     with the values given (they fail before connecting: no server needed)."""

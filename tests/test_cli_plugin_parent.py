@@ -19,14 +19,16 @@ from pathlib import Path
 import pytest
 
 from pcgroups import add_members, create_elastic
-
 from tests.helpers.cli import cg_argv, cg_env, make_stream
+
 from .helpers.support import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the harness adopts cg with PR_SET_CHILD_SUBREAPER")
 
 # The parent: starts its arguments as a child (as nats starts a plugin), writes the child's pid, waits.
-PARENT = "import subprocess, sys; p = subprocess.Popen(sys.argv[2:]); open(sys.argv[1], 'w').write(str(p.pid)); p.wait()"
+PARENT = (
+    "import subprocess, sys; p = subprocess.Popen(sys.argv[2:]); open(sys.argv[1], 'w').write(str(p.pid)); p.wait()"
+)
 
 # The harness: starts the parent in a process group of its own; when told (a line on stdin) sends SIGTERM to
 # the parent ("term": a supervisor) or SIGINT to the group ("int": Ctrl-C in a terminal), then reports cg's
@@ -57,11 +59,14 @@ print(json.dumps({"code": None}))
 """
 
 
-@pytest.mark.parametrize("parent_name,how,ends", [("nats", "term", True), ("supervisor", "term", False),
-                                                  ("nats", "int", True)],
-                         ids=["nats-sigterm", "other-parent-sigterm", "nats-ctrl-c"])
-async def test_consume_ends_cleanly_when_its_nats_parent_is_killed(nats_server, nc, js, uniq, tmp_path,
-                                                                   parent_name, how, ends):
+@pytest.mark.parametrize(
+    "parent_name,how,ends",
+    [("nats", "term", True), ("supervisor", "term", False), ("nats", "int", True)],
+    ids=["nats-sigterm", "other-parent-sigterm", "nats-ctrl-c"],
+)
+async def test_consume_ends_cleanly_when_its_nats_parent_is_killed(
+    nats_server, nc, js, uniq, tmp_path, parent_name, how, ends
+):
     """With Ctrl-C both get SIGINT and nats dies at once: cg's SIGTERM for its parent's end comes while its
     handler still runs (2 s), and is not taken for a second Ctrl-C (which would not wait for it)."""
     await make_stream(js, uniq, subjects=[f"{uniq}.*"])
@@ -70,11 +75,23 @@ async def test_consume_ends_cleanly_when_its_nats_parent_is_killed(nats_server, 
     parent = tmp_path / parent_name
     parent.symlink_to(sys.executable)
     pidfile, out, err = tmp_path / "cg.pid", tmp_path / "out", tmp_path / "err"
-    wait = "8" if ends else "2"   # cg polls its parent every 0.5 s; its handler runs 2 s
+    wait = "8" if ends else "2"  # cg polls its parent every 0.5 s; its handler runs 2 s
     harness = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HARNESS, str(parent), PARENT, str(pidfile), str(out), str(err), how, wait,
+        sys.executable,
+        "-c",
+        HARNESS,
+        str(parent),
+        PARENT,
+        str(pidfile),
+        str(out),
+        str(err),
+        how,
+        wait,
         *cg_argv("elastic", "consume", uniq, "g", "m1", "--sleep", "2s"),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=cg_env(nats_server.url))
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=cg_env(nats_server.url),
+    )
     try:
         await wait_for(lambda: "consuming..." in _read(out), 20, what="cg consuming")
         await js.publish(f"{uniq}.a", b"x")
@@ -89,11 +106,11 @@ async def test_consume_ends_cleanly_when_its_nats_parent_is_killed(nats_server, 
     end = json.loads(report.decode().splitlines()[-1])
     if ends:
         assert end["code"] == 0, (end, _read(out), _read(err))
-        assert 1 < end["seconds"] < 6, end   # it waited for the handler, not much longer
-        assert _read(out).rstrip().endswith("acked"), _read(out)   # the handler in flight finished
+        assert 1 < end["seconds"] < 6, end  # it waited for the handler, not much longer
+        assert _read(out).rstrip().endswith("acked"), _read(out)  # the handler in flight finished
         assert (await js.stream_info(f"{uniq}-g")).state.messages == 0
     else:
-        assert end["code"] is None, (end, _read(err))   # still running: a cg under another parent stays
+        assert end["code"] is None, (end, _read(err))  # still running: a cg under another parent stays
 
 
 def _read(path: Path) -> str:

@@ -9,17 +9,20 @@ lists the workers; bad input is one error line.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import signal
 
-from tests.helpers.cli import (assert_cli_error, cg_env, make_stream, message_lines, partition_transform,
-                                   procs, run_cg)
+from tests.helpers.cli import assert_cli_error, cg_env, make_stream, message_lines, partition_transform, procs, run_cg
 
 from .helpers.support import wait_for
 
-ACKED = re.compile(r"^\[(?P<worker>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=\S*\. "
-                   r"(Processing for \S+ \.\.\. )?acked$", re.M)
+ACKED = re.compile(
+    r"^\[(?P<worker>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), pinnedID=\S*\. "
+    r"(Processing for \S+ \.\.\. )?acked$",
+    re.M,
+)
 
 
 def acked(out: str) -> list[tuple[str, str, int]]:
@@ -41,7 +44,7 @@ class Timeline:
         while True:
             for name, p in list(self.procs.items()):
                 done = acked(p.out)
-                self.lines += done[self.seen.get(name, 0):]
+                self.lines += done[self.seen.get(name, 0) :]
                 self.seen[name] = len(done)
             await asyncio.sleep(0.005)
 
@@ -54,7 +57,7 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
     await make_stream(js, uniq, transform=partition_transform(uniq, 4))
     (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
     env = cg_env(url, COLUMNS="80")
-    async with procs() as start:   # CG_PRETTY: the dispatcher's status lines on stdout, as in a terminal
+    async with procs() as start:  # CG_PRETTY: the dispatcher's status lines on stdout, as in a terminal
         d = await start("static", "consume", uniq, "g", "m1", "--dispatch", env=cg_env(url, CG_PRETTY="1"))
         await d.wait_text("consuming...\n")
         workers = {}
@@ -70,11 +73,21 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
 
         def out() -> str:
             return "".join(w.out for w in workers.values())
+
         await wait_for(lambda: len(acked(out())) >= 10, 20, what="the workers at work")
 
-        def mid_call() -> str | None:   # a worker whose last line is a call that has not ended
-            return next((name for name, w in workers.items() if (lines := message_lines(w.out))
-                         and w.out.splitlines()[-1] == lines[-1].group(0) and not lines[-1]["end"]), None)
+        def mid_call() -> str | None:  # a worker whose last line is a call that has not ended
+            return next(
+                (
+                    name
+                    for name, w in workers.items()
+                    if (lines := message_lines(w.out))
+                    and w.out.splitlines()[-1] == lines[-1].group(0)
+                    and not lines[-1]["end"]
+                ),
+                None,
+            )
+
         victim = await wait_for(mid_call, 10, interval=0.005, what="a worker in the middle of a call")
         workers[victim].kill()
         killed_out = workers[victim].out
@@ -98,9 +111,9 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
     for worker, _, seq in done:
         per_seq.setdefault(seq, []).append(worker)
     twice = {seq: ws for seq, ws in per_seq.items() if len(ws) > 1}
-    assert len(twice) <= 1 and all(victim in ws for ws in twice.values()), twice   # only the killed call again
+    assert len(twice) <= 1 and all(victim in ws for ws in twice.values()), twice  # only the killed call again
     started_by_victim = [int(m["seq"]) for m in message_lines(killed_out)]
-    for subject, want in seqs.items():   # each key in stream order
+    for subject, want in seqs.items():  # each key in stream order
         got = [seq for _, s, seq in done if s == subject and seq not in twice]
         assert got == [q for q in want if q not in twice], subject
     assert not message_lines(d.out), "the dispatcher prints no message line"
@@ -111,7 +124,7 @@ async def test_a_dispatcher_and_workers_started_and_stopped_at_will(nats_server,
     live = sorted(set(workers) - {victim, calm})
     assert status.code == 0 and f"member m1 dispatches to {len(live)} worker(s)" in status.out, status.out
     assert [line.split()[1] for line in status.out.splitlines() if line.startswith("m1      w")] == live
-    assert started_by_victim and not message_lines(killed_out)[-1]["end"]   # killed in the middle of a call
+    assert started_by_victim and not message_lines(killed_out)[-1]["end"]  # killed in the middle of a call
 
 
 async def test_a_worker_says_it_waits_for_a_dispatcher_and_enrols_when_one_starts(nats_server, js, uniq):
@@ -119,8 +132,17 @@ async def test_a_worker_says_it_waits_for_a_dispatcher_and_enrols_when_one_start
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
     (await run_cg("static", "create", "balanced", uniq, "g", "2", "m1", url=url)).ok()
     async with procs() as start:
-        w = await start("static", "worker", uniq, "g", "--name", "early", "--capacity", "2",
-                        env=cg_env(url, CG_PRETTY="1", COLUMNS="80"))
+        w = await start(
+            "static",
+            "worker",
+            uniq,
+            "g",
+            "--name",
+            "early",
+            "--capacity",
+            "2",
+            env=cg_env(url, CG_PRETTY="1", COLUMNS="80"),
+        )
         await w.wait_text("[early] no dispatching member yet: waiting for one", timeout=15)
         assert "consuming..." not in w.out
         d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=url)
@@ -142,8 +164,9 @@ async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
 
     port = free_port()
     async with procs() as start:
-        d = await start("static", "consume", uniq, "g", "m1", "--dispatch", "--metrics-listen",
-                        f"127.0.0.1:{port}", url=url)
+        d = await start(
+            "static", "consume", uniq, "g", "m1", "--dispatch", "--metrics-listen", f"127.0.0.1:{port}", url=url
+        )
         await d.wait_text("consuming...\n")
         w = await start("static", "--sleep", "0s", "worker", uniq, "g", "--name", "mw", "--capacity", "3", url=url)
         await w.wait_text("consuming...\n")
@@ -151,9 +174,10 @@ async def test_pool_metrics_on_a_dispatching_instance(nats_server, js, uniq):
             await js.publish(f"{uniq}.k{i}", b"x")
         await w.wait_output(lambda o: len(acked(o)) == 5, what="5 messages handled")
 
-        async def counted():   # the outcomes reach the dispatcher a moment after the worker's lines
+        async def counted():  # the outcomes reach the dispatcher a moment after the worker's lines
             m = await asyncio.to_thread(scrape, port)
             return m if [s.value for s in m["pcgroups_pool_worker_handled_messages"]] == [5] else None
+
         m = await wait_for(counted, 10, what="the 5 outcomes counted")
         for p in (w, d):
             p.signal(signal.SIGINT)
@@ -176,14 +200,13 @@ async def test_bad_pool_input_is_one_error_line(nats_server, uniq):
         assert_cli_error(await run_cg(*args, url=url), fragment)
 
 
-
 class Calls:
     """Every message line of several workers as a call: (worker, seq, start, end, how it ended), the start and the
     end as seen by polling their outputs every 5 ms (calls here last seconds)."""
 
     def __init__(self, procs: dict) -> None:
         self.procs = procs
-        self.calls: dict[tuple[str, int], list] = {}   # (worker, line number) -> [seq, start, end, ending]
+        self.calls: dict[tuple[str, int], list] = {}  # (worker, line number) -> [seq, start, end, ending]
         self.task = asyncio.ensure_future(self._poll())
 
     async def _poll(self) -> None:
@@ -212,8 +235,10 @@ class Calls:
 
 async def _two_dispatchers(start, url: str, uniq: str) -> tuple:
     """m1's two dispatching instances, status lines on stdout; (the pinned one, the standby) once one is pinned."""
-    ds = [await start("static", "consume", uniq, "g", "m1", "--dispatch", env=cg_env(url, CG_PRETTY="1"))
-          for _ in range(2)]
+    ds = [
+        await start("static", "consume", uniq, "g", "m1", "--dispatch", env=cg_env(url, CG_PRETTY="1"))
+        for _ in range(2)
+    ]
     for d in ds:
         await d.wait_text("consuming...\n")
     return tuple(ds)
@@ -234,8 +259,10 @@ async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(nats_server
     (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
     async with procs() as start:
         ds = await _two_dispatchers(start, url, uniq)
-        workers = {n: await start("static", "--sleep", "3s", "worker", uniq, "g", "--name", n, url=url)
-                   for n in ("w1", "w2", "w3")}
+        workers = {
+            n: await start("static", "--sleep", "3s", "worker", uniq, "g", "--name", n, url=url)
+            for n in ("w1", "w2", "w3")
+        }
         for w in workers.values():
             await w.wait_text("consuming...\n")
         calls = Calls(workers)
@@ -247,7 +274,7 @@ async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(nats_server
         await asyncio.sleep(6)
         paused.signal(signal.SIGCONT)
         await wait_for(lambda: calls.acked() >= set(seqs), 40, what="every message acked")
-        await asyncio.sleep(4)   # a message offered again would be acked again by now (3 s calls)
+        await asyncio.sleep(4)  # a message offered again would be acked again by now (3 s calls)
         await wait_for(lambda: calls.open() == 0, 10, what="no call running")
         calls.task.cancel()
         for p in [*workers.values(), *ds]:
@@ -255,7 +282,7 @@ async def test_a_dispatcher_paused_past_its_pin_offers_nothing_again(nats_server
     done = calls.by_seq()
     assert sorted(done) == seqs and all(len(c) == 1 and c[0][3] == "acked" for c in done.values()), done
     runs = [done[s][0] for s in seqs]
-    for before, after in zip(runs, runs[1:]):   # one at a time, in order (5 ms of polling either side)
+    for before, after in itertools.pairwise(runs):  # one at a time, in order (5 ms of polling either side)
         assert after[1] >= before[2] - 0.05, runs
 
 
@@ -267,8 +294,10 @@ async def test_calls_running_when_their_dispatcher_dies_are_acked_not_run_again(
     (await run_cg("static", "create", "balanced", uniq, "g", "4", "m1", url=url)).ok()
     async with procs() as start:
         ds = await _two_dispatchers(start, url, uniq)
-        workers = {n: await start("static", "--sleep", "2500ms", "worker", uniq, "g", "--name", n, url=url)
-                   for n in ("w1", "w2", "w3")}
+        workers = {
+            n: await start("static", "--sleep", "2500ms", "worker", uniq, "g", "--name", n, url=url)
+            for n in ("w1", "w2", "w3")
+        }
         for w in workers.values():
             await w.wait_text("consuming...\n")
         calls = Calls(workers)
@@ -277,7 +306,7 @@ async def test_calls_running_when_their_dispatcher_dies_are_acked_not_run_again(
         await wait_for(lambda: any("] pinned: " in d.out for d in ds), 10, what="a pinned dispatcher")
         _pinned(ds)[0].kill()
         await wait_for(lambda: calls.acked() >= set(seqs), 30, what="every message acked")
-        await asyncio.sleep(2)   # a call run again would have started by now
+        await asyncio.sleep(2)  # a call run again would have started by now
         calls.task.cancel()
         for p in [*workers.values(), *ds]:
             p.signal(signal.SIGINT)
@@ -321,6 +350,6 @@ async def test_status_shows_a_members_workers_once_with_a_standby_dispatcher(nat
         as_json = json.loads((await run_cg("static", "status", uniq, "g", "--json", url=url)).ok().out)
     lines = status.out.splitlines()
     assert sum(1 for line in lines if line.startswith("member m1 dispatches to 2 worker(s)")) == 1, status.out
-    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("MEMBER  WORKER")) + 1:]
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("MEMBER  WORKER")) + 1 :]
     assert [row.split()[:2] for row in rows] == [["m1", "w1"], ["m1", "w2"]], status.out
-    assert sorted(p["pinned"] for p in as_json["pools"]) == [False, True]   # the JSON has both instances
+    assert sorted(p["pinned"] for p in as_json["pools"]) == [False, True]  # the JSON has both instances

@@ -72,8 +72,6 @@ def _opts(url: str):
     return ConnectionOptions(server=url)
 
 
-
-
 class _Tee(io.StringIO):
     """stdout/stderr of an in-process session, readable from another thread while it runs."""
 
@@ -101,7 +99,9 @@ def _run_script(url: str, mode: str, script: str, history: Path):
                 code = Repl(mode, _opts(url), _root(), input=inp, output=DummyOutput(), history_file=history).run()
         finally:
             timer.cancel()
-    assert not stuck.is_set(), f"the session was still waiting after {SCRIPT_TIMEOUT}s\n{out.getvalue()}\n{err.getvalue()}"
+    assert not stuck.is_set(), (
+        f"the session was still waiting after {SCRIPT_TIMEOUT}s\n{out.getvalue()}\n{err.getvalue()}"
+    )
     return code, out.getvalue(), err.getvalue()
 
 
@@ -128,42 +128,60 @@ def test_scripted_session(nats_server, uniq, clean_env, monkeypatch):
 
     monkeypatch.setattr(pcgroups.connect, "connect", counting_connect)
     history = clean_env / "hist" / "history"  # the directory is created by the shell
-    script = "".join([
-        f"create balanced {S} g1 4 m1 m2\r",
-        f"ls {S}\r",
-        f"info {S}\r", "g1\r",                        # asked: the group
-        f"minfo {S} g1\r", "m1\r",                    # asked: the member
-        "create\r", "mapped\r", f"{S}\r", "g2\r", "4\r", "m1:0,1 m2:2,3\r",  # everything asked
-        f"list {S} --json\r",
-        f"drop {S} g1 m1\r",                          # an elastic command in static mode: error
-        "bogus\r",
-        f"info {S} nosuch\r",                         # a library error
-        f"create balanced {S} g3 notanumber m1\r",    # a usage error
-        f"info '{S}\r",                               # unbalanced quote
-        f"info {S} g1\x03",                           # Ctrl-C: the line is dropped
-        "help\r",
-        "elastic\r",
-        f"create {E} e1 4\r", f"{E}.*\r", "1\r", "\r",  # the CLI's own filter questions
-        f"add {E} e1 m1 m2 m3\r",
-        f"drop {E} e1 m1\r",
-        f"cm {E} e1\r", "m2:0,1 m3:2,3\r",             # asked mappings are the ones applied
-        f"info {E} e1\r",
-        f"static ls {S}\r",                           # one command of the other mode
-        f"dm {E} e1\r",
-        f"rm {E} e1\r", "n\r",                        # confirmation refused
-        f"delete {E} e1\r", "y\r",                    # confirmation accepted
-        f"ls {E}\r",
-        "processing-time 5ms\r", "processing-time\r",
-        "\x04",                                       # Ctrl-D: exit 0
-    ])
+    script = "".join(
+        [
+            f"create balanced {S} g1 4 m1 m2\r",
+            f"ls {S}\r",
+            f"info {S}\r",
+            "g1\r",  # asked: the group
+            f"minfo {S} g1\r",
+            "m1\r",  # asked: the member
+            "create\r",
+            "mapped\r",
+            f"{S}\r",
+            "g2\r",
+            "4\r",
+            "m1:0,1 m2:2,3\r",  # everything asked
+            f"list {S} --json\r",
+            f"drop {S} g1 m1\r",  # an elastic command in static mode: error
+            "bogus\r",
+            f"info {S} nosuch\r",  # a library error
+            f"create balanced {S} g3 notanumber m1\r",  # a usage error
+            f"info '{S}\r",  # unbalanced quote
+            f"info {S} g1\x03",  # Ctrl-C: the line is dropped
+            "help\r",
+            "elastic\r",
+            f"create {E} e1 4\r",
+            f"{E}.*\r",
+            "1\r",
+            "\r",  # the CLI's own filter questions
+            f"add {E} e1 m1 m2 m3\r",
+            f"drop {E} e1 m1\r",
+            f"cm {E} e1\r",
+            "m2:0,1 m3:2,3\r",  # asked mappings are the ones applied
+            f"info {E} e1\r",
+            f"static ls {S}\r",  # one command of the other mode
+            f"dm {E} e1\r",
+            f"rm {E} e1\r",
+            "n\r",  # confirmation refused
+            f"delete {E} e1\r",
+            "y\r",  # confirmation accepted
+            f"ls {E}\r",
+            "processing-time 5ms\r",
+            "processing-time\r",
+            "\x04",  # Ctrl-D: exit 0
+        ]
+    )
     code, out, err = _run_script(nats_server.url, "static", script, history)
     assert code == 0
     assert "Traceback" not in out + err
     lines = out.splitlines()
     assert lines[0] == "static consumer groups: [g1]"
     assert lines[1:4] == ["config: max members=4, filters=[]", "members: [m1 m2]", "currently active members: []"]
-    assert lines[4:6] == ["member m1 is part of the consumer group membership",
-                          "***Warning*** member m1 is part of the consumer group membership but has NO active instance"]
+    assert lines[4:6] == [
+        "member m1 is part of the consumer group membership",
+        "***Warning*** member m1 is part of the consumer group membership but has NO active instance",
+    ]
     assert '"groups": [' in out and '"g1"' in out and '"g2"' in out
     assert "static mode commands" in out and "create mapped" in out and "(also memberinfo, minfo)" in out
     assert "added members: [m1 m2 m3]" in lines
@@ -175,8 +193,10 @@ def test_scripted_session(nats_server, uniq, clean_env, monkeypatch):
     assert "elastic consumer groups: []" in lines
     assert lines[-1] == "processing time: 5ms"
     assert lines.count("members: [m1 m2]") == 1  # the Ctrl-C'd `info` never ran
-    errors = [e for e in err.splitlines() if not e.startswith("cg: warning: elastic consumer group e1 has no members now")]
-    assert len(errors) == len(err.splitlines()) - 1, err                 # after `dm`: one warning
+    errors = [
+        e for e in err.splitlines() if not e.startswith("cg: warning: elastic consumer group e1 has no members now")
+    ]
+    assert len(errors) == len(err.splitlines()) - 1, err  # after `dm`: one warning
     assert all(e.startswith("cg: error: ") for e in errors), err
     assert any("drop is an elastic command" in e for e in errors)
     assert "cg: error: unknown command: bogus (type help for the list)" in errors
@@ -209,7 +229,7 @@ def test_help_fits_80_columns_and_wraps_between_words(nats_server, clean_env, mo
         entries = command_entries(cmd) if hasattr(cmd, "commands") else [(names, cmd)]
         for _, c in entries:
             text = _short_help(c).split()
-            assert any(words[i:i + len(text)] == text for i in range(len(words))), text
+            assert any(words[i : i + len(text)] == text for i in range(len(words))), text
     wide = help_lines("title", [("create balanced STREAM GROUP MAX-MEMBERS MEMBER...", "create it " * 8)], 140)
     assert wide[1].startswith("  create balanced STREAM GROUP MAX-MEMBERS MEMBER...  create it")  # beside, when wide
 
@@ -221,25 +241,30 @@ def test_completion_of_live_names(nats_server, uniq, clean_env):
     _streams(nats_server.url, S)
     _streams(nats_server.url, E, transform=False)
     repl = Repl("static", _opts(nats_server.url), _root(), input=None, history_file=clean_env / "h")
-    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err, \
-            repl.bound():
+    with (
+        contextlib.redirect_stdout(io.StringIO()) as out,
+        contextlib.redirect_stderr(io.StringIO()) as err,
+        repl.bound(),
+    ):
+
         def comp(text: str) -> list[str]:
             return repl.runner.run(repl.completions(text))
 
-        assert {"ls", "list", "info", "create", "minfo", "sd", "join", "status", "help", "?", "elastic",
-                "exit"} <= set(comp(""))
+        assert {"ls", "list", "info", "create", "minfo", "sd", "join", "status", "help", "?", "elastic", "exit"} <= set(
+            comp("")
+        )
         assert "prompt" not in comp("")
         assert comp("mi") == ["minfo"]
         assert comp("create ") == ["balanced", "mapped"]
         assert {"--json", "--help"} <= set(comp("ls --"))
-        assert comp(f"create balanced {S} x 4 --filter ") == []   # an option's value
+        assert comp(f"create balanced {S} x 4 --filter ") == []  # an option's value
         streams = comp("info ")
         assert S in streams and E in streams and not any(s.startswith("KV_") for s in streams)
         assert comp(f"info {uniq}") == sorted([S, E])
         assert comp(f"info {S} ") == []  # no groups yet
         repl.execute(f"create balanced {S} orders 4 m1 m2")
         repl.execute(f"create balanced {S} other 4 x1")
-        assert comp(f"info {S} ") == ["orders", "other"]   # the cache is dropped after a command
+        assert comp(f"info {S} ") == ["orders", "other"]  # the cache is dropped after a command
         assert comp(f"info {S} or") == ["orders"]
         assert comp(f"member-info {S} orders ") == ["m1", "m2"]
         assert comp(f"sd {S} orders m") == ["m1", "m2"]
@@ -251,9 +276,9 @@ def test_completion_of_live_names(nats_server, uniq, clean_env):
         repl.execute(f"add {E} e1 m1 m2")
         assert comp(f"info {E} ") == ["e1"]
         assert comp(f"drop {E} e1 ") == ["m1", "m2"]
-        assert comp(f"drop {E} e1 m1 ") == ["m2"]       # a member already on the line is not offered
+        assert comp(f"drop {E} e1 m1 ") == ["m2"]  # a member already on the line is not offered
         assert comp(f"cm {E} e1 ") == ["m1:", "m2:"]
-        assert comp(f"add {E} e1 ") == []               # new names: nothing to offer
+        assert comp(f"add {E} e1 ") == []  # new names: nothing to offer
         assert comp(f"static info {S} o") == ["orders", "other"]
         t0 = time.monotonic()
         assert comp("info nosuchstream ") == []
@@ -280,7 +305,8 @@ def test_consume_takes_the_concurrency_flags(nats_server, uniq, clean_env):
     assert err.getvalue().splitlines() == [
         "cg: error: --key-header and --key-tokens can't be combined: key messages by a header or by subject tokens",
         "cg: error: --max-ack-pending 1 is less than --concurrency 2: at most 1 message would be handled at once; "
-        "give --max-ack-pending 2 or more"]
+        "give --max-ack-pending 2 or more",
+    ]
 
 
 def test_consume_returns_to_the_prompt_and_leaves_the_connection_clean(nats_server, uniq, clean_env):
@@ -354,10 +380,12 @@ def test_history_path(tmp_path):
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 
-_LAUNCH = ("import fcntl, os, sys, termios\n"
-           "os.setsid()\n"
-           "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"  # the pty is the controlling terminal: Ctrl-C is SIGINT
-           "os.execvpe(sys.argv[1], sys.argv[1:], os.environ)\n")
+_LAUNCH = (
+    "import fcntl, os, sys, termios\n"
+    "os.setsid()\n"
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"  # the pty is the controlling terminal: Ctrl-C is SIGINT
+    "os.execvpe(sys.argv[1], sys.argv[1:], os.environ)\n"
+)
 
 
 class Terminal:
@@ -369,8 +397,9 @@ class Terminal:
 
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 220, 0, 0))
-        self.proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *argv], stdin=slave, stdout=slave,
-                                     stderr=slave, env=env, close_fds=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCH, *argv], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True
+        )
         os.close(slave)
         self.raw = b""
         self.pos = 0
@@ -399,8 +428,9 @@ class Terminal:
                 return m
             left = deadline - time.monotonic()
             if left <= 0 or (self.proc.poll() is not None and not select.select([self.master], [], [], 0)[0]):
-                raise AssertionError(f"timed out waiting for {pattern!r}; screen after it:\n"
-                                     f"{self.text[self.pos:][-3000:]}")
+                raise AssertionError(
+                    f"timed out waiting for {pattern!r}; screen after it:\n{self.text[self.pos :][-3000:]}"
+                )
             self._read(min(left, 0.2))
 
     def send(self, keys: str) -> None:
@@ -441,8 +471,7 @@ def test_in_a_terminal(nats_server, uniq, tmp_path, terminal):
     S = f"{uniq}s"
     _streams(nats_server.url, S)
     state = tmp_path / "state"
-    env = cg_env(nats_server.url, XDG_STATE_HOME=str(state), CG_PRETTY="0", TERM="xterm",
-                 PROMPT_TOOLKIT_NO_CPR="1")
+    env = cg_env(nats_server.url, XDG_STATE_HOME=str(state), CG_PRETTY="0", TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
     t = terminal("static", "prompt", env=env)
     t.expect(r"\[static\]>")
     t.send(f"create balanced {S} completeme 4 m1 m2\r")
@@ -497,9 +526,18 @@ def test_in_a_terminal(nats_server, uniq, tmp_path, terminal):
     assert t.wait() == 0
     assert "Traceback" not in t.text and "cg: error" not in t.text, t.text
     hist = _history_lines(state / "cg" / "history")
-    assert hist == [f"create balanced {S} completeme 4 m1 m2", f"ls {S}", f"info {S} completeme", f"ls {S}",
-                    f"minfo {S} completeme", f"consume {S} completeme m1", f"ls {S}",
-                    f"delete {S} completeme", f"ls {S}", "elastic"]
+    assert hist == [
+        f"create balanced {S} completeme 4 m1 m2",
+        f"ls {S}",
+        f"info {S} completeme",
+        f"ls {S}",
+        f"minfo {S} completeme",
+        f"consume {S} completeme m1",
+        f"ls {S}",
+        f"delete {S} completeme",
+        f"ls {S}",
+        "elastic",
+    ]
 
 
 # ---------------------------------------------------------------- plain stdin, no server
@@ -509,14 +547,17 @@ def test_lines_from_a_pipe(nats_server, uniq, tmp_path):
     S = f"{uniq}s"
     _streams(nats_server.url, S)
     env = cg_env(nats_server.url, XDG_STATE_HOME=str(tmp_path / "state"))
-    script = (f"create balanced {S} g 4 m1\n"
-              f"ls {S}\n"
-              f"info {S}\n" "g\n"       # the asked group is the next line
-              "nope\n"
-              f"delete {S} g\n" "y\n"   # the CLI's confirmation reads the next line too
-              f"ls {S}\n")
-    p = subprocess.run(cg_argv("static", "prompt"), input=script, capture_output=True, text=True, env=env,
-                       timeout=60)
+    script = (
+        f"create balanced {S} g 4 m1\n"
+        f"ls {S}\n"
+        f"info {S}\n"
+        "g\n"  # the asked group is the next line
+        "nope\n"
+        f"delete {S} g\n"
+        "y\n"  # the CLI's confirmation reads the next line too
+        f"ls {S}\n"
+    )
+    p = subprocess.run(cg_argv("static", "prompt"), input=script, capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
         "static consumer groups: [g]",
@@ -532,8 +573,7 @@ def test_lines_from_a_pipe(nats_server, uniq, tmp_path):
 
 def test_no_server_is_one_error_line(tmp_path):
     env = cg_env(closed_port_url(), XDG_STATE_HOME=str(tmp_path / "state"))
-    p = subprocess.run(cg_argv("elastic", "prompt"), input="", capture_output=True, text=True, env=env,
-                       timeout=60)
+    p = subprocess.run(cg_argv("elastic", "prompt"), input="", capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 1
     assert p.stdout == ""
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("cg: error: "), p.stderr

@@ -10,11 +10,22 @@ import time
 
 import pytest
 
+from tests.helpers.cli import (
+    SCRIPTS,
+    acg,
+    assert_cli_error,
+    cg_env,
+    kv_value,
+    make_stream,
+    message_lines,
+    partition_transform,
+    procs,
+    run_cg,
+)
 from tests.helpers.support import WIRE_VECTORS, wait_for
-from tests.helpers.cli import (acg, assert_cli_error, cg_env, kv_value, make_stream,
-                                   message_lines, partition_transform, procs, run_cg, SCRIPTS)
 
 BUCKET = "static-consumer-groups"
+
 
 @pytest.fixture
 async def stream(js, uniq):
@@ -41,50 +52,76 @@ async def test_wire_vectors_give_the_exact_kv_values(nats_server, js, stream):
     assert_cli_error(r, "doesn't match")
     r = (await run_cg("static", "ls", stream, url=nats_server.url)).ok()
     groups = [v["cli"][4] for v in vectors]
-    assert r.out.startswith("static consumer groups: [") and \
-        sorted(r.out.strip()[len("static consumer groups: ["):-1].split()) == sorted(groups)
+    assert r.out.startswith("static consumer groups: [") and sorted(
+        r.out.strip()[len("static consumer groups: [") : -1].split()
+    ) == sorted(groups)
 
 
 async def test_info_lines(nats_server, nc, stream):
     from pcgroups.static._admin import create_static
 
     url = nats_server.url
-    (await run_cg("static", "create", "balanced", stream, "b", "10", "m1", "m2", "--filter", f"{stream}.*",
-                  url=url)).ok()
+    (
+        await run_cg("static", "create", "balanced", stream, "b", "10", "m1", "m2", "--filter", f"{stream}.*", url=url)
+    ).ok()
     r = (await run_cg("static", "info", stream, "b", url=url)).ok()
-    assert r.lines == [f"config: max members=10, filters=[{stream}.*]", "members: [m1 m2]",
-                       "currently active members: []"]
+    assert r.lines == [
+        f"config: max members=10, filters=[{stream}.*]",
+        "members: [m1 m2]",
+        "currently active members: []",
+    ]
     (await run_cg("static", "create", "mapped", stream, "m", "4", "m1:0,1", "m2:2,3", url=url)).ok()
     r = (await run_cg("static", "info", stream, "m", url=url)).ok()
-    assert r.lines == ["config: max members=4, filters=[]",
-                       "Member mappings: [{Member:m1 Partitions:[0 1]} {Member:m2 Partitions:[2 3]}]",
-                       "currently active members: []"]
+    assert r.lines == [
+        "config: max members=4, filters=[]",
+        "Member mappings: [{Member:m1 Partitions:[0 1]} {Member:m2 Partitions:[2 3]}]",
+        "currently active members: []",
+    ]
     await create_static(nc, stream, "empty", 3)
     r = (await run_cg("static", "info", stream, "empty", url=url)).ok()
-    assert r.lines == ["config: max members=3, filters=[]", "no members or mappings defined",
-                       "currently active members: []"]
+    assert r.lines == [
+        "config: max members=3, filters=[]",
+        "no members or mappings defined",
+        "currently active members: []",
+    ]
     r = (await run_cg("static", "info", stream, "m", "--json", url=url)).ok()
     assert json.loads(r.out) == {
-        "stream": stream, "group": "m", "kind": "static", "active_members": [],
-        "config": {"max_members": 4, "member_mappings": [{"member": "m1", "partitions": [0, 1]},
-                                                          {"member": "m2", "partitions": [2, 3]}]}}
+        "stream": stream,
+        "group": "m",
+        "kind": "static",
+        "active_members": [],
+        "config": {
+            "max_members": 4,
+            "member_mappings": [{"member": "m1", "partitions": [0, 1]}, {"member": "m2", "partitions": [2, 3]}],
+        },
+    }
 
 
 async def test_member_info_and_step_down_lines(nats_server, stream):
     url = nats_server.url
     (await run_cg("static", "create", "balanced", stream, "g", "4", "m1", "m2", url=url)).ok()
     r = (await run_cg("static", "member-info", stream, "g", "m1", url=url)).ok()
-    assert r.lines == ["member m1 is part of the consumer group membership",
-                       "***Warning*** member m1 is part of the consumer group membership but has NO active instance"]
+    assert r.lines == [
+        "member m1 is part of the consumer group membership",
+        "***Warning*** member m1 is part of the consumer group membership but has NO active instance",
+    ]
     for alias in ("memberinfo", "minfo"):
         r = (await run_cg("static", alias, stream, "g", "m9", url=url)).ok()
         assert r.lines == ["member m9 is not part of the consumer group membership"]
     r = (await run_cg("static", "minfo", stream, "g", "m2", "--json", url=url)).ok()
-    assert json.loads(r.out) == {"stream": stream, "group": "g", "kind": "static", "member": "m2",
-                                 "in_membership": True, "active": False}
+    assert json.loads(r.out) == {
+        "stream": stream,
+        "group": "g",
+        "kind": "static",
+        "member": "m2",
+        "in_membership": True,
+        "active": False,
+    }
     # nobody consumes yet: nothing to step down (step-down with instances: the consume test)
-    assert_cli_error(await run_cg("static", "step-down", stream, "g", "m1", url=url),
-                     "member m1 of static consumer group g has no running instance: nothing to step down")
+    assert_cli_error(
+        await run_cg("static", "step-down", stream, "g", "m1", url=url),
+        "member m1 of static consumer group g has no running instance: nothing to step down",
+    )
 
 
 async def test_pretty_tables_on_a_terminal(nats_server, stream):
@@ -93,15 +130,16 @@ async def test_pretty_tables_on_a_terminal(nats_server, stream):
     (await run_cg("static", "create", "balanced", stream, "t", "3", "alpha", "beta", url=url)).ok()
     r = (await acg("static", "info", stream, "t", env=cg_env(url, CG_PRETTY="1"))).ok()
     assert "config: max members" not in r.out
-    assert "alpha" in r.out and "beta" in r.out and "member  partitions  active" in r.out   # cg's table style
+    assert "alpha" in r.out and "beta" in r.out and "member  partitions  active" in r.out  # cg's table style
     r = (await acg("static", "ls", stream, env=cg_env(url, CG_PRETTY="1"))).ok()
-    assert [line.strip() for line in r.out.splitlines()[1:]] == ["t"], r.out               # a list under its title
+    assert [line.strip() for line in r.out.splitlines()[1:]] == ["t"], r.out  # a list under its title
 
 
 async def test_delete_confirmation(nats_server, js, stream):
     url = nats_server.url
-    prompt = ("WARNING: this operation will cause all existing consumer members to terminate consuming "
-              "are you sure? (y/n): ")
+    prompt = (
+        "WARNING: this operation will cause all existing consumer members to terminate consuming are you sure? (y/n): "
+    )
     (await run_cg("static", "create", "balanced", stream, "d", "2", "m1", url=url)).ok()
     answers = ("n\n", "", "yes\n", "Y\n", " n\n")
     results = await asyncio.gather(*(acg("static", "delete", stream, "d", url=url, input=a) for a in answers))
@@ -159,8 +197,7 @@ async def test_consume_prints_reference_lines_and_exits_0_when_the_group_is_dele
 
 
 @pytest.mark.parametrize("event_loop", ["asyncio", "default"])
-async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handler(nats_server, js, stream,
-                                                                                 event_loop):
+async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handler(nats_server, js, stream, event_loop):
     """On asyncio's event loop and on the default one (uvloop's when the extra is installed)."""
     url = nats_server.url
     (await run_cg("static", "create", "balanced", stream, "s", "10", "m1", url=url)).ok()
@@ -182,7 +219,8 @@ async def test_consume_flushes_before_processing_and_sigterm_waits_for_the_handl
 
 
 async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_beside_other_settings(
-        nats_server, js, stream):
+    nats_server, js, stream
+):
     """The README's walk-through: a member run plain, then with --concurrency, then plain again; each run
     updates the member's consumer and says so in one stderr line. Beside a running instance with other
     settings a new one is refused with one line naming them, and the consumer is left as it was."""
@@ -207,7 +245,7 @@ async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_besi
     assert "consumer:" not in await run()
     for extra, change, now in ((["--concurrency", "4"], "1 -> 16384", 16384), ([], "16384 -> 1", 1)):
         err = await run(*extra)
-        assert [line for line in err.splitlines() if "consumer:" in line][0].endswith(said.format(change)), err
+        assert next(line for line in err.splitlines() if "consumer:" in line).endswith(said.format(change)), err
         assert (await js.consumer_info(stream, "w-m1")).config.max_ack_pending == now
 
     async with procs() as start:
@@ -215,8 +253,11 @@ async def test_a_member_runs_plain_then_with_concurrency_then_plain_but_not_besi
         await p.wait_text("consuming...\n")
         before = (await js.consumer_info(stream, "w-m1")).config
         r = await acg("static", "consume", stream, "w", "m1", "--concurrency", "4", url=url, timeout=30)
-        assert_cli_error(r, "another instance of member m1 is running with other consumer settings (max_ack_pending "
-                            "1 there, 16384 asked): stop the other instances of m1, or start this one with the same")
+        assert_cli_error(
+            r,
+            "another instance of member m1 is running with other consumer settings (max_ack_pending "
+            "1 there, 16384 asked): stop the other instances of m1, or start this one with the same",
+        )
         assert len(r.err.splitlines()) == 1 and r.out == ""
         assert (await js.consumer_info(stream, "w-m1")).config == before
         await _publish(js, stream, 1, start=sent)
@@ -254,8 +295,9 @@ async def test_acceptance_two_m1_instances_fail_over_after_sigkill(nats_server, 
     every message is processed by someone."""
     url = nats_server.url
     env = cg_env(url)
-    setup = await asyncio.create_subprocess_exec(str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq,
-                                                 env=env, stdout=asyncio.subprocess.DEVNULL)
+    setup = await asyncio.create_subprocess_exec(
+        str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq, env=env, stdout=asyncio.subprocess.DEVNULL
+    )
     assert await asyncio.wait_for(setup.wait(), 30) == 0
     (await run_cg("static", "create", "balanced", uniq, "cg", "10", "m1", "m2", url=url)).ok()
     traffic = None
@@ -268,27 +310,33 @@ async def test_acceptance_two_m1_instances_fail_over_after_sigkill(nats_server, 
         await c.wait_text("consuming...\n")
         # bounded traffic: at most 3000 messages (30 s), stopped once the scenario is over
         traffic = await asyncio.create_subprocess_exec(
-            str(SCRIPTS / "generate_traffic.sh"), "--stream", uniq, "--count", "3000", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            str(SCRIPTS / "generate_traffic.sh"),
+            "--stream",
+            uniq,
+            "--count",
+            "3000",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
-            await wait_for(lambda: len(message_lines(a.out)) + len(message_lines(b.out)) >= 20,
-                           timeout=20, what="m1 messages")
+            await wait_for(
+                lambda: len(message_lines(a.out)) + len(message_lines(b.out)) >= 20, timeout=20, what="m1 messages"
+            )
             await c.wait_output(lambda o: len(message_lines(o)) >= 10, what="m2 messages")
             active, standby = (a, b) if message_lines(a.out) else (b, a)
-            assert message_lines(active.out) and not message_lines(standby.out), \
-                "both m1 instances got messages"
+            assert message_lines(active.out) and not message_lines(standby.out), "both m1 instances got messages"
             await wait_for(lambda: len(message_lines(active.out)) >= 30, timeout=20, what="more m1 messages")
             assert not message_lines(standby.out)
             active.kill()
             killed_at = time.monotonic()
-            await standby.wait_output(lambda o: len(message_lines(o)) >= 20, timeout=20,
-                                      what="the standby carrying on")
+            await standby.wait_output(lambda o: len(message_lines(o)) >= 20, timeout=20, what="the standby carrying on")
             takeover = time.monotonic() - killed_at
             c_before = len(message_lines(c.out))
             await c.wait_output(lambda o: len(message_lines(o)) > c_before + 5, what="m2 still consuming")
         finally:
             traffic.send_signal(signal.SIGINT)
-            t_out, t_err = await asyncio.wait_for(traffic.communicate(), 15)
+            _t_out, t_err = await asyncio.wait_for(traffic.communicate(), 15)
         assert traffic.returncode == 0, t_err
         published = (await js.stream_info(uniq)).state.last_seq
 

@@ -52,7 +52,7 @@ def test_no_import_cycles_among_cg_modules():
     def visit(name: str, path: list[str]) -> None:
         for dep in sorted(graph[name]):
             if dep in path:
-                cycles.append(" -> ".join([*path[path.index(dep):], dep]))
+                cycles.append(" -> ".join([*path[path.index(dep) :], dep]))
             elif dep not in done:
                 visit(dep, [*path, dep])
         done.add(name)
@@ -67,8 +67,9 @@ def test_no_import_cycles_among_cg_modules():
 def _modules_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a fresh interpreter holds after running ``code`` (which must not print)."""
     script = code + "\nimport json, sys\nsys.stderr.write(json.dumps(sorted(sys.modules)))\n"
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT, env=env or cg_env())
+    p = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env or cg_env()
+    )
     assert p.returncode == 0, p.stderr
     return set(json.loads(p.stderr.splitlines()[-1]))
 
@@ -78,19 +79,23 @@ def _top(modules: set[str]) -> set[str]:
 
 
 def test_the_library_imports_nothing_of_the_cli_stack():
-    code = ("import importlib, importlib.util, pkgutil, pcgroups\n"
-            "for m in pkgutil.walk_packages(pcgroups.__path__, 'pcgroups.'):\n"
-            "    if m.name != 'pcgroups.spark.source' or importlib.util.find_spec('pyspark'):  # the spark extra\n"
-            "        importlib.import_module(m.name)\n")
+    code = (
+        "import importlib, importlib.util, pkgutil, pcgroups\n"
+        "for m in pkgutil.walk_packages(pcgroups.__path__, 'pcgroups.'):\n"
+        "    if m.name != 'pcgroups.spark.source' or importlib.util.find_spec('pyspark'):  # the spark extra\n"
+        "        importlib.import_module(m.name)\n"
+    )
     modules = _modules_after(code)
     assert {"pcgroups.static", "pcgroups.elastic", "pcgroups.ops._status", "pcgroups.spark"} <= modules
     assert not _top(modules) & set(CLI_STACK), sorted(_top(modules) & set(CLI_STACK))
 
 
 def _cg_modules(*argv: str) -> set[str]:
-    code = ("import contextlib, io\nfrom cg.main import main\n"
-            f"with contextlib.redirect_stdout(io.StringIO()):\n    code = main({list(argv)!r})\n"
-            "assert code == 0, code\n")
+    code = (
+        "import contextlib, io\nfrom cg.main import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()):\n    code = main({list(argv)!r})\n"
+        "assert code == 0, code\n"
+    )
     return _modules_after(code)
 
 
@@ -100,8 +105,9 @@ def test_version_imports_nothing():
     assert {m for m in modules if m.startswith("cg.")} <= {"cg.main", "cg.common", "cg.errors"}
 
 
-@pytest.mark.parametrize("argv", [["--fisk-introspect"], ["--help"], ["static", "ls", "--help"],
-                                  ["elastic", "create", "-h"]])
+@pytest.mark.parametrize(
+    "argv", [["--fisk-introspect"], ["--help"], ["static", "ls", "--help"], ["elastic", "create", "-h"]]
+)
 def test_the_model_and_help_need_neither_nats_nor_the_library(argv):
     modules = _cg_modules(*argv)
     assert not _top(modules) & {"nats", "pcgroups", "prompt_toolkit", "pydantic"}, argv
@@ -115,8 +121,17 @@ async def test_an_admin_command_imports_only_its_own_path(nats_server, js, uniq)
     modules = await asyncio.to_thread(_cg_modules, "--server", nats_server.url, "static", "ls", uniq)
     assert {"cg.static", "pcgroups.static", "nats"} <= modules
     assert not _top(modules) & {"rich", "prompt_toolkit", "pydantic", "pyspark"}, sorted(_top(modules))
-    assert not modules & {"cg.elastic", "cg.demo", "cg.prompt", "cg.status", "cg.tools", "cg.consume",
-                          "pcgroups.ops._status", "pcgroups.testing._checker", "pcgroups.testing._server"}
+    assert not modules & {
+        "cg.elastic",
+        "cg.demo",
+        "cg.prompt",
+        "cg.status",
+        "cg.tools",
+        "cg.consume",
+        "pcgroups.ops._status",
+        "pcgroups.testing._checker",
+        "pcgroups.testing._server",
+    }
 
 
 # ---------------------------------------------------------------- cheap coercion
@@ -138,8 +153,7 @@ def test_every_plain_parameter_gets_the_cheap_coercion():
 
 VALUES = {
     str: ["x", "", "a b", "-", "ü", 5, None],
-    int: ["5", "+5", "-5", "007", "0", "99999999999999999999999", " 5", "1_000", "2.5", "1e3", "ten", "٣", "", 7,
-          True],
+    int: ["5", "+5", "-5", "007", "0", "99999999999999999999999", " 5", "1_000", "2.5", "1e3", "ten", "٣", "", 7, True],
     float: ["5", "2.5", "-1e3", ".5", " 5", "x", "", 2.5, 3],
     bool: [True, False, "true", "no", 1],
     list[str]: [("a", "b"), (), ["x"], ("a", 1), "ab"],

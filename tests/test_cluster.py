@@ -27,20 +27,20 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, StreamConfig, SubjectTransform
 
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static, work_queue_name
-from pcgroups.testing._checker import Recorder, Report
-from pcgroups.testing._cluster import EmbeddedCluster, stream_leader
 from pcgroups.connect import ConnectionOptions, connect, resolve
 from pcgroups.jetstream._api import JetStreamApi
+from pcgroups.testing._checker import Recorder, Report
+from pcgroups.testing._cluster import EmbeddedCluster, stream_leader
 
 from .helpers.support import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
 LONG = os.environ.get("PCG_LONG") == "1"
 RUNS = int(os.environ.get("PCG_RUNS", "3")) if LONG else 1
-ACK_WAIT = 2.0          # so PinnedTTL = 2 s
+ACK_WAIT = 2.0  # so PinnedTTL = 2 s
 PARTITIONS = 4
 KEYS = 16
-RATE = 60.0             # messages per second per stream
+RATE = 60.0  # messages per second per stream
 # How long one publish is retried. Bounded by time, not by attempts: while a stream has no leader a publish fails
 # at once (no responders), ten attempts a second. A JetStream election takes 4-9 s, and a second round (8-18 s)
 # when the follower that campaigns first is behind the other; 120 attempts were 12 s, and a 12.3 s election
@@ -49,8 +49,9 @@ PUBLISH_PATIENCE = 120.0
 
 
 async def _cluster_nc(cluster: EmbeddedCluster):
-    return await nats.connect(servers=cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-                              connect_timeout=2)
+    return await nats.connect(
+        servers=cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, connect_timeout=2
+    )
 
 
 # ---------------------------------------------------------------- the cluster itself
@@ -73,8 +74,11 @@ async def test_cluster_fixture_routes_three_nodes_and_elects_a_meta_leader(nats_
     assert c.wait_meta_leader(timeout=20) != leader
     c.restart(victim)
     assert victim.running
-    await wait_for(lambda: (victim.monitor("/jsz").get("meta_cluster") or {}).get("leader"), 20,
-                   what="the restarted node to know the meta leader")
+    await wait_for(
+        lambda: (victim.monitor("/jsz").get("meta_cluster") or {}).get("leader"),
+        20,
+        what="the restarted node to know the meta leader",
+    )
 
 
 async def test_cluster_close_stops_every_node_and_removes_the_stores():
@@ -96,8 +100,16 @@ async def test_static_and_elastic_groups_on_an_r3_stream_inherit_three_replicas(
     try:
         js = nc.jetstream()
         api = JetStreamApi(nc)
-        await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], num_replicas=3, subject_transform=
-                                         SubjectTransform(src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(
+            StreamConfig(
+                name=uniq,
+                subjects=[f"{uniq}.*"],
+                num_replicas=3,
+                subject_transform=SubjectTransform(
+                    src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}"
+                ),
+            )
+        )
         await js.add_stream(StreamConfig(name=f"{uniq}e", subjects=[f"{uniq}e.*"], num_replicas=3, storage="memory"))
         await create_static(nc, uniq, "sg", 2, members=["m1", "m2"])
         await create_elastic(nc, f"{uniq}e", "eg", 2, partitioning_filters=[PartitioningFilter(f"{uniq}e.*", [1])])
@@ -113,6 +125,7 @@ async def test_static_and_elastic_groups_on_an_r3_stream_inherit_three_replicas(
         assert wq["config"]["retention"] == "workqueue"
 
         from pcgroups import elastic_consume, static_consume
+
         handled: list[str] = []
 
         async def handler(msg):
@@ -126,7 +139,7 @@ async def test_static_and_elastic_groups_on_an_r3_stream_inherit_three_replicas(
             await e.wait_for_consuming(10)
             for stream, consumer in ((uniq, "sg-m1"), (work_queue_name(f"{uniq}e", "eg"), "e1")):
                 info = await api.consumer_info(stream, consumer)
-                assert info["config"].get("num_replicas", 0) == 0   # inherits the stream's
+                assert info["config"].get("num_replicas", 0) == 0  # inherits the stream's
                 assert len(info["cluster"]["replicas"]) == 2, (stream, consumer)
             await js.publish(f"{uniq}.a", b"x")
             await js.publish(f"{uniq}e.a", b"x")
@@ -149,8 +162,9 @@ async def test_a_crowd_of_automatic_instances_joins_while_the_lease_bucket_is_cr
     try:
         await nc.jetstream().add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], num_replicas=3))
         await create_elastic(nc, uniq, "g", 24, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
-        started = await asyncio.gather(*(elastic_consume(c, uniq, "g", "", lambda m: None, auto=True) for c in conns),
-                                       return_exceptions=True)
+        started = await asyncio.gather(
+            *(elastic_consume(c, uniq, "g", "", lambda m: None, auto=True) for c in conns), return_exceptions=True
+        )
         failed = [repr(x) for x in started if isinstance(x, BaseException)]
         insts = [x for x in started if not isinstance(x, BaseException)]
         try:
@@ -188,7 +202,7 @@ async def test_a_multi_url_context_connects_and_reconnects_to_another_node(nats_
     try:
         first = nc._server_info["server_name"]
         api = JetStreamApi(nc)
-        await wait_for(_answers(api), 20, what="JetStream answers")   # a loaded machine: the first may time out
+        await wait_for(_answers(api), 20, what="JetStream answers")  # a loaded machine: the first may time out
         t0 = time.monotonic()
         nats_cluster.kill(first)
         await asyncio.wait_for(reconnected.wait(), 15)
@@ -207,6 +221,7 @@ def _answers(api: JetStreamApi):
             return True
         except Exception:
             return False
+
     return check
 
 
@@ -244,20 +259,24 @@ class FaultResult:
     fault: str
     node: str
     roles: list[str]
-    takeover: dict[str, float]          # flavour -> the slowest partition's first handler start after the kill
-    first: dict[str, float]             # flavour -> the first handler start after the kill, any partition
-    publish_stall: float                # the longest a publish waited for its ack around the fault
-    latency: dict[str, float]           # flavour -> the longest from sending a message (after the kill) to its handler
-    reconnects: int                     # instances that reconnected to another node
-    sourcing: float                     # the first time after the kill the work queue got a new message (sourcing on)
+    takeover: dict[str, float]  # flavour -> the slowest partition's first handler start after the kill
+    first: dict[str, float]  # flavour -> the first handler start after the kill, any partition
+    publish_stall: float  # the longest a publish waited for its ack around the fault
+    latency: dict[str, float]  # flavour -> the longest from sending a message (after the kill) to its handler
+    reconnects: int  # instances that reconnected to another node
+    sourcing: float  # the first time after the kill the work queue got a new message (sourcing on)
 
     def line(self) -> str:
-        return (f"{self.fault}: killed {self.node} ({', '.join(self.roles) or 'no leader'}); "
-                + "; ".join(f"{f} take-over {self.takeover[f]:.2f}s (first call {self.first[f]:.2f}s)"
-                            for f in sorted(self.takeover))
-                + f"; publish stall {self.publish_stall:.2f}s; latency "
-                + ", ".join(f"{f} {self.latency[f]:.2f}s" for f in sorted(self.latency))
-                + f"; {self.reconnects} instance(s) reconnected; work queue sourcing again after {self.sourcing:.2f}s")
+        return (
+            f"{self.fault}: killed {self.node} ({', '.join(self.roles) or 'no leader'}); "
+            + "; ".join(
+                f"{f} take-over {self.takeover[f]:.2f}s (first call {self.first[f]:.2f}s)"
+                for f in sorted(self.takeover)
+            )
+            + f"; publish stall {self.publish_stall:.2f}s; latency "
+            + ", ".join(f"{f} {self.latency[f]:.2f}s" for f in sorted(self.latency))
+            + f"; {self.reconnects} instance(s) reconnected; work queue sourcing again after {self.sourcing:.2f}s"
+        )
 
 
 class Chaos:
@@ -271,8 +290,8 @@ class Chaos:
         self.instances: list[Instance] = []
         self.recorders = {"static": Recorder(), "elastic": Recorder()}
         self.expected: dict[str, set[int]] = {"static": set(), "elastic": set()}
-        self.published: list[tuple[float, float]] = []     # (sent, acked) times
-        self.sent: dict[str, dict[int, float]] = {"static": {}, "elastic": {}}   # stream seq -> first sent
+        self.published: list[tuple[float, float]] = []  # (sent, acked) times
+        self.sent: dict[str, dict[int, float]] = {"static": {}, "elastic": {}}  # stream seq -> first sent
         self.publishing = True
         self.publisher: asyncio.Future | None = None
         self.nc = None
@@ -285,14 +304,28 @@ class Chaos:
         self.nc = await _cluster_nc(self.cluster)
         js = self.nc.jetstream()
         s = self.static_stream
-        await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.*"], num_replicas=3, duplicate_window=60, subject_transform=
-                                         SubjectTransform(src=f"{s}.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.{s}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(
+            StreamConfig(
+                name=s,
+                subjects=[f"{s}.*"],
+                num_replicas=3,
+                duplicate_window=60,
+                subject_transform=SubjectTransform(
+                    src=f"{s}.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.{s}.{{{{wildcard(1)}}}}"
+                ),
+            )
+        )
         e = self.elastic_stream
         await js.add_stream(StreamConfig(name=e, subjects=[f"{e}.*"], num_replicas=3, duplicate_window=60))
         await create_static(self.nc, s, "sg", PARTITIONS, members=["m1", "m2"])
         await create_elastic(self.nc, e, "eg", PARTITIONS, partitioning_filters=[PartitioningFilter(f"{e}.*", [1])])
         await add_members(self.nc, e, "eg", ["e1", "e2"])
-        for flavour, member, n in (("static", "m1", 2), ("static", "m2", 1), ("elastic", "e1", 2), ("elastic", "e2", 1)):
+        for flavour, member, n in (
+            ("static", "m1", 2),
+            ("static", "m2", 1),
+            ("elastic", "e1", 2),
+            ("elastic", "e2", 1),
+        ):
             for i in range(n):
                 self.spawn(flavour, member, f"{member}-{'ab'[i]}")
         await wait_for(lambda: all(i.ready or i.ended for i in self.instances), 60, what="instances ready")
@@ -319,10 +352,30 @@ class Chaos:
         group = "sg" if flavour == "static" else "eg"
         # static instances connect through the multi-URL context, elastic ones with the URL list
         how = ["--context", self.context] if flavour == "static" else []
-        proc = subprocess.Popen([sys.executable, "-m", "tests.member_proc", self.cluster.url, flavour, stream, group,
-                                 member, "--instance", name, "--ack-wait", str(ACK_WAIT), "--ack", "plain", *how],
-                                stdout=subprocess.PIPE, stderr=open(self._log(name), "w"), text=True, cwd=ROOT,
-                                env=_clean_env(os.path.dirname(self.context)))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.member_proc",
+                self.cluster.url,
+                flavour,
+                stream,
+                group,
+                member,
+                "--instance",
+                name,
+                "--ack-wait",
+                str(ACK_WAIT),
+                "--ack",
+                "plain",
+                *how,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(self._log(name), "w"),
+            text=True,
+            cwd=ROOT,
+            env=_clean_env(os.path.dirname(self.context)),
+        )
         inst = Instance(flavour, member, name, proc)
         inst.reader = asyncio.ensure_future(self._read(inst))
         self.instances.append(inst)
@@ -381,15 +434,24 @@ class Chaos:
         out = []
         if self.cluster.meta_leader() == node:
             out.append("meta leader")
-        for stream in (self.static_stream, self.elastic_stream, self.work_queue, "KV_static-consumer-groups",
-                       "KV_elastic-consumer-groups"):
+        for stream in (
+            self.static_stream,
+            self.elastic_stream,
+            self.work_queue,
+            "KV_static-consumer-groups",
+            "KV_elastic-consumer-groups",
+        ):
             try:
                 if stream_leader(await api.stream_info(stream)) == node:
                     out.append(f"leader of {stream}")
             except Exception:
                 pass
-        for stream, consumer in ((self.static_stream, "sg-m1"), (self.static_stream, "sg-m2"),
-                                 (self.work_queue, "e1"), (self.work_queue, "e2")):
+        for stream, consumer in (
+            (self.static_stream, "sg-m1"),
+            (self.static_stream, "sg-m2"),
+            (self.work_queue, "e1"),
+            (self.work_queue, "e2"),
+        ):
             try:
                 if stream_leader(await api.consumer_info(stream, consumer)) == node:
                     out.append(f"leader of {consumer}")
@@ -419,15 +481,19 @@ class Chaos:
         sourcing = asyncio.ensure_future(self._sourcing_resumed(t0))
         takeover, first = {}, {}
         for flavour, rec in self.recorders.items():
+
             def resumed() -> bool:
                 self.check_publisher()
                 return all(rec.first_start(after=t0, partition=p) is not None for p in range(PARTITIONS))
+
             try:
                 await wait_for(resumed, 60, what=f"{flavour}: every partition handled again after killing {node}")
             except AssertionError as e:
-                raise AssertionError(f"{e} at {t0:.2f}; partitions: "
-                                     f"{[rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)]}\n"
-                                     f"{self.describe()}") from None
+                raise AssertionError(
+                    f"{e} at {t0:.2f}; partitions: "
+                    f"{[rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)]}\n"
+                    f"{self.describe()}"
+                ) from None
             takeover[flavour] = max(rec.first_start(after=t0, partition=p) for p in range(PARTITIONS)) - t0
             first[flavour] = rec.first_start(after=t0) - t0
         await asyncio.sleep(max(0.0, t0 + down - time.time()))
@@ -462,8 +528,9 @@ class Chaos:
         for c in list(self.recorders[flavour].calls):
             if c.key not in first or c.start < first[c.key]:
                 first[c.key] = c.start
-        return max((first[k] - t for k, t in self.sent[flavour].items() if since <= t <= until and k in first),
-                   default=0.0)
+        return max(
+            (first[k] - t for k, t in self.sent[flavour].items() if since <= t <= until and k in first), default=0.0
+        )
 
     def _current(self, node: str):
         async def check() -> bool:
@@ -476,14 +543,18 @@ class Chaos:
                 return True
             except Exception:
                 return False
+
         return check
 
     async def finish(self) -> dict[str, Report]:
         """Stop publishing, wait until everything is handled, stop the instances, check both records."""
         self.publishing = False
         for flavour, rec in self.recorders.items():
-            await wait_for(lambda rec=rec, flavour=flavour: self.expected[flavour] <= rec.acked_keys(), 60,
-                           what=f"{flavour}: every published message handled")
+            await wait_for(
+                lambda rec=rec, flavour=flavour: self.expected[flavour] <= rec.acked_keys(),
+                60,
+                what=f"{flavour}: every published message handled",
+            )
         ended = [(i.name, i.ended) for i in self.instances if i.ended]
         assert not ended, f"instances ended under the faults: {ended}"
         await self.stop_all()
@@ -496,13 +567,13 @@ class Chaos:
         for i in self.instances:
             try:
                 await asyncio.wait_for(asyncio.to_thread(i.proc.wait), 15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 i.proc.kill()
                 await asyncio.to_thread(i.proc.wait)
             if i.reader is not None:
                 try:
                     await asyncio.wait_for(i.reader, 5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     i.reader.cancel()
             self.recorders[i.flavour].close_instance(i.name)
 
@@ -555,21 +626,27 @@ async def test_groups_survive_a_node_kill_under_traffic(nats_cluster, uniq, tmp_
         await chaos.setup()
         publisher = chaos.start_publishing()
         try:
-            await wait_for(lambda: all(chaos.recorders[f].count() >= 20 for f in chaos.recorders), 30,
-                           what="traffic flowing")
+            await wait_for(
+                lambda: all(chaos.recorders[f].count() >= 20 for f in chaos.recorders), 30, what="traffic flowing"
+            )
             results = []
             for _ in range(RUNS):
                 results.append(await chaos.fault(fault))
                 _record(results[-1])
-                await wait_for(lambda: all(chaos.recorders[f].count(since=time.time() - 1) > 0 for f in chaos.recorders),
-                               30, what="traffic flowing after the restart")
+                await wait_for(
+                    lambda: all(chaos.recorders[f].count(since=time.time() - 1) > 0 for f in chaos.recorders),
+                    30,
+                    what="traffic flowing after the restart",
+                )
         finally:
             chaos.publishing = False
             await asyncio.wait_for(publisher, 130)
         reports = await chaos.finish()
         for flavour, report in reports.items():
-            print(f"{flavour}: {report.processed} messages, {report.redelivered} redelivered, "
-                  f"{report.overlaps} overlaps, {report.order_violations} out of order, {report.lost} lost")
+            print(
+                f"{flavour}: {report.processed} messages, {report.redelivered} redelivered, "
+                f"{report.overlaps} overlaps, {report.order_violations} out of order, {report.lost} lost"
+            )
             assert report.ok, f"{flavour}: {report.failures} {[v.message for v in report.examples]}"
         for result in results:
             for flavour, took in result.takeover.items():

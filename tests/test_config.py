@@ -8,17 +8,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pcgroups.config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, go_json,
-                             parse_elastic_config, parse_mapping, parse_static_config, validate_name)
+from pcgroups.config import (
+    ElasticConfig,
+    MemberMapping,
+    PartitioningFilter,
+    StaticConfig,
+    go_json,
+    parse_elastic_config,
+    parse_mapping,
+    parse_static_config,
+    validate_name,
+)
 from pcgroups.errors import ConfigError
-
 from tests.helpers.support import WIRE_VECTORS as VECTORS
 from tests.helpers.vectors import ADDED, elastic_from_cli, static_from_cli
-
-
-
-
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Wire vectors
@@ -58,7 +61,7 @@ def test_go_html_escaping():
 
 def test_go_json_other_characters():
     # Non-ASCII stays UTF-8; U+2028/9, control characters and lone surrogates are escaped as Go does.
-    assert go_json(["é", "\u2028\u2029", "\x01\x1f\x7f", "\b\f\n\r\t\"\\", "\ud800"]) == (
+    assert go_json(["é", "\u2028\u2029", "\x01\x1f\x7f", '\b\f\n\r\t"\\', "\ud800"]) == (
         '["é","\\u2028\\u2029","\\u0001\\u001f\x7f","\\b\\f\\n\\r\\t\\"\\\\","\\ufffd"]'.encode()
     )
     assert go_json({"b": 1, "a": [None, True, -5]}) == b'{"b":1,"a":[null,true,-5]}'
@@ -221,8 +224,10 @@ def test_base_validation_sequence(cfg, error):
         ),
         (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, -1])]), "partition -1 is out of range"),
         (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 2])]), "partitions 1, 3 are not"),
-        (StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 1, 2])]), "every partition must be assigned, "
-                                                                             "partition 3 is not"),
+        (
+            StaticConfig(4, member_mappings=[MemberMapping("m1", [0, 1, 2])]),
+            "every partition must be assigned, partition 3 is not",
+        ),
         (StaticConfig("10", members=["m1"]), "the max number of members must be an int, got str '10'"),  # type: ignore[arg-type]
         (
             StaticConfig(1, member_mappings=[MemberMapping("a", [0]), MemberMapping("b", [])]),
@@ -314,7 +319,7 @@ def test_valid_names(kind, name):
     ("kind", "name", "message"),
     [
         ("member", "a.b", "invalid member name \"a.b\": names may contain only letters, digits, '-' and '_'"),
-        ("group", "g=1", "invalid group name \"g=1\": names may contain only"),
+        ("group", "g=1", 'invalid group name "g=1": names may contain only'),
         ("member", "", 'invalid member name "": names must not be empty'),
         ("member", "é", "names may contain only"),
         ("stream", "a b", 'invalid stream name "a b": names may not contain'),
@@ -377,8 +382,16 @@ _json_values = st.recursive(
 )
 _keys = st.sampled_from(
     [
-        "max_members", "MAX_MEMBERS", "filters", "members", "Members", "member_mappings", "partitioning_filters",
-        "max_buffered_msg", "max_buffered_bytes", "other",
+        "max_members",
+        "MAX_MEMBERS",
+        "filters",
+        "members",
+        "Members",
+        "member_mappings",
+        "partitioning_filters",
+        "max_buffered_msg",
+        "max_buffered_bytes",
+        "other",
     ]
 )
 _plausible = (
@@ -438,9 +451,9 @@ def _membership(draw, max_members: int) -> tuple[list[str], list[MemberMapping]]
         return draw(st.lists(_names, max_size=8)), []
     order = draw(st.permutations(range(max_members)))
     cuts = sorted(draw(st.sets(st.integers(1, max_members - 1), max_size=max_members - 1))) if max_members > 1 else []
-    chunks = [order[a:b] for a, b in zip([0, *cuts], [*cuts, max_members])]
+    chunks = [order[a:b] for a, b in zip([0, *cuts], [*cuts, max_members], strict=False)]
     owners = draw(st.lists(_names, min_size=len(chunks), max_size=len(chunks), unique=True))
-    return [], [MemberMapping(m, list(c)) for m, c in zip(owners, chunks)]
+    return [], [MemberMapping(m, list(c)) for m, c in zip(owners, chunks, strict=False)]
 
 
 @st.composite

@@ -19,8 +19,16 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pcgroups.config import (ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig, parse_elastic_config,
-                             parse_mapping, parse_static_config, validate_name)
+from pcgroups.config import (
+    ElasticConfig,
+    MemberMapping,
+    PartitioningFilter,
+    StaticConfig,
+    parse_elastic_config,
+    parse_mapping,
+    parse_static_config,
+    validate_name,
+)
 from pcgroups.errors import ConfigError
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,17 +50,55 @@ def _decode_all(data) -> None:
             cfg.validate()  # what parse returns is valid
 
 
-_numbers = st.sampled_from(["0", "-0", "1e3", "1.0", "-1", "18446744073709551615", "18446744073709551616",
-                            "9223372036854775808", "-9223372036854775809", "1" * 5000, "NaN", "Infinity", "0x10",
-                            "01", "1e999", "-"])
+_numbers = st.sampled_from(
+    [
+        "0",
+        "-0",
+        "1e3",
+        "1.0",
+        "-1",
+        "18446744073709551615",
+        "18446744073709551616",
+        "9223372036854775808",
+        "-9223372036854775809",
+        "1" * 5000,
+        "NaN",
+        "Infinity",
+        "0x10",
+        "01",
+        "1e999",
+        "-",
+    ]
+)
 _json_text = st.recursive(
     _numbers | st.sampled_from(["null", "true", "false", '""', '"\\ud800"', '"\\u0000"', '"<>&"']),
-    lambda children: st.lists(children, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]")
-    | st.lists(st.tuples(st.sampled_from(['"max_members"', '"MAX_MEMBERS"', '"members"', '"member_mappings"',
-                                          '"partitioning_filters"', '"filters"', '"max_buffered_msg"',
-                                          '"max_buffered_bytes"', '"member"', '"partitions"', '"filter"',
-                                          '"partitioning_wildcards"', '"x"', '"\\u017fmembers"']), children),
-               max_size=5).map(lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}"),
+    lambda children: (
+        st.lists(children, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]")
+        | st.lists(
+            st.tuples(
+                st.sampled_from(
+                    [
+                        '"max_members"',
+                        '"MAX_MEMBERS"',
+                        '"members"',
+                        '"member_mappings"',
+                        '"partitioning_filters"',
+                        '"filters"',
+                        '"max_buffered_msg"',
+                        '"max_buffered_bytes"',
+                        '"member"',
+                        '"partitions"',
+                        '"filter"',
+                        '"partitioning_wildcards"',
+                        '"x"',
+                        '"\\u017fmembers"',
+                    ]
+                ),
+                children,
+            ),
+            max_size=5,
+        ).map(lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}")
+    ),
     max_leaves=16,
 )
 
@@ -86,14 +132,26 @@ _near = {  # values close to valid ones for each known field
     "max_members": st.integers(-3, 8) | st.sampled_from([UINT64_MAX, UINT64_MAX + 1, 2.0, "2", True]),
     "members": st.lists(st.sampled_from(["m1", "m2", "", 7, None]), max_size=4),
     "filters": st.lists(st.sampled_from(["foo.*", ">", 3, None]), max_size=3),
-    "member_mappings": st.lists(st.fixed_dictionaries(
-        {"member": st.sampled_from(["m1", "m2", 5, None]),
-         "partitions": st.lists(st.integers(-2, 8) | st.sampled_from([1.5, "1", None]), max_size=4) | st.none()}),
-        max_size=3) | _json_values,
-    "partitioning_filters": st.lists(st.fixed_dictionaries(
-        {"filter": st.sampled_from(["a.*", "a.>", "", "a", 1, None]),
-         "partitioning_wildcards": st.none() | st.lists(st.integers(-1, 3) | st.just("1"), max_size=3)}),
-        max_size=3) | _json_values,
+    "member_mappings": st.lists(
+        st.fixed_dictionaries(
+            {
+                "member": st.sampled_from(["m1", "m2", 5, None]),
+                "partitions": st.lists(st.integers(-2, 8) | st.sampled_from([1.5, "1", None]), max_size=4) | st.none(),
+            }
+        ),
+        max_size=3,
+    )
+    | _json_values,
+    "partitioning_filters": st.lists(
+        st.fixed_dictionaries(
+            {
+                "filter": st.sampled_from(["a.*", "a.>", "", "a", 1, None]),
+                "partitioning_wildcards": st.none() | st.lists(st.integers(-1, 3) | st.just("1"), max_size=3),
+            }
+        ),
+        max_size=3,
+    )
+    | _json_values,
     "max_buffered_msg": st.integers(INT64[0] - 1, INT64[1] + 1) | _json_values,
     "max_buffered_bytes": st.integers(-5, 5) | _json_values,
 }
@@ -249,8 +307,10 @@ def test_stored_configs_decode_and_validate_as_the_model_says(n, parts, pfs):
     """The same through JSON: what parse_* accepts from a stored value is what the model accepts."""
     members, mappings = parts
     n = min(n, UINT64_MAX)  # a larger value is a decoding error ("too large"), not a validation one
-    for cfg, parse, model in ((StaticConfig(n, [], members, mappings), parse_static_config, model_static),
-                              (ElasticConfig(n, pfs, 0, 0, members, mappings), parse_elastic_config, model_elastic)):
+    for cfg, parse, model in (
+        (StaticConfig(n, [], members, mappings), parse_static_config, model_static),
+        (ElasticConfig(n, pfs, 0, 0, members, mappings), parse_elastic_config, model_elastic),
+    ):
         data = json.dumps(json.loads(cfg.to_json())).encode()  # spaces: a different writer
         negative = n < 0
         try:
@@ -266,24 +326,35 @@ def test_stored_configs_decode_and_validate_as_the_model_says(n, parts, pfs):
 
 
 _text = st.text(max_size=6)  # no lone surrogates: Go writes those as U+FFFD, so they cannot round-trip
-_any_static = st.builds(StaticConfig, st.integers(0, UINT64_MAX), st.lists(_text, max_size=3),
-                        st.lists(_text, max_size=3),
-                        st.lists(st.builds(MemberMapping, _text, st.lists(st.integers(*INT64), max_size=3)),
-                                 max_size=3))
+_any_static = st.builds(
+    StaticConfig,
+    st.integers(0, UINT64_MAX),
+    st.lists(_text, max_size=3),
+    st.lists(_text, max_size=3),
+    st.lists(st.builds(MemberMapping, _text, st.lists(st.integers(*INT64), max_size=3)), max_size=3),
+)
 _any_elastic = st.builds(
-    ElasticConfig, st.integers(0, UINT64_MAX),
-    st.none() | st.lists(st.builds(PartitioningFilter, _text, st.none() | st.lists(st.integers(*INT64), max_size=3)),
-                         max_size=3),
-    st.integers(*INT64), st.integers(*INT64), st.lists(_text, max_size=3),
-    st.lists(st.builds(MemberMapping, _text, st.lists(st.integers(*INT64), max_size=3)), max_size=3))
+    ElasticConfig,
+    st.integers(0, UINT64_MAX),
+    st.none()
+    | st.lists(st.builds(PartitioningFilter, _text, st.none() | st.lists(st.integers(*INT64), max_size=3)), max_size=3),
+    st.integers(*INT64),
+    st.integers(*INT64),
+    st.lists(_text, max_size=3),
+    st.lists(st.builds(MemberMapping, _text, st.lists(st.integers(*INT64), max_size=3)), max_size=3),
+)
 
 
 def _go_shaped(data: bytes) -> None:
     text = data.decode()
     assert not re.search("[<>&]", text), text
-    assert json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":")) == \
-        text.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&") \
-        or "\\u2028" in text or "\\u2029" in text or "\\\\" in text
+    assert (
+        json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+        == text.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&")
+        or "\\u2028" in text
+        or "\\u2029" in text
+        or "\\\\" in text
+    )
 
 
 @FUZZ
@@ -294,8 +365,9 @@ def test_static_encode_decode_round_trips(cfg):
     _go_shaped(data)
     assert StaticConfig.from_json(data) == cfg
     assert StaticConfig.from_json(data).to_json() == data
-    assert list(json.loads(data)) == [k for k in ("max_members", "filters", "members", "member_mappings")
-                                      if k == "max_members" or getattr(cfg, k)]
+    assert list(json.loads(data)) == [
+        k for k in ("max_members", "filters", "members", "member_mappings") if k == "max_members" or getattr(cfg, k)
+    ]
 
 
 @FUZZ
@@ -322,7 +394,7 @@ def test_parse_mapping_agrees_with_its_model(text):
     def number(part: str) -> bool:
         return part.strip().isascii() and part.strip().isdigit()
 
-    def partitions(item: str) -> list[int] | None:   # a number, or a range a-b with a <= b
+    def partitions(item: str) -> list[int] | None:  # a number, or a range a-b with a <= b
         ends = [e.strip() for e in item.split("-")]
         if len(ends) == 1 and number(ends[0]):
             return [int(ends[0])]
@@ -336,19 +408,25 @@ def test_parse_mapping_agrees_with_its_model(text):
         mapping = parse_mapping(text)
     except ConfigError as e:
         assert not ok, (text, str(e))
-        assert "invalid member mapping" in str(e) and ("member:p1,p2,..." in str(e) or "partitions are numbered from 0"
-                                                       in str(e) or "goes down" in str(e)), str(e)
+        assert "invalid member mapping" in str(e) and (
+            "member:p1,p2,..." in str(e) or "partitions are numbered from 0" in str(e) or "goes down" in str(e)
+        ), str(e)
     else:
         assert ok, text
         assert mapping == MemberMapping(member, [p for ps in items for p in ps or []])
 
 
 @FUZZ
-@given(st.sampled_from(["group", "member", "stream"]), st.text(max_size=10) | st.text(alphabet="ab-_.*> \t/", max_size=6))
+@given(
+    st.sampled_from(["group", "member", "stream"]), st.text(max_size=10) | st.text(alphabet="ab-_.*> \t/", max_size=6)
+)
 def test_names_agree_with_their_model(kind, name):
     if kind == "stream":
-        ok = bool(name) and not re.search(r"[.*>/\\\s]", name) and all(ord(c) >= 32 and not 0x7F <= ord(c) < 0xA0
-                                                                       for c in name)
+        ok = (
+            bool(name)
+            and not re.search(r"[.*>/\\\s]", name)
+            and all(ord(c) >= 32 and not 0x7F <= ord(c) < 0xA0 for c in name)
+        )
     else:
         ok = bool(re.fullmatch(r"[A-Za-z0-9_-]+", name))
     ok = ok and len(name.encode("utf-8", "surrogatepass")) <= 255

@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from pcgroups.connect import (DEFAULT_URL, ConnectionOptions, ResolvedConnection, connect, load_context,
-                              parse_duration, redact, resolve)
+from pcgroups.connect import (
+    DEFAULT_URL,
+    ConnectionOptions,
+    ResolvedConnection,
+    connect,
+    load_context,
+    parse_duration,
+    redact,
+    resolve,
+)
 from pcgroups.errors import PCGroupsError
 from pcgroups.testing._server import EmbeddedServer, free_port
 from tests.helpers.support import wait_for
@@ -82,14 +90,20 @@ async def test_no_auth(nats_server, capfd):
 
 async def test_unreachable_server_fails_fast_with_one_line(capfd):
     port = free_port()
-    await assert_fails(ConnectionOptions(server=f"127.0.0.1:{port}", no_context=True),
-                       f"can't connect to nats://127.0.0.1:{port}: connection refused")
+    await assert_fails(
+        ConnectionOptions(server=f"127.0.0.1:{port}", no_context=True),
+        f"can't connect to nats://127.0.0.1:{port}: connection refused",
+    )
     p2 = free_port()
-    msg = await assert_fails(ConnectionOptions(server=f"nats://127.0.0.1:{port},127.0.0.1:{p2}"),
-                             f"can't connect to nats://127.0.0.1:{port},nats://127.0.0.1:{p2}: ")
+    msg = await assert_fails(
+        ConnectionOptions(server=f"nats://127.0.0.1:{port},127.0.0.1:{p2}"),
+        f"can't connect to nats://127.0.0.1:{port},nats://127.0.0.1:{p2}: ",
+    )
     assert msg.endswith("connection refused")
-    await assert_fails(ConnectionOptions(server="nats://no-such-host.invalid:4222", timeout=1),
-                       "can't connect to nats://no-such-host.invalid:4222: can't resolve host")
+    await assert_fails(
+        ConnectionOptions(server="nats://no-such-host.invalid:4222", timeout=1),
+        "can't connect to nats://no-such-host.invalid:4222: can't resolve host",
+    )
     assert capfd.readouterr().err == ""
 
 
@@ -100,8 +114,10 @@ async def test_silent_server_times_out(capfd):
         listener.listen(8)
         port = listener.getsockname()[1]
         start = time.monotonic()
-        await assert_fails(ConnectionOptions(server=f"127.0.0.1:{port}", timeout=0.5),
-                           f"can't connect to nats://127.0.0.1:{port}: timed out after 0.5s")
+        await assert_fails(
+            ConnectionOptions(server=f"127.0.0.1:{port}", timeout=0.5),
+            f"can't connect to nats://127.0.0.1:{port}: timed out after 0.5s",
+        )
         assert time.monotonic() - start < 2.0
     assert capfd.readouterr().err == ""
 
@@ -109,16 +125,17 @@ async def test_silent_server_times_out(capfd):
 async def test_user_and_password(tmp_path, capfd):
     with EmbeddedServer(extra_args=["--user", "alice", "--pass", "s3cret"]) as s:
         await assert_connects(ConnectionOptions(server=s.url, user="alice", password="s3cret"))
-        await assert_connects(ConnectionOptions(server=s.url),
-                              env={"NATS_USER": "alice", "NATS_PASSWORD": "s3cret"})
+        await assert_connects(ConnectionOptions(server=s.url), env={"NATS_USER": "alice", "NATS_PASSWORD": "s3cret"})
         bad = f"can't connect to {s.url}: authorization violation"
         await assert_fails(ConnectionOptions(server=s.url, user="alice", password="wrong"), bad)
         await assert_fails(ConnectionOptions(server=s.url), bad)
         # credentials in the URL work, and the password never shows in a message
         port = s.port
         await assert_connects(ConnectionOptions(server=f"nats://alice:s3cret@127.0.0.1:{port}"))
-        msg = await assert_fails(ConnectionOptions(server=f"nats://alice:nope@127.0.0.1:{port}"),
-                                 f"can't connect to nats://alice:***@127.0.0.1:{port}: authorization")
+        msg = await assert_fails(
+            ConnectionOptions(server=f"nats://alice:nope@127.0.0.1:{port}"),
+            f"can't connect to nats://alice:***@127.0.0.1:{port}: authorization",
+        )
         assert "nope" not in msg
     assert capfd.readouterr().err == ""
 
@@ -129,10 +146,10 @@ async def test_token(capfd):
         await assert_connects(ConnectionOptions(server=s.url), env={"NATS_TOKEN": "tok3n"})
         # as nats: --user without a password is a token
         await assert_connects(ConnectionOptions(server=s.url, user="tok3n"))
-        await assert_connects(ConnectionOptions(server=s.url, token="env://MY_TOKEN"),
-                              env={"MY_TOKEN": "tok3n"})
-        await assert_fails(ConnectionOptions(server=s.url, token="nope"),
-                           f"can't connect to {s.url}: authorization violation")
+        await assert_connects(ConnectionOptions(server=s.url, token="env://MY_TOKEN"), env={"MY_TOKEN": "tok3n"})
+        await assert_fails(
+            ConnectionOptions(server=s.url, token="nope"), f"can't connect to {s.url}: authorization violation"
+        )
     assert capfd.readouterr().err == ""
 
 
@@ -140,9 +157,11 @@ async def test_context_file_end_to_end(cfg):
     with EmbeddedServer(extra_args=["--user", "bob", "--pass", "pw"]) as s:
         write_context(cfg, "dev", select=True, url=f"127.0.0.1:{s.port}", user="bob", password="pw")
         await assert_connects(ConnectionOptions(), env={"XDG_CONFIG_HOME": str(cfg)})
-        await assert_fails(ConnectionOptions(password="bad"),
-                           f"can't connect to {s.url}: authorization violation",
-                           env={"XDG_CONFIG_HOME": str(cfg)})
+        await assert_fails(
+            ConnectionOptions(password="bad"),
+            f"can't connect to {s.url}: authorization violation",
+            env={"XDG_CONFIG_HOME": str(cfg)},
+        )
 
 
 # ------------------------------------------------------------------ nkeys and creds
@@ -167,8 +186,7 @@ def _b64(data: bytes) -> str:
 def make_jwt(signer, issuer: str, subject: str, name: str, claims: dict) -> str:
     """A NATS JWT (v2) signed with ed25519, as nsc would make it."""
     header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
-    body = {"jti": "", "iat": int(time.time()), "iss": issuer, "name": name, "sub": subject,
-            "nats": claims}
+    body = {"jti": "", "iat": int(time.time()), "iss": issuer, "name": name, "sub": subject, "nats": claims}
     digest = hashlib.new("sha512_256", json.dumps(body).encode()).digest()
     body["jti"] = base64.b32encode(digest).rstrip(b"=").decode()
     payload = _b64(json.dumps(body).encode())
@@ -176,8 +194,16 @@ def make_jwt(signer, issuer: str, subject: str, name: str, claims: dict) -> str:
     return f"{header}.{payload}.{_b64(signature)}"
 
 
-UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
-             "wildcards": True, "conn": -1, "leaf": -1}
+UNLIMITED = {
+    "subs": -1,
+    "data": -1,
+    "payload": -1,
+    "imports": -1,
+    "exports": -1,
+    "wildcards": True,
+    "conn": -1,
+    "leaf": -1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -188,26 +214,44 @@ def operator_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("operator")
     okp, _, opub = new_key(nkeys.PREFIX_BYTE_OPERATOR)
     akp, _, apub = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
-    skp, _, spub = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
+    _skp, _, spub = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
     _, useed, upub = new_key(nkeys.PREFIX_BYTE_USER)
     ojwt = make_jwt(okp, opub, opub, "op", {"type": "operator", "version": 2})
-    ajwt = make_jwt(okp, opub, apub, "app", {
-        "limits": {**UNLIMITED, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1},
-        "type": "account", "version": 2})
+    ajwt = make_jwt(
+        okp,
+        opub,
+        apub,
+        "app",
+        {
+            "limits": {**UNLIMITED, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1},
+            "type": "account",
+            "version": 2,
+        },
+    )
     sjwt = make_jwt(okp, opub, spub, "SYS", {"limits": UNLIMITED, "type": "account", "version": 2})
-    ujwt = make_jwt(akp, apub, upub, "u", {"pub": {}, "sub": {}, "subs": -1, "data": -1,
-                                            "payload": -1, "type": "user", "version": 2})
-    server = server_with_config(tmp, f"operator: {ojwt}\nsystem_account: {spub}\n"
-                                     f"resolver: MEMORY\nresolver_preload: {{ {apub}: {ajwt}, {spub}: {sjwt} }}\n")
+    ujwt = make_jwt(
+        akp,
+        apub,
+        upub,
+        "u",
+        {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2},
+    )
+    server = server_with_config(
+        tmp,
+        f"operator: {ojwt}\nsystem_account: {spub}\n"
+        f"resolver: MEMORY\nresolver_preload: {{ {apub}: {ajwt}, {spub}: {sjwt} }}\n",
+    )
     with server:
         yield server, ujwt, useed
 
 
 def creds_text(jwt: str, seed: str) -> str:
-    return (f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
-            "************************* IMPORTANT *************************\n"
-            "NKEY Seed printed below can be used to sign and prove identity.\n\n"
-            f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n")
+    return (
+        f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+        "************************* IMPORTANT *************************\n"
+        "NKEY Seed printed below can be used to sign and prove identity.\n\n"
+        f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+    )
 
 
 @needs_nkeys
@@ -221,18 +265,22 @@ async def test_nkey(tmp_path, capfd):
     with server_with_config(tmp_path, f"authorization {{ users = [ {{ nkey: {pub} }} ] }}\n") as s:
         await assert_connects(ConnectionOptions(server=s.url, nkey=str(seed_file)))
         await assert_connects(ConnectionOptions(server=s.url), env={"NATS_NKEY": str(seed_file)})
-        await assert_connects(ConnectionOptions(server=s.url, nkey="~/user.nk"),
-                              env={"HOME": str(tmp_path)})
+        await assert_connects(ConnectionOptions(server=s.url, nkey="~/user.nk"), env={"HOME": str(tmp_path)})
         inline = "data:;base64," + base64.b64encode(seed.encode()).decode()
         await assert_connects(ConnectionOptions(server=s.url, nkey=inline))
-        await assert_fails(ConnectionOptions(server=s.url, nkey=str(other)),
-                           f"can't connect to {s.url}: authorization violation")
-        await assert_fails(ConnectionOptions(server=s.url, nkey=str(tmp_path / "missing.nk")),
-                           f"can't connect to {s.url}: nkey file {tmp_path / 'missing.nk'} not found")
+        await assert_fails(
+            ConnectionOptions(server=s.url, nkey=str(other)), f"can't connect to {s.url}: authorization violation"
+        )
+        await assert_fails(
+            ConnectionOptions(server=s.url, nkey=str(tmp_path / "missing.nk")),
+            f"can't connect to {s.url}: nkey file {tmp_path / 'missing.nk'} not found",
+        )
         junk = tmp_path / "junk.nk"
         junk.write_text("hello\n")
-        await assert_fails(ConnectionOptions(server=s.url, nkey=str(junk)),
-                           f"can't connect to {s.url}: nkey file {junk} holds no nkey seed")
+        await assert_fails(
+            ConnectionOptions(server=s.url, nkey=str(junk)),
+            f"can't connect to {s.url}: nkey file {junk} holds no nkey seed",
+        )
     assert capfd.readouterr().err == ""
 
 
@@ -240,9 +288,10 @@ async def test_nkey_without_the_nkeys_package(nats_server, tmp_path, monkeypatch
     seed_file = tmp_path / "u.nk"
     seed_file.write_text("SUAM" + "A" * 54 + "\n")
     monkeypatch.setitem(sys.modules, "nkeys", None)  # as if nats-py[nkeys] weren't installed
-    await assert_fails(ConnectionOptions(server=nats_server.url, nkey=str(seed_file)),
-                       f"can't connect to {nats_server.url}: nkey and creds authentication need "
-                       "the nkeys package")
+    await assert_fails(
+        ConnectionOptions(server=nats_server.url, nkey=str(seed_file)),
+        f"can't connect to {nats_server.url}: nkey and creds authentication need the nkeys package",
+    )
 
 
 @needs_nkeys
@@ -257,22 +306,25 @@ async def test_creds(tmp_path, operator_server, capfd):
     finally:
         await nc.close()
     await assert_connects(ConnectionOptions(server=server.url), env={"NATS_CREDS": str(creds)})
-    await assert_connects(ConnectionOptions(server=server.url, creds="env://USER_CREDS"),
-                          env={"USER_CREDS": creds.read_text()})
+    await assert_connects(
+        ConnectionOptions(server=server.url, creds="env://USER_CREDS"), env={"USER_CREDS": creds.read_text()}
+    )
     # user_jwt + user_seed (context fields / NATS_JWT + NATS_SEED)
-    await assert_connects(ConnectionOptions(server=server.url),
-                          env={"NATS_JWT": ujwt, "NATS_SEED": useed})
-    await assert_fails(ConnectionOptions(server=server.url, creds=str(tmp_path / "nope.creds")),
-                       f"can't connect to {server.url}: creds file {tmp_path / 'nope.creds'} not found")
-    await assert_fails(ConnectionOptions(server=server.url),
-                       f"can't connect to {server.url}: authorization violation")
+    await assert_connects(ConnectionOptions(server=server.url), env={"NATS_JWT": ujwt, "NATS_SEED": useed})
+    await assert_fails(
+        ConnectionOptions(server=server.url, creds=str(tmp_path / "nope.creds")),
+        f"can't connect to {server.url}: creds file {tmp_path / 'nope.creds'} not found",
+    )
+    await assert_fails(ConnectionOptions(server=server.url), f"can't connect to {server.url}: authorization violation")
     # a user the account never signed
     akp, _, apub = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
     _, s2, u2 = new_key(nkeys.PREFIX_BYTE_USER)
     stranger = tmp_path / "stranger.creds"
     stranger.write_text(creds_text(make_jwt(akp, apub, u2, "x", {"type": "user", "version": 2}), s2))
-    await assert_fails(ConnectionOptions(server=server.url, creds=str(stranger)),
-                       f"can't connect to {server.url}: authorization violation")
+    await assert_fails(
+        ConnectionOptions(server=server.url, creds=str(stranger)),
+        f"can't connect to {server.url}: authorization violation",
+    )
     assert capfd.readouterr().err == ""
 
 
@@ -292,56 +344,108 @@ def pki(tmp_path_factory) -> Path:
         pytest.skip("openssl binary not found")
     d = tmp_path_factory.mktemp("pki")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=pcgroups test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
-                      ("client", "extendedKeyUsage=clientAuth\n")):
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=pcgroups test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ):
         (d / f"{name}.ext").write_text(ext)
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN=pcgroups test {name}", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+        _openssl(
+            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=pcgroups test {name}", cwd=d
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+            cwd=d,
+        )
     # a second CA that signed nothing here
-    _openssl("req", "-x509", *ec, "-keyout", "other.key", "-out", "other.pem", "-days", "2",
-             "-subj", "/CN=other CA", cwd=d)
+    _openssl(
+        "req", "-x509", *ec, "-keyout", "other.key", "-out", "other.pem", "-days", "2", "-subj", "/CN=other CA", cwd=d
+    )
     return d
 
 
 def tls_block(pki: Path, extra: str = "") -> str:
-    return (f'tls {{\n  cert_file: "{pki / "server.pem"}"\n  key_file: "{pki / "server.key"}"\n'
-            f'  ca_file: "{pki / "ca.pem"}"\n  {extra}\n}}\n')
+    return (
+        f'tls {{\n  cert_file: "{pki / "server.pem"}"\n  key_file: "{pki / "server.key"}"\n'
+        f'  ca_file: "{pki / "ca.pem"}"\n  {extra}\n}}\n'
+    )
 
 
 async def test_tls(tmp_path, pki, capfd):
     with server_with_config(tmp_path, tls_block(pki)) as s:
         await assert_connects(ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem")))
-        await assert_connects(ConnectionOptions(server=f"tls://127.0.0.1:{s.port}"),
-                              env={"NATS_CA": str(pki / "ca.pem")})
+        await assert_connects(
+            ConnectionOptions(server=f"tls://127.0.0.1:{s.port}"), env={"NATS_CA": str(pki / "ca.pem")}
+        )
         # without our CA the server's certificate is not trusted
-        await assert_fails(ConnectionOptions(server=s.url),
-                           f"can't connect to {s.url}: TLS certificate verification failed")
-        await assert_fails(ConnectionOptions(server=s.url, tlsca=str(pki / "other.pem")),
-                           f"can't connect to {s.url}: TLS certificate verification failed")
-        await assert_fails(ConnectionOptions(server=s.url, tlsca=str(tmp_path / "none.pem")),
-                           f"can't connect to {s.url}: TLS CA file {tmp_path / 'none.pem'} not found")
-        await assert_fails(ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem"),
-                                             tlscert=str(pki / "client.pem")),
-                           f"can't connect to {s.url}: a TLS client certificate needs both")
+        await assert_fails(
+            ConnectionOptions(server=s.url), f"can't connect to {s.url}: TLS certificate verification failed"
+        )
+        await assert_fails(
+            ConnectionOptions(server=s.url, tlsca=str(pki / "other.pem")),
+            f"can't connect to {s.url}: TLS certificate verification failed",
+        )
+        await assert_fails(
+            ConnectionOptions(server=s.url, tlsca=str(tmp_path / "none.pem")),
+            f"can't connect to {s.url}: TLS CA file {tmp_path / 'none.pem'} not found",
+        )
+        await assert_fails(
+            ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem"), tlscert=str(pki / "client.pem")),
+            f"can't connect to {s.url}: a TLS client certificate needs both",
+        )
     assert capfd.readouterr().err == ""
 
 
 async def test_mutual_tls(tmp_path, pki, capfd):
     with server_with_config(tmp_path, tls_block(pki, "verify: true")) as s:
-        await assert_connects(ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem"),
-                                                tlscert=str(pki / "client.pem"),
-                                                tlskey=str(pki / "client.key")))
-        await assert_connects(ConnectionOptions(server=s.url),
-                              env={"NATS_CA": str(pki / "ca.pem"), "NATS_CERT": str(pki / "client.pem"),
-                                   "NATS_KEY": str(pki / "client.key")})
+        await assert_connects(
+            ConnectionOptions(
+                server=s.url, tlsca=str(pki / "ca.pem"), tlscert=str(pki / "client.pem"), tlskey=str(pki / "client.key")
+            )
+        )
+        await assert_connects(
+            ConnectionOptions(server=s.url),
+            env={
+                "NATS_CA": str(pki / "ca.pem"),
+                "NATS_CERT": str(pki / "client.pem"),
+                "NATS_KEY": str(pki / "client.key"),
+            },
+        )
         # the server refuses a client without a certificate: one line, whatever the TLS layer says
-        msg = await assert_fails(ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem")),
-                                 f"can't connect to {s.url}: ")
+        msg = await assert_fails(
+            ConnectionOptions(server=s.url, tlsca=str(pki / "ca.pem")), f"can't connect to {s.url}: "
+        )
         assert "client certificate" in msg or "certificate required" in msg, msg
     assert capfd.readouterr().err == ""
 
@@ -353,8 +457,10 @@ async def test_tls_first(tmp_path, pki):
 
 
 async def test_tls_requested_but_server_is_plain(nats_server, pki):
-    await assert_fails(ConnectionOptions(server=nats_server.url, tlsca=str(pki / "ca.pem")),
-                       f"can't connect to {nats_server.url}: TLS was requested but the server does not")
+    await assert_fails(
+        ConnectionOptions(server=nats_server.url, tlsca=str(pki / "ca.pem")),
+        f"can't connect to {nats_server.url}: TLS was requested but the server does not",
+    )
 
 
 # ------------------------------------------------------------------ precedence (no network)
@@ -372,14 +478,16 @@ def test_server_urls_that_can_not_be_natss_say_what_is_wrong(cfg):
 
     assert servers("127.0.0.1") == ["nats://127.0.0.1:4222"]
     assert servers("tls://h,ws://h:8080/nats, nats://u:p@h:1") == ["tls://h:4222", "ws://h:8080/nats", "nats://u:p@h:1"]
-    for url, why in (("http://127.0.0.1:4222", "the scheme http:// is not NATS's; use nats://, tls://, ws://, wss://"),
-                     ("nats//127.0.0.1:4222", "write it nats://HOST:PORT"),
-                     ("nats:/h:4222", "write it nats://HOST:PORT"),
-                     ("nats://", "write it nats://HOST:PORT"),
-                     ("nats://h:4222,https://x", "the scheme https:// is not NATS's"),
-                     ("nats://u:secret@h:99999", "the port must be a number from 1 to 65535"),
-                     ("4501", "4501 is a port number, not a host: write nats://HOST:4501 (e.g. nats://127.0.0.1:4501)"),
-                     ("nats://4222:4222", "4222 is a port number, not a host")):
+    for url, why in (
+        ("http://127.0.0.1:4222", "the scheme http:// is not NATS's; use nats://, tls://, ws://, wss://"),
+        ("nats//127.0.0.1:4222", "write it nats://HOST:PORT"),
+        ("nats:/h:4222", "write it nats://HOST:PORT"),
+        ("nats://", "write it nats://HOST:PORT"),
+        ("nats://h:4222,https://x", "the scheme https:// is not NATS's"),
+        ("nats://u:secret@h:99999", "the port must be a number from 1 to 65535"),
+        ("4501", "4501 is a port number, not a host: write nats://HOST:4501 (e.g. nats://127.0.0.1:4501)"),
+        ("nats://4222:4222", "4222 is a port number, not a host"),
+    ):
         with pytest.raises(PCGroupsError) as e:
             servers(url)
         assert f'invalid server URL "{redact(url.split(",")[-1])}": {why}' in str(e.value), str(e.value)
@@ -387,8 +495,16 @@ def test_server_urls_that_can_not_be_natss_say_what_is_wrong(cfg):
 
 
 def test_option_beats_env_beats_context_beats_default(cfg):
-    write_context(cfg, "ctx", select=True, url="ctx-host:1", user="cu", password="cp",
-                  jetstream_domain="ctxdom", inbox_prefix="_CTX")
+    write_context(
+        cfg,
+        "ctx",
+        select=True,
+        url="ctx-host:1",
+        user="cu",
+        password="cp",
+        jetstream_domain="ctxdom",
+        inbox_prefix="_CTX",
+    )
     env = {"XDG_CONFIG_HOME": str(cfg)}
     rc = resolve(ConnectionOptions(), env=env)
     assert rc.servers == ["nats://ctx-host:1"] and (rc.user, rc.password) == ("cu", "cp")
@@ -417,8 +533,7 @@ def test_context_selection(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_context("mine.json", env).url == "file-host:7"
     assert load_context("./mine.json", env).name == "mine"
-    assert resolve(ConnectionOptions(context=str(tmp_path / "mine.json")), env).servers == \
-        ["nats://file-host:7"]
+    assert resolve(ConnectionOptions(context=str(tmp_path / "mine.json")), env).servers == ["nats://file-host:7"]
     assert load_context(None, env | {"NATS_CONTEXT": "mine.json"}).url == "file-host:7"
     # nothing selected: no context, not an error
     (cfg / "nats" / "context.txt").write_text("  \n")
@@ -455,8 +570,17 @@ def test_unknown_context_is_a_clear_error(cfg):
 
 
 def test_paths_are_expanded(cfg, tmp_path):
-    write_context(cfg, "p", select=True, creds="~/keys/u.creds", nkey="$KEYS/u.nk",
-                  cert="${KEYS}/c.pem", key="~/k.pem", ca="/abs/ca.pem", tls_first=True)
+    write_context(
+        cfg,
+        "p",
+        select=True,
+        creds="~/keys/u.creds",
+        nkey="$KEYS/u.nk",
+        cert="${KEYS}/c.pem",
+        key="~/k.pem",
+        ca="/abs/ca.pem",
+        tls_first=True,
+    )
     env = {"XDG_CONFIG_HOME": str(cfg), "HOME": "/home/me", "KEYS": "/srv/keys"}
     rc = resolve(ConnectionOptions(), env)
     assert rc.creds == "/home/me/keys/u.creds" and rc.nkey == "/srv/keys/u.nk"
@@ -488,9 +612,12 @@ def test_timeouts_and_durations(cfg):
 
 
 def test_connect_kwargs_shape(cfg):
-    rc = resolve(ConnectionOptions(server="h1,h2:5", user="u", password="p", token="t",
-                                   inbox_prefix="_I", connection_name="cg", timeout=3),
-                 {"XDG_CONFIG_HOME": str(cfg)})
+    rc = resolve(
+        ConnectionOptions(
+            server="h1,h2:5", user="u", password="p", token="t", inbox_prefix="_I", connection_name="cg", timeout=3
+        ),
+        {"XDG_CONFIG_HOME": str(cfg)},
+    )
     kw = rc.connect_kwargs()
     assert kw["servers"] == ["nats://h1:4222", "nats://h2:5"]
     assert (kw["user"], kw["password"], kw["token"]) == ("u", "p", "t")
@@ -508,8 +635,7 @@ async def test_connected_client_reconnects_forever(fresh_server):
         await wait_for(lambda: not nc.is_connected, what="the client to see the server go")
         await asyncio.sleep(2.5)  # longer than a fail-fast first connect would keep trying
         fresh_server.start()
-        await wait_for(lambda: nc.is_connected and nc.stats["reconnects"] >= 1, timeout=15,
-                       what="a reconnect")
+        await wait_for(lambda: nc.is_connected and nc.stats["reconnects"] >= 1, timeout=15, what="a reconnect")
         await nc.flush(timeout=5)
     finally:
         await nc.close()
@@ -517,9 +643,8 @@ async def test_connected_client_reconnects_forever(fresh_server):
 
 async def test_no_log_noise_even_with_logging_configured(caplog):
     port = free_port()
-    with caplog.at_level(logging.WARNING):
-        with pytest.raises(PCGroupsError):
-            await connect(ConnectionOptions(server=f"127.0.0.1:{port}"), env={})
+    with caplog.at_level(logging.WARNING), pytest.raises(PCGroupsError):
+        await connect(ConnectionOptions(server=f"127.0.0.1:{port}"), env={})
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
@@ -551,8 +676,13 @@ async def test_one_connection_object_owns_the_client_and_the_users_callbacks_sti
     async def reconnected() -> None:
         said.append("user: reconnected")
 
-    nc = await nats.connect(fresh_server.url, disconnected_cb=disconnected, reconnected_cb=reconnected,
-                            reconnect_time_wait=0.2, max_reconnect_attempts=-1)
+    nc = await nats.connect(
+        fresh_server.url,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        reconnect_time_wait=0.2,
+        max_reconnect_attempts=-1,
+    )
     try:
         connection = Connection.of(nc)
         assert Connection.of(nc) is connection and JetStreamApi(nc).permissions is connection.permissions

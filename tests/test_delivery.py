@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg as NatsMsg
 
-from pcgroups.consume._msg import PIN_HEADER, Msg
 from pcgroups.consume._delivery import Delivery, RecentAcks
-from pcgroups.errors import SupersededError
 from pcgroups.consume._dispatchers import KeyedDispatcher, SerialDispatcher
-from pcgroups.consume._retry import RetryPolicy
 from pcgroups.consume._keys import key_by_subject
+from pcgroups.consume._msg import PIN_HEADER, Msg
+from pcgroups.consume._retry import RetryPolicy
+from pcgroups.errors import SupersededError
 
 from .helpers.support import wait_for
 
@@ -51,11 +51,17 @@ def delivery(wire: Wire, *, margin: float = 60.0) -> Delivery:
     return d
 
 
-def raw(seq: int, subject: str = "0.orders.k1", *, deliveries: int = 1, cseq: int | None = None,
-        pin: str | None = PIN) -> NatsMsg:
+def raw(
+    seq: int, subject: str = "0.orders.k1", *, deliveries: int = 1, cseq: int | None = None, pin: str | None = PIN
+) -> NatsMsg:
     reply = f"$JS.ACK.S.C.{deliveries}.{seq}.{seq if cseq is None else cseq}.1700000000000000000.0"
-    return NatsMsg(_client=None, subject=subject, reply=reply, data=str(seq).encode(),  # type: ignore[arg-type]
-                   headers={PIN_HEADER: pin} if pin else None)
+    return NatsMsg(
+        _client=None,
+        subject=subject,
+        reply=reply,
+        data=str(seq).encode(),  # type: ignore[arg-type]
+        headers={PIN_HEADER: pin} if pin else None,
+    )
 
 
 def msg(d: Delivery, dispatcher: Any, seq: int, subject: str = "0.orders.k1", **kw: Any) -> Msg:
@@ -83,6 +89,7 @@ async def stopped(d: Delivery, task: asyncio.Task[None]) -> None:
 
 
 # --- Msg -----------------------------------------------------------------------------------
+
 
 async def test_msg_reads_its_numbers_from_the_ack_subject_and_strips_the_partition():
     d = delivery(Wire())
@@ -113,7 +120,7 @@ async def test_an_ack_from_a_sync_handlers_thread_blocks_until_sent():
     wire = Wire()
     d = delivery(wire)
     m = msg(d, None, 7)
-    await asyncio.to_thread(m.ack)   # a worker thread: ack() returns once the loop has sent it
+    await asyncio.to_thread(m.ack)  # a worker thread: ack() returns once the loop has sent it
     assert wire.bodies(7) == [b"+ACK"] and m.settled
 
 
@@ -125,6 +132,7 @@ def test_recent_acks_remember_only_the_last_ones():
 
 
 # --- Delivery: the rules ---------------------------------------------------------------------
+
 
 async def test_a_message_of_another_pin_is_never_handed_out_but_nakd():
     wire = Wire()
@@ -160,8 +168,8 @@ async def test_after_expect_reset_only_the_resets_deliveries_are_buffered():
     await d.deliver(msg(d, None, 1))
     d.expect_reset()
     assert d.buffered == 0
-    assert not await d.deliver(msg(d, None, 2, cseq=7))   # sent before the RESET
-    assert await d.deliver(msg(d, None, 1, cseq=1))       # the RESET's first delivery
+    assert not await d.deliver(msg(d, None, 2, cseq=7))  # sent before the RESET
+    assert await d.deliver(msg(d, None, 1, cseq=1))  # the RESET's first delivery
     assert await d.deliver(msg(d, None, 2, cseq=2))
     assert d.buffered == 2
     d.expect_reset()
@@ -187,7 +195,7 @@ async def test_hold_release_halt_close():
     d.release()
     assert d.may_start()
     d.halt()
-    d.release()   # a reset_and_resume after stop() does not undo it
+    d.release()  # a reset_and_resume after stop() does not undo it
     assert not d.may_start()
     d2 = delivery(Wire())
     d2.close()
@@ -196,20 +204,20 @@ async def test_hold_release_halt_close():
 
 async def test_the_pin_is_in_doubt_after_a_gap_in_the_pulls_until_confirmed():
     d = Delivery(Wire().publish, Wire().request, pin_margin=1.0)
-    assert not d.pin_doubtful()                       # no pin, no doubt
+    assert not d.pin_doubtful()  # no pin, no doubt
     long_ago = time.monotonic() - 5
     d.pin_given(PIN, long_ago)
     d.pulled(long_ago)
     assert d.pin_doubtful() and not d.may_start() and d.superseded(PIN)
-    d.pulled(time.monotonic())                        # the first pull after the gap does not end the doubt
+    d.pulled(time.monotonic())  # the first pull after the gap does not end the doubt
     assert d.pin_doubtful() and not d.may_start()
-    d.pin_confirmed(time.monotonic())                 # consumer info still shows the pin
+    d.pin_confirmed(time.monotonic())  # consumer info still shows the pin
     assert not d.pin_doubtful() and d.may_start() and not d.superseded(PIN)
     assert d.superseded("other") and d.last_pull > long_ago
     d.pin_given(PIN, long_ago)
-    d.pin_given("pin-b", time.monotonic())            # a delivery with a new pin: the server just gave it
+    d.pin_given("pin-b", time.monotonic())  # a delivery with a new pin: the server just gave it
     assert not d.pin_doubtful() and not d.superseded("pin-b")
-    d.forget_pin()                                    # 423
+    d.forget_pin()  # 423
     assert d.pin_id is None and not d.pin_doubtful()
 
 
@@ -220,21 +228,21 @@ async def test_a_lost_pins_messages_keep_wpi_and_are_not_superseded_for_the_grac
     d.pin_given(PIN, time.monotonic())
     m = msg(d, None, 1)
     assert d.extend(m, time.monotonic()) and not m.superseded
-    d.forget_pin()                                    # 423: a step-down
+    d.forget_pin()  # 423: a step-down
     assert d.extend(m, time.monotonic()) and not m.superseded and not d.current(m)
     await wait_for(lambda: m.superseded, 2, what="the grace ran out")
     assert not d.extend(m, time.monotonic())
-    d.pin_given("pin-b", time.monotonic())            # ours again, with another pin
+    d.pin_given("pin-b", time.monotonic())  # ours again, with another pin
     n = msg(d, None, 2, pin="pin-b")
     assert d.extend(n, time.monotonic()) and not n.superseded and m.superseded
-    d.pin_given("pin-c", time.monotonic())            # replaced without a 423: the same grace for n
+    d.pin_given("pin-c", time.monotonic())  # replaced without a 423: the same grace for n
     assert d.extend(n, time.monotonic()) and not n.superseded
     paused = Delivery(Wire().publish, Wire().request, pin_margin=1.0, grace=60.0)
     long_ago = time.monotonic() - 5
     paused.pin_given(PIN, long_ago)
     paused.pulled(long_ago)
     p = msg(paused, None, 3)
-    paused.forget_pin()                               # lost while in doubt (a pause): no grace
+    paused.forget_pin()  # lost while in doubt (a pause): no grace
     assert p.superseded and not paused.extend(p, time.monotonic())
 
 
@@ -246,18 +254,18 @@ async def test_a_guarded_take_over_hands_out_nothing_then_the_buffer_in_stream_o
     d.guarded = True
     d.pin_given(PIN, time.monotonic())
     assert d.taking_over and not d.may_start()
-    for seq, deliveries in ((7, 1), (8, 1), (3, 2), (5, 2), (3, 3)):   # naks of the earlier holder come late
+    for seq, deliveries in ((7, 1), (8, 1), (3, 2), (5, 2), (3, 3)):  # naks of the earlier holder come late
         await d.deliver(msg(d, None, seq, deliveries=deliveries, cseq=10 + seq + deliveries))
     assert d.own_pending() == 4 and await d.take() is None and d.buffered == 5
-    assert d.own_pending(upto=17) == 2   # as of a consumer info that had delivered up to consumer sequence 17
-    d.taken_over("pin-other")                         # not the current pin: nothing changes
+    assert d.own_pending(upto=17) == 2  # as of a consumer info that had delivered up to consumer sequence 17
+    d.taken_over("pin-other")  # not the current pin: nothing changes
     assert d.taking_over
     d.taken_over(PIN)
     assert not d.taking_over and d.may_start()
     taken = [await d.take() for _ in range(d.buffered)]
     assert [(m.stream_sequence, m.deliveries) for m in taken if m] == [(3, 3), (5, 2), (7, 1), (8, 1)]
     d.forget_pin()
-    d.pin_given("pin-b", time.monotonic())            # every new pin is a take-over
+    d.pin_given("pin-b", time.monotonic())  # every new pin is a take-over
     assert d.taking_over
     d.guarded = False
     d.pin_given("pin-c", time.monotonic())
@@ -271,7 +279,7 @@ async def test_a_take_over_counts_as_its_own_only_what_was_delivered_before_the_
     d = delivery(Wire())
     d.guarded = True
     d.pin_given(PIN, time.monotonic())
-    for seq, cseq in ((3, 11), (4, 12)):                 # the earlier holder's, redelivered here
+    for seq, cseq in ((3, 11), (4, 12)):  # the earlier holder's, redelivered here
         await d.deliver(msg(d, None, seq, deliveries=2, cseq=cseq))
     # consumer info: 4 pending (two still with the earlier holder), delivered up to consumer sequence 12; then
     # two new messages arrive before the answer is read
@@ -292,6 +300,7 @@ async def test_wait_for_work_wakes_on_a_delivery_a_release_and_a_close():
 
 # --- the serial dispatcher -------------------------------------------------------------------
 
+
 def serial(d: Delivery, handler: Any, fatal: list[BaseException] | None = None) -> SerialDispatcher:
     return SerialDispatcher(d, handler, (fatal if fatal is not None else []).append)
 
@@ -300,7 +309,7 @@ async def test_serial_dispatcher_runs_one_at_a_time_in_order():
     wire = Wire()
     d = delivery(wire)
     seen: list[int] = []
-    active = [0, 0]   # now, peak
+    active = [0, 0]  # now, peak
 
     async def handler(m: Msg) -> None:
         active[0] += 1
@@ -336,7 +345,7 @@ async def test_serial_dispatcher_starts_nothing_while_held_or_the_pin_is_in_doub
     assert seen == [] and d.buffered == 1
     d.release()
     await wait_for(lambda: seen == [1], 2, what="handled after release")
-    long_ago = time.monotonic() - 120                   # a SIGSTOP longer than the margin
+    long_ago = time.monotonic() - 120  # a SIGSTOP longer than the margin
     d.pin_given(PIN, long_ago)
     d.pulled(long_ago)
     await d.deliver(msg(d, disp, 2))
@@ -368,7 +377,7 @@ async def test_a_failing_handler_naks_its_message_and_ends_the_serial_dispatcher
     disp = serial(d, handler, fatal)
     task = await running(disp.run())
     await d.deliver(msg(d, disp, 1))
-    await asyncio.wait_for(task, 2)          # the dispatcher returns: the instance ends
+    await asyncio.wait_for(task, 2)  # the dispatcher returns: the instance ends
     assert [type(e) for e in fatal] == [ValueError] and wire.bodies(1) == [b"-NAK"] and not disp.running
 
 
@@ -413,6 +422,7 @@ async def test_a_sync_handler_runs_in_a_worker_thread():
 
 # --- the keyed dispatcher --------------------------------------------------------------------
 
+
 class Consumer:
     """The keyed dispatcher's view of its consumer: recorded dead letters."""
 
@@ -425,10 +435,22 @@ class Consumer:
         self.dead.append((subject, data, headers))
 
 
-def keyed(d: Delivery, handler: Any, consumer: Consumer | None = None, *, concurrency: int = 2,
-          retry: RetryPolicy | None = None) -> KeyedDispatcher:
-    return KeyedDispatcher(d, handler, consumer or Consumer(), concurrency=concurrency, key=key_by_subject,
-                           retry=retry or RetryPolicy(backoff=0.001))
+def keyed(
+    d: Delivery,
+    handler: Any,
+    consumer: Consumer | None = None,
+    *,
+    concurrency: int = 2,
+    retry: RetryPolicy | None = None,
+) -> KeyedDispatcher:
+    return KeyedDispatcher(
+        d,
+        handler,
+        consumer or Consumer(),
+        concurrency=concurrency,
+        key=key_by_subject,
+        retry=retry or RetryPolicy(backoff=0.001),
+    )
 
 
 async def test_keyed_dispatcher_keeps_key_order_and_exclusivity_within_its_concurrency():
@@ -453,7 +475,7 @@ async def test_keyed_dispatcher_keeps_key_order_and_exclusivity_within_its_concu
     for seq in range(1, 61):
         await d.deliver(msg(d, disp, seq, f"0.k{seq % 5}"))
         if seq % 7 == 0:
-            await turns(3)   # some arrive while their key's handler runs
+            await turns(3)  # some arrive while their key's handler runs
     await wait_for(lambda: sum(map(len, seen.values())) == 60, 5, what="60 messages handled")
     assert overlaps == [] and peak[0] == 3
     assert all(v == sorted(v) for v in seen.values()) and len(seen) == 5
@@ -479,7 +501,7 @@ async def test_keyed_nak_retries_in_place_and_the_key_waits():
     await d.deliver(msg(d, disp, 2, "0.a"))
     await wait_for(lambda: len(calls) == 3, 2, what="the retry and the next message")
     assert calls == [1, 1, 2]
-    assert wire.bodies(1) == [b"+ACK"]          # nothing went to the server for the nak
+    assert wire.bodies(1) == [b"+ACK"]  # nothing went to the server for the nak
     await stopped(d, task)
 
 
@@ -552,12 +574,13 @@ async def test_keyed_holds_and_the_waiting_messages_are_overdue_and_dropped():
     gate.set()
     await wait_for(lambda: not disp.running, 2, what="the running one ends")
     await turns()
-    assert not disp.running                               # held: the next one of the key does not start
+    assert not disp.running  # held: the next one of the key does not start
     assert [m.stream_sequence for m in disp.drop_queued()] == [2, 3] and not disp.busy
     await stopped(d, task)
 
 
 # --- Delivery: a RESET from outside starts a new epoch (invariant 6) ---------------------------
+
 
 async def test_a_lower_consumer_sequence_starts_a_new_epoch_and_drops_the_old_buffer():
     wire = Wire()
@@ -572,16 +595,16 @@ async def test_a_lower_consumer_sequence_starts_a_new_epoch_and_drops_the_old_bu
     assert await d.deliver(msg(d, None, 2, cseq=2))
     taken = [await d.take(), await d.take()]
     assert [m.stream_sequence for m in taken if m] == [1, 2]
-    assert wire.sent == []   # the dropped old messages got no nak: it would hit the new epoch's delivery
+    assert wire.sent == []  # the dropped old messages got no nak: it would hit the new epoch's delivery
 
 
 async def test_a_message_of_an_old_epoch_is_never_handed_out():
     d = delivery(Wire())
     old = msg(d, None, 5, cseq=5)
     assert await d.deliver(old)
-    assert await d.deliver(msg(d, None, 3, cseq=1))   # RESET
-    assert await d.skip_acked(old)                    # e.g. queued inside the keyed dispatcher meanwhile
-    assert old.superseded                             # a retry in place (keyed dispatcher) stops
+    assert await d.deliver(msg(d, None, 3, cseq=1))  # RESET
+    assert await d.skip_acked(old)  # e.g. queued inside the keyed dispatcher meanwhile
+    assert old.superseded  # a retry in place (keyed dispatcher) stops
     fresh = await d.take()
     assert fresh is not None and fresh.stream_sequence == 3 and not await d.skip_acked(fresh)
     assert not fresh.superseded
@@ -593,8 +616,8 @@ async def test_acks_of_an_old_epoch_do_not_mark_the_new_epochs_redeliveries():
     running = msg(d, None, 7, cseq=7)
     assert await d.deliver(running)
     await msg(d, None, 6, cseq=6).ack()
-    assert await d.deliver(msg(d, None, 6, cseq=1))   # RESET to 6: 6 comes again, a first delivery
-    await running.ack()                               # the old epoch's handler finishes after the RESET
+    assert await d.deliver(msg(d, None, 6, cseq=1))  # RESET to 6: 6 comes again, a first delivery
+    await running.ack()  # the old epoch's handler finishes after the RESET
     assert running.settled and d.last_acked() == 6
     # the new epoch's 6 and 7 are redelivered (AckWait ran out): handled, not taken for duplicates
     assert await d.deliver(msg(d, None, 6, cseq=1, deliveries=2))
@@ -638,9 +661,9 @@ async def test_a_double_ack_waiting_when_a_new_epoch_shows_stops_at_once_as_supe
     acking = asyncio.create_task(old.ack_sync(timeout=30))
     await wait_for(lambda: server.waiting, 1, what="the double ack sent")
     assert not acking.done()
-    assert await d.deliver(msg(d, None, 5, cseq=1))   # RESET back to 5 from outside
+    assert await d.deliver(msg(d, None, 5, cseq=1))  # RESET back to 5 from outside
     with pytest.raises(SupersededError):
-        await asyncio.wait_for(acking, 1)              # at once: not the 30 s timeout
+        await asyncio.wait_for(acking, 1)  # at once: not the 30 s timeout
     assert old.superseded and old.settled and d.last_acked() is None
 
 
@@ -648,7 +671,7 @@ async def test_acks_of_an_old_epoch_are_not_sent_after_it_ended():
     server, d = silent_delivery()
     a, b = msg(d, None, 20, cseq=20), msg(d, None, 21, cseq=21)
     assert await d.deliver(a) and await d.deliver(b)
-    assert await d.deliver(msg(d, None, 5, cseq=1))   # RESET
+    assert await d.deliver(msg(d, None, 5, cseq=1))  # RESET
     with pytest.raises(SupersededError):
         await asyncio.wait_for(a.ack_sync(timeout=30), 1)
     await b.ack()
@@ -665,7 +688,7 @@ async def test_a_serial_handler_whose_double_ack_meets_a_reset_lets_the_replay_s
             await m.ack_sync(timeout=30)
         except SupersededError:
             outcome.append((m.stream_sequence, "superseded"))
-            raise                                     # uncaught: still not a handler failure
+            raise  # uncaught: still not a handler failure
         outcome.append((m.stream_sequence, "acked"))
 
     fatal: list[BaseException] = []
@@ -673,9 +696,9 @@ async def test_a_serial_handler_whose_double_ack_meets_a_reset_lets_the_replay_s
     task = await running(disp.run())
     assert await d.deliver(msg(d, disp, 50, cseq=50))
     await wait_for(lambda: server.waiting, 1, what="50's double ack sent")
-    assert await d.deliver(msg(d, disp, 5, cseq=1))   # RESET
+    assert await d.deliver(msg(d, disp, 5, cseq=1))  # RESET
     await wait_for(lambda: len(server.waiting) == 1 and server.bodies(5), 1, what="the replay's first handled")
-    server.waiting[0].set_result(None)               # the server answers the new epoch's double ack
+    server.waiting[0].set_result(None)  # the server answers the new epoch's double ack
     await wait_for(lambda: len(outcome) == 2, 1, what="both handled")
     assert outcome == [(50, "superseded"), (5, "acked")] and fatal == [] and not task.done()
     await stopped(d, task)
@@ -685,6 +708,6 @@ async def test_redeliveries_and_rising_sequences_stay_in_one_epoch():
     d = delivery(Wire())
     assert await d.deliver(msg(d, None, 1, cseq=1))
     assert await d.deliver(msg(d, None, 2, cseq=2))
-    assert await d.deliver(msg(d, None, 1, cseq=1, deliveries=2))   # a redelivery keeps its number
+    assert await d.deliver(msg(d, None, 1, cseq=1, deliveries=2))  # a redelivery keeps its number
     assert await d.deliver(msg(d, None, 4, cseq=5))
     assert d.epoch == 0 and d.buffered == 4

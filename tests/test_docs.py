@@ -17,8 +17,12 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "api"
 
 
 def _build(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "dummy",
-                           str(source), str(out)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "dummy", str(source), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_public_name_left_out_of_the_reference_fails_its_build(tmp_path):

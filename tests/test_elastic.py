@@ -5,22 +5,42 @@ back-pressure, instance lifecycle and step-down."""
 from __future__ import annotations
 
 import asyncio
-import os
+import itertools
 import json
+import os
 import time
 
 import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, ConsumerGoneError, JetStreamApi, MemberMapping,
-                      PartitioningFilter, add_members, create_elastic, delete_elastic, delete_member_mappings,
-                      delete_members, elastic_consume, elastic_member_step_down, get_elastic_config,
-                      list_elastic_active_members, partition_of_subject, set_member_mappings)
+from pcgroups import (
+    ConfigChangedError,
+    ConfigError,
+    ConsumerConfig,
+    ConsumerGoneError,
+    JetStreamApi,
+    MemberMapping,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    delete_elastic,
+    delete_member_mappings,
+    delete_members,
+    elastic_consume,
+    elastic_member_step_down,
+    get_elastic_config,
+    list_elastic_active_members,
+    partition_of_subject,
+    set_member_mappings,
+)
 from pcgroups.jetstream._store import ELASTIC_BUCKET
+from pcgroups.testing._checker import Recorder as _Recorder
+from pcgroups.testing._checker import origin_of
 
-from pcgroups.testing._checker import Recorder as _Recorder, origin_of
-from .helpers.support import WIRE_VECTORS as VECTORS, wait_for
+from .helpers.support import WIRE_VECTORS as VECTORS
+from .helpers.support import wait_for
+
 
 def Recorder() -> _Recorder:
     """The checker's recorder on the monotonic clock (the tests' times), messages keyed (subject, origin seq)."""
@@ -72,6 +92,7 @@ def counting(counts: dict, name: str, seen: list | None = None):
         if seen is not None:
             seen.append((name, msg.subject, msg.partition))
         await msg.ack()
+
     return handler
 
 
@@ -86,7 +107,7 @@ class Publisher:
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    def start(self) -> "Publisher":
+    def start(self) -> Publisher:
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -103,7 +124,7 @@ class Publisher:
             if delay > 0:
                 try:
                     await asyncio.wait_for(self._stop.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def stop(self) -> None:
@@ -136,6 +157,7 @@ def round_robin(prefix: str, keys: dict[int, list[str]], partitions: list[int] |
         p = parts[i % len(parts)]
         ks = keys[p]
         return f"{prefix}.{ks[(i // len(parts)) % len(ks)]}"
+
     return subject_of
 
 
@@ -152,9 +174,15 @@ async def test_reference_elastic_scenario(fresh_nc):
                 await js.publish(f"{kind}.{i}", b"x")
 
     await publish_30()
-    await create_elastic(nc, "test", "group", 2, partitioning_filters=[
-        PartitioningFilter("foo.*", [1]), PartitioningFilter("bar.*", [1])], max_buffered_msgs=-1,
-        max_buffered_bytes=-1)
+    await create_elastic(
+        nc,
+        "test",
+        "group",
+        2,
+        partitioning_filters=[PartitioningFilter("foo.*", [1]), PartitioningFilter("bar.*", [1])],
+        max_buffered_msgs=-1,
+        max_buffered_bytes=-1,
+    )
     counts = {"m1": 0, "m2": 0}
     seen: list = []
     async with Instances(nc) as inst:
@@ -188,8 +216,7 @@ async def test_reference_elastic_scenario(fresh_nc):
         g2 = await inst.start("test", "group2", "m2", counting(counts2, "m2", seen2))
         await add_members(nc, "test", "group2", ["m1", "m2"])
         await wait_for(lambda: counts2 == {"m1": 45, "m2": 45}, 10, what=f"45/45 (have {counts2})")
-        expected = {s: ("m1" if partition_of_subject(s, 2) == 0 else "m2")
-                    for s in {subj for _, subj, _ in seen2}}
+        expected = {s: ("m1" if partition_of_subject(s, 2) == 0 else "m2") for s in {subj for _, subj, _ in seen2}}
         assert all(name == expected[subj] for name, subj, _ in seen2)
         assert len({subj for _, subj, _ in seen2}) == 30
         await delete_elastic(nc, "test", "group2")
@@ -204,25 +231,29 @@ WIRE_KV_BUCKET = (
     b'{"name":"KV_elastic-consumer-groups","subjects":["$KV.elastic-consumer-groups.\\u003e"],"retention":"limits",'
     b'"max_consumers":-1,"max_msgs":-1,"max_bytes":-1,"discard":"new","max_age":0,"max_msgs_per_subject":1,'
     b'"max_msg_size":-1,"storage":"file","num_replicas":1,"duplicate_window":120000000000,"deny_delete":true,'
-    b'"allow_rollup_hdrs":true,"compression":"none","allow_direct":true,"mirror_direct":false,"consumer_limits":{}}')
-WIRE_KV_VALUE = (b'{"max_members":4,"partitioning_filters":[{"filter":"bar.*","partitioning_wildcards":[1]}],'
-                 b'"max_buffered_msg":1000}')
+    b'"allow_rollup_hdrs":true,"compression":"none","allow_direct":true,"mirror_direct":false,"consumer_limits":{}}'
+)
+WIRE_KV_VALUE = (
+    b'{"max_members":4,"partitioning_filters":[{"filter":"bar.*","partitioning_wildcards":[1]}],'
+    b'"max_buffered_msg":1000}'
+)
 WIRE_WQ_STREAM = (
     b'{"name":"bar-eg","retention":"workqueue","max_consumers":0,"max_msgs":1000,"max_bytes":0,"discard":"new",'
     b'"max_age":0,"max_msgs_per_subject":0,"storage":"file","num_replicas":1,"sources":[{"name":"bar",'
     b'"subject_transforms":[{"src":"bar.*","dest":"{{Partition(4,1)}}.bar.{{Wildcard(1)}}"}]}],'
-    b'"compression":"none","allow_direct":true,"mirror_direct":false,"consumer_limits":{}}')
+    b'"compression":"none","allow_direct":true,"mirror_direct":false,"consumer_limits":{}}'
+)
 WIRE_M1_CONSUMER = (
     b'{"stream_name":"bar-eg","config":{"name":"m1","deliver_policy":"all","ack_policy":"explicit",'
     b'"ack_wait":2000000000,"replay_policy":"instant","max_ack_pending":1,"inactive_threshold":2000000000,'
     b'"num_replicas":0,"filter_subjects":["0.bar.*","1.bar.*"],"priority_policy":"pinned_client",'
-    b'"priority_timeout":2000000000,"priority_groups":["PCG"]},"action":"create"}')
+    b'"priority_timeout":2000000000,"priority_groups":["PCG"]},"action":"create"}'
+)
 WIRE_PULL_FIRST = b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"group":"PCG"}'
 
 
 def wire_pull(pin: str) -> bytes:
-    return (b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"id":"' + pin.encode()
-            + b'","group":"PCG"}')
+    return b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"id":"' + pin.encode() + b'","group":"PCG"}'
 
 
 async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
@@ -242,11 +273,13 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
         await spy_nc.subscribe("$JS.API.>", cb=capture)
         await spy_nc.subscribe("$KV.>", cb=capture)
         await spy_nc.flush()
-        await create_elastic(nc, "bar", "eg", 4, partitioning_filters=[PartitioningFilter("bar.*", [1])],
-                             max_buffered_msgs=1000)
+        await create_elastic(
+            nc, "bar", "eg", 4, partitioning_filters=[PartitioningFilter("bar.*", [1])], max_buffered_msgs=1000
+        )
         await spy_nc.flush()
-        await wait_for(lambda: any(s == "$KV.elastic-consumer-groups.bar.eg" for s, _, _ in captured), 5,
-                       what="the KV write")
+        await wait_for(
+            lambda: any(s == "$KV.elastic-consumer-groups.bar.eg" for s, _, _ in captured), 5, what="the KV write"
+        )
         bodies = {s: d for s, d, _ in captured}
         assert bodies["$JS.API.STREAM.CREATE.KV_elastic-consumer-groups"] == WIRE_KV_BUCKET
         assert bodies["$JS.API.STREAM.CREATE.bar-eg"] == WIRE_WQ_STREAM
@@ -255,7 +288,7 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
         captured.clear()
         assert await add_members(nc, "bar", "eg", ["m2", "m1"]) == ["m2", "m1"]
         await wait_for(lambda: any(s.startswith("$KV.") for s, _, _ in captured), 5, what="the add")
-        (subject, data, headers), = [c for c in captured if c[0].startswith("$KV.")]
+        ((_subject, data, headers),) = [c for c in captured if c[0].startswith("$KV.")]
         assert data == WIRE_KV_VALUE[:-1] + b',"members":["m2","m1"]}'
         assert headers == {"Nats-Expected-Last-Subject-Sequence": "1"}
 
@@ -270,13 +303,16 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
             await inst.start("bar", "eg", "m1", handler, config=ConsumerConfig(max_ack_pending=1, ack_wait=2))
             await wait_for(lambda: len(pins) >= 2, 5, what="messages of m1's partitions")
             # one more pull after the first message (it carries the pin id)
-            await wait_for(lambda: sum(1 for s, _, _ in captured if s == "$JS.API.CONSUMER.MSG.NEXT.bar-eg.m1") >= 2,
-                           5, what="a second pull")
+            await wait_for(
+                lambda: sum(1 for s, _, _ in captured if s == "$JS.API.CONSUMER.MSG.NEXT.bar-eg.m1") >= 2,
+                5,
+                what="a second pull",
+            )
         creates = [d for s, d, _ in captured if s == "$JS.API.CONSUMER.CREATE.bar-eg.m1"]
         assert creates == [WIRE_M1_CONSUMER]
         pulls = [d for s, d, _ in captured if s == "$JS.API.CONSUMER.MSG.NEXT.bar-eg.m1"]
         assert pulls[0] == WIRE_PULL_FIRST
-        keepalives = [p for p in pulls if json.loads(p)["expires"] == 1_000_000]   # ours: they renew the pin
+        keepalives = [p for p in pulls if json.loads(p)["expires"] == 1_000_000]  # ours: they renew the pin
         for p in keepalives:
             assert list(json.loads(p)) == ["expires", "batch", "id", "group"] and json.loads(p)["batch"] == 1
         pulls = [p for p in pulls if p not in keepalives]
@@ -288,24 +324,33 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
             assert body["id"] == pins[0] and body["group"] == "PCG"
             assert body["expires"] == 1_000_000_000 and body["idle_heartbeat"] == 500_000_000
         assert pinned[0] == wire_pull(pins[0]) or json.loads(pinned[0])["batch"] < 500
-        assert all(b'"id"' in p for p in pulls[pulls.index(pinned[0]):])  # once pinned, always with the id
+        assert all(b'"id"' in p for p in pulls[pulls.index(pinned[0]) :])  # once pinned, always with the id
 
         # The wire vectors: KV values, sources, after-add values and per-member filters.
         await js.add_stream(StreamConfig(name="src", subjects=["src.>"]))
         for vector in VECTORS["elastic"]:
             group = vector["cli"][3]
             kv_json = json.loads(vector["kv"])
-            filters = [PartitioningFilter(f["filter"], f["partitioning_wildcards"])
-                       for f in kv_json["partitioning_filters"] or []] or None
-            await create_elastic(nc, "src", group, kv_json["max_members"], partitioning_filters=filters,
-                                 max_buffered_msgs=kv_json.get("max_buffered_msg", 0),
-                                 max_buffered_bytes=kv_json.get("max_buffered_bytes", 0))
+            filters = [
+                PartitioningFilter(f["filter"], f["partitioning_wildcards"])
+                for f in kv_json["partitioning_filters"] or []
+            ] or None
+            await create_elastic(
+                nc,
+                "src",
+                group,
+                kv_json["max_members"],
+                partitioning_filters=filters,
+                max_buffered_msgs=kv_json.get("max_buffered_msg", 0),
+                max_buffered_bytes=kv_json.get("max_buffered_bytes", 0),
+            )
             kv = await js.key_value(ELASTIC_BUCKET)
             assert (await kv.get(f"src.{group}")).value == vector["kv"].encode()
             info = await js.stream_info(f"src-{group}")
-            sources = [{"name": s.name, "subject_transforms": [{"src": t.src, "dest": t.dest}
-                                                               for t in s.subject_transforms]}
-                       for s in info.config.sources]
+            sources = [
+                {"name": s.name, "subject_transforms": [{"src": t.src, "dest": t.dest} for t in s.subject_transforms]}
+                for s in info.config.sources
+            ]
             assert sources == vector["stream_sources"]
             await add_members(nc, "src", group, ["m2", "m1", "m3"])
             assert (await kv.get(f"src.{group}")).value == vector["kv_after_add"].encode()
@@ -315,10 +360,11 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
                 api = JetStreamApi(nc)
 
                 async def filters_now():
-                    return {c["name"]: c["config"].get("filter_subjects") for c in await api.list_consumers(
-                        f"src-{group}")}
-                await wait_for(lambda: _eq_async(filters_now, vector["consumers"]), 5,
-                               what=f"the consumers of {group}")
+                    return {
+                        c["name"]: c["config"].get("filter_subjects") for c in await api.list_consumers(f"src-{group}")
+                    }
+
+                await wait_for(lambda: _eq_async(filters_now, vector["consumers"]), 5, what=f"the consumers of {group}")
             await delete_elastic(nc, "src", group)
     finally:
         await spy_nc.close()
@@ -345,19 +391,35 @@ async def test_add_and_drop_under_traffic_no_loss_no_overlap(nc, js, uniq):
             k = 0
             for member, names in layout.items():
                 for name in names:
-                    await inst.start(stream, group, member, handler_of(rec, member, f"{member}/{name}", work),
-                                     nc=conns[k % len(conns)])
+                    await inst.start(
+                        stream,
+                        group,
+                        member,
+                        handler_of(rec, member, f"{member}/{name}", work),
+                        nc=conns[k % len(conns)],
+                    )
                     k += 1
             await add_members(nc, stream, group, ["m1", "m2"])
             pub = Publisher(js, round_robin(f"{stream}.k", keys), rate=300).start()
             try:
+
                 async def progress(count=150, timeout=10.0):
                     target = len(rec.acked_calls()) + count
-                    await wait_for(lambda: len(rec.acked_calls()) >= target, timeout,
-                                   what=f"{count} more acks (have {len(rec.acked_calls())})")
+                    await wait_for(
+                        lambda: len(rec.acked_calls()) >= target,
+                        timeout,
+                        what=f"{count} more acks (have {len(rec.acked_calls())})",
+                    )
 
-                steps = [("add", ["m3"]), ("add", ["m4"]), ("drop", ["m2"]), ("add", ["m2"]),
-                         ("drop", ["m1", "m3"]), ("add", ["m1"]), ("add", ["m3"])]
+                steps = [
+                    ("add", ["m3"]),
+                    ("add", ["m4"]),
+                    ("drop", ["m2"]),
+                    ("add", ["m2"]),
+                    ("drop", ["m1", "m3"]),
+                    ("add", ["m1"]),
+                    ("add", ["m3"]),
+                ]
                 await progress()
                 for op, names in steps:
                     if op == "add":
@@ -368,16 +430,21 @@ async def test_add_and_drop_under_traffic_no_loss_no_overlap(nc, js, uniq):
             finally:
                 await pub.stop()
             expected = set(pub.published)
-            await wait_for(lambda: expected <= rec.acked_keys(), 15,
-                           what=f"every published message acked ({len(expected - rec.acked_keys())} left)")
+            await wait_for(
+                lambda: expected <= rec.acked_keys(),
+                15,
+                what=f"every published message acked ({len(expected - rec.acked_keys())} left)",
+            )
             rec.check(expected, redelivery_bound=0).assert_ok()
             # the final membership (m1..m4) owns the partitions as the balanced assignment says
             final = {0: "m1", 1: "m1", 2: "m2", 3: "m2", 4: "m3", 5: "m3", 6: "m4", 7: "m4"}
             for p, owner in final.items():
                 last = rec.by_partition()[p][-1]
                 assert last.member == owner, (p, last)
-            print(f"\nadd/drop under traffic: {len(expected)} messages, {len(rec.calls)} runs, "
-                  f"{len({r.instance for r in rec.calls})} instances ran handlers")
+            print(
+                f"\nadd/drop under traffic: {len(expected)} messages, {len(rec.calls)} runs, "
+                f"{len({r.instance for r in rec.calls})} instances ran handlers"
+            )
             assert not [i for i in inst.items if i._done.done()]
     finally:
         for c in conns:
@@ -403,8 +470,9 @@ async def test_unchanged_member_has_no_pause_during_add(nc, js, uniq):
             t_before = time.monotonic()
             await add_members(nc, stream, group, ["m4"])
             t_kv = time.monotonic()
-            await wait_for(lambda: rec.first_start(partition=3, member="m4", after=t_before), 10,
-                           what="m4 processing partition 3")
+            await wait_for(
+                lambda: rec.first_start(partition=3, member="m4", after=t_before), 10, what="m4 processing partition 3"
+            )
             t_m4 = rec.first_start(partition=3, member="m4", after=t_before)
             await wait_for(lambda: time.monotonic() > t_m4 + 1.0, 3)  # keep measuring after the hand-off
             t_end = time.monotonic()
@@ -416,9 +484,11 @@ async def test_unchanged_member_has_no_pause_during_add(nc, js, uniq):
         pause_m1 = rec.longest_pause(partitions=[0], **window)
         pause_p3 = rec.longest_pause(partitions=[3], **window)
         handoff = t_m4 - t_kv
-        print(f"\nlongest pause: unchanged m2 {pause_m2 * 1000:.0f} ms, unchanged m3 {pause_m3 * 1000:.0f} ms, "
-              f"shrinking m1 (kept p0) {pause_m1 * 1000:.0f} ms, moved p3 {pause_p3 * 1000:.0f} ms; "
-              f"hand-off of p3 (KV change -> first message at m4) {handoff * 1000:.0f} ms")
+        print(
+            f"\nlongest pause: unchanged m2 {pause_m2 * 1000:.0f} ms, unchanged m3 {pause_m3 * 1000:.0f} ms, "
+            f"shrinking m1 (kept p0) {pause_m1 * 1000:.0f} ms, moved p3 {pause_p3 * 1000:.0f} ms; "
+            f"hand-off of p3 (KV change -> first message at m4) {handoff * 1000:.0f} ms"
+        )
         assert pause_m2 < 0.5 and pause_m3 < 0.5, (pause_m2, pause_m3)
         assert handoff < 5.0
         expected = set(pub.published)
@@ -439,9 +509,11 @@ async def test_mappings_replace_members_and_back(nc, js, uniq):
         await add_members(nc, stream, group, ["m1", "m2"])
         pub = Publisher(js, round_robin(f"{stream}.k", keys), rate=200).start()
         try:
+
             async def owners_since(t, expected, what):
                 def ok():
                     return all(rec.first_start(partition=p, member=m, after=t) for p, m in expected.items())
+
                 await wait_for(ok, 10, what=what)
 
             t0 = time.monotonic()
@@ -451,8 +523,9 @@ async def test_mappings_replace_members_and_back(nc, js, uniq):
             assert cfg.members == [] and [m.member for m in cfg.member_mappings] == ["m3", "m4"]
             t1 = time.monotonic()
             await owners_since(t1, {0: "m3", 3: "m3", 1: "m4", 2: "m4"}, "mapped m3/m4")
-            await wait_for(lambda: not inst.items[0].consuming and not inst.items[1].consuming, 5,
-                           what="m1 and m2 released")
+            await wait_for(
+                lambda: not inst.items[0].consuming and not inst.items[1].consuming, 5, what="m1 and m2 released"
+            )
             t1b = time.monotonic()
             await owners_since(t1b, {0: "m3", 3: "m3", 1: "m4", 2: "m4"}, "mapped m3/m4, steady")
             assert not [r for r in rec.calls if r.start > t1b and r.member in ("m1", "m2")]
@@ -461,8 +534,9 @@ async def test_mappings_replace_members_and_back(nc, js, uniq):
             await add_members(nc, stream, group, ["m1", "m2"])
             t2 = time.monotonic()
             await owners_since(t2, {0: "m1", 1: "m1", 2: "m2", 3: "m2"}, "balanced m1/m2 again")
-            await wait_for(lambda: not inst.items[2].consuming and not inst.items[3].consuming, 5,
-                           what="m3 and m4 released")
+            await wait_for(
+                lambda: not inst.items[2].consuming and not inst.items[3].consuming, 5, what="m3 and m4 released"
+            )
             t2b = time.monotonic()
             await owners_since(t2b, {0: "m1", 1: "m1", 2: "m2", 3: "m2"}, "balanced, steady")
         finally:
@@ -481,14 +555,16 @@ async def test_concurrent_add_members_from_two_clients_all_land(nc, js, uniq, na
     other = await nats.connect(nats_server.url)
     try:
         names = [f"m{i:02d}" for i in range(40)]
-        results = await asyncio.gather(*[
-            add_members(nc if i % 2 == 0 else other, stream, group, [name]) for i, name in enumerate(names)])
+        results = await asyncio.gather(
+            *[add_members(nc if i % 2 == 0 else other, stream, group, [name]) for i, name in enumerate(names)]
+        )
         cfg = await get_elastic_config(nc, stream, group)
         assert sorted(cfg.members) == names
-        assert all(name in res for name, res in zip(names, results))
+        assert all(name in res for name, res in zip(names, results, strict=False))
         # drops race as well
-        await asyncio.gather(*[delete_members(nc if i % 2 else other, stream, group, [name])
-                               for i, name in enumerate(names[:20])])
+        await asyncio.gather(
+            *[delete_members(nc if i % 2 else other, stream, group, [name]) for i, name in enumerate(names[:20])]
+        )
         assert sorted((await get_elastic_config(nc, stream, group)).members) == names[20:]
     finally:
         await other.close()
@@ -531,15 +607,20 @@ async def test_small_buffer_pauses_and_resumes_sourcing(nc, js, uniq):
             for m in ("m1", "m2"):
                 await inst.start(stream, group, m, handler_of(rec, m, m))
             await add_members(nc, stream, group, ["m1", "m2"])
-            await wait_for(lambda: set(published) <= rec.acked_keys(), 10 + N_BUFFERED // 8,
-                           what=f"all {N_BUFFERED} processed ({len(rec.acked_keys())} so far)")
+            await wait_for(
+                lambda: set(published) <= rec.acked_keys(),
+                10 + N_BUFFERED // 8,
+                what=f"all {N_BUFFERED} processed ({len(rec.acked_keys())} so far)",
+            )
     finally:
         sampler.cancel()
     elapsed = time.monotonic() - t0
     starts = sorted(r.start for r in rec.calls)
-    pauses = [b - a for a, b in zip(starts, starts[1:]) if b - a > 0.5]
-    print(f"\nmax_buffered_msg 20: {N_BUFFERED} messages in {elapsed:.1f}s, work-queue peak {peak[0]}, "
-          f"{len(pauses)} sourcing pauses of {min(pauses, default=0):.2f}-{max(pauses, default=0):.2f}s")
+    pauses = [b - a for a, b in itertools.pairwise(starts) if b - a > 0.5]
+    print(
+        f"\nmax_buffered_msg 20: {N_BUFFERED} messages in {elapsed:.1f}s, work-queue peak {peak[0]}, "
+        f"{len(pauses)} sourcing pauses of {min(pauses, default=0):.2f}-{max(pauses, default=0):.2f}s"
+    )
     assert peak[0] <= 20
     assert len(pauses) >= N_BUFFERED // 20 - 2  # it paused when full and resumed each time
     rec.check(published, redelivery_bound=0).assert_ok()
@@ -557,7 +638,7 @@ async def test_instance_before_member_added_dropped_and_readded(nc, js, uniq):
     filter_, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     subject_of = round_robin(f"{stream}.k", keys)
-    counter = iter(range(10 ** 6))
+    counter = iter(range(10**6))
 
     async def publish(count):
         out = []
@@ -648,8 +729,14 @@ async def test_stop_starts_no_new_handler(nc, js, uniq):
     async def work(msg):
         await asyncio.sleep(0.02)
 
-    m1 = await elastic_consume(nc, stream, group, "m1", handler_of(rec, "m1", "m1", work),
-                               config=ConsumerConfig(max_ack_pending=20, ack_wait=2))
+    m1 = await elastic_consume(
+        nc,
+        stream,
+        group,
+        "m1",
+        handler_of(rec, "m1", "m1", work),
+        config=ConsumerConfig(max_ack_pending=20, ack_wait=2),
+    )
     try:
         await wait_for(lambda: len(rec.acked_calls()) >= 5, 5, what="processing")
         t = time.monotonic()
@@ -666,8 +753,9 @@ async def test_ack_policy_none_is_a_config_error(nc, js, uniq):
     stream, group = uniq, "g"
     await keyed_group(nc, js, stream, group, 2)
     with pytest.raises(ConfigError, match="must be explicit"):
-        await elastic_consume(nc, stream, group, "m1", counting({}, "m1"),
-                              config=ConsumerConfig(ack_policy="none", ack_wait=1))
+        await elastic_consume(
+            nc, stream, group, "m1", counting({}, "m1"), config=ConsumerConfig(ack_policy="none", ack_wait=1)
+        )
 
 
 async def test_max_members_changed_in_kv_ends_instance(nc, js, uniq):
@@ -705,7 +793,7 @@ async def test_only_pinned_instance_receives_and_step_down_moves_pin(nc, js, uni
     filter_, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     subject_of = round_robin(f"{stream}.k", keys)
-    counter = iter(range(10 ** 6))
+    counter = iter(range(10**6))
 
     async def publish(count):
         out = []
@@ -737,4 +825,3 @@ async def test_only_pinned_instance_receives_and_step_down_moves_pin(nc, js, uni
         assert after == {other_name}, after
         await wait_for(lambda: other.pinned and not pinned.pinned, 3, what="pin flags follow")
         rec.check(sent + sent2, redelivery_bound=0).assert_ok()
-

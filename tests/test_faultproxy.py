@@ -21,8 +21,9 @@ async def proxied(nats_server):
         async def reconnected() -> None:
             reconnects.append(time.monotonic())
 
-        nc = await nats.connect(proxy.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1,
-                                reconnected_cb=reconnected)
+        nc = await nats.connect(
+            proxy.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1, reconnected_cb=reconnected
+        )
         direct = await nats.connect(nats_server.url)
         yield proxy, nc, direct, reconnects
         await nc.close()
@@ -42,9 +43,9 @@ async def test_blackhole_holds_both_directions_and_heal_delivers_in_order(proxie
     assert proxy.mode == "blackhole"
     for i in range(5):
         await nc.publish(f"{uniq}.out", str(i).encode())
-    with pytest.raises(nats.errors.TimeoutError):   # no PONG either: the link delivers nothing
+    with pytest.raises(nats.errors.TimeoutError):  # no PONG either: the link delivers nothing
         await nc.flush(timeout=0.5)
-    assert got == [] and nc.is_connected           # the socket stays open: the client does not know
+    assert got == [] and nc.is_connected  # the socket stays open: the client does not know
     proxy.pass_through()
     await wait_for(lambda: len(got) == 5, 5, what="the held messages")
     assert got == [b"0", b"1", b"2", b"3", b"4"]
@@ -65,8 +66,8 @@ async def test_delay_adds_latency_each_way(proxied, uniq):
         arrived[m.subject].set_result(time.monotonic())
 
     await direct.subscribe(f"{uniq}.echo", cb=echo)
-    await direct.subscribe(f"{uniq}.up", cb=seen)      # client -> proxy -> server
-    await nc.subscribe(f"{uniq}.down", cb=seen)        # server -> proxy -> client
+    await direct.subscribe(f"{uniq}.up", cb=seen)  # client -> proxy -> server
+    await nc.subscribe(f"{uniq}.down", cb=seen)  # server -> proxy -> client
     await direct.flush()
     await nc.flush()
 

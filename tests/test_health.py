@@ -17,17 +17,11 @@ from nats.js.api import StreamConfig
 from pcgroups import PartitioningFilter, add_members, create_elastic
 from pcgroups.ops._health import Health, serve
 from pcgroups.testing._server import free_port
-from tests.helpers.support import wait_for
 from tests.helpers.cli import procs, run_cg
 from tests.helpers.http import aprobe, probe, until
+from tests.helpers.support import wait_for
 
 pytestmark = pytest.mark.timeout(90)
-
-
-
-
-
-
 
 
 async def test_liveness_is_the_event_loops_and_readiness_needs_it():
@@ -43,10 +37,13 @@ async def test_liveness_is_the_event_loops_and_readiness_needs_it():
         health.start()
         assert await aprobe(port, "/readyz") == (200, {"status": "ok", "role": "test"})
         answers: list[tuple[int, dict]] = []
-        poller = threading.Thread(target=lambda: [answers.append(probe(port, p)) or time.sleep(0.05)
-                                                  for _ in range(20) for p in ("/healthz", "/readyz")])
+        poller = threading.Thread(
+            target=lambda: [
+                answers.append(probe(port, p)) or time.sleep(0.05) for _ in range(20) for p in ("/healthz", "/readyz")
+            ]
+        )
         poller.start()
-        time.sleep(1.2)   # the event loop blocked, as by a handler that never yields
+        time.sleep(1.2)  # the event loop blocked, as by a handler that never yields
         await asyncio.to_thread(poller.join)
         stalled = [body for code, body in answers if code == 503]
         assert stalled and all("the event loop has not turned for" in b["reason"] for b in stalled), answers
@@ -63,7 +60,7 @@ async def test_liveness_is_the_event_loops_and_readiness_needs_it():
     finally:
         health.stop()
         server.shutdown()
-    assert await aprobe(port, "/healthz") == (0, {})   # shut down: nothing listens
+    assert await aprobe(port, "/healthz") == (0, {})  # shut down: nothing listens
 
 
 async def test_consume_probes_follow_the_server_the_membership_and_ctrl_c(fresh_server, uniq):
@@ -81,8 +78,9 @@ async def test_consume_probes_follow_the_server_the_membership_and_ctrl_c(fresh_
         await add_members(nc, uniq, "g", ["m1"])
         port = free_port()
         async with procs() as start:
-            p = await start("elastic", "consume", uniq, "g", "m1", "--sleep", "1s", "--metrics-listen",
-                            f"127.0.0.1:{port}", url=url)
+            p = await start(
+                "elastic", "consume", uniq, "g", "m1", "--sleep", "1s", "--metrics-listen", f"127.0.0.1:{port}", url=url
+            )
             await p.wait_text("consuming...")
             body = await until(port, "/readyz", 200)
             assert body == {"status": "ok", "role": "standby", "member": "m1", "connected": True, "partitions": [0, 1]}
@@ -162,15 +160,19 @@ async def test_held_connections_cost_neither_the_probes_nor_the_reconnect(fresh_
     with open(tmp_path / "err", "wb") as err:
         proc = await asyncio.create_subprocess_exec(
             *cg_argv("elastic", "consume", uniq, "g", "m1", "--metrics-listen", f"127.0.0.1:{port}"),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err, env=cg_env(url),
-            preexec_fn=limit)
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=err,
+            env=cg_env(url),
+            preexec_fn=limit,
+        )
     held: list[socket.socket] = []
     try:
         await until(port, "/readyz", 200)
         held = await asyncio.to_thread(_hold, port, 300)
         await until(port, "/readyz", 200, timeout=20)
         threads, cpu = _threads_and_cpu(proc.pid)
-        await asyncio.sleep(1.0)   # a window to measure the CPU the process uses while the connections are held
+        await asyncio.sleep(1.0)  # a window to measure the CPU the process uses while the connections are held
         threads2, cpu2 = _threads_and_cpu(proc.pid)
         assert max(threads, threads2) < 40 and cpu2 - cpu < 0.5, (threads, threads2, cpu2 - cpu)
         assert len(os.listdir(f"/proc/{proc.pid}/fd")) < 100
@@ -203,7 +205,7 @@ async def test_a_client_that_never_ends_its_request_holds_no_place_for_long(monk
         assert len(slow) == 2
         code, body = await aprobe(port, "/healthz")
         assert code == 200 and body["status"] == "ok"
-        for s in slow:   # both closed by the listener: one for the probe, the other after TIMEOUT
+        for s in slow:  # both closed by the listener: one for the probe, the other after TIMEOUT
             s.settimeout(3)
             assert await asyncio.to_thread(s.recv, 100) == b""
         answers = await asyncio.gather(*[aprobe(port, "/healthz") for _ in range(50)])

@@ -9,21 +9,33 @@ per change; a failing hook ends the instance with its error; iteration keeps ord
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members,
-                      create_elastic, create_static, delete_members, elastic_consume, static_consume,
-                      static_member_step_down)
+from pcgroups import (
+    ConfigError,
+    ConsumeContext,
+    ConsumerConfig,
+    JetStreamApi,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    create_static,
+    delete_members,
+    elastic_consume,
+    static_consume,
+    static_member_step_down,
+)
 from pcgroups.events import InstanceEvent
 
 from .helpers.faultproxy import FaultProxy
 from .helpers.support import wait_for
 
-FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)   # PinnedTTL 1 s
+FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)  # PinnedTTL 1 s
 
 
 class Journal:
@@ -39,11 +51,12 @@ class Journal:
         async def assigned(parts: set[int]) -> None:
             self.note(who, "assigned", frozenset(parts))
 
-        def revoked(parts: set[int]) -> None:   # a plain function is called too
+        def revoked(parts: set[int]) -> None:  # a plain function is called too
             self.note(who, "revoked", frozenset(parts))
 
         def event(ev: InstanceEvent) -> None:
             self.note(who, "event", ev)
+
         return {"on_assigned": assigned, "on_revoked": revoked, "on_event": event}
 
     def handler(self, who: str, work: float = 0.0):
@@ -53,6 +66,7 @@ class Journal:
                 await asyncio.sleep(work)
             await msg.ack()
             self.note(who, "end", msg.partition)
+
         return handle
 
     def of(self, who: str, what: str | None = None) -> list[tuple[float, str, object]]:
@@ -83,8 +97,15 @@ class Journal:
 
 
 async def static_group(js, nc, uniq: str, partitions: int = 2) -> None:
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
-        src=f"{uniq}.*", dest=f"{{{{partition({partitions},1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{uniq}.*", dest=f"{{{{partition({partitions},1)}}}}.{uniq}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await create_static(nc, uniq, "g", partitions, members=["m1"])
 
 
@@ -95,7 +116,7 @@ async def test_static_failover_hooks_order_and_events(nc, js, uniq):
     j = Journal()
     a = await static_consume(nc, uniq, "g", "m1", j.handler("a", work=0.6), config=FAST, **j.hooks("a"))
     await a.wait_for_consuming(10)
-    await js.publish(f"{uniq}.x", b"warm-up")      # the server gives the pin with a message
+    await js.publish(f"{uniq}.x", b"warm-up")  # the server gives the pin with a message
     await wait_for(lambda: len(j.of("a", "end")) == 1, 10, what="a handled the first message")
     assert a.pinned
     b = await static_consume(nc, uniq, "g", "m1", j.handler("b"), config=FAST, **j.hooks("b"))
@@ -110,16 +131,16 @@ async def test_static_failover_hooks_order_and_events(nc, js, uniq):
         await wait_for(lambda: len(j.of("b", "end")) == 4, 15, what="b handled what came after")
     finally:
         await b.stop()
-    assert j.events("a") == [("pinned", (0, 1))]          # a stop is no lost pin
+    assert j.events("a") == [("pinned", (0, 1))]  # a stop is no lost pin
     assert [w for _, w, _ in j.of("a") if w in ("assigned", "revoked")] == ["assigned", "revoked"]
-    assert j.first("a", "revoked") >= j.of("a", "end")[-1][0]            # after the in-flight handler
-    assert j.of("a", "end")[-1][0] - j.of("a", "start")[-1][0] >= 0.55   # which ran to its end
+    assert j.first("a", "revoked") >= j.of("a", "end")[-1][0]  # after the in-flight handler
+    assert j.of("a", "end")[-1][0] - j.of("a", "start")[-1][0] >= 0.55  # which ran to its end
     assert j.events("b") == [("standby", (0, 1)), ("pinned", (0, 1))]
     assert j.first("b", "assigned") <= j.first("b", "start")
     j.check_promises("a")
     j.check_promises("b")
     assert j.of("b", "assigned")[0][2] == {0, 1}
-    assert j.of("b", "revoked")[-1][2] == {0, 1}           # on stop
+    assert j.of("b", "revoked")[-1][2] == {0, 1}  # on stop
 
 
 async def test_step_down_moves_the_hooks_with_the_pin(nc, js, uniq):
@@ -130,10 +151,18 @@ async def test_step_down_moves_the_hooks_with_the_pin(nc, js, uniq):
     try:
         await a.wait_for_consuming(10)
         await b.wait_for_consuming(10)
-        await js.publish(f"{uniq}.first", b"x")        # the server gives the pin with a message
-        await wait_for(lambda: {j.events("a")[-1:][0][0] if j.events("a") else None,
-                                j.events("b")[-1:][0][0] if j.events("b") else None} == {"pinned", "standby"},
-                       10, what="one pinned, one standby")
+        await js.publish(f"{uniq}.first", b"x")  # the server gives the pin with a message
+        await wait_for(
+            lambda: (
+                {
+                    j.events("a")[-1:][0][0] if j.events("a") else None,
+                    j.events("b")[-1:][0][0] if j.events("b") else None,
+                }
+                == {"pinned", "standby"}
+            ),
+            10,
+            what="one pinned, one standby",
+        )
         holder, other = ("a", "b") if j.events("a")[-1][0] == "pinned" else ("b", "a")
         await static_member_step_down(nc, uniq, "g", "m1")
         for i in range(6):
@@ -147,7 +176,7 @@ async def test_step_down_moves_the_hooks_with_the_pin(nc, js, uniq):
     # the hooks kept their promises around the move.
     for who in (holder, other):
         kinds = [k for k, _ in j.events(who)]
-        assert all(x != y for x, y in zip(kinds, kinds[1:])), kinds
+        assert all(x != y for x, y in itertools.pairwise(kinds)), kinds
         j.check_promises(who)
     assert "lost-pin" in [k for k, _ in j.events(holder)]
     assert [w for _, w, _ in j.of(holder) if w in ("assigned", "revoked")][:2] == ["assigned", "revoked"]
@@ -175,29 +204,34 @@ async def test_elastic_add_and_drop_call_the_hooks_for_what_moves(nc, js, uniq):
     try:
         await wait_for(lambda: j.events("m2") == [("not-a-member", ())], 10, what="m2 not a member")
         await add_members(nc, uniq, "g", ["m1"])
-        await publish(js, uniq, "a", 10)          # the server gives the pin with a message
+        await publish(js, uniq, "a", 10)  # the server gives the pin with a message
         await wait_for(lambda: ("pinned", (0, 1, 2, 3)) in j.events("m1"), 10, what="m1 pinned")
         await wait_for(lambda: handled(j) == 10, 10, what="10 handled")
-        await publish(js, uniq, "b", 10)          # in flight while m2 joins
+        await publish(js, uniq, "b", 10)  # in flight while m2 joins
         await add_members(nc, uniq, "g", ["m2"])
         await publish(js, uniq, "c", 10)
         await wait_for(lambda: ("pinned", (2, 3)) in j.events("m2"), 15, what="m2 pinned on 2 3")
         await wait_for(lambda: handled(j) == 30, 20, what="30 handled")
-        await publish(js, uniq, "d", 10)          # in flight while m2 is dropped
+        await publish(js, uniq, "d", 10)  # in flight while m2 is dropped
         await delete_members(nc, uniq, "g", ["m2"])
-        await wait_for(lambda: ("partitions", (0, 1, 2, 3)) in j.events("m1") and
-                       j.of("m2", "revoked"), 15, what="m1 back on 0-3")
+        await wait_for(
+            lambda: ("partitions", (0, 1, 2, 3)) in j.events("m1") and j.of("m2", "revoked"), 15, what="m1 back on 0-3"
+        )
         await publish(js, uniq, "e", 10)
         await wait_for(lambda: handled(j) == 50, 20, what="50 handled")
     finally:
         await m1.stop()
         await m2.stop()
-    assert j.events("m1") == [("not-a-member", ()), ("added", (0, 1, 2, 3)), ("pinned", (0, 1, 2, 3)), ("partitions", (0, 1)),
-                              ("partitions", (0, 1, 2, 3))]
+    assert j.events("m1") == [
+        ("not-a-member", ()),
+        ("added", (0, 1, 2, 3)),
+        ("pinned", (0, 1, 2, 3)),
+        ("partitions", (0, 1)),
+        ("partitions", (0, 1, 2, 3)),
+    ]
     assert j.events("m2") == [("not-a-member", ()), ("added", (2, 3)), ("pinned", (2, 3)), ("dropped", ())]
     hooks1 = [(w, set(d)) for _, w, d in j.of("m1") if w in ("assigned", "revoked")]
-    assert hooks1 == [("assigned", {0, 1, 2, 3}), ("revoked", {2, 3}), ("assigned", {2, 3}),
-                      ("revoked", {0, 1, 2, 3})]
+    assert hooks1 == [("assigned", {0, 1, 2, 3}), ("revoked", {2, 3}), ("assigned", {2, 3}), ("revoked", {0, 1, 2, 3})]
     j.check_promises("m1")
     j.check_promises("m2")
     hooks2 = [(w, set(d)) for _, w, d in j.of("m2") if w in ("assigned", "revoked")]
@@ -224,7 +258,7 @@ async def test_a_failing_hook_ends_the_instance_with_its_error(nc, js, uniq, hoo
     error = await asyncio.wait_for(inst.done(), 10)
     assert isinstance(error, RuntimeError) and str(error) == f"{hook} says no"
     if hook != "on_revoked":
-        assert j.of("a", "start") == []      # nothing was handed out: the hook runs first
+        assert j.of("a", "start") == []  # nothing was handed out: the hook runs first
 
 
 async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_exception(nc, js, uniq):
@@ -235,7 +269,7 @@ async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_except
     got: list[bytes] = []
     floors: list[int] = []
     inst = await static_consume(nc, uniq, "g", "m1", config=FAST)
-    assert isinstance(inst, ConsumeContext)              # the protocol every consume context satisfies
+    assert isinstance(inst, ConsumeContext)  # the protocol every consume context satisfies
     with pytest.raises(ValueError, match="body failed"):
         async with inst:
             async for msg in inst:
@@ -245,16 +279,16 @@ async def test_async_for_keeps_order_acks_after_the_body_and_not_after_an_except
                     raise ValueError("body failed")
     assert await inst.done() is None
     assert got == [b"0", b"1", b"2", b"3"]
-    assert floors == [0, 1, 2, 3]        # each message acked once the loop asked for the next one
+    assert floors == [0, 1, 2, 3]  # each message acked once the loop asked for the next one
     info = await js.consumer_info(uniq, consumer)
-    assert info.ack_floor.stream_seq == 3                # message 3 was not acked
+    assert info.ack_floor.stream_seq == 3  # message 3 was not acked
     rest: list[bytes] = []
-    async with static_consume(nc, uniq, "g", "m1", None, config=FAST) as again:   # no await needed
+    async with static_consume(nc, uniq, "g", "m1", None, config=FAST) as again:  # no await needed
         async for msg in again:
             rest.append(msg.data)
             if msg.data == b"4":
-                again.stop()                             # the loop ends when the instance does
-    assert rest == [b"3", b"4"]                          # redelivered first, in order
+                again.stop()  # the loop ends when the instance does
+    assert rest == [b"3", b"4"]  # redelivered first, in order
     await wait_for(lambda: _acked(js, uniq, consumer, 5), 10, what="everything acked")
     with_handler = await static_consume(nc, uniq, "g", "m1", Journal().handler("x"), config=FAST)
     async with with_handler:
@@ -274,8 +308,9 @@ async def test_connection_events_chain_the_clients_callbacks(nats_server, nc, js
         seen.append("user's disconnected_cb")
 
     async with FaultProxy(nats_server.port) as proxy:
-        conn = await nats.connect(proxy.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1,
-                                  disconnected_cb=users_cb)
+        conn = await nats.connect(
+            proxy.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1, disconnected_cb=users_cb
+        )
         j = Journal()
         inst = await static_consume(conn, uniq, "g", "m1", j.handler("a"), config=FAST, **j.hooks("a"))
         try:
@@ -291,7 +326,7 @@ async def test_connection_events_chain_the_clients_callbacks(nats_server, nc, js
     assert kinds[:3] == ["pinned", "disconnected", "reconnected"], kinds
     details = [d.detail for _, w, d in j.of("a", "event") if d.kind in ("disconnected", "reconnected")]
     assert details[:2] == [proxy.url, proxy.url]
-    assert seen[:1] == ["user's disconnected_cb"]         # still called (again on close)
+    assert seen[:1] == ["user's disconnected_cb"]  # still called (again on close)
 
 
 async def test_automatic_membership_passes_the_hooks_to_its_member_instance(nc, js, uniq):
@@ -301,8 +336,7 @@ async def test_automatic_membership_passes_the_hooks_to_its_member_instance(nc, 
     j = Journal()
 
     def start(who: str):
-        return elastic_consume(nc, uniq, "g", "", j.handler(who), auto=True, lease_ttl=2, config=FAST,
-                               **j.hooks(who))
+        return elastic_consume(nc, uniq, "g", "", j.handler(who), auto=True, lease_ttl=2, config=FAST, **j.hooks(who))
 
     a = await start("m1")
     await a.wait_settled(10)
@@ -319,7 +353,7 @@ async def test_automatic_membership_passes_the_hooks_to_its_member_instance(nc, 
     await wait_for(lambda: len(j.of("m1", "assigned")) == 2, 10, what="a got them back")
     await a.stop()
     moved = j.of("m1", "revoked")[0][2]
-    assert moved and len(moved) == 2                     # sticky: half of 4, and only those
+    assert moved and len(moved) == 2  # sticky: half of 4, and only those
     assert j.of("m2", "assigned")[0][2] == moved and j.of("m1", "assigned")[1][2] == moved
     assert [k for k, _ in j.events("m2")][:3] == ["not-a-member", "added", "pinned"]
     assert ("partitions", tuple(sorted({0, 1, 2, 3} - moved))) in j.events("m1")
@@ -347,8 +381,9 @@ async def test_a_lone_instance_through_a_server_restart_claims_no_take_over(fres
             try:
                 await js.publish(f"{uniq}.b", b"after")
                 return True
-            except Exception:   # JetStream not ready yet after the restart
+            except Exception:  # JetStream not ready yet after the restart
                 return False
+
         await wait_for(published, 15, interval=0.2, what="a publish after the restart")
         await wait_for(lambda: len(j.of("m1", "end")) == 5, 20, what="handled after the restart")
         await asyncio.sleep(0)
@@ -387,7 +422,7 @@ async def test_a_stop_during_a_call_that_outlasts_the_pin_keeps_the_pin_and_acks
     inst = await elastic_consume(nc, uniq, "g", "m1", handle, config=FAST, concurrency=concurrency)
     await publish(js, uniq, "a", 1)
     await asyncio.wait_for(started.wait(), 10)
-    await asyncio.sleep(1.0)   # the call has run 1 s (its pin renewed meanwhile) when the stop comes
+    await asyncio.sleep(1.0)  # the call has run 1 s (its pin renewed meanwhile) when the stop comes
     await inst.stop()
     assert seen == [False]
     info = await js.consumer_info(f"{uniq}-g", "m1")
@@ -399,13 +434,14 @@ async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alo
     ``pinned`` event is still said before the first handler starts, start after start."""
     await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"]))
     for round_ in range(3):
-        group = f"g{round_}"   # a group each: a stopped instance's pin outlives it for a PinnedTTL
+        group = f"g{round_}"  # a group each: a stopped instance's pin outlives it for a PinnedTTL
         await create_elastic(nc, uniq, group, 2, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
         await add_members(nc, uniq, group, ["m1"])
         await publish(js, uniq, f"r{round_}", 4)
         j = Journal()
-        inst = await elastic_consume(nc, uniq, group, "m1", j.handler("m1"), config=FAST,
-                                     on_event=j.hooks("m1")["on_event"])
+        inst = await elastic_consume(
+            nc, uniq, group, "m1", j.handler("m1"), config=FAST, on_event=j.hooks("m1")["on_event"]
+        )
         try:
             await wait_for(lambda: len(j.of("m1", "end")) >= 4, 10, what="4 handled")
         finally:
@@ -444,16 +480,18 @@ async def test_a_config_change_after_a_server_restart_reaches_the_instance_withi
                 else:
                     await add_members(admin, uniq, "g", ["m2"])
                 return True
-            except Exception:   # JetStream not ready yet after the restart
+            except Exception:  # JetStream not ready yet after the restart
                 return False
+
         await wait_for(changed, 15, interval=0.1, what="the config written after the restart")
         written = time.monotonic()
         if flavour == "static":
             assert isinstance(await asyncio.wait_for(inst.done(), 2), Exception)
             seen = time.monotonic()
         else:
-            await wait_for(lambda: any(k == "partitions" for k, _ in j.events("m1")), 2, interval=0.01,
-                           what="the new partitions")
+            await wait_for(
+                lambda: any(k == "partitions" for k, _ in j.events("m1")), 2, interval=0.01, what="the new partitions"
+            )
             seen = j.first("m1", "event", lambda ev: ev.kind == "partitions")
         assert seen - written < 2.0
     finally:
@@ -474,8 +512,11 @@ async def test_a_consume_started_while_the_server_is_down_waits_for_it(fresh_ser
         await static_group(js, nc, uniq)
         await publish(js, uniq, "a", 2)
         await asyncio.to_thread(fresh_server.stop)
-        start = asyncio.ensure_future(static_consume(nc, uniq, "g", "m1", j.handler("m1"), config=FAST,
-                                                     api=JetStreamApi(nc, timeout=0.5), **j.hooks("m1")))
+        start = asyncio.ensure_future(
+            static_consume(
+                nc, uniq, "g", "m1", j.handler("m1"), config=FAST, api=JetStreamApi(nc, timeout=0.5), **j.hooks("m1")
+            )
+        )
         await wait_for(lambda: any(k == "unavailable" for k, _ in j.events("m1")), 10, what="unavailable")
         assert not start.done()
         await asyncio.to_thread(fresh_server.start)

@@ -21,19 +21,27 @@ import pytest
 from pcgroups import JetStreamApi, create_static, delete_static, get_static_config, list_static_groups
 from pcgroups.config import PartitioningFilter
 from pcgroups.connect import ConnectionOptions, connect, resolve
+from pcgroups.elastic._sources import Layout, SourceStream, externals_by_stream, layout_of, source_config
 from pcgroups.errors import ConfigError, PCGroupsError
 from pcgroups.jetstream._api import domain_of, prefix_of
 from pcgroups.jetstream._permissions import Violation, kv_subjects
-from pcgroups.elastic._sources import Layout, SourceStream, externals_by_stream, layout_of, source_config
-
+from tests.helpers.cli import (
+    assert_cli_error,
+    cg_env,
+    closed_port_url,
+    kv_value,
+    make_stream,
+    message_lines,
+    partition_transform,
+    procs,
+    run_cg,
+)
 from tests.helpers.leafnodes import HubAndLeaf
 from tests.helpers.support import wait_for
-from tests.helpers.cli import (assert_cli_error, cg_env, closed_port_url, kv_value, make_stream, message_lines,
-                                   partition_transform, procs, run_cg)
 
 STATIC, ELASTIC = "static-consumer-groups", "elastic-consumer-groups"
-FAST = 5.0   # a refused request fails at once; the timeout below is far longer
-BIG = 512 * 1024   # bytes: 8 such messages need the flow control of a source (about 2.5 MB pass without it)
+FAST = 5.0  # a refused request fails at once; the timeout below is far longer
+BIG = 512 * 1024  # bytes: 8 such messages need the flow control of a source (about 2.5 MB pass without it)
 # a hub user who may read the leaf's groups but not change them (the permission test's own)
 READER = """
     { user: reader, password: $READER_PASSWORD, permissions: {
@@ -108,18 +116,21 @@ async def test_a_static_group_on_the_leaf_is_run_from_the_hub_with_members_on_bo
     hub, leaf, s = pair.hub_url, pair.leaf_url, uniq
     await make_stream(ljs, s, transform=partition_transform(s, 4))
     (await run_cg(*on_leaf("static", "create", "balanced", s, "g", "4", "m1", "m2"), url=hub)).ok()
-    assert json.loads(await kv_value(ljs, STATIC, f"{s}.g"))["members"] == ["m1", "m2"]   # on the leaf
+    assert json.loads(await kv_value(ljs, STATIC, f"{s}.g"))["members"] == ["m1", "m2"]  # on the leaf
     assert (await run_cg(*on_leaf("static", "ls", s), url=hub)).ok().lines == ["static consumer groups: [g]"]
     async with procs() as start:
         # m1 runs twice, on the hub and on the leaf (one pinned, one standby); m2 on the leaf
-        ps = await consuming(start, (on_leaf("static", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
-                             (("static", "consume", s, "g", "m1", "--sleep", "1ms"), leaf),
-                             (("static", "consume", s, "g", "m2", "--sleep", "1ms"), leaf))
+        ps = await consuming(
+            start,
+            (on_leaf("static", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
+            (("static", "consume", s, "g", "m1", "--sleep", "1ms"), leaf),
+            (("static", "consume", s, "g", "m2", "--sleep", "1ms"), leaf),
+        )
         m1, m1_leaf, m2 = ps
         subjects = await publish(ljs, s, 0, 40)
         once_each(await handled(ps, 40), subjects)
         assert message_lines(m2.out)
-        assert bool(message_lines(m1.out)) != bool(message_lines(m1_leaf.out))   # one m1 instance consumed
+        assert bool(message_lines(m1.out)) != bool(message_lines(m1_leaf.out))  # one m1 instance consumed
         standby = m1_leaf if message_lines(m1.out) else m1
 
         status = json.loads((await run_cg(*on_leaf("static", "status", s, "g", "--json"), url=hub)).ok().out)
@@ -135,7 +146,7 @@ async def test_a_static_group_on_the_leaf_is_run_from_the_hub_with_members_on_bo
         assert any(line.startswith("m1: ") for line in plan.lines), plan.out
         (await run_cg(*on_leaf("static", "delete", s, "g", "-f"), url=hub)).ok()
         for p in ps:
-            assert (await p.wait(timeout=20)).code == 0   # the group was deleted: they end normally
+            assert (await p.wait(timeout=20)).code == 0  # the group was deleted: they end normally
     assert await kv_value(ljs, STATIC, f"{s}.g") is None
     assert (await ljs.consumers_info(s)) == []
 
@@ -145,8 +156,11 @@ async def test_an_elastic_group_on_the_leaf_is_changed_from_the_hub_while_both_s
     await elastic_on_leaf(pair, ljs, s)
     (await run_cg(*on_leaf("elastic", "add", s, "g", "m1", "m2"), url=hub)).ok()
     async with procs() as start:
-        m1, m2 = await consuming(start, (on_leaf("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
-                                 (("elastic", "consume", s, "g", "m2", "--sleep", "1ms"), leaf))
+        m1, m2 = await consuming(
+            start,
+            (on_leaf("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub),
+            (("elastic", "consume", s, "g", "m2", "--sleep", "1ms"), leaf),
+        )
         subjects = await publish(ljs, s, 0, 20)
         once_each(await handled([m1, m2], 20), subjects)
         assert message_lines(m1.out) and message_lines(m2.out)
@@ -155,8 +169,7 @@ async def test_an_elastic_group_on_the_leaf_is_changed_from_the_hub_while_both_s
         assert r.lines[0] == "dropped members: [m1]"
         subjects += await publish(ljs, s, 20, 20)
         once_each(await handled([m1, m2], 40), subjects)
-        late = {m["member"] for p in (m1, m2) for m in message_lines(p.out)
-                if int(m["subject"].split(".")[1]) >= 20}
+        late = {m["member"] for p in (m1, m2) for m in message_lines(p.out) if int(m["subject"].split(".")[1]) >= 20}
         assert late == {"m1"}
         (await run_cg(*on_leaf("elastic", "delete", s, "g", "-f"), url=hub)).ok()
         for p in (m1, m2):
@@ -237,13 +250,13 @@ async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, lj
     r = await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "nowhere", url=hub)
     assert_cli_error(r, f"origin stream {s} (in domain nowhere)")
     (await run_cg("elastic", "create", s, "g", "4", "--filter", f"{s}.*", "--source-domain", "leaf", url=hub)).ok()
-    wq = (await hjs.stream_info(f"{s}-g")).config   # the work queue is on the hub
+    wq = (await hjs.stream_info(f"{s}-g")).config  # the work queue is on the hub
     assert wq.sources[0].external.api == "$JS.leaf.API"
     info = (await run_cg("elastic", "info", s, "g", url=hub)).ok()
     assert info.lines[-1] == f"streams (stream): {s} in domain leaf ({s}.* by 1)"
     (await run_cg("elastic", "add", s, "g", "m1", url=hub)).ok()
     async with procs() as start:
-        m1, = await consuming(start, (("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub))
+        (m1,) = await consuming(start, (("elastic", "consume", s, "g", "m1", "--sleep", "1ms"), hub))
         subjects += await publish(ljs, s, 8, 10)
         once_each(await handled([m1], 18), subjects)
         # a replay sources the leaf's stream again from its start: its positions are asked of the leaf
@@ -254,14 +267,16 @@ async def test_an_elastic_group_on_the_hub_sources_a_stream_of_the_leaf(pair, lj
 
     # a source "in another domain" that is the group's own (hub): sourced as a plain one, else it never starts
     await make_stream(hjs, f"{s}o")
-    (await run_cg("elastic", "create", f"{s}o", "g", "2", "--filter", f"{s}o.*", "--source-domain", "hub",
-                  url=hub)).ok()
+    (
+        await run_cg("elastic", "create", f"{s}o", "g", "2", "--filter", f"{s}o.*", "--source-domain", "hub", url=hub)
+    ).ok()
     assert (await hjs.stream_info(f"{s}o-g")).config.sources[0].external is None
 
     # and the other way: a work queue on the leaf sourcing a stream of the hub
     await make_stream(hjs, f"{s}h")
-    (await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub",
-                  url=leaf)).ok()
+    (
+        await run_cg("elastic", "create", f"{s}h", "g", "2", "--filter", f"{s}h.*", "--source-domain", "hub", url=leaf)
+    ).ok()
     await publish(hjs, f"{s}h", 0, 8, size=BIG)
     await wait_for(lambda: _last_seq(ljs, f"{s}h-g", 8), timeout=15, what="8 sourced on the leaf")
 
@@ -276,14 +291,14 @@ async def test_the_library_uses_the_domain_bound_to_its_connection(pair, ljs, un
     nc = await connect(ConnectionOptions(server=pair.hub_url, js_domain="leaf", no_context=True))
     plain = await nats.connect(pair.hub_url)
     try:
-        await create_static(nc, s, "g", 2, members=["m1"])    # no api=: the connection's domain
+        await create_static(nc, s, "g", 2, members=["m1"])  # no api=: the connection's domain
         assert json.loads(await kv_value(ljs, STATIC, f"{s}.g"))["members"] == ["m1"]
         assert JetStreamApi(plain).prefix == "$JS.API"
         with pytest.raises(PCGroupsError):
-            await get_static_config(plain, s, "g")        # the hub's own JetStream has no such group
+            await get_static_config(plain, s, "g")  # the hub's own JetStream has no such group
         assert JetStreamApi.bind(plain, domain="leaf").domain == "leaf"
         assert await list_static_groups(plain, s) == ["g"]
-        assert JetStreamApi(plain, domain="hub").prefix == "$JS.hub.API"   # a call's own api= still wins
+        assert JetStreamApi(plain, domain="hub").prefix == "$JS.hub.API"  # a call's own api= still wins
         await delete_static(plain, s, "g")
         assert await kv_value(ljs, STATIC, f"{s}.g") is None
     finally:
@@ -297,7 +312,7 @@ async def test_refused_requests_name_their_subjects_under_the_domain(pair, ljs, 
     (await run_cg(*on_leaf("static", "create", "balanced", s, "g", "2", "m1"), url=hub)).ok()
     reader = pair.user_url("reader")
     info = (await run_cg(*on_leaf("--timeout", "20s", "static", "info", s, "g"), url=reader)).ok()
-    assert "members: [m1]" in info.lines   # it may read the leaf's groups
+    assert "members: [m1]" in info.lines  # it may read the leaf's groups
     started = time.monotonic()
     r = await run_cg(*on_leaf("--timeout", "20s", "static", "create", "balanced", s, "g2", "2", "m1"), url=reader)
     assert_cli_error(r, f"publish to $JS.leaf.API.$KV.{STATIC}.{s}.g2 is not allowed for this user")
@@ -329,7 +344,7 @@ def test_kv_permission_subjects_carry_the_domain():
     assert leaf[:2] == ["$JS.leaf.API.$KV.b.k", "$KV.b.k"]
     assert "$JS.leaf.API.DIRECT.GET.KV_b.$KV.b.k" in leaf and not any(x.startswith("$JS.API.") for x in leaf)
     # a refused subject nobody guarded is shown with its prefix in capitals (nats-py lower-cases it)
-    v = Violation.parse("nats: permissions violation for publish to \"$js.leaf.api.$kv.b.k\"")
+    v = Violation.parse('nats: permissions violation for publish to "$js.leaf.api.$kv.b.k"')
     assert v is not None and v.error().subject == "$JS.leaf.API.$KV.b.k"
 
 
@@ -369,16 +384,20 @@ def test_an_external_source_round_trips_through_the_work_queue_config():
 
 
 async def test_wrong_domains_and_prefixes_are_one_line_errors_before_connecting():
-    url = closed_port_url()   # nothing listens: each error comes before a connection is tried
+    url = closed_port_url()  # nothing listens: each error comes before a connection is tried
     for args, fragment in [
         (("--js-domain", "a.b", "static", "ls", "S"), "invalid JetStream domain 'a.b'"),
-        (("--js-domain", "a", "--js-api-prefix", "JS.b.API", "static", "ls", "S"),
-         "--js-domain and --js-api-prefix exclude each other"),
+        (
+            ("--js-domain", "a", "--js-api-prefix", "JS.b.API", "static", "ls", "S"),
+            "--js-domain and --js-api-prefix exclude each other",
+        ),
         (("--js-api-prefix", "JS.*.API", "static", "ls", "S"), "invalid JetStream API prefix 'JS.*.API'"),
         (("elastic", "create", "S", "g", "2", "--source-domain", "le af"), "--source-domain le af: invalid JetStream"),
         (("elastic", "create", "S", "g", "2", "--source-domain", "T=leaf"), "T is not one of the group's streams (S)"),
-        (("elastic", "create", "S", "g", "2", "--source-domain", "leaf", "--source-api", "JS.x.API"),
-         "--source-domain and --source-api both say where stream S is"),
+        (
+            ("elastic", "create", "S", "g", "2", "--source-domain", "leaf", "--source-api", "JS.x.API"),
+            "--source-domain and --source-api both say where stream S is",
+        ),
         (("elastic", "consume", "S", "g", "--auto", "--source-domain", "leaf"), "give them with --create"),
         (("elastic", "add-source", "S", "g", "T", "--source-api", "JS..API"), "invalid JetStream API prefix"),
     ]:

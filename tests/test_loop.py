@@ -78,7 +78,7 @@ async def test_stop_halts_once_and_is_idempotent():
     first, second = toy.stop(), toy.stop()
     assert await asyncio.wait_for(first, 2) is None and await asyncio.wait_for(second, 2) is None
     assert toy.halts == 1 and toy.seen == ["stop"]
-    assert await toy.stop() is None and toy.halts == 1   # after the end too
+    assert await toy.stop() is None and toy.halts == 1  # after the end too
 
 
 async def test_async_with_stops_on_exit():
@@ -105,7 +105,7 @@ async def test_wait_returns_on_a_normal_end_and_raises_the_error():
     with pytest.raises(PCGroupsError) as raised:
         await asyncio.wait_for(failed.wait(), 2)
     assert raised.value is err
-    assert await failed.done() is err   # done() still returns it
+    assert await failed.done() is err  # done() still returns it
 
 
 async def test_wait_for_consuming_returns_raises_the_end_or_times_out():
@@ -119,4 +119,3 @@ async def test_wait_for_consuming_returns_raises_the_end_or_times_out():
     with pytest.raises(PCGroupsError, match="ended before consuming"):
         await other.wait_for_consuming(2)
     await toy.stop()
-

@@ -21,13 +21,25 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from pcgroups import (AutoInstance, ConfigError, ConsumeContext, ConsumerConfig, JetStreamApi, PartitioningFilter,
-                      create_elastic, delete_elastic, elastic_consume, elastic_member_step_down, get_elastic_config,
-                      list_elastic_active_members, partition_of_subject)
-from pcgroups.testing._checker import Recorder
+from pcgroups import (
+    AutoInstance,
+    ConfigError,
+    ConsumeContext,
+    ConsumerConfig,
+    JetStreamApi,
+    PartitioningFilter,
+    create_elastic,
+    delete_elastic,
+    elastic_consume,
+    elastic_member_step_down,
+    get_elastic_config,
+    list_elastic_active_members,
+    partition_of_subject,
+)
 from pcgroups.elastic._membership import LEASE_STREAM, list_leases
 from pcgroups.elastic._sticky import moved_partitions
 from pcgroups.jetstream._store import ELASTIC_BUCKET
+from pcgroups.testing._checker import Recorder
 
 from .helpers.support import wait_for
 
@@ -89,7 +101,7 @@ class Publisher:
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    def start(self) -> "Publisher":
+    def start(self) -> Publisher:
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -106,7 +118,7 @@ class Publisher:
             if delay > 0:
                 try:
                     await asyncio.wait_for(self._stop.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def stop(self) -> None:
@@ -115,15 +127,17 @@ class Publisher:
             await asyncio.wait_for(self._task, 10)
 
 
-async def flows_to(js, rec: Recorder, stream: str, keys: dict[int, list[str]], owners: dict[int, str],
-                   timeout: float = 10.0) -> None:
+async def flows_to(
+    js, rec: Recorder, stream: str, keys: dict[int, list[str]], owners: dict[int, str], timeout: float = 10.0
+) -> None:
     """One message per partition is processed by the member that owns it."""
     seqs = {}
     for p in owners:
         seqs[p] = (await js.publish(f"{stream}.k.{keys[p][0]}", b"probe")).seq
     for p, seq in seqs.items():
-        await wait_for(lambda: any(c.key == seq and c.acked for c in rec.calls), timeout,
-                       what=f"the probe of partition {p}")
+        await wait_for(
+            lambda: any(c.key == seq and c.acked for c in rec.calls), timeout, what=f"the probe of partition {p}"
+        )
         who = {c.member for c in rec.calls if c.key == seq and c.acked}
         assert who == {owners[p]}, f"partition {p} processed by {who}, expected {owners[p]}"
 
@@ -180,12 +194,32 @@ async def test_sarama_walk_through_exact_assignment_at_each_step(nc, js, uniq):
 # --- SIGKILL of every instance of a member ------------------------------------------------------
 def _spawn(url: str, stream: str, group: str, member: str) -> subprocess.Popen:
     logdir = os.environ.get("PCG_TEST_LOGDIR")  # keep the processes' logs for a post-mortem
-    stderr = open(os.path.join(logdir, f"{stream}-{member}-{time.time_ns()}.log"), "w") if logdir \
-        else subprocess.DEVNULL
+    stderr = (
+        open(os.path.join(logdir, f"{stream}-{member}-{time.time_ns()}.log"), "w") if logdir else subprocess.DEVNULL
+    )
     try:
-        return subprocess.Popen([sys.executable, "-m", "tests.auto_proc", url, stream, group, "--member", member,
-                                 "--lease-ttl", str(TTL), "--ack-wait", "1", "--work", "0.002"],
-                                stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.auto_proc",
+                url,
+                stream,
+                group,
+                "--member",
+                member,
+                "--lease-ttl",
+                str(TTL),
+                "--ack-wait",
+                "1",
+                "--work",
+                "0.002",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=ROOT,
+        )
     finally:
         if logdir:
             stderr.close()
@@ -225,29 +259,33 @@ async def test_sigkill_of_every_instance_of_a_member_drops_it_after_the_lease_tt
 
         async def has_all():
             return sorted(await assignment(nc, stream, group)) == ["a", "b", "c"]
+
         await wait_for(has_all, 10, what="a, b and c in the membership")
         before = await assignment(nc, stream, group)
         pub = Publisher(js, stream, keys, rate=120).start()
-        await wait_for(lambda: all(rec.count(partition=p) >= 5 for p in range(n)), 15,
-                       what="every partition flowing")
-        a_procs = [p for p, (m, _) in zip(procs, layout) if m == "a"]
+        await wait_for(lambda: all(rec.count(partition=p) >= 5 for p in range(n)), 15, what="every partition flowing")
+        a_procs = [p for p, (m, _) in zip(procs, layout, strict=False) if m == "a"]
         killed_at = time.time()
         for p in a_procs:
             p.send_signal(signal.SIGKILL)
         # every line the killed processes printed is read (EOF) before their open calls are closed
-        await asyncio.wait_for(asyncio.gather(*(r for r, (m, _) in zip(readers, layout) if m == "a")), 10)
+        await asyncio.wait_for(asyncio.gather(*(r for r, (m, _) in zip(readers, layout, strict=False) if m == "a")), 10)
         for e in ready:
             if e["member"] == "a":
                 rec.close_instance(e["instance"], t=killed_at)
 
         async def a_dropped():
             return "a" not in await assignment(nc, stream, group)
+
         await wait_for(a_dropped, 3 * TTL + 5, interval=0.01, what="a dropped from the membership")
         dropped_at = time.time()
         after = await assignment(nc, stream, group)
         assert moved_partitions(before, after) == sorted(before["a"]), "only a's partitions moved"
-        await wait_for(lambda: all(rec.first_start(after=killed_at, partition=p) is not None for p in before["a"]),
-                       15, what="a's partitions flowing again")
+        await wait_for(
+            lambda: all(rec.first_start(after=killed_at, partition=p) is not None for p in before["a"]),
+            15,
+            what="a's partitions flowing again",
+        )
         flowing = max(rec.first_start(after=killed_at, partition=p) for p in before["a"]) - killed_at
         await asyncio.sleep(1.0)
         await pub.stop()
@@ -260,6 +298,7 @@ async def test_sigkill_of_every_instance_of_a_member_drops_it_after_the_lease_tt
             if not expected <= rec.acked_keys() | killed:
                 return False
             return (await js.stream_info(f"{stream}-{group}")).state.messages == 0
+
         try:
             await wait_for(all_done, 20, what=f"every message acked ({len(expected - rec.acked_keys())} left)")
         except AssertionError:
@@ -274,9 +313,11 @@ async def test_sigkill_of_every_instance_of_a_member_drops_it_after_the_lease_tt
         assert acked_by_the_dead <= killed
         expected -= acked_by_the_dead
         report = rec.check(expected)
-        print(f"\nSIGKILL of both a instances (lease TTL {TTL:g}s, AckWait 1s): dropped from the membership after "
-              f"{dropped_at - killed_at:.2f}s, a's partitions {before['a']} flowing again after {flowing:.2f}s; "
-              f"{before} -> {after}; {report.processed} messages, {report.redelivered} redelivered")
+        print(
+            f"\nSIGKILL of both a instances (lease TTL {TTL:g}s, AckWait 1s): dropped from the membership after "
+            f"{dropped_at - killed_at:.2f}s, a's partitions {before['a']} flowing again after {flowing:.2f}s; "
+            f"{before} -> {after}; {report.processed} messages, {report.redelivered} redelivered"
+        )
         assert report.ok, report.failures
         assert dropped_at - killed_at < TTL + 2.0
         assert flowing < TTL + 3.0
@@ -315,21 +356,34 @@ async def test_rolling_restart_under_traffic_nothing_lost_no_overlap(nc, js, uni
         async for e in watcher:
             if e is not None and e.value:
                 writes.append(e.value)
+
     follower = asyncio.ensure_future(follow())
     k = 0
     try:
         async with Auto(nc) as auto:
+
             async def start(member: str, label: str):
                 nonlocal k
                 k += 1
-                return await auto.start(stream, group, rec.handler(member, label, lambda m: asyncio.sleep(0.002)),
-                                        member=member, nc=conns[k % len(conns)])
-            running = {"a1": await start("a", "a1"), "a2": await start("a", "a2"),
-                       "b1": await start("b", "b1"), "c1": await start("c", "c1")}
+                return await auto.start(
+                    stream,
+                    group,
+                    rec.handler(member, label, lambda m: asyncio.sleep(0.002)),
+                    member=member,
+                    nc=conns[k % len(conns)],
+                )
+
+            running = {
+                "a1": await start("a", "a1"),
+                "a2": await start("a", "a2"),
+                "b1": await start("b", "b1"),
+                "c1": await start("c", "c1"),
+            }
             for inst in running.values():
                 await inst.wait_settled(10)
             pub = Publisher(js, stream, keys, rate=150).start()
             try:
+
                 async def progress(count=100):
                     target = rec.count() + count
                     await wait_for(lambda: rec.count() >= target, 15, what=f"{count} more acks")
@@ -343,16 +397,20 @@ async def test_rolling_restart_under_traffic_nothing_lost_no_overlap(nc, js, uni
                     for inst in running.values():
                         await inst.wait_settled(10)
                     await progress()
-                    print(f"\nrestarted {label}: {await assignment(nc, stream, group)} "
-                          f"in {time.monotonic() - t0:.2f}s")
+                    print(f"\nrestarted {label}: {await assignment(nc, stream, group)} in {time.monotonic() - t0:.2f}s")
             finally:
                 await pub.stop()
             expected = set(pub.published)
-            await wait_for(lambda: expected <= rec.acked_keys(), 20,
-                           what=f"every message acked ({len(expected - rec.acked_keys())} left)")
+            await wait_for(
+                lambda: expected <= rec.acked_keys(),
+                20,
+                what=f"every message acked ({len(expected - rec.acked_keys())} left)",
+            )
             report = rec.check(expected)
-            print(f"rolling restart: {report.processed} messages, {report.calls} calls, {report.redelivered} "
-                  f"redelivered, {len(writes)} config writes, by instance {report.by_instance}")
+            print(
+                f"rolling restart: {report.processed} messages, {report.calls} calls, {report.redelivered} "
+                f"redelivered, {len(writes)} config writes, by instance {report.by_instance}"
+            )
             assert report.ok, report.failures
             assert sorted(await assignment(nc, stream, group)) == ["a", "b", "c"]
     finally:
@@ -379,10 +437,12 @@ async def test_joins_and_leaves_close_together_make_one_rebalance(nc, js, uniq):
                 initial.set()
             elif initial.is_set():
                 writes.append(e.value)
+
     follower = asyncio.ensure_future(follow())
 
     async def noop(msg):
         await msg.ack()
+
     try:
         async with Auto(nc) as auto:
             await asyncio.wait_for(initial.wait(), 5)
@@ -398,7 +458,7 @@ async def test_joins_and_leaves_close_together_make_one_rebalance(nc, js, uniq):
             assert len(writes) == 2, [json.loads(w)["member_mappings"] for w in writes]
             assert sum(i.rebalances for i in [a, *others]) == 2
             # two leaving at once: one write
-            b, c, d = others
+            b, c, _d = others
             await asyncio.wait_for(asyncio.gather(b.stop(), c.stop()), 15)
             await a.wait_settled(10)
             await asyncio.sleep(3 * 0.4)
@@ -448,6 +508,7 @@ async def test_generated_names_lease_bucket_and_stop_deletes_the_lease(nc, js, u
 
     async def noop(msg):
         await msg.ack()
+
     with pytest.raises(ConfigError):
         await elastic_consume(nc, stream, group, "", noop, auto=True, lease_ttl=0.5)
     async with Auto(nc) as auto:
@@ -481,12 +542,13 @@ async def test_generated_names_lease_bucket_and_stop_deletes_the_lease(nc, js, u
     assert not cfg.members and not cfg.member_mappings
 
 
-async def _two_settled(auto: "Auto", nc, js, stream: str, group: str) -> list:
+async def _two_settled(auto: Auto, nc, js, stream: str, group: str) -> list:
     """A 2-partition group with two settled auto instances that ack everything."""
     await keyed_group(nc, js, stream, group, 2)
 
     async def noop(msg):
         await msg.ack()
+
     insts = [await auto.start(stream, group, noop) for _ in range(2)]
     for i in insts:
         await i.wait_settled(10)
@@ -521,9 +583,11 @@ async def test_group_deleted_ends_auto_instances_and_their_leases(nc, js, uniq):
     assert await list_leases(nc, stream, group) == []
 
 
-@pytest.mark.parametrize("bad,want", [(b"\xff\xfe\x00{garbage", "not valid JSON"),
-                                      (b'{"max_members":-4,"members":["a"]}', "got -4")],
-                         ids=["garbage-bytes", "negative-number"])
+@pytest.mark.parametrize(
+    "bad,want",
+    [(b"\xff\xfe\x00{garbage", "not valid JSON"), (b'{"max_members":-4,"members":["a"]}', "got -4")],
+    ids=["garbage-bytes", "negative-number"],
+)
 async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, js, uniq, bad, want):
     """A corrupted config under auto instances: each ends with a ConfigError naming the group, none of them
     writes a membership over the bad value (it stays for an admin to fix or delete), and their leases go."""
@@ -535,14 +599,14 @@ async def test_corrupted_config_ends_auto_instances_and_they_leave_it_alone(nc, 
         for i in insts:
             err = await asyncio.wait_for(i.done(), 10)
             assert isinstance(err, ConfigError), repr(err)
-            with pytest.raises(ConfigError) as raised:   # wait() raises what done() returns
+            with pytest.raises(ConfigError) as raised:  # wait() raises what done() returns
                 await i.wait()
             assert raised.value is err
             assert f"elastic consumer group {group} on stream {stream} is no longer valid" in str(err), str(err)
             assert want in str(err), str(err)
         await wait_for(lambda: _no_leases(nc, stream, group), 10, what="the leases released")
         entry = await kv.get(f"{stream}.{group}")
-        assert entry.value == bad and entry.operation is None   # nothing rewrote it
+        assert entry.value == bad and entry.operation is None  # nothing rewrote it
 
 
 async def _no_leases(nc, stream: str, group: str) -> bool:
@@ -553,21 +617,25 @@ async def test_admin_mapping_change_is_brought_back_to_the_live_members(nc, js, 
     """An admin writes mappings naming a member with no lease: the instances put the live members back
     (and a mapping that already fits the live members is left alone)."""
     from pcgroups import MemberMapping, set_member_mappings
+
     stream, group = uniq, "g"
     await keyed_group(nc, js, stream, group, 4)
 
     async def noop(msg):
         await msg.ack()
+
     async with Auto(nc) as auto:
         a = await auto.start(stream, group, noop, member="a")
         b = await auto.start(stream, group, noop, member="b")
         for i in (a, b):
             await i.wait_settled(10)
-        await set_member_mappings(nc, stream, group, [MemberMapping("a", [0, 1]), MemberMapping("b", [3]),
-                                                      MemberMapping("ghost", [2])])
+        await set_member_mappings(
+            nc, stream, group, [MemberMapping("a", [0, 1]), MemberMapping("b", [3]), MemberMapping("ghost", [2])]
+        )
 
         async def fixed():
             return await assignment(nc, stream, group) in ({"a": [0, 1], "b": [2, 3]},)
+
         await wait_for(fixed, 10, what="the ghost's partition given to b")
         await set_member_mappings(nc, stream, group, [MemberMapping("a", [1, 3]), MemberMapping("b", [0, 2])])
         await asyncio.sleep(1.0)
@@ -582,6 +650,7 @@ async def test_lapsed_lease_drops_the_member_and_renewal_takes_it_again(nc, js, 
 
     async def noop(msg):
         await msg.ack()
+
     async with Auto(nc) as auto:
         a = await auto.start(stream, group, noop, member="a")
         b = await auto.start(stream, group, noop, member="b")
@@ -592,17 +661,19 @@ async def test_lapsed_lease_drops_the_member_and_renewal_takes_it_again(nc, js, 
 
         async def stalled():
             pass
+
         a._renew = stalled
         t0 = time.monotonic()
 
         async def a_dropped():
             return await assignment(nc, stream, group) == {"b": [0, 1]}
+
         await wait_for(a_dropped, TTL + 3, what="a dropped after its lease lapsed")
         print(f"\nlapsed lease: dropped {time.monotonic() - t0:.2f}s after the last renewal was skipped")
         assert "a" not in b.live_members and not a.settled
-        a._renew = renew          # renewals resume: wrong last sequence -> take over at the marker
+        a._renew = renew  # renewals resume: wrong last sequence -> take over at the marker
         await a.wait_settled(TTL + 3)
-        assert await assignment(nc, stream, group) == {"a": [1], "b": [0]}   # sticky: b keeps its lowest
+        assert await assignment(nc, stream, group) == {"a": [1], "b": [0]}  # sticky: b keeps its lowest
         assert [x.member for x in await list_leases(nc, stream, group)] == ["a", "b"]
 
 
@@ -610,12 +681,14 @@ async def test_auto_is_reached_through_elastic_consume_only(nc, js, uniq):
     """``elastic_consume(..., auto=True)`` is the one entry point of automatic membership (a generated
     member without a name); what it gives is a consume context like any instance."""
     import pcgroups
+
     assert not hasattr(pcgroups, "elastic_consume_auto")
     stream, group = uniq, "g"
     await keyed_group(nc, js, stream, group, 2)
 
     async def noop(msg):
         await msg.ack()
+
     inst = await elastic_consume(nc, stream, group, "", noop, auto=True, lease_ttl=2)
     try:
         assert isinstance(inst, AutoInstance) and isinstance(inst, ConsumeContext)
@@ -637,6 +710,7 @@ async def test_auto_instances_follow_a_join_right_after_a_server_restart(fresh_s
 
         async def handler(msg):
             await msg.ack()
+
         async with Auto(nc) as auto:
             a = await auto.start(uniq, "g", handler, member="a", lease_ttl=5.0)
             b = await auto.start(uniq, "g", handler, member="b", lease_ttl=5.0)
@@ -647,12 +721,19 @@ async def test_auto_instances_follow_a_join_right_after_a_server_restart(fresh_s
             async def joined():
                 try:
                     return await auto.start(uniq, "g", handler, member="c", lease_ttl=5.0)
-                except Exception:   # JetStream not ready yet after the restart
+                except Exception:  # JetStream not ready yet after the restart
                     return None
+
             c = await wait_for(joined, 15, interval=0.1, what="c joined after the restart")
-            await wait_for(lambda: all(i.partitions for i in (a, b, c)) and
-                           sorted(a.partitions + b.partitions + c.partitions) == list(range(6)), 4,
-                           interval=0.01, what="the three members' partitions in every instance")
+            await wait_for(
+                lambda: (
+                    all(i.partitions for i in (a, b, c))
+                    and sorted(a.partitions + b.partitions + c.partitions) == list(range(6))
+                ),
+                4,
+                interval=0.01,
+                what="the three members' partitions in every instance",
+            )
     finally:
         await nc.close()
 
@@ -664,5 +745,7 @@ def test_the_readme_states_the_debounce_the_code_uses():
     from pcgroups.elastic._membership import DEFAULT_DEBOUNCE
 
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
-    assert (f"once the leases have been quiet for {DEFAULT_DEBOUNCE:g} s: instances started (or stopped) within "
-            f"{DEFAULT_DEBOUNCE:g} s of each other") in readme
+    assert (
+        f"once the leases have been quiet for {DEFAULT_DEBOUNCE:g} s: instances started (or stopped) within "
+        f"{DEFAULT_DEBOUNCE:g} s of each other"
+    ) in readme

@@ -18,7 +18,6 @@ from pcgroups.events import InstanceEvent
 from pcgroups.ops._exporter import EXPORTER_METRICS, GROUP_METRICS
 from pcgroups.ops._metrics import INSTANCE_METRICS, POOL_METRICS, InstanceMetrics
 from pcgroups.testing._server import free_port
-from tests.helpers.support import wait_for
 from tests.helpers.cli import (
     ROOT,
     acg,
@@ -30,10 +29,9 @@ from tests.helpers.cli import (
     run_cg,
 )
 from tests.helpers.http import scrape
+from tests.helpers.support import wait_for
 
 pytestmark = pytest.mark.timeout(90)
-
-
 
 
 async def ascrape(port: int) -> dict[str, list]:
@@ -41,8 +39,11 @@ async def ascrape(port: int) -> dict[str, list]:
 
 
 def values(samples: list, name: str | None = None, **labels: str) -> list[float]:
-    return [s.value for s in samples if (name is None or s.name == name)
-            and all(s.labels.get(k) == v for k, v in labels.items())]
+    return [
+        s.value
+        for s in samples
+        if (name is None or s.name == name) and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
 
 
 async def exporter(start, url: str, *args: str, interval: str = "0.3s"):
@@ -58,15 +59,18 @@ async def test_a_stream_that_does_not_exist_is_warned_once(js, server_url, uniq)
     await make_stream(js, uniq)
     for i in range(2):
         await make_stream(js, f"{uniq}-p{i}")
-    (await run_cg("elastic", "create", f"{uniq}-logs", "g", "2", "--partition-stream", f"{uniq}-p0,{uniq}-p1",
-                  url=server_url)).ok()
+    (
+        await run_cg(
+            "elastic", "create", f"{uniq}-logs", "g", "2", "--partition-stream", f"{uniq}-p0,{uniq}-p1", url=server_url
+        )
+    ).ok()
     async with procs() as start:
         p, port = await exporter(start, server_url, uniq, f"{uniq}-missing", f"{uniq}-logs")
 
         async def refreshed() -> bool:
             return (await ascrape(port))["pcgroups_exporter_refreshes"][0].value >= 3
 
-        await wait_for(refreshed, timeout=10, what="three refreshes")   # warned once, not per refresh
+        await wait_for(refreshed, timeout=10, what="three refreshes")  # warned once, not per refresh
         p.signal(signal.SIGINT)
         r = await p.wait(15)
     assert r.code == 0, r.err
@@ -113,9 +117,14 @@ async def test_sourcing_lag_per_source_stream_and_a_broken_group_left_out(js, nc
     orders, payments = f"{uniq}o", f"{uniq}p"
     await make_stream(js, orders)
     await make_stream(js, payments)
-    await create_elastic(nc, orders, "agg", 3, sources=[payments],
-                         partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]),
-                                               PartitioningFilter(f"{payments}.*", [1])])
+    await create_elastic(
+        nc,
+        orders,
+        "agg",
+        3,
+        sources=[payments],
+        partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]), PartitioningFilter(f"{payments}.*", [1])],
+    )
     await create_elastic(nc, orders, "broken", 3, partitioning_filters=[PartitioningFilter(f"{orders}.*", [1])])
     kv = await js.key_value(ELASTIC_BUCKET)
     await kv.put(f"{orders}.broken", b"not json")
@@ -127,14 +136,17 @@ async def test_sourcing_lag_per_source_stream_and_a_broken_group_left_out(js, nc
 
         async def sourced() -> bool:
             m = await ascrape(port)
-            lags = {s.labels["source"]: s.value for s in m.get("pcgroups_elastic_source_lag_messages", [])
-                    if s.labels["stream"] == orders and s.labels["group"] == "agg"}
+            lags = {
+                s.labels["source"]: s.value
+                for s in m.get("pcgroups_elastic_source_lag_messages", [])
+                if s.labels["stream"] == orders and s.labels["group"] == "agg"
+            }
             pending = values(m.get("pcgroups_partition_pending_messages", []), stream=orders, group="agg")
             return lags == {orders: 0.0, payments: 0.0} and sum(pending) == 8
 
         await wait_for(sourced, timeout=10, what="both sources' lag and their 8 messages pending")
         m = await ascrape(port)
-        assert values(m["pcgroups_group_members"], stream=orders, group="broken") == []   # left out, counted
+        assert values(m["pcgroups_group_members"], stream=orders, group="broken") == []  # left out, counted
         assert values(m["pcgroups_exporter_errors"], "pcgroups_exporter_errors_total", kind="group")[0] >= 1
         assert values(m["pcgroups_exporter_up"]) == [1.0]
 
@@ -166,14 +178,17 @@ async def test_static_instances_follow_starts_and_kills(js, nc, server_url, uniq
 
         async def unacked() -> bool:  # not yet delivered + delivered and not acked = all published
             m = await ascrape(port)
-            rows = [*values(m.get("pcgroups_partition_pending_messages", []), stream=uniq),
-                    *values(m.get("pcgroups_partition_ack_pending_messages", []), stream=uniq)]
+            rows = [
+                *values(m.get("pcgroups_partition_pending_messages", []), stream=uniq),
+                *values(m.get("pcgroups_partition_ack_pending_messages", []), stream=uniq),
+            ]
             return len(rows) == 4 and sum(rows) == 20
 
         await wait_for(unacked, timeout=10, what="20 messages not yet acked")
         m = await ascrape(port)
-        assert sorted(s.labels["partition"] for s in m["pcgroups_partition_pending_messages"]
-                      if s.labels["stream"] == uniq) == ["0,1", "2,3"]   # counted per member consumer
+        assert sorted(
+            s.labels["partition"] for s in m["pcgroups_partition_pending_messages"] if s.labels["stream"] == uniq
+        ) == ["0,1", "2,3"]  # counted per member consumer
         await wait_for(lambda: _positive(member("m1", "pcgroups_member_pinned_seconds")), what="m1 pinned")
 
         a.kill()
@@ -199,8 +214,11 @@ async def test_a_scrape_storm_costs_no_refresh(js, nc, server_url, uniq):
 
         def counters() -> tuple[float, float, float]:
             m = scrape(port)
-            return (m["pcgroups_exporter_refreshes"][0].value, m["pcgroups_exporter_api_requests"][0].value,
-                    m["pcgroups_exporter_last_refresh_api_requests"][0].value)
+            return (
+                m["pcgroups_exporter_refreshes"][0].value,
+                m["pcgroups_exporter_api_requests"][0].value,
+                m["pcgroups_exporter_last_refresh_api_requests"][0].value,
+            )
 
         await wait_for(lambda: counters()[0] >= 1, what="a first refresh")
         refreshes, requests, per_refresh = await asyncio.to_thread(counters)
@@ -226,7 +244,7 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
 
     from pcgroups.ops._exporter import GroupsExporter
 
-    async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
+    async with await nats.connect(fresh_server.url) as admin, await nats.connect(fresh_server.url) as own:
         js = admin.jetstream()
         await make_stream(js, "S", transform=partition_transform("S", 4))
         await create_static(admin, "S", "g", 4, members=["a", "b"])
@@ -243,10 +261,10 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
             await ex.refresh()
         after = await server_count()
         assert ex.up == 1 and len(ex.statuses) == 2
-        assert ex.last_requests == 7 + 2 + 3          # 7 + 2 S + 3 E
-        pulls = 2                                      # the two config buckets' snapshot pulls
-        pools = 1                                      # the pools' status request (core NATS, not JetStream)
-        assert after - before - 1 == 5 * (ex.last_requests - pulls - pools)   # - 1: this INFO request itself
+        assert ex.last_requests == 7 + 2 + 3  # 7 + 2 S + 3 E
+        pulls = 2  # the two config buckets' snapshot pulls
+        pools = 1  # the pools' status request (core NATS, not JetStream)
+        assert after - before - 1 == 5 * (ex.last_requests - pulls - pools)  # - 1: this INFO request itself
 
 
 async def test_a_refresh_reads_a_streams_consumers_once_for_all_its_static_groups(fresh_server):
@@ -258,11 +276,11 @@ async def test_a_refresh_reads_a_streams_consumers_once_for_all_its_static_group
     from pcgroups import static_consume
     from pcgroups.ops._exporter import GroupsExporter
 
-    async with (await nats.connect(fresh_server.url)) as admin, (await nats.connect(fresh_server.url)) as own:
+    async with await nats.connect(fresh_server.url) as admin, await nats.connect(fresh_server.url) as own:
         await make_stream(admin.jetstream(), "S", transform=partition_transform("S", 2))
         for i in range(8):
             await create_static(admin, "S", f"g{i}", 2, members=["m1", "m2"])
-        for i in range(3):    # members with a consumer (the others have none)
+        for i in range(3):  # members with a consumer (the others have none)
             await (await static_consume(admin, "S", f"g{i}", "m1", lambda msg: None)).stop()
         ex = GroupsExporter(own)
         await ex.refresh()
@@ -282,17 +300,30 @@ async def test_instance_metrics_count_what_the_consumer_handles(js, nc, server_u
         await js.publish(f"{uniq}.{i}", b"x")
     port = free_port()
     async with procs() as start:
-        p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--concurrency", concurrency,
-                        "--metrics-listen", f"127.0.0.1:{port}", url=server_url)
+        p = await start(
+            "static",
+            "consume",
+            uniq,
+            "g",
+            "m1",
+            "--sleep",
+            "0",
+            "--concurrency",
+            concurrency,
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            url=server_url,
+        )
         await p.wait_output(lambda o: o.count("acked\n") == 7, what="7 acked")  # "consuming..." may come between
 
         async def handled() -> bool:
             m = await ascrape(port)
             labels = {"flavour": "static", "stream": uniq, "group": "g", "member": "m1"}
-            return (values(m["pcgroups_instance_messages_handled"], "pcgroups_instance_messages_handled_total",
-                           **labels) == [7.0]
-                    and values(m["pcgroups_instance_handler_seconds"], "pcgroups_instance_handler_seconds_count",
-                               **labels) == [7.0])
+            return values(
+                m["pcgroups_instance_messages_handled"], "pcgroups_instance_messages_handled_total", **labels
+            ) == [7.0] and values(
+                m["pcgroups_instance_handler_seconds"], "pcgroups_instance_handler_seconds_count", **labels
+            ) == [7.0]
 
         await wait_for(handled, timeout=10, what="7 handled")
         p.signal(2)
@@ -306,18 +337,19 @@ async def test_a_standby_instance_counts_its_members_partitions(js, nc, server_u
     ports = [free_port(), free_port()]
     async with procs() as start:
         for port in ports:
-            await start("static", "consume", uniq, "g", "m1", "--metrics-listen", f"127.0.0.1:{port}",
-                        url=server_url)
-        await js.publish(f"{uniq}.a", b"x")   # the server gives the pin with a message
+            await start("static", "consume", uniq, "g", "m1", "--metrics-listen", f"127.0.0.1:{port}", url=server_url)
+        await js.publish(f"{uniq}.a", b"x")  # the server gives the pin with a message
 
         async def both_say_two() -> bool:
             try:
                 ms = [await ascrape(port) for port in ports]
-            except OSError:   # not serving yet
+            except OSError:  # not serving yet
                 return False
             pinned = [values(m["pcgroups_instance_pinned"], member="m1") for m in ms]
             return sorted(pinned) == [[0.0], [1.0]] and all(
-                values(m["pcgroups_instance_partitions"], member="m1") == [2.0] for m in ms)
+                values(m["pcgroups_instance_partitions"], member="m1") == [2.0] for m in ms
+            )
+
         await wait_for(both_say_two, timeout=15, what="pinned and standby, each with 2 partitions")
 
 
@@ -328,15 +360,31 @@ async def test_an_automatic_member_serves_its_metrics_too(js, nc, server_url, un
         await js.publish(f"{uniq}.{i}", b"x")
     port = free_port()
     async with procs() as start:
-        p = await start("elastic", "consume", uniq, "g", "--auto", "--sleep", "0", "--metrics-listen",
-                        f"127.0.0.1:{port}", url=server_url)
+        p = await start(
+            "elastic",
+            "consume",
+            uniq,
+            "g",
+            "--auto",
+            "--sleep",
+            "0",
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            url=server_url,
+        )
         await p.wait_output(lambda o: o.count("acked\n") == 5, what="5 acked")
         member = re.search(r"^\[(auto-\S+)\] subject=", p.out, re.M)[1]
 
         async def handled() -> bool:
             m = await ascrape(port)
-            return values(m["pcgroups_instance_messages_handled"], "pcgroups_instance_messages_handled_total",
-                          flavour="elastic", stream=uniq, group="g", member=member) == [5.0]
+            return values(
+                m["pcgroups_instance_messages_handled"],
+                "pcgroups_instance_messages_handled_total",
+                flavour="elastic",
+                stream=uniq,
+                group="g",
+                member=member,
+            ) == [5.0]
 
         await wait_for(handled, timeout=10, what="5 handled by the generated member")
 
@@ -345,8 +393,10 @@ def test_importing_the_metrics_modules_imports_no_prometheus_client():
     import subprocess
     import sys
 
-    code = ("import sys, pcgroups, pcgroups.ops._metrics, pcgroups.ops._exporter, cg.consume; "
-            "print('prometheus_client' in sys.modules)")
+    code = (
+        "import sys, pcgroups, pcgroups.ops._metrics, pcgroups.ops._exporter, cg.consume; "
+        "print('prometheus_client' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.stdout.strip() == "False", r.stderr
 
@@ -355,13 +405,19 @@ def test_on_event_counts_pins_and_rebalances():
     metrics = InstanceMetrics("elastic", "s", "g", "m1")
 
     def value(name: str, **labels: str) -> float | None:
-        return metrics.registry.get_sample_value(name, {"flavour": "elastic", "stream": "s", "group": "g",
-                                                        "member": "m1", **labels})
+        return metrics.registry.get_sample_value(
+            name, {"flavour": "elastic", "stream": "s", "group": "g", "member": "m1", **labels}
+        )
 
-    for event in [InstanceEvent("not-a-member", "m1"), InstanceEvent("added", "m1", (0, 1, 2)),
-                  InstanceEvent("pinned", "m1", (0, 1, 2)), InstanceEvent("partitions", "m1", (0, 1)),
-                  InstanceEvent("lost-pin", "m1"), InstanceEvent("pinned", "m1", (0, 1)),
-                  InstanceEvent("disconnected", "m1", detail="nats://127.0.0.1:4222")]:
+    for event in [
+        InstanceEvent("not-a-member", "m1"),
+        InstanceEvent("added", "m1", (0, 1, 2)),
+        InstanceEvent("pinned", "m1", (0, 1, 2)),
+        InstanceEvent("partitions", "m1", (0, 1)),
+        InstanceEvent("lost-pin", "m1"),
+        InstanceEvent("pinned", "m1", (0, 1)),
+        InstanceEvent("disconnected", "m1", detail="nats://127.0.0.1:4222"),
+    ]:
         metrics.on_event(event)
     assert value("pcgroups_instance_pins_gained_total") == 2
     assert value("pcgroups_instance_pins_lost_total") == 1
@@ -397,7 +453,7 @@ async def test_handler_wrapper_keeps_the_handler_kind_and_counts_errors():
     assert get("pcgroups_instance_messages_handled_total", labels) == 1
     assert get("pcgroups_instance_handler_errors_total", labels) == 1
     assert get("pcgroups_instance_handler_seconds_count", labels) == 2
-    other = InstanceMetrics("static", "s", "g", "m2", families=metrics.families)   # one registry, two instances
+    other = InstanceMetrics("static", "s", "g", "m2", families=metrics.families)  # one registry, two instances
     other.wrap(ok)
     assert await other.wrap(ok)(3) == 3
     assert get("pcgroups_instance_messages_handled_total", {**labels, "member": "m2"}) == 1
@@ -405,8 +461,8 @@ async def test_handler_wrapper_keeps_the_handler_kind_and_counts_errors():
 
 async def test_dead_letters_are_counted(js, nc, uniq):
     from pcgroups import static_consume
-    from pcgroups.jetstream._api import ConsumerConfig
     from pcgroups.consume._retry import RetryPolicy
+    from pcgroups.jetstream._api import ConsumerConfig
 
     await make_stream(js, uniq, transform=partition_transform(uniq, 1))
     await create_static(nc, uniq, "g", 1, members=["m1"])
@@ -419,9 +475,16 @@ async def test_dead_letters_are_counted(js, nc, uniq):
         handled.append(msg.subject)
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m1", metrics.wrap(handler),
-                                config=ConsumerConfig(max_ack_pending=10, ack_wait=5), concurrency=2,
-                                retry=RetryPolicy(max_deliver=2, backoff=0.01, on_dead_letter=metrics.on_dead_letter))
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m1",
+        metrics.wrap(handler),
+        config=ConsumerConfig(max_ack_pending=10, ack_wait=5),
+        concurrency=2,
+        retry=RetryPolicy(max_deliver=2, backoff=0.01, on_dead_letter=metrics.on_dead_letter),
+    )
     async with inst:
         await inst.wait_for_consuming(timeout=10)
         await js.publish(f"{uniq}.1", b"poison")
@@ -437,14 +500,18 @@ async def test_dead_letters_are_counted(js, nc, uniq):
 
 
 async def test_bad_listen_and_interval_are_one_line(server_url):
-    for args, fragment in [(("--listen", "9330"), "invalid --listen '9330': give HOST:PORT"),
-                           (("--listen", "127.0.0.1:70000"), "port from 1 to 65535"),
-                           (("--listen", "::1:9330"), "invalid --listen"),
-                           (("--interval", "0s"), "invalid --interval '0s': must be at least 0.1s"),
-                           (("bad.stream",), "stream")]:
+    for args, fragment in [
+        (("--listen", "9330"), "invalid --listen '9330': give HOST:PORT"),
+        (("--listen", "127.0.0.1:70000"), "port from 1 to 65535"),
+        (("--listen", "::1:9330"), "invalid --listen"),
+        (("--interval", "0s"), "invalid --interval '0s': must be at least 0.1s"),
+        (("bad.stream",), "stream"),
+    ]:
         assert_cli_error(await acg("metrics", *args, url=server_url), fragment)
-    assert_cli_error(await acg("static", "consume", "s", "g", "m1", "--metrics-listen", "localhost", url=server_url),
-                     "invalid --metrics-listen 'localhost'")
+    assert_cli_error(
+        await acg("static", "consume", "s", "g", "m1", "--metrics-listen", "localhost", url=server_url),
+        "invalid --metrics-listen 'localhost'",
+    )
 
 
 async def test_port_in_use_is_one_line(server_url, uniq):
@@ -474,7 +541,7 @@ async def test_without_the_extra_it_says_what_to_install(server_url, tmp_path):
 async def test_exporter_prints_no_secret_and_ends_cleanly_on_ctrl_c(nats_server, uniq):
     url = nats_server.url.replace("nats://", "nats://alice:s3cret-pw@")
     async with procs() as start:
-        p, port = await exporter(start, url, uniq)   # this test's stream: other tests' groups say nothing
+        p, port = await exporter(start, url, uniq)  # this test's stream: other tests' groups say nothing
         # (no stream of that name: one warning, within the 80 columns too)
         assert (await ascrape(port))["pcgroups_exporter_up"][0].value == 1
         p.signal(2)
@@ -538,11 +605,19 @@ def test_dashboard_names_only_exported_metrics():
         assert names, expr
         assert names <= KNOWN, (expr, names - KNOWN)
         used |= names
-    for needed in ("pcgroups_partition_pending_messages", "pcgroups_member_active_instances",
-                   "pcgroups_member_redelivered_messages", "pcgroups_member_pinned_seconds",
-                   "pcgroups_instance_handler_seconds", "pcgroups_elastic_source_lag_messages",
-                   "pcgroups_pool_workers", "pcgroups_pool_waiting_messages", "pcgroups_pool_in_flight_messages",
-                   "pcgroups_pool_slots", "pcgroups_pool_worker_handled_messages"):
+    for needed in (
+        "pcgroups_partition_pending_messages",
+        "pcgroups_member_active_instances",
+        "pcgroups_member_redelivered_messages",
+        "pcgroups_member_pinned_seconds",
+        "pcgroups_instance_handler_seconds",
+        "pcgroups_elastic_source_lag_messages",
+        "pcgroups_pool_workers",
+        "pcgroups_pool_waiting_messages",
+        "pcgroups_pool_in_flight_messages",
+        "pcgroups_pool_slots",
+        "pcgroups_pool_worker_handled_messages",
+    ):
         assert needed in used
 
 
@@ -558,11 +633,15 @@ def test_alert_rules_in_operations_name_only_exported_metrics():
     for expr in exprs.values():
         names = _metric_names(expr)
         assert names and names <= KNOWN, (expr, names - KNOWN)
-    assert _metric_names(exprs["PcgroupsPoolWithoutWorkers"]) == {"pcgroups_pool_waiting_messages",
-                                                                  "pcgroups_pool_workers"}
-    assert _metric_names(exprs["PcgroupsPoolWaitingGrowing"]) == {"pcgroups_pool_waiting_messages",
-                                                                  "pcgroups_pool_in_flight_messages",
-                                                                  "pcgroups_pool_slots"}
+    assert _metric_names(exprs["PcgroupsPoolWithoutWorkers"]) == {
+        "pcgroups_pool_waiting_messages",
+        "pcgroups_pool_workers",
+    }
+    assert _metric_names(exprs["PcgroupsPoolWaitingGrowing"]) == {
+        "pcgroups_pool_waiting_messages",
+        "pcgroups_pool_in_flight_messages",
+        "pcgroups_pool_slots",
+    }
 
 
 async def test_the_pool_alerts_read_what_the_exporter_serves(js, server_url, uniq):
@@ -574,8 +653,10 @@ async def test_the_pool_alerts_read_what_the_exporter_serves(js, server_url, uni
     member = dict(flavour="static", stream=uniq, group="g", member="m1")
 
     def pool(m: dict[str, list]) -> tuple[list[float], list[float]]:
-        return (values(m.get("pcgroups_pool_waiting_messages", []), **member),
-                values(m.get("pcgroups_pool_workers", []), **member))
+        return (
+            values(m.get("pcgroups_pool_waiting_messages", []), **member),
+            values(m.get("pcgroups_pool_workers", []), **member),
+        )
 
     async with procs() as start:
         d = await start("static", "consume", uniq, "g", "m1", "--dispatch", url=server_url)
@@ -587,6 +668,7 @@ async def test_the_pool_alerts_read_what_the_exporter_serves(js, server_url, uni
         async def without_workers() -> bool:
             waiting, workers = pool(await ascrape(port))
             return len(waiting) == 1 and waiting[0] > 0 and len(workers) == 2 and sum(workers) == 0
+
         await wait_for(without_workers, 15, what="messages waiting and no worker, as cg metrics serves them")
         w = await start("static", "--sleep", "0s", "worker", uniq, "g", "--name", "w1", url=server_url)
         await w.wait_output(lambda o: o.count("acked") >= 6, what="the 6 messages handled")
@@ -594,17 +676,28 @@ async def test_the_pool_alerts_read_what_the_exporter_serves(js, server_url, uni
         async def served() -> bool:
             waiting, workers = pool(await ascrape(port))
             return waiting == [0] and sum(workers) == 1
+
         await wait_for(served, 15, what="nothing waiting and one worker")
         m = await ascrape(port)
         for name in ("pcgroups_pool_in_flight_messages", "pcgroups_pool_slots"):
             assert values(m[name], **member) == [0 if "flight" in name else 1], name
-        assert values(m["pcgroups_pool_worker_handled_messages"], "pcgroups_pool_worker_handled_messages_total",
-                  worker="w1", **member) == [6]
+        assert values(
+            m["pcgroups_pool_worker_handled_messages"],
+            "pcgroups_pool_worker_handled_messages_total",
+            worker="w1",
+            **member,
+        ) == [6]
 
 
 _CONDITION = re.compile(r"^\s*(pcgroups_[a-z_]+)\s*(==|!=|>=|<=|>|<)\s*([0-9.]+)\s*$")
-_COMPARE = {"==": float.__eq__, "!=": float.__ne__, ">=": float.__ge__, "<=": float.__le__, ">": float.__gt__,
-            "<": float.__lt__}
+_COMPARE = {
+    "==": float.__eq__,
+    "!=": float.__ne__,
+    ">=": float.__ge__,
+    "<=": float.__le__,
+    ">": float.__gt__,
+    "<": float.__lt__,
+}
 
 
 def alert_expr(name: str) -> str:
@@ -623,8 +716,11 @@ def firing(expr: str, scraped: dict[str, list]) -> set[tuple[str, ...]]:
 
     def holding(condition: str) -> set[tuple[str, ...]]:
         name, op, number = _CONDITION.match(condition).groups()
-        return {tuple(s.labels.get(label, "") for label in labels) for s in scraped.get(name, [])
-                if _COMPARE[op](float(s.value), float(number))}
+        return {
+            tuple(s.labels.get(label, "") for label in labels)
+            for s in scraped.get(name, [])
+            if _COMPARE[op](float(s.value), float(number))
+        }
 
     return holding(left) & holding(right)
 
@@ -636,14 +732,15 @@ async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not
     expr = alert_expr("PcgroupsNoStandby")
     await make_stream(js, uniq, transform=partition_transform(uniq, 4))
     await create_static(nc, uniq, "kc", 4, members=["k1"])
-    for i in range(30000):   # a backlog that keeps the instance busy for the whole check
+    for i in range(30000):  # a backlog that keeps the instance busy for the whole check
         await nc.publish(f"{uniq}.{i % 100}", b"x")
     await nc.flush()
     member = ("static", uniq, "kc", "k1")
     async with procs() as start:
         _, port = await exporter(start, server_url, uniq, interval="0.2s")
-        lone = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms",
-                           url=server_url)
+        lone = await start(
+            "static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms", url=server_url
+        )
         await lone.wait_text("acked")
 
         async def holds() -> bool:
@@ -651,15 +748,16 @@ async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not
 
         await wait_for(holds, timeout=10, what="the alert's condition for the lone instance")
         checks = []
-        for _ in range(12):   # as Prometheus' `for:` wants it: at every evaluation
+        for _ in range(12):  # as Prometheus' `for:` wants it: at every evaluation
             checks.append(await holds())
             await asyncio.sleep(0.25)
         assert all(checks), checks
         m = await ascrape(port)
         assert values(m["pcgroups_partition_pending_messages"], stream=uniq)[0] > 0, "the backlog ran out"
 
-        standby = await start("static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms",
-                              url=server_url)
+        standby = await start(
+            "static", "consume", uniq, "kc", "k1", "--concurrency", "8", "--sleep", "10ms", url=server_url
+        )
         await standby.wait_text("consuming...")
         await wait_for(lambda: _not(holds()), timeout=10, what="the condition gone with a standby")
         checks = []
@@ -674,6 +772,7 @@ async def _not(aw) -> bool:
 
 
 # ------------------------------------------------------------ permissions
+
 
 async def test_the_observer_role_can_run_the_exporter(secured):
     """docs/SECURITY.md's observer reads the keys of its streams (ORDERS, EVENTS) in both buckets: the exporter
@@ -690,15 +789,20 @@ async def test_the_observer_role_can_run_the_exporter(secured):
         assert ex.up == 1 and ex.last_error is None
         assert ex.errors == {"refresh": 0, "group": 0, "refused": 0}
         assert sorted((s.flavour, s.stream, s.group) for s in ex.statuses) == [
-            ("elastic", "EVENTS", "audit"), ("elastic", "EVENTS", "billing"), ("static", "ORDERS", "shipping")]
+            ("elastic", "EVENTS", "audit"),
+            ("elastic", "EVENTS", "billing"),
+            ("static", "ORDERS", "shipping"),
+        ]
         everything = GroupsExporter(nc)
         await everything.refresh()
         first = everything.last_error
         await everything.refresh()
         assert everything.up == 1 and everything.statuses == []
-        assert everything.errors == {"refresh": 0, "group": 0, "refused": 2}   # a bucket each, counted once
+        assert everything.errors == {"refresh": 0, "group": 0, "refused": 2}  # a bucket each, counted once
         assert first == everything.last_error and "pcg_snap_" not in first, first
-        assert "publish to $JS.API.CONSUMER.CREATE.KV_static-consumer-groups.*.$KV.static-consumer-groups.> is not " \
-               "allowed" in first, first
+        assert (
+            "publish to $JS.API.CONSUMER.CREATE.KV_static-consumer-groups.*.$KV.static-consumer-groups.> is not "
+            "allowed" in first
+        ), first
     finally:
         await nc.close()

@@ -8,8 +8,17 @@ from datetime import UTC, datetime
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigError, ConsumerConfig, JetStreamApi, PartitioningFilter, add_members, create_elastic,
-                      create_static, elastic_consume, static_consume)
+from pcgroups import (
+    ConfigError,
+    ConsumerConfig,
+    JetStreamApi,
+    PartitioningFilter,
+    add_members,
+    create_elastic,
+    create_static,
+    elastic_consume,
+    static_consume,
+)
 from pcgroups.ops._offsets import Target, execute_reset, plan_elastic_reset, plan_static_reset
 
 from .helpers.support import wait_for
@@ -18,10 +27,15 @@ FAST = ConsumerConfig(max_ack_pending=1, ack_wait=2)
 
 
 async def static_stream(js, stream: str, n: int, partitions: int = 2) -> None:
-    await js.add_stream(StreamConfig(
-        name=stream, subjects=[f"{stream}.*"],
-        subject_transform=SubjectTransform(src=f"{stream}.*",
-                                           dest=f"{{{{partition({partitions},1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{stream}.*", dest=f"{{{{partition({partitions},1)}}}}.{stream}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await publish(js, stream, 0, n)
 
 
@@ -34,6 +48,7 @@ def recorder(seen: list):
     async def handler(msg):
         seen.append((msg.partition, int(msg.data), msg.sequence))
         await msg.ack()
+
     return handler
 
 
@@ -45,8 +60,12 @@ def per_partition(seen: list) -> dict[int, list[int]]:
 
 
 def consumer_state(info: dict) -> tuple:
-    return (info["delivered"]["stream_seq"], info["ack_floor"]["stream_seq"], info["num_pending"],
-            info["num_ack_pending"])
+    return (
+        info["delivered"]["stream_seq"],
+        info["ack_floor"]["stream_seq"],
+        info["num_pending"],
+        info["num_ack_pending"],
+    )
 
 
 async def test_static_plan_changes_nothing_and_earliest_replays_everything_once_more_in_order(nc, js, uniq):
@@ -62,7 +81,7 @@ async def test_static_plan_changes_nothing_and_earliest_replays_everything_once_
         api = JetStreamApi(nc)
         before = consumer_state(await api.consumer_info(stream, "g-m1"))
         plan = await plan_static_reset(nc, stream, "g", Target.of(earliest=True))
-        assert consumer_state(await api.consumer_info(stream, "g-m1")) == before   # planning changes nothing
+        assert consumer_state(await api.consumer_info(stream, "g-m1")) == before  # planning changes nothing
         m1, m2 = plan.members
         assert (m1.member, m1.after, m1.replay, m1.skip) == ("m1", 1, 10, 0) and m1.now > 10 and m1.after_time
         assert not m2.exists and "no consumer yet" in m2.note
@@ -70,9 +89,9 @@ async def test_static_plan_changes_nothing_and_earliest_replays_everything_once_
         await execute_reset(nc, plan)
         await wait_for(lambda: len(seen) == 20, 10, what="ten replayed")
         await wait_for(lambda: _settled(api, stream, "g-m1"), 10, what="m1's consumer settled")
-        assert len(seen) == 20   # nothing more came
+        assert len(seen) == 20  # nothing more came
         replayed = seen[10:]
-        assert [v for _, v, _ in replayed] == [v for _, v, _ in done_before]   # same messages, same order
+        assert [v for _, v, _ in replayed] == [v for _, v, _ in done_before]  # same messages, same order
         assert {p for p, _, _ in seen} == mine
     finally:
         await inst.stop()
@@ -114,9 +133,13 @@ async def test_static_reset_under_key_level_concurrency_keeps_each_keys_order(nc
     """A RESET to the first message while four handlers run and more wait: the new epoch handles every
     message once, in order per key; nothing of the old epoch starts after it."""
     stream = uniq
-    await js.add_stream(StreamConfig(
-        name=stream, subjects=[f"{stream}.*"],
-        subject_transform=SubjectTransform(src=f"{stream}.*", dest=f"0.{stream}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.*"],
+            subject_transform=SubjectTransform(src=f"{stream}.*", dest=f"0.{stream}.{{{{wildcard(1)}}}}"),
+        )
+    )
     for i in range(40):
         await js.publish(f"{stream}.k{i % 4}", str(i).encode())
     await create_static(nc, stream, "g", 1, members=["m1"])
@@ -127,8 +150,9 @@ async def test_static_reset_under_key_level_concurrency_keeps_each_keys_order(nc
         await asyncio.sleep(0.02)
         await msg.ack()
 
-    inst = await static_consume(nc, stream, "g", "m1", handler, concurrency=4,
-                                config=ConsumerConfig(max_ack_pending=16, ack_wait=5))
+    inst = await static_consume(
+        nc, stream, "g", "m1", handler, concurrency=4, config=ConsumerConfig(max_ack_pending=16, ack_wait=5)
+    )
     try:
         await wait_for(lambda: len(starts) >= 15, 10, what="some handled")
         await execute_reset(nc, await plan_static_reset(nc, stream, "g", Target.of(earliest=True)))
@@ -138,9 +162,9 @@ async def test_static_reset_under_key_level_concurrency_keeps_each_keys_order(nc
         await inst.stop()
     first_new = next(i for i, s in enumerate(starts) if s[1] == 1)
     before, after = starts[:first_new], starts[first_new:]
-    assert {s[1] for s in before} == {0} and {s[1] for s in after} == {1}   # no old message starts after the RESET
-    assert sorted(s[0] for s in after) == list(range(1, 41))            # each once in the new epoch
-    assert len({s[0] for s in before}) == len(before)                   # none twice in the old one
+    assert {s[1] for s in before} == {0} and {s[1] for s in after} == {1}  # no old message starts after the RESET
+    assert sorted(s[0] for s in after) == list(range(1, 41))  # each once in the new epoch
+    assert len({s[0] for s in before}) == len(before)  # none twice in the old one
     for key in ("k0", "k1", "k2", "k3"):
         seqs = [s[0] for s in after if s[2].endswith(key)]
         assert seqs == sorted(seqs)
@@ -165,9 +189,9 @@ async def test_elastic_replay_from_earliest_with_a_member_running(nc, js, uniq):
         await execute_reset(nc, plan)
         await wait_for(lambda: len(seen) == 24, 15, what="twelve again")
         first, again = per_partition(seen[:12]), per_partition(seen[12:])
-        assert first == again   # every message once more, in order per partition
+        assert first == again  # every message once more, in order per partition
         cfg = (await JetStreamApi(nc).stream_info(f"{stream}-g"))["config"]
-        assert "opt_start_seq" not in cfg["sources"][0]   # the start is history once sourcing runs
+        assert "opt_start_seq" not in cfg["sources"][0]  # the start is history once sourcing runs
         await publish(js, stream, 12, 13)
         await wait_for(lambda: len(seen) == 25, 15, what="a new message after the replay")
     finally:
@@ -186,9 +210,14 @@ async def test_elastic_replay_of_a_group_over_two_streams_by_time(nc, js, uniq):
     await asyncio.sleep(0.05)
     await publish(js, orders, 3, 5)
     await publish(js, payments, 3, 6)
-    await create_elastic(nc, orders, "g", 2, sources=[payments],
-                         partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]),
-                                               PartitioningFilter(f"{payments}.*", [1])])
+    await create_elastic(
+        nc,
+        orders,
+        "g",
+        2,
+        sources=[payments],
+        partitioning_filters=[PartitioningFilter(f"{orders}.*", [1]), PartitioningFilter(f"{payments}.*", [1])],
+    )
     await add_members(nc, orders, "g", ["m1"])
     seen: list = []
     inst = await elastic_consume(nc, orders, "g", "m1", recorder(seen), config=FAST)
@@ -214,7 +243,7 @@ async def test_elastic_skip_purges_only_the_named_members_queue(nc, js, uniq):
     api = JetStreamApi(nc)
     await wait_for(lambda: _messages(api, f"{stream}-g", 40), 10, what="sourced")
     plan = await plan_elastic_reset(nc, stream, "g", Target.of(latest=True), ["m1"])
-    m1, = plan.members
+    (m1,) = plan.members
     assert plan.purge_partitions == m1.partitions == [0, 1] and plan.queued == m1.skip > 0
     await execute_reset(nc, plan)
     assert (await api.stream_info(f"{stream}-g"))["state"]["messages"] == 40 - m1.skip

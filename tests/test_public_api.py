@@ -28,19 +28,76 @@ import pcgroups
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC = {
-    "AutoInstance", "ConfigChangedError", "ConfigError", "ConsumeContext", "ConsumerConfig", "ConsumerGoneError",
-    "ConsumerInstance", "ElasticConfig", "ElasticSpec", "GroupExistsError", "InstanceEvent", "JetStreamAPIError",
-    "JetStreamApi", "Layout", "Lease", "MemberMapping", "Msg", "NotAMemberError", "NotFoundError", "PCGroupsError",
-    "PartitioningFilter", "PermissionDeniedError", "RetryPolicy", "SourceStream", "Start", "StaticConfig",
-    "SupersededError", "WorkerInstance", "add_members", "add_source", "balanced_assignment", "create_elastic",
-    "create_static", "delete_elastic", "delete_member_mappings", "delete_members", "delete_static",
-    "elastic_consume", "elastic_is_in_membership_and_active", "elastic_member_filters", "elastic_member_step_down",
-    "get_elastic_config", "get_elastic_layout", "get_static_config", "key_by_header", "key_by_partitioning",
-    "key_by_subject", "key_by_tokens", "list_elastic_active_members", "list_elastic_groups", "list_leases",
-    "list_static_active_members", "list_static_groups", "member_partitions", "parse_elastic_config",
-    "parse_mapping", "parse_static_config", "partition_filters", "partition_of_subject", "remove_source",
-    "serve_worker", "set_member_mappings", "static_consume", "static_member_filters", "static_member_step_down",
-    "sticky_assignment", "sticky_change", "sticky_mappings", "transform_destination", "validate_name",
+    "AutoInstance",
+    "ConfigChangedError",
+    "ConfigError",
+    "ConsumeContext",
+    "ConsumerConfig",
+    "ConsumerGoneError",
+    "ConsumerInstance",
+    "ElasticConfig",
+    "ElasticSpec",
+    "GroupExistsError",
+    "InstanceEvent",
+    "JetStreamAPIError",
+    "JetStreamApi",
+    "Layout",
+    "Lease",
+    "MemberMapping",
+    "Msg",
+    "NotAMemberError",
+    "NotFoundError",
+    "PCGroupsError",
+    "PartitioningFilter",
+    "PermissionDeniedError",
+    "RetryPolicy",
+    "SourceStream",
+    "Start",
+    "StaticConfig",
+    "SupersededError",
+    "WorkerInstance",
+    "add_members",
+    "add_source",
+    "balanced_assignment",
+    "create_elastic",
+    "create_static",
+    "delete_elastic",
+    "delete_member_mappings",
+    "delete_members",
+    "delete_static",
+    "elastic_consume",
+    "elastic_is_in_membership_and_active",
+    "elastic_member_filters",
+    "elastic_member_step_down",
+    "get_elastic_config",
+    "get_elastic_layout",
+    "get_static_config",
+    "key_by_header",
+    "key_by_partitioning",
+    "key_by_subject",
+    "key_by_tokens",
+    "list_elastic_active_members",
+    "list_elastic_groups",
+    "list_leases",
+    "list_static_active_members",
+    "list_static_groups",
+    "member_partitions",
+    "parse_elastic_config",
+    "parse_mapping",
+    "parse_static_config",
+    "partition_filters",
+    "partition_of_subject",
+    "remove_source",
+    "serve_worker",
+    "set_member_mappings",
+    "static_consume",
+    "static_member_filters",
+    "static_member_step_down",
+    "sticky_assignment",
+    "sticky_change",
+    "sticky_mappings",
+    "transform_destination",
+    "validate_name",
     "work_queue_name",
 }
 ENTRY_POINTS = ["static_consume", "elastic_consume", "serve_worker"]
@@ -50,31 +107,56 @@ SUBPACKAGES = {"consume", "elastic", "jetstream", "ops", "pool", "static", "test
 #: module or a package (then every module in it).
 LAYERS: dict[str, list[set[str]]] = {
     "pcgroups": [
-        {"pcgroups._version", "pcgroups._moved", "pcgroups.errors", "pcgroups.events", "pcgroups.config",
-         "pcgroups.partitions"},                                   # pure: no I/O
+        {
+            "pcgroups._version",
+            "pcgroups._moved",
+            "pcgroups.errors",
+            "pcgroups.events",
+            "pcgroups.config",
+            "pcgroups.partitions",
+        },  # pure: no I/O
         {"pcgroups.jetstream", "pcgroups.connect", "pcgroups.tracing", "pcgroups.testing"},  # talking to NATS
-        {"pcgroups.flavour"},                                      # what static and elastic groups share
-        {"pcgroups.consume"},                                      # running a member instance
-        {"pcgroups.pool"},                                         # its handlers in workers
-        {"pcgroups.static", "pcgroups.elastic"},                   # the two kinds of group
-        {"pcgroups.ops", "pcgroups.spark"},                        # operating them, reading them from Spark
-        {"pcgroups"},                                              # the public API
+        {"pcgroups.flavour"},  # what static and elastic groups share
+        {"pcgroups.consume"},  # running a member instance
+        {"pcgroups.pool"},  # its handlers in workers
+        {"pcgroups.static", "pcgroups.elastic"},  # the two kinds of group
+        {"pcgroups.ops", "pcgroups.spark"},  # operating them, reading them from Spark
+        {"pcgroups"},  # the public API
     ],
     "cg": [
-        {"cg", "cg.errors", "cg.help", "cg.coercion", "cg.plugin", "cg.output", "cg.runtime", "cg.otel",
-         "cg.common", "cg.demo.script", "cg.demo.worker"},         # parsing, printing, connecting
-        {"cg.changes", "cg.offsets", "cg.status", "cg.metrics", "cg.consume", "cg.prompt", "cg.tools",
-         "cg.demo"},                                               # what the commands do
-        {"cg.flavour", "cg.static", "cg.elastic", "cg.demo.command"},   # the commands
-        {"cg.app", "cg.main", "cg.__main__"},                      # the tree and the console script
+        {
+            "cg",
+            "cg.errors",
+            "cg.help",
+            "cg.coercion",
+            "cg.plugin",
+            "cg.output",
+            "cg.runtime",
+            "cg.otel",
+            "cg.common",
+            "cg.demo.script",
+            "cg.demo.worker",
+        },  # parsing, printing, connecting
+        {
+            "cg.changes",
+            "cg.offsets",
+            "cg.status",
+            "cg.metrics",
+            "cg.consume",
+            "cg.prompt",
+            "cg.tools",
+            "cg.demo",
+        },  # what the commands do
+        {"cg.flavour", "cg.static", "cg.elastic", "cg.demo.command"},  # the commands
+        {"cg.app", "cg.main", "cg.__main__"},  # the tree and the console script
     ],
 }
 
 
 def test_all_is_the_public_names_entry_points_first() -> None:
     assert set(pcgroups.__all__) == PUBLIC
-    assert len(pcgroups.__all__) == len(PUBLIC)   # each once
-    assert pcgroups.__all__[:len(ENTRY_POINTS)] == ENTRY_POINTS
+    assert len(pcgroups.__all__) == len(PUBLIC)  # each once
+    assert pcgroups.__all__[: len(ENTRY_POINTS)] == ENTRY_POINTS
 
 
 def test_the_namespace_holds_the_public_names_and_the_subpackages() -> None:
@@ -107,7 +189,7 @@ def test_the_readme_lists_every_public_name_by_task() -> None:
 def test_every_public_name_resolves() -> None:
     assert [name for name in pcgroups.__all__ if getattr(pcgroups, name, None) is None] == []
     namespace: dict[str, object] = {}
-    exec("from pcgroups import *", namespace)  # noqa: S102 - the star import is what the test checks
+    exec("from pcgroups import *", namespace)
     assert {n for n in namespace if n != "__builtins__"} == PUBLIC
 
 
@@ -119,16 +201,21 @@ def test_each_subpackage_lists_what_it_gives(package: str) -> None:
     assert [n for n in names if getattr(module, n, None) is None] == []
 
 
-@pytest.mark.parametrize(("old", "name", "now"), [
-    ("pcgroups.scheduler", "RetryPolicy", "pcgroups.consume"),
-    ("pcgroups.delivery", "Msg", "pcgroups.consume"),
-    ("pcgroups.jsapi", "JetStreamApi", "pcgroups.jetstream"),
-    ("pcgroups.server", "EmbeddedServer", "pcgroups.testing"),
-    ("pcgroups.metrics", "InstanceMetrics", "pcgroups.ops"),
-])
+@pytest.mark.parametrize(
+    ("old", "name", "now"),
+    [
+        ("pcgroups.scheduler", "RetryPolicy", "pcgroups.consume"),
+        ("pcgroups.delivery", "Msg", "pcgroups.consume"),
+        ("pcgroups.jsapi", "JetStreamApi", "pcgroups.jetstream"),
+        ("pcgroups.server", "EmbeddedServer", "pcgroups.testing"),
+        ("pcgroups.metrics", "InstanceMetrics", "pcgroups.ops"),
+    ],
+)
 def test_an_old_module_path_still_imports_and_says_where_to_go(old: str, name: str, now: str) -> None:
-    code = (f"import warnings; warnings.simplefilter('error')\n"
-            f"try:\n    from {old} import {name}\nexcept DeprecationWarning as e:\n    print(e)\n")
+    code = (
+        f"import warnings; warnings.simplefilter('error')\n"
+        f"try:\n    from {old} import {name}\nexcept DeprecationWarning as e:\n    print(e)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert old in done.stdout and now in done.stdout
@@ -140,13 +227,14 @@ def test_an_old_module_path_still_imports_and_says_where_to_go(old: str, name: s
 
 def test_a_name_that_left_a_package_module_still_resolves_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="pcgroups.pool.Heartbeat"):
-        from pcgroups.pool import Heartbeat   # the wire contract was pcgroups/pool.py
+        from pcgroups.pool import Heartbeat  # the wire contract was pcgroups/pool.py
     assert Heartbeat.__module__ == "pcgroups.pool._wire"
     with pytest.raises(AttributeError):
-        pcgroups.pool.no_such_name   # noqa: B018 - the lookup is the test
+        pcgroups.pool.no_such_name  # noqa: B018 - the lookup is the test
 
 
 # --- the import graphs ---------------------------------------------------------------------------------------
+
 
 def _modules(package: str) -> dict[str, Path]:
     base = ROOT / package.replace(".", "/")
@@ -169,7 +257,7 @@ def _module_imports(package: str) -> dict[str, set[str]]:
         targets: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             for target in _imported(node, here):
-                while target and target not in modules:   # "from . import x": x may be a module or a name
+                while target and target not in modules:  # "from . import x": x may be a module or a name
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     targets.add(target)
@@ -194,7 +282,7 @@ def _imported(node: ast.AST, here: str) -> list[str]:
 
 def _cycle(graph: dict[str, set[str]]) -> list[str]:
     """A cycle of the graph as the list of its modules (first repeated last), or []."""
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def visit(node: str) -> list[str]:
@@ -202,7 +290,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -234,8 +322,9 @@ def _upward(package: str) -> list[str]:
     graph = _module_imports(package)
     unplaced = sorted(m for m in graph if _layer_of(m, layers) < 0)
     assert unplaced == [], f"modules in no layer of {package}: {unplaced}"
-    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
-                  if _layer_of(t, layers) > _layer_of(m, layers))
+    return sorted(
+        f"{m} -> {t}" for m, targets in graph.items() for t in targets if _layer_of(t, layers) > _layer_of(m, layers)
+    )
 
 
 def test_the_graph_builder_finds_a_cycle_and_counts_every_import() -> None:
@@ -247,9 +336,9 @@ def test_the_graph_builder_finds_a_cycle_and_counts_every_import() -> None:
 
 def test_the_graph_sees_relative_and_absolute_imports() -> None:
     graph = _module_imports("pcgroups")
-    assert "pcgroups.config" in graph["pcgroups.flavour"]              # from .config import ...
-    assert "pcgroups.partitions" in graph["pcgroups.spark._nats"]      # from ..partitions import ...
-    assert "pcgroups.consume._options" in graph["pcgroups.consume._session"]   # from ._options import ...
+    assert "pcgroups.config" in graph["pcgroups.flavour"]  # from .config import ...
+    assert "pcgroups.partitions" in graph["pcgroups.spark._nats"]  # from ..partitions import ...
+    assert "pcgroups.consume._options" in graph["pcgroups.consume._session"]  # from ._options import ...
     assert _layer_of("pcgroups.consume._session", LAYERS["pcgroups"]) == 3
     assert _layer_of("pcgroups", LAYERS["pcgroups"]) == 7
 

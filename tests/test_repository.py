@@ -81,8 +81,11 @@ def test_no_tracked_file_cites_the_tracker_or_an_outside_spec():
 
 def test_the_check_finds_what_it_looks_for():
     """The patterns match the lines they exist to catch (a check that cannot fail is no check)."""
-    samples = {"a sibling reference folder": "see " + "../" + "shared/SPEC.md",
-               "a spec section": "(ref" + " §1.6)", "a tracker issue number": "asked for by " + "issue" + " 7"}
+    samples = {
+        "a sibling reference folder": "see " + "../" + "shared/SPEC.md",
+        "a spec section": "(ref" + " §1.6)",
+        "a tracker issue number": "asked for by " + "issue" + " 7",
+    }
     for what, pattern in _FORBIDDEN:
         assert pattern.search(samples[what]), what
     assert not _FORBIDDEN[2][1].search("the issue of ordering")

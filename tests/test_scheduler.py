@@ -9,23 +9,28 @@ import logging
 import random
 import time
 
+import nats
 import pytest
 from nats.js.api import DiscardPolicy, StreamConfig
 
-from pcgroups import (ConsumerConfig, PartitioningFilter, RetryPolicy, add_members, create_elastic, elastic_consume, static_consume, static_member_step_down)
-import nats
+from pcgroups import (
+    ConsumerConfig,
+    PartitioningFilter,
+    RetryPolicy,
+    add_members,
+    create_elastic,
+    elastic_consume,
+    static_consume,
+    static_member_step_down,
+)
 from pcgroups.consume._window import PULL_BYTES, WINDOW_BYTES, WINDOW_SHRINK_AFTER, MessageSize, Window
 from pcgroups.ops import InstanceMetrics
-
-from .helpers.support import wait_for
 from tests.helpers.groups import one_partition_group, publish
 
+from .helpers.support import wait_for
+
 WINDOW = ConsumerConfig(max_ack_pending=2000, ack_wait=2)
-TAKEOVER_LOGGED = "unacked message(s) of the earlier holder"   # what PullSession._take_over logs when it waited
-
-
-
-
+TAKEOVER_LOGGED = "unacked message(s) of the earlier holder"  # what PullSession._take_over logs when it waited
 
 
 async def test_per_key_order_and_exclusivity_with_random_work(nc, js, uniq):
@@ -68,7 +73,7 @@ async def test_a_burst_on_one_key_does_not_delay_other_keys(nc, js, uniq, config
     await one_partition_group(js, nc, uniq)
     burst = 1500
     a_done = [0]
-    others_done_at: dict[str, int] = {}   # how many of the burst were done when each other key was handled
+    others_done_at: dict[str, int] = {}  # how many of the burst were done when each other key was handled
 
     async def handler(msg):
         await asyncio.sleep(0.01)
@@ -114,12 +119,14 @@ async def test_a_burst_of_large_messages_is_held_within_a_byte_budget(nats_serve
 
     inst = await static_consume(conn, uniq, "g", "m", handler, concurrency=8)
     try:
+
         async def sample() -> bool:
             info = await js.consumer_info(uniq, "g-m")
             peak[0] = max(peak[0], info.num_ack_pending)
             return a_done[0] == burst and len(others_done_at) == 10
+
         await wait_for(sample, 60, interval=0.05, what="the burst and the other keys handled")
-        assert disconnects == []      # (closing the connection at the end counts as one)
+        assert disconnects == []  # (closing the connection at the end counts as one)
     finally:
         await inst.stop()
         await conn.close()
@@ -148,12 +155,12 @@ def test_the_window_grows_while_starved_and_full_and_shrinks_back():
     w = Window(32, 1000)
     assert w.room(10) == 22 and w.room(40) == 0
     w.update(32, starved=False, now=0.0)
-    assert w.size == 32                                 # full but a slot has work: no growth
+    assert w.size == 32  # full but a slot has work: no growth
     w.update(20, starved=True, now=0.0)
-    assert w.size == 32                                 # starved but a quarter free: pull first
+    assert w.size == 32  # starved but a quarter free: pull first
     for _ in range(10):
         w.update(w.size, starved=True, now=0.0)
-    assert w.size == 1000                               # capped
+    assert w.size == 1000  # capped
     w.update(100, starved=False, now=1.0)
     w.update(100, starved=False, now=1.0 + WINDOW_SHRINK_AFTER)
     assert w.size == 500
@@ -162,7 +169,7 @@ def test_the_window_grows_while_starved_and_full_and_shrinks_back():
     assert w.size == 32
     w.at_least(5000)
     assert w.size == 1000
-    assert Window(64, 16).size == 16                    # the cap wins over the base
+    assert Window(64, 16).size == 16  # the cap wins over the base
 
 
 async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq):
@@ -182,8 +189,9 @@ async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq)
         order.setdefault(msg.subject, []).append(n)
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=4,
-                                retry=RetryPolicy(max_deliver=10, backoff=0.05))
+    inst = await static_consume(
+        nc, uniq, "g", "m", handler, config=WINDOW, concurrency=4, retry=RetryPolicy(max_deliver=10, backoff=0.05)
+    )
     try:
         await publish(js, uniq, ["A", "B", "A", "B", "A", "B"])
         await wait_for(lambda: len(order.get("A", [])) == 3 and len(order.get("B", [])) == 3, 10, what="6 acks")
@@ -197,7 +205,9 @@ async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq)
 async def dead_letters(js, stream: str) -> list:
     """The messages of ``stream``, in order."""
     state = (await js.stream_info(stream)).state
-    return [await js.get_msg(stream, seq) for seq in range(state.first_seq, state.last_seq + 1)] if state.messages else []
+    return (
+        [await js.get_msg(stream, seq) for seq in range(state.first_seq, state.last_seq + 1)] if state.messages else []
+    )
 
 
 async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq):
@@ -211,8 +221,16 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
         ok.append(int(msg.data))
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2,
-                                retry=RetryPolicy(max_deliver=3, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"))
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m",
+        handler,
+        config=WINDOW,
+        concurrency=2,
+        retry=RetryPolicy(max_deliver=3, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"),
+    )
     try:
         await js.publish(f"{uniq}.P", b"0", headers={"X-Test": "yes", "Nats-Msg-Id": f"{uniq}-0"})
         await js.publish(f"{uniq}.P", b"1")
@@ -228,9 +246,10 @@ async def test_poison_message_is_dead_lettered_and_its_key_moves_on(nc, js, uniq
     assert msg.headers["Pcg-Deliveries"] == "3"
     assert msg.headers["Pcg-Subject"] == "P"
 
-    async def all_settled():   # the server applies acks asynchronously: poll, do not race it
+    async def all_settled():  # the server applies acks asynchronously: poll, do not race it
         info = await js.consumer_info(uniq, "g-m")
         return info.num_ack_pending == 0 and info.num_pending == 0
+
     await wait_for(all_settled, 5, what="the acks and the +TERM applied")
 
 
@@ -249,8 +268,16 @@ async def test_an_elastic_groups_dead_letter_is_stored_without_the_source_header
         ok.append(msg.data)
         await msg.ack()
 
-    inst = await elastic_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2,
-                                 retry=RetryPolicy(max_deliver=2, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"))
+    inst = await elastic_consume(
+        nc,
+        uniq,
+        "g",
+        "m",
+        handler,
+        config=WINDOW,
+        concurrency=2,
+        retry=RetryPolicy(max_deliver=2, backoff=0.02, dead_letter_subject=f"dlq.{uniq}"),
+    )
     try:
         for i in range(3):
             await js.publish(f"{uniq}.k", b"poison %d" % i)
@@ -289,13 +316,24 @@ async def test_a_refused_dead_letter_holds_its_message_and_key_until_a_stream_ta
         ok.append(int(msg.data))
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m", handler, config=WINDOW, concurrency=2, on_event=on_event,
-                                retry=RetryPolicy(max_deliver=2, backoff=0.02, max_backoff=0.2,
-                                                  dead_letter_subject=dlq))
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m",
+        handler,
+        config=WINDOW,
+        concurrency=2,
+        on_event=on_event,
+        retry=RetryPolicy(max_deliver=2, backoff=0.02, max_backoff=0.2, dead_letter_subject=dlq),
+    )
     try:
         await publish(js, uniq, ["P", "P", "Q"])
-        await wait_for(lambda: ok == [2] and len(refusals("no stream takes the subject")) >= 2, 10,
-                       what="two refusals without a stream, the other key handled")
+        await wait_for(
+            lambda: ok == [2] and len(refusals("no stream takes the subject")) >= 2,
+            10,
+            what="two refusals without a stream, the other key handled",
+        )
         assert f"message 1 (P) to {dlq}" in refusals("no stream")[0].detail
         lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert any(f"not dead-lettered: {dlq} refused it: no stream takes the subject" in line for line in lines)
@@ -304,7 +342,7 @@ async def test_a_refused_dead_letter_holds_its_message_and_key_until_a_stream_ta
         await js.publish(dlq, b"earlier")
         await wait_for(lambda: len(refusals("maximum messages exceeded")) >= 2, 10, what="refused by a full stream")
         info = await js.consumer_info(uniq, "g-m")
-        assert ok == [2] and info.num_ack_pending == 2     # held: not terminated, and P's next message waits
+        assert ok == [2] and info.num_ack_pending == 2  # held: not terminated, and P's next message waits
         get = metrics.registry.get_sample_value
         labels = {"flavour": "static", "stream": uniq, "group": "g", "member": "m"}
         assert get("pcgroups_instance_dead_letters_refused_total", labels) == len(refusals(""))
@@ -319,6 +357,7 @@ async def test_a_refused_dead_letter_holds_its_message_and_key_until_a_stream_ta
     async def all_settled():
         info = await js.consumer_info(uniq, "g-m")
         return info.num_ack_pending == 0 and info.num_pending == 0
+
     await wait_for(all_settled, 5, what="the +TERM applied")
 
 
@@ -328,7 +367,7 @@ async def test_a_fresh_pin_does_not_wait(nc, js, uniq, caplog):
     caplog.set_level(logging.INFO, logger="pcgroups")
     await one_partition_group(js, nc, uniq)
     keys = [f"k{i % 25}" for i in range(500)]
-    await publish(js, uniq, keys)   # a backlog before any instance pulls
+    await publish(js, uniq, keys)  # a backlog before any instance pulls
     done: dict[str, list[int]] = {}
     deliveries: list[int] = []
     pins: list[str] = []
@@ -353,7 +392,7 @@ async def test_a_fresh_pin_does_not_wait(nc, js, uniq, caplog):
     finally:
         await a.stop()
         await b.stop()
-    assert len(first_pins) == 1 and not set(pins[-len(more):]) & first_pins, "the step-down moved the pin"
+    assert len(first_pins) == 1 and not set(pins[-len(more) :]) & first_pins, "the step-down moved the pin"
     waits = [r.getMessage() for r in caplog.records if TAKEOVER_LOGGED in r.getMessage()]
     assert waits == [], waits
     assert deliveries == [1] * len(keys)
@@ -365,7 +404,7 @@ async def test_stop_starts_no_new_handler_with_key_concurrency(nc, js, uniq):
     """stop() with K handlers running: they finish (acked), and no task chains into a next key."""
     await one_partition_group(js, nc, uniq)
     await publish(js, uniq, [f"k{i % 10}" for i in range(400)])
-    runs: list[list] = []   # [start, end or None]
+    runs: list[list] = []  # [start, end or None]
 
     async def handler(msg):
         run = [time.monotonic(), None]
@@ -397,19 +436,31 @@ async def test_a_copy_redelivered_while_it_waited_is_not_handled_again(nc, js, u
     async def handler(msg):
         deliveries.append(msg.metadata.num_delivered)
         if int(msg.data) == 0:
-            await asyncio.sleep(1.5)   # past AckWait, and no in_progress()
+            await asyncio.sleep(1.5)  # past AckWait, and no in_progress()
         handled.append(int(msg.data))
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m", handler, config=ConsumerConfig(max_ack_pending=100, ack_wait=1),
-                                concurrency=2, auto_in_progress=False)
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m",
+        handler,
+        config=ConsumerConfig(max_ack_pending=100, ack_wait=1),
+        concurrency=2,
+        auto_in_progress=False,
+    )
     try:
         await publish(js, uniq, ["A", "A"])
 
         async def settled():
             info = await js.consumer_info(uniq, "g-m")
-            return (info.num_ack_pending == 0 and info.delivered.consumer_seq >= 3   # a copy came, all acked
-                    and not inst.session.busy)
+            return (
+                info.num_ack_pending == 0
+                and info.delivered.consumer_seq >= 3  # a copy came, all acked
+                and not inst.session.busy
+            )
+
         await wait_for(settled, 10, what=f"the copy settled (handled {handled})")
     finally:
         await inst.stop()
@@ -420,9 +471,14 @@ def _spawn(url, stream, *extra, stderr=None):
     import os
     import subprocess
     import sys
-    return subprocess.Popen([sys.executable, "-m", "tests.member_proc", url, "static", stream, "g", "m", *extra],
-                            stdout=subprocess.PIPE, stderr=stderr if stderr is not None else subprocess.DEVNULL,
-                            text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.member_proc", url, "static", stream, "g", "m", *extra],
+        stdout=subprocess.PIPE,
+        stderr=stderr if stderr is not None else subprocess.DEVNULL,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
 
 
 async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js, uniq, nats_server, tmp_path):
@@ -440,14 +496,27 @@ async def test_sigkill_in_a_burst_keeps_per_key_order_after_the_take_over(nc, js
         procs[victim].send_signal(signal.SIGKILL)
         want = set(range(len(keys)))
         try:
-            await wait_for(lambda: _processed(js, uniq, events, victim, len(keys)), 40,
-                           what="every message processed after the take-over")
+            await wait_for(
+                lambda: _processed(js, uniq, events, victim, len(keys)),
+                40,
+                what="every message processed after the take-over",
+            )
         except AssertionError:
             got = {int(e["seq"]) - 1 for ev in events for e in ev if e["ev"] == "end"}
             info = await js.consumer_info(uniq, "g-m")
-            print("missing", sorted(want - got)[:20], len(want - got), "victim", victim,
-                  [len(ev) for ev in events], info.num_ack_pending, info.num_pending, info.ack_floor,
-                  info.delivered, events[1 - victim][-3:])
+            print(
+                "missing",
+                sorted(want - got)[:20],
+                len(want - got),
+                "victim",
+                victim,
+                [len(ev) for ev in events],
+                info.num_ack_pending,
+                info.num_pending,
+                info.ack_floor,
+                info.delivered,
+                events[1 - victim][-3:],
+            )
             for i, ev in enumerate(events):
                 print("proc", i, [e for e in ev if e.get("seq", 0) - 1 in want - got])
             for i in range(2):
@@ -493,7 +562,7 @@ async def _member_procs(url: str, stream: str, args: tuple[str, ...], tmp_path, 
                 return
             sink.append(json.loads(line))
 
-    readers = [asyncio.ensure_future(read(p, e)) for p, e in zip(procs, events)]
+    readers = [asyncio.ensure_future(read(p, e)) for p, e in zip(procs, events, strict=False)]
     try:
         await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
         yield procs, events
@@ -535,8 +604,9 @@ def _per_key_in_order(events: list[dict]) -> dict[str, list[int]]:
     return {k: seqs for k, seqs in per_key.items() if seqs != sorted(seqs)}
 
 
-async def test_a_take_over_behind_new_traffic_ends_when_the_earlier_holders_messages_are_here(nc, js, uniq,
-                                                                                               nats_server, tmp_path):
+async def test_a_take_over_behind_new_traffic_ends_when_the_earlier_holders_messages_are_here(
+    nc, js, uniq, nats_server, tmp_path
+):
     """Messages published after the pinned instance died fill the survivor's first pulls, and the victim's messages
     come back afterwards, a few at a time, as their AckWait runs out. The take-over pulls for them as they come (not
     one per keep-alive pull), so it ends once they are all here, well before its deadline, and keys keep their
@@ -551,13 +621,16 @@ async def test_a_take_over_behind_new_traffic_ends_when_the_earlier_holders_mess
         await wait_for(lambda: sum(e["ev"] == "end" for ev in events for e in ev) >= 50, 20, what="the burst under way")
         victim = 0 if any(e["ev"] == "end" for e in events[0]) else 1
         procs[victim].send_signal(signal.SIGKILL)
-        sent, until = 0, time.monotonic() + 4.0   # past PinnedTTL (3 s): the pin moves while traffic comes
+        sent, until = 0, time.monotonic() + 4.0  # past PinnedTTL (3 s): the pin moves while traffic comes
         while time.monotonic() < until:
             await js.publish(f"{uniq}.o{sent % 20}", b"x")
             sent += 1
             await asyncio.sleep(0.005)
-        await wait_for(lambda: _processed(js, uniq, events, victim, burst + sent), 30,
-                       what="every message processed after the take-over")
+        await wait_for(
+            lambda: _processed(js, uniq, events, victim, burst + sent),
+            30,
+            what="every message processed after the take-over",
+        )
     log = (tmp_path / f"proc{1 - victim}.log").read_text()
     assert TAKEOVER_LOGGED in log and "anyway" not in log, log[-2000:]
     assert _per_key_in_order(events[1 - victim]) == {}

@@ -22,21 +22,25 @@ import pytest
 from pcgroups import ConsumerConfig, create_static, static_consume
 from pcgroups.connect import ConnectionOptions, connect, redact, resolve
 from pcgroups.errors import PCGroupsError
-from pcgroups.testing._server import EmbeddedServer, free_port
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.spark._options import SourceOptions
+from pcgroups.testing._server import EmbeddedServer, free_port
+from tests.helpers.cli import cg, cg_argv, cg_env, cg_inproc
 
 from .helpers.support import wait_for
-from tests.helpers.cli import cg, cg_argv, cg_env, cg_inproc
 
 PASSWORD = "pw-" + secrets.token_hex(8)
 TOKEN = "tok-" + secrets.token_hex(8)
 SEED = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode()
 PUBLIC = nkeys.from_seed(SEED.encode()).public_key.decode()
 CREDS_SEED = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode()
-CREDS_JWT = "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ." + secrets.token_urlsafe(24) + "." + secrets.token_urlsafe(16)
-CREDS = (f"-----BEGIN NATS USER JWT-----\n{CREDS_JWT}\n------END NATS USER JWT------\n\n"
-         f"-----BEGIN USER NKEY SEED-----\n{CREDS_SEED}\n------END USER NKEY SEED------\n")
+CREDS_JWT = (
+    "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ." + secrets.token_urlsafe(24) + "." + secrets.token_urlsafe(16)
+)
+CREDS = (
+    f"-----BEGIN NATS USER JWT-----\n{CREDS_JWT}\n------END NATS USER JWT------\n\n"
+    f"-----BEGIN USER NKEY SEED-----\n{CREDS_SEED}\n------END USER NKEY SEED------\n"
+)
 SECRETS = {"password": PASSWORD, "token": TOKEN, "nkey seed": SEED, "creds seed": CREDS_SEED, "creds jwt": CREDS_JWT}
 
 
@@ -48,7 +52,9 @@ def leaks(text: str) -> list[str]:
 def servers(tmp_path_factory):
     d = tmp_path_factory.mktemp("secrets")
     users = d / "users.conf"
-    users.write_text(f'authorization {{ users = [ {{ user: alice, password: "{PASSWORD}" }}, {{ nkey: {PUBLIC} }} ] }}\n')
+    users.write_text(
+        f'authorization {{ users = [ {{ user: alice, password: "{PASSWORD}" }}, {{ nkey: {PUBLIC} }} ] }}\n'
+    )
     token = d / "token.conf"
     token.write_text(f'authorization {{ token: "{TOKEN}" }}\n')
     (d / "user.nk").write_text(SEED + "\n")
@@ -70,9 +76,36 @@ def test_no_cli_output_shows_a_secret(servers, monkeypatch):
     s = f"S{secrets.token_hex(3)}"
     down = f"127.0.0.1:{free_port()}"
     expect_ok = [
-        ("--server", a.url, "--user", "alice", "--password", PASSWORD, "tools", "stream-setup", "--static", "--stream", s,
-         "--partitions", "2"),
-        ("--server", a.url, "--user", "alice", "--password", PASSWORD, "static", "create", "balanced", s, "g", "2", "m1"),
+        (
+            "--server",
+            a.url,
+            "--user",
+            "alice",
+            "--password",
+            PASSWORD,
+            "tools",
+            "stream-setup",
+            "--static",
+            "--stream",
+            s,
+            "--partitions",
+            "2",
+        ),
+        (
+            "--server",
+            a.url,
+            "--user",
+            "alice",
+            "--password",
+            PASSWORD,
+            "static",
+            "create",
+            "balanced",
+            s,
+            "g",
+            "2",
+            "m1",
+        ),
         ("--server", f"nats://alice:{PASSWORD}@127.0.0.1:{a.port}", "static", "ls", s, "--json"),
         ("--context", str(d / "ctx.json"), "--server", a.url, "static", "info", s, "g", "--json"),
         ("--server", a.url, "--nkey", str(d / "user.nk"), "static", "status", s, "g", "--json"),
@@ -98,16 +131,21 @@ def test_no_cli_output_shows_a_secret(servers, monkeypatch):
         r, text = run(*args)
         assert r.code == 1 and "cg: error: " in r.err, (args, text)
         printed.append(text)
-    for env in ({"NATS_URL": a.url, "NATS_USER": "alice", "NATS_PASSWORD": PASSWORD},
-                {"NATS_URL": b.url, "NATS_TOKEN": TOKEN}, {"NATS_URL": a.url, "NATS_NKEY": str(d / "user.nk")}):
+    for env in (
+        {"NATS_URL": a.url, "NATS_USER": "alice", "NATS_PASSWORD": PASSWORD},
+        {"NATS_URL": b.url, "NATS_TOKEN": TOKEN},
+        {"NATS_URL": a.url, "NATS_NKEY": str(d / "user.nk")},
+    ):
         r, text = run("static", "ls", s, "--json", **env)
-        assert r.code == (0 if env["NATS_URL"] == a.url else 1), text   # server b has no stream s
+        assert r.code == (0 if env["NATS_URL"] == a.url else 1), text  # server b has no stream s
         printed.append(text)
-    r, text = run("static", "ls", s, NATS_URL=a.url, NATS_CREDS="data:;base64," + base64.b64encode(CREDS.encode()).decode())
+    r, text = run(
+        "static", "ls", s, NATS_URL=a.url, NATS_CREDS="data:;base64," + base64.b64encode(CREDS.encode()).decode()
+    )
     assert r.code == 1, text
     printed.append(text)
     assert f"nats://alice:***@{down}" in "".join(printed) and f"nats://***@{down}" in "".join(printed)
-    assert sum("Using selector" in t for t in printed) == len(printed)   # every run logged at debug level
+    assert sum("Using selector" in t for t in printed) == len(printed)  # every run logged at debug level
     for text in printed:
         assert not leaks(text), (leaks(text), text)
 
@@ -119,20 +157,27 @@ async def test_consume_logs_and_library_errors_show_no_secret(servers, caplog):
     nc = await connect(ConnectionOptions(server=a.url, user="alice", password=PASSWORD, no_context=True))
     try:
         js = nc.jetstream()
-        await js.add_stream(name=s, subjects=[f"{s}.*"], subject_transform={
-            "src": f"{s}.*", "dest": f"{{{{partition(2,1)}}}}.{s}.{{{{wildcard(1)}}}}"})
+        await js.add_stream(
+            name=s,
+            subjects=[f"{s}.*"],
+            subject_transform={"src": f"{s}.*", "dest": f"{{{{partition(2,1)}}}}.{s}.{{{{wildcard(1)}}}}"},
+        )
         await create_static(nc, s, "g", 2, members=["m1", "m2"])
         # a cg consume with debug logs (its stderr to a file: they are long), messages, then SIGTERM
         with open(d / f"{s}.err", "w+") as err:
             proc = await asyncio.create_subprocess_exec(
                 *cg_argv("--server", f"nats://alice:{PASSWORD}@127.0.0.1:{a.port}", "static", "consume", s, "g", "m1"),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err, env=cg_env(CG_DEBUG="1"))
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                env=cg_env(CG_DEBUG="1"),
+            )
             try:
                 assert await asyncio.wait_for(proc.stdout.readline(), 15) == b"consuming...\n"
                 for i in range(4):
                     await js.publish(f"{s}.k{i}", b"x")
                 out = b""
-                while b"acked" not in out:   # m1 owns one of the two partitions
+                while b"acked" not in out:  # m1 owns one of the two partitions
                     out += await asyncio.wait_for(proc.stdout.readline(), 15)
                 proc.send_signal(signal.SIGTERM)
                 out += await asyncio.wait_for(proc.stdout.read(), 15)
@@ -143,7 +188,7 @@ async def test_consume_logs_and_library_errors_show_no_secret(servers, caplog):
                     await proc.wait()
             err.seek(0)
             logged = err.read()
-        assert "DEBUG" in logged or "pulled" in logged or "nats:" in logged, logged[:500]   # the debug log was on
+        assert "DEBUG" in logged or "pulled" in logged or "nats:" in logged, logged[:500]  # the debug log was on
         assert not leaks(out.decode() + logged), leaks(out.decode() + logged)
         # the library: an instance's debug log, reprs, and connection errors
         got: list[str] = []
@@ -161,18 +206,29 @@ async def test_consume_logs_and_library_errors_show_no_secret(servers, caplog):
         await nc.close()
     texts = [r.getMessage() for r in caplog.records]
     opts = ConnectionOptions(server=a.url, user="alice", password=PASSWORD, token=TOKEN)
-    texts += [repr(opts), repr(resolve(opts, env={})), repr(SourceOptions.parse(
-        {"servers": a.url, "stream": s, "partitionCount": "2", "password": PASSWORD, "token": TOKEN}))]
-    for bad in (ConnectionOptions(server=f"nats://alice:{PASSWORD}@127.0.0.1:{free_port()}", no_context=True, timeout=1),
-                ConnectionOptions(server=f"nats://{TOKEN}@127.0.0.1:{free_port()}", no_context=True, timeout=1),
-                ConnectionOptions(server=a.url, creds=str(d / "user.creds"), no_context=True, timeout=2),
-                ConnectionOptions(server=a.url, nkey=str(d / "user.nk"), user="bob", password="x" + PASSWORD,
-                                  no_context=True, timeout=2)):
+    texts += [
+        repr(opts),
+        repr(resolve(opts, env={})),
+        repr(
+            SourceOptions.parse(
+                {"servers": a.url, "stream": s, "partitionCount": "2", "password": PASSWORD, "token": TOKEN}
+            )
+        ),
+    ]
+    for bad in (
+        ConnectionOptions(server=f"nats://alice:{PASSWORD}@127.0.0.1:{free_port()}", no_context=True, timeout=1),
+        ConnectionOptions(server=f"nats://{TOKEN}@127.0.0.1:{free_port()}", no_context=True, timeout=1),
+        ConnectionOptions(server=a.url, creds=str(d / "user.creds"), no_context=True, timeout=2),
+        ConnectionOptions(
+            server=a.url, nkey=str(d / "user.nk"), user="bob", password="x" + PASSWORD, no_context=True, timeout=2
+        ),
+    ):
         with pytest.raises(PCGroupsError) as info:
             await connect(bad)
         texts.append(str(info.value))
-    spark = SourceOptions.parse({"servers": f"nats://alice:{PASSWORD}@127.0.0.1:{free_port()}", "stream": s,
-                                 "partitionCount": "2"})
+    spark = SourceOptions.parse(
+        {"servers": f"nats://alice:{PASSWORD}@127.0.0.1:{free_port()}", "stream": s, "partitionCount": "2"}
+    )
     with pytest.raises(PCGroupsError) as info:
         await spark_nats.connect(spark.conn, reconnect=False)
     texts.append(str(info.value))

@@ -10,20 +10,31 @@ import json
 import signal
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import nats
 import nats.js.errors
 import pytest
 
-from pcgroups import (ConsumerConfig, ElasticSpec, GroupExistsError, PartitioningFilter, add_members, add_source,
-                      create_elastic, elastic_consume, get_elastic_config, get_elastic_layout, remove_source,
-                      work_queue_name)
-from pcgroups.testing._checker import Recorder
-from pcgroups.errors import ConfigError, NotFoundError
-from pcgroups.partitions import elastic_member_filters, partition_of_subject
+from pcgroups import (
+    ConsumerConfig,
+    ElasticSpec,
+    GroupExistsError,
+    PartitioningFilter,
+    add_members,
+    add_source,
+    create_elastic,
+    elastic_consume,
+    get_elastic_config,
+    get_elastic_layout,
+    remove_source,
+    work_queue_name,
+)
 from pcgroups.elastic._sources import Layout, SourceStream, Start, assign_filters, layout_of, source_config
+from pcgroups.errors import ConfigError, NotFoundError
 from pcgroups.jetstream._store import ELASTIC_BUCKET
+from pcgroups.partitions import elastic_member_filters, partition_of_subject
+from pcgroups.testing._checker import Recorder
 
 from .helpers.support import wait_for
 
@@ -39,7 +50,7 @@ def test_start_positions_parse_and_print():
     assert Start.parse("all") == Start() and Start.parse("new").kind == "new"
     assert Start.parse("seq:42") == Start("seq", seq=42) and str(Start.parse("seq:42")) == "seq:42"
     when = Start.parse("time:2026-11-25T08:00:00Z")
-    assert when.time == datetime(2026, 11, 25, 8, tzinfo=timezone.utc) and str(when) == "time:2026-11-25T08:00:00Z"
+    assert when.time == datetime(2026, 11, 25, 8, tzinfo=UTC) and str(when) == "time:2026-11-25T08:00:00Z"
     for bad in ("", "old", "seq:0", "seq:x", "time:yesterday", "time:2026-11-25T08:00:00"):
         with pytest.raises(ConfigError, match="use all, new, seq:N"):
             Start.parse(bad)
@@ -47,18 +58,27 @@ def test_start_positions_parse_and_print():
 
 def test_source_entries_and_layout_round_trip():
     one = SourceStream("ORDERS", (pf("orders.*", 1),))
-    assert source_config(one, 8) == {"name": "ORDERS", "subject_transforms": [
-        {"src": "orders.*", "dest": "{{Partition(8,1)}}.orders.{{Wildcard(1)}}"}]}   # the reference's, byte for byte
+    assert source_config(one, 8) == {
+        "name": "ORDERS",
+        "subject_transforms": [{"src": "orders.*", "dest": "{{Partition(8,1)}}.orders.{{Wildcard(1)}}"}],
+    }  # the reference's, byte for byte
     part = SourceStream("LOGS_3", (), 3, start_seq=7)
-    assert source_config(part, 10) == {"name": "LOGS_3", "opt_start_seq": 7,
-                                       "subject_transforms": [{"src": ">", "dest": "3.>"}]}
+    assert source_config(part, 10) == {
+        "name": "LOGS_3",
+        "opt_start_seq": 7,
+        "subject_transforms": [{"src": ">", "dest": "3.>"}],
+    }
     whole = SourceStream("X", (), None, start_time="2026-11-25T08:00:00Z")
     assert source_config(whole, 4)["subject_transforms"] == [{"src": ">", "dest": "{{Partition(4)}}.>"}]
     layout = Layout((one, SourceStream("PAY", (pf("payments.*", 1),), None, start_seq=5)))
     wq = {"sources": [source_config(s, 8) for s in layout.streams]}
     assert layout_of(wq, [pf("orders.*", 1), pf("payments.*", 1)]) == layout
-    assert layout.kind == "aggregate" and Layout((one,)).kind == "stream" and Layout((part,)).kind == "partition-streams"
-    assert layout.stream("PAY").start == "seq:5" and layout.stream("PAY").describe() == "PAY (payments.* by 1) from seq:5"
+    assert (
+        layout.kind == "aggregate" and Layout((one,)).kind == "stream" and Layout((part,)).kind == "partition-streams"
+    )
+    assert (
+        layout.stream("PAY").start == "seq:5" and layout.stream("PAY").describe() == "PAY (payments.* by 1) from seq:5"
+    )
 
 
 def test_filters_go_to_the_one_stream_whose_subjects_they_match():
@@ -71,7 +91,7 @@ def test_filters_go_to_the_one_stream_whose_subjects_they_match():
         assign_filters([pf("*.*", 1)], configs)
     with pytest.raises(ConfigError, match="no partitioning filter matches the subjects of stream P"):
         assign_filters([pf("orders.*", 1)], configs)
-    assert assign_filters([], configs) == {"O": [], "P": []}   # whole subjects hashed, stream by stream
+    assert assign_filters([], configs) == {"O": [], "P": []}  # whole subjects hashed, stream by stream
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -85,10 +105,14 @@ async def _wq_subjects(js, stream: str, group: str, want: int) -> list[str]:
     api_info = {}
 
     async def enough():
-        msg = await js._nc.request(f"$JS.API.STREAM.INFO.{work_queue_name(stream, group)}",
-                                   json.dumps({"subjects_filter": ">"}).encode(), timeout=5)
+        msg = await js._nc.request(
+            f"$JS.API.STREAM.INFO.{work_queue_name(stream, group)}",
+            json.dumps({"subjects_filter": ">"}).encode(),
+            timeout=5,
+        )
         api_info.update(json.loads(msg.data))
         return api_info.get("state", {}).get("messages", 0) >= want
+
     await wait_for(enough, timeout=10, what=f"{want} messages in the work queue")
     return sorted(api_info["state"].get("subjects", {}))
 
@@ -101,14 +125,15 @@ async def _go_member_reads(nc, stream: str, group: str, members: list[str], tota
     got: dict[str, list[str]] = {}
     for m in members:
         filters = elastic_member_filters(cfg, m)
-        info = await js.add_consumer(work_queue_name(stream, group), durable_name=f"go-{m}",
-                                     filter_subjects=filters, ack_policy="explicit")
+        info = await js.add_consumer(
+            work_queue_name(stream, group), durable_name=f"go-{m}", filter_subjects=filters, ack_policy="explicit"
+        )
         sub = await js.pull_subscribe_bind(info.name, stream=work_queue_name(stream, group))
         got[m] = []
         while True:
             try:
                 msgs = await sub.fetch(100, timeout=0.5)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):   # nats-py raises either
+            except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                 break
             got[m] += [x.subject for x in msgs]
         await sub.unsubscribe()
@@ -143,7 +168,8 @@ async def test_an_aggregate_group_puts_each_key_of_both_streams_in_one_partition
     for m, subs in got.items():
         owned = {int(s.split(".", 1)[0]) for s in subs}
         assert owned <= set(
-            int(f.split(".", 1)[0]) for f in elastic_member_filters(await get_elastic_config(nc, o, "billing"), m))
+            int(f.split(".", 1)[0]) for f in elastic_member_filters(await get_elastic_config(nc, o, "billing"), m)
+        )
 
 
 async def test_create_refuses_what_cannot_be_an_aggregate_group_and_leaves_nothing(nc, js, uniq):
@@ -151,13 +177,22 @@ async def test_create_refuses_what_cannot_be_an_aggregate_group_and_leaves_nothi
     await _streams(js, (o, [f"{uniq}.orders.*"]), (p, [f"{uniq}.payments.*"]))
     good = [pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)]
     cases = [
-        (dict(partitioning_filters=[*good, pf(f"{uniq}.refunds.*", 1)], sources=[p]),
-         ConfigError, f"{uniq}.refunds.* matches no subject of the group's streams"),
+        (
+            dict(partitioning_filters=[*good, pf(f"{uniq}.refunds.*", 1)], sources=[p]),
+            ConfigError,
+            f"{uniq}.refunds.* matches no subject of the group's streams",
+        ),
         (dict(partitioning_filters=[pf(f"{uniq}.*.*", 1)], sources=[p]), ConfigError, "more than one of"),
-        (dict(partitioning_filters=good[:1], sources=[p]), ConfigError,
-         f"no partitioning filter matches the subjects of stream {p}"),
-        (dict(partitioning_filters=good, sources=[f"{uniq}NOPE"]), NotFoundError,
-         f"source stream does not exist: {uniq}NOPE"),
+        (
+            dict(partitioning_filters=good[:1], sources=[p]),
+            ConfigError,
+            f"no partitioning filter matches the subjects of stream {p}",
+        ),
+        (
+            dict(partitioning_filters=good, sources=[f"{uniq}NOPE"]),
+            NotFoundError,
+            f"source stream does not exist: {uniq}NOPE",
+        ),
         (dict(partitioning_filters=good, sources=[p, p]), ConfigError, f"stream {p} is listed more than once"),
     ]
     for kwargs, error, text in cases:
@@ -169,20 +204,25 @@ async def test_create_refuses_what_cannot_be_an_aggregate_group_and_leaves_nothi
             await get_elastic_config(nc, o, "g")
     await create_elastic(nc, o, "g", 4, partitioning_filters=good, sources=[p])
     await create_elastic(nc, o, "g", 4, partitioning_filters=good, sources=[p], start="new")  # same shape: idempotent
-    with pytest.raises(GroupExistsError, match=rf"partitioning filters: \[{uniq}\.orders\.\* by 1, "
-                                               rf"{uniq}\.payments\.\* by 1\] now, \[{uniq}\.orders\.\* by 1\] asked"):
+    with pytest.raises(
+        GroupExistsError,
+        match=rf"partitioning filters: \[{uniq}\.orders\.\* by 1, "
+        rf"{uniq}\.payments\.\* by 1\] now, \[{uniq}\.orders\.\* by 1\] asked",
+    ):
         await create_elastic(nc, o, "g", 4, partitioning_filters=good[:1])
 
 
 @pytest.mark.slow
 async def test_an_aggregate_group_keeps_each_customer_in_arrival_order_through_a_join_and_a_sigkill(
-        nats_server, nc, js, uniq):
+    nats_server, nc, js, uniq
+):
     """Customer keys published alternately to two streams: each customer's messages are handled by one member at a
     time, in work-queue (arrival) order, nothing lost, while a member joins and m1's pinned instance is SIGKILLed."""
     o, p = f"{uniq}O", f"{uniq}P"
     await _streams(js, (o, [f"{uniq}.orders.*"]), (p, [f"{uniq}.payments.*"]))
-    await create_elastic(nc, o, "billing", 6, partitioning_filters=[pf(f"{uniq}.orders.*", 1),
-                                                                    pf(f"{uniq}.payments.*", 1)], sources=[p])
+    await create_elastic(
+        nc, o, "billing", 6, partitioning_filters=[pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)], sources=[p]
+    )
     await add_members(nc, o, "billing", ["m1", "m2"])
     rec = Recorder()
     procs: dict[str, asyncio.subprocess.Process] = {}
@@ -190,9 +230,27 @@ async def test_an_aggregate_group_keeps_each_customer_in_arrival_order_through_a
 
     async def spawn(member: str, name: str) -> None:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.member_proc", nats_server.url, "elastic", o, "billing", member,
-            "--ack-wait", "1", "--work", "0.005", "--instance", name, "--key", "stream", "--ack", "plain",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            "-m",
+            "tests.member_proc",
+            nats_server.url,
+            "elastic",
+            o,
+            "billing",
+            member,
+            "--ack-wait",
+            "1",
+            "--work",
+            "0.005",
+            "--instance",
+            name,
+            "--key",
+            "stream",
+            "--ack",
+            "plain",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         procs[name] = proc
         ready = asyncio.get_running_loop().create_future()
 
@@ -201,6 +259,7 @@ async def test_an_aggregate_group_keeps_each_customer_in_arrival_order_through_a
                 if b'"ready"' in line and not ready.done():
                     ready.set_result(None)
                 rec.feed(line)
+
         readers.append(asyncio.create_task(read()))
         await asyncio.wait_for(ready, 20)
 
@@ -235,7 +294,7 @@ async def test_an_aggregate_group_keeps_each_customer_in_arrival_order_through_a
                 await proc.wait()
         for r in readers:
             r.cancel()
-    rec.check(published).assert_ok()   # nothing lost, no overlap on a partition, work-queue order per partition
+    rec.check(published).assert_ok()  # nothing lost, no overlap on a partition, work-queue order per partition
     # Each customer's acked messages, in handling order, follow their work-queue order across both streams.
     by_customer: dict[str, list[int]] = {}
     for call in sorted(rec.acked_calls(), key=lambda c: c.start):
@@ -244,7 +303,7 @@ async def test_an_aggregate_group_keeps_each_customer_in_arrival_order_through_a
         firsts = list(dict.fromkeys(seqs))
         assert firsts == sorted(firsts)
     assert {c.member for c in rec.acked_calls()} == {"m1", "m2", "m3"}
-    assert rec.count(instance=standby, since=killed_at) > 0   # the standby took m1's partitions over
+    assert rec.count(instance=standby, since=killed_at) > 0  # the standby took m1's partitions over
 
 
 # --- partition streams --------------------------------------------------------------------------------------------
@@ -272,6 +331,7 @@ async def test_partition_streams_each_stream_is_one_partition_and_moves_whole(nc
         async def handle(msg):
             seen.append((member, msg.partition, msg.data.decode()))
             await msg.ack()
+
         return handle
 
     insts = [await elastic_consume(nc, name, "shipper", m, handler_for(m), config=FAST) for m in ("m1", "m2", "m3")]
@@ -287,11 +347,11 @@ async def test_partition_streams_each_stream_is_one_partition_and_moves_whole(nc
     finally:
         for inst in insts:
             await inst.stop()
-    owner = {0: "m1", 1: "m2", 2: "m3", 3: "m1"}   # balanced: 4 // 3 = 1 each, the leftover to m1
+    owner = {0: "m1", 1: "m2", 2: "m3", 3: "m1"}  # balanced: 4 // 3 = 1 each, the leftover to m1
     assert all(m == owner[part] for m, part, _ in seen[start:])
     for i in range(4):
         lines = [d for _, part, d in seen if part == i]
-        assert lines == [f"{i}-{k}" for k in range(10)]   # every line of stream i, in order, in partition i
+        assert lines == [f"{i}-{k}" for k in range(10)]  # every line of stream i, in order, in partition i
 
 
 async def test_partition_streams_must_match_the_partition_count(nc, js, uniq):
@@ -313,13 +373,14 @@ async def test_a_stream_added_and_removed_under_running_members_loses_and_repeat
     await _streams(js, (o, [f"{uniq}.orders.*"]), (p, [f"{uniq}.payments.*"]))
     await create_elastic(nc, o, "g", 4, partitioning_filters=[pf(f"{uniq}.orders.*", 1)])
     await add_members(nc, o, "g", ["m1", "m2"])
-    handled: list[tuple[str, str, int]] = []   # (member, origin stream, origin seq)
+    handled: list[tuple[str, str, int]] = []  # (member, origin stream, origin seq)
 
     def handler_for(member: str):
         async def handle(msg):
             stream, seq = msg.headers["Nats-Stream-Source"].split(" ")[:2]
             handled.append((member, stream, int(seq)))
             await msg.ack()
+
         return handle
 
     insts = [await elastic_consume(nc, o, "g", m, handler_for(m), config=FAST) for m in ("m1", "m2")]
@@ -331,10 +392,10 @@ async def test_a_stream_added_and_removed_under_running_members_loses_and_repeat
             sent[stream].append((await js.publish(f"{uniq}.{part}.c{i % 7}", b"x")).seq)
 
     try:
-        await send(p, 20)                           # a backlog in the stream to add
+        await send(p, 20)  # a backlog in the stream to add
         await send(o, 20)
         layout = await add_source(nc, o, "g", p, partitioning_filters=[pf(f"{uniq}.payments.*", 1)])
-        assert layout.names == [o, p] and layout.stream(p).start == "all"   # started at 1, then plain again
+        assert layout.names == [o, p] and layout.stream(p).start == "all"  # started at 1, then plain again
         await send(o, 20)
         await send(p, 20)
         try:
@@ -351,16 +412,16 @@ async def test_a_stream_added_and_removed_under_running_members_loses_and_repeat
         assert layout.names == [o]
         assert (await get_elastic_config(nc, o, "g")).partitioning_filters == [pf(f"{uniq}.orders.*", 1)]
         await send(o, 10)
-        await send(p, 10)                           # no longer part of the group
+        await send(p, 10)  # no longer part of the group
         await wait_for(lambda: len([h for h in handled if h[1] == o]) >= 50, timeout=20, what="orders")
-        assert all(inst.consuming for inst in insts)   # they followed both changes
+        assert all(inst.consuming for inst in insts)  # they followed both changes
     finally:
         for inst in insts:
             await inst.stop()
     from_o = [s for _, st, s in handled if st == o]
     from_p = [s for _, st, s in handled if st == p]
-    assert sorted(from_o) == sent[o]                # nothing lost, nothing repeated
-    assert sorted(from_p) == sent[p][:40]           # the backlog and what came while it was a source, once each
+    assert sorted(from_o) == sent[o]  # nothing lost, nothing repeated
+    assert sorted(from_p) == sent[p][:40]  # the backlog and what came while it was a source, once each
     wq = await js.stream_info(work_queue_name(o, "g"))
     assert [s.name for s in wq.config.sources] == [o]
 
@@ -368,16 +429,17 @@ async def test_a_stream_added_and_removed_under_running_members_loses_and_repeat
 async def test_removing_a_stream_with_queued_messages_and_no_member_running(nc, js, uniq):
     o, p = f"{uniq}O", f"{uniq}P"
     await _streams(js, (o, [f"{uniq}.orders.*"]), (p, [f"{uniq}.payments.*"]))
-    await create_elastic(nc, o, "g", 2, partitioning_filters=[pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)],
-                         sources=[p])
+    await create_elastic(
+        nc, o, "g", 2, partitioning_filters=[pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)], sources=[p]
+    )
     for i in range(3):
         await js.publish(f"{uniq}.payments.c{i}", b"x")
         await js.publish(f"{uniq}.orders.c{i}", b"x")
     await _wq_subjects(js, o, "g", 6)
     with pytest.raises(Exception, match=f"stream {p} is no longer sourced, but messages of it are still queued"):
         await remove_source(nc, o, "g", p, timeout=0.3)
-    assert len((await get_elastic_config(nc, o, "g")).partitioning_filters) == 2   # resumable: filters kept
-    layout = await remove_source(nc, o, "g", p, discard=True)                         # the re-run finishes it
+    assert len((await get_elastic_config(nc, o, "g")).partitioning_filters) == 2  # resumable: filters kept
+    layout = await remove_source(nc, o, "g", p, discard=True)  # the re-run finishes it
     assert layout.names == [o]
     assert (await get_elastic_config(nc, o, "g")).partitioning_filters == [pf(f"{uniq}.orders.*", 1)]
     assert (await js.stream_info(work_queue_name(o, "g"))).state.messages == 3
@@ -407,8 +469,9 @@ async def test_adding_a_stream_refuses_bad_input_and_changes_nothing(nc, js, uni
 async def test_a_deleted_source_stream_leaves_the_other_streams_flowing(nc, js, uniq):
     o, p = f"{uniq}O", f"{uniq}P"
     await _streams(js, (o, [f"{uniq}.orders.*"]), (p, [f"{uniq}.payments.*"]))
-    await create_elastic(nc, o, "g", 2, partitioning_filters=[pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)],
-                         sources=[p])
+    await create_elastic(
+        nc, o, "g", 2, partitioning_filters=[pf(f"{uniq}.orders.*", 1), pf(f"{uniq}.payments.*", 1)], sources=[p]
+    )
     await add_members(nc, o, "g", ["m1"])
     got: list[str] = []
 
@@ -425,7 +488,7 @@ async def test_a_deleted_source_stream_leaves_the_other_streams_flowing(nc, js, 
             await js.publish(f"{uniq}.orders.c{i}", b"x")
         await wait_for(lambda: len(got) == 6, timeout=10, what="orders after the source stream went away")
         assert inst.consuming
-        assert (await remove_source(nc, o, "g", p)).names == [o]   # its filters tell its queued messages apart
+        assert (await remove_source(nc, o, "g", p)).names == [o]  # its filters tell its queued messages apart
     finally:
         await inst.stop()
 
@@ -437,10 +500,10 @@ async def test_start_new_seq_and_time(nc, js, uniq):
     for i in range(5):
         await js.publish(f"{uniq}.o.c{i}", b"old")
     await asyncio.sleep(0.02)
-    middle = datetime.now(timezone.utc)
+    middle = datetime.now(UTC)
     for i in range(5, 8):
         await js.publish(f"{uniq}.o.c{i}", b"new")
-    cases = {"all": 9, "new": 1, "seq:7": 3, f"time:{middle.isoformat()}": 4}   # with the late message
+    cases = {"all": 9, "new": 1, "seq:7": 3, f"time:{middle.isoformat()}": 4}  # with the late message
     for n, start in enumerate(cases):
         await create_elastic(nc, o, f"g{n}", 2, partitioning_filters=[pf(f"{uniq}.o.*", 1)], start=start)
     await js.publish(f"{uniq}.o.late", b"late")
@@ -448,7 +511,7 @@ async def test_start_new_seq_and_time(nc, js, uniq):
         subjects = await _wq_subjects(js, o, f"g{n}", want)
         assert len(subjects) == want and any(s.endswith(".late") for s in subjects), (start, subjects)
     raw = (await js.stream_info(work_queue_name(o, "g0"))).config.sources[0]
-    assert raw.opt_start_seq is None and raw.opt_start_time is None   # the default is the reference's source entry
+    assert raw.opt_start_seq is None and raw.opt_start_time is None  # the default is the reference's source entry
 
 
 async def test_instances_started_together_create_one_group_and_all_join(fresh_server):
@@ -459,8 +522,12 @@ async def test_instances_started_together_create_one_group_and_all_join(fresh_se
         async def handle(msg):
             await msg.ack()
 
-        insts = await asyncio.gather(*(elastic_consume(nc, "ORDERS", "billing", "", handle, auto=True,
-                                                       lease_ttl=2, config=FAST, create=spec) for _ in range(3)))
+        insts = await asyncio.gather(
+            *(
+                elastic_consume(nc, "ORDERS", "billing", "", handle, auto=True, lease_ttl=2, config=FAST, create=spec)
+                for _ in range(3)
+            )
+        )
         try:
             for inst in insts:
                 await inst.wait_settled(timeout=15)
@@ -471,11 +538,23 @@ async def test_instances_started_together_create_one_group_and_all_join(fresh_se
             bucket = await nc.jetstream().stream_info(f"KV_{ELASTIC_BUCKET}", subjects_filter=">")
             assert sorted(bucket.state.subjects or {}) == [f"$KV.{ELASTIC_BUCKET}.ORDERS.billing"]
             streams = await nc.jetstream().streams_info()
-            assert sorted(s.config.name for s in streams) == ["KV_elastic-consumer-groups", "KV_pcgroups-leases",
-                                                               "ORDERS", "ORDERS-billing"]
+            assert sorted(s.config.name for s in streams) == [
+                "KV_elastic-consumer-groups",
+                "KV_pcgroups-leases",
+                "ORDERS",
+                "ORDERS-billing",
+            ]
             with pytest.raises(GroupExistsError, match="partitions: 4 now, 6 asked"):
-                await elastic_consume(nc, "ORDERS", "billing", "", handle, auto=True, config=FAST,
-                                      create=ElasticSpec(6, [pf("orders.*", 1)]))
+                await elastic_consume(
+                    nc,
+                    "ORDERS",
+                    "billing",
+                    "",
+                    handle,
+                    auto=True,
+                    config=FAST,
+                    create=ElasticSpec(6, [pf("orders.*", 1)]),
+                )
         finally:
             await asyncio.gather(*(inst.stop() for inst in insts))
     with pytest.raises(ConfigError, match="needs automatic membership"):

@@ -22,8 +22,17 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark not installed (pip install -e '.[spark]')")
 pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install -e '.[spark]')")
 
-from .helpers.spark_support import (StandaloneCluster, json_lines, kill_session, make_plain_stream, make_stream,  # noqa: E402
-                            partition_of, publish, read_stream, run)
+from .helpers.spark_support import (
+    StandaloneCluster,
+    json_lines,
+    kill_session,
+    make_plain_stream,
+    make_stream,
+    partition_of,
+    publish,
+    read_stream,
+    run,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -62,6 +71,7 @@ async def _kill_while_writing(url: str, target: str, ckpt: Path, job, timeout: f
     """SIGKILL the driver's session while micro-batch N >= 1 is being written: its offsets are in the checkpoint,
     its commit is not, and the target holds some of its rows. Returns (N, rows of N stored by then)."""
     import nats
+
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
@@ -98,8 +108,9 @@ def _wait_no_app(cluster: StandaloneCluster, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(cluster, shipped, nats_server, uniq,
-                                                                          tmp_path):
+def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(
+    cluster, shipped, nats_server, uniq, tmp_path
+):
     from pcgroups import create_static
 
     url = nats_server.url
@@ -111,27 +122,42 @@ def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(cluste
 
     async def group() -> None:
         import nats
+
         nc = await nats.connect(url)
         await create_static(nc, uniq, "cg", PARTITIONS, members=["m1", "m2"])
         await nc.close()
+
     run(group())
     first = orders(uniq, 3 * PER_TRIGGER)
     seqs = run(publish(url, first))
     ckpt = tmp_path / "ckpt"
-    args = ["--servers", url, "--stream", uniq, "--group", "cg", "--to", target, "--checkpoint", str(ckpt),
-            "--max-per-trigger", str(PER_TRIGGER)]
+    args = [
+        "--servers",
+        url,
+        "--stream",
+        uniq,
+        "--group",
+        "cg",
+        "--to",
+        target,
+        "--checkpoint",
+        str(ckpt),
+        "--max-per-trigger",
+        str(PER_TRIGGER),
+    ]
 
     job = cluster.submit(JOB, args, py_files=shipped, out=str(tmp_path / "run1.out"))
     n, partial = run(_kill_while_writing(url, target, ckpt, job), timeout=320)
-    assert n not in _batches(ckpt / "commits")          # killed mid-batch: Spark runs batch n again
+    assert n not in _batches(ckpt / "commits")  # killed mid-batch: Spark runs batch n again
     steps = {line["step"]: line for line in json_lines(str(tmp_path / "run1.out"))}
     # the executors (Python processes of their own) imported the shipped zip, not the installed package
-    assert steps["executors"]["pcgroups"] and all(
-        "pcgroups.zip" in f for f in steps["executors"]["pcgroups"]), steps["executors"]
+    assert steps["executors"]["pcgroups"] and all("pcgroups.zip" in f for f in steps["executors"]["pcgroups"]), steps[
+        "executors"
+    ]
     assert steps["executors"]["driver_pid"] not in {pid for _, pid in steps["executors"]["processes"]}
     # the batch read: every message, per partition, first and last sequence
     want: dict[int, list[int]] = defaultdict(list)
-    for s, (subject, _) in zip(seqs, first):
+    for s, (subject, _) in zip(seqs, first, strict=False):
         want[partition_of(subject.split(".")[1], PARTITIONS)].append(s)
     assert steps["batch-read"]["partitions"] == {str(p): [len(v), v[0], v[-1]] for p, v in want.items()}
 
@@ -139,8 +165,12 @@ def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(cluste
     more = orders(uniq, PER_TRIGGER, start=len(first))
     run(publish(url, more))
     # the restart replays batch n as it was planned, then copies the rest in one batch
-    job = cluster.submit(JOB, [*args, "--copy-only", "--available-now", "--max-per-trigger", "100000"], py_files=shipped,
-                         out=str(tmp_path / "run2.out"))
+    job = cluster.submit(
+        JOB,
+        [*args, "--copy-only", "--available-now", "--max-per-trigger", "100000"],
+        py_files=shipped,
+        out=str(tmp_path / "run2.out"),
+    )
     try:
         job.wait(240)
     except Exception:
@@ -154,7 +184,7 @@ def test_batch_read_and_streaming_copy_exactly_once_across_a_driver_crash(cluste
     copied = [m[2] for m in stored]
     sent = [d for _, d in first + more]
     assert len(copied) == len(sent) and sorted(copied) == sorted(sent), (len(copied), len(sent), n, partial)
-    for p in range(PARTITIONS):   # each partition in source order, across the crash and the replay
+    for p in range(PARTITIONS):  # each partition in source order, across the crash and the replay
         key_of = {d: s.split(".")[1] for s, d in first + more}
         got = [d for d in copied if partition_of(key_of[d], PARTITIONS) == p]
         assert got == [d for d in sent if partition_of(key_of[d], PARTITIONS) == p]

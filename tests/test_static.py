@@ -17,10 +17,24 @@ import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConfigChangedError, ConfigError, ConsumerConfig, GroupExistsError, JetStreamAPIError,
-                      JetStreamApi, MemberMapping, NotAMemberError, NotFoundError, create_static, delete_static,
-                      get_static_config, list_static_active_members, list_static_groups, static_consume,
-                      static_member_step_down)
+from pcgroups import (
+    ConfigChangedError,
+    ConfigError,
+    ConsumerConfig,
+    GroupExistsError,
+    JetStreamApi,
+    JetStreamAPIError,
+    MemberMapping,
+    NotAMemberError,
+    NotFoundError,
+    create_static,
+    delete_static,
+    get_static_config,
+    list_static_active_members,
+    list_static_groups,
+    static_consume,
+    static_member_step_down,
+)
 from pcgroups.jetstream._store import STATIC_BUCKET
 
 from .helpers.support import wait_for
@@ -34,16 +48,22 @@ def counter(counts: dict, name: str, seen: list | None = None):
         if seen is not None:
             seen.append((name, msg.subject, msg.partition))
         await msg.ack()
+
     return handler
 
 
 async def test_reference_static_scenario(nc, js, uniq):
     """orbit.go TestStatic: 10 and 10, nothing from bad.*; delete ends both instances normally."""
     stream = uniq
-    await js.add_stream(StreamConfig(
-        name=stream, subjects=[f"{stream}.foo.*", f"{stream}.bar.*", f"{stream}.bad.*"],
-        subject_transform=SubjectTransform(src=f"{stream}.*.*",
-                                           dest="{{partition(2,2)}}.{{wildcard(1)}}.{{wildcard(2)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.foo.*", f"{stream}.bar.*", f"{stream}.bad.*"],
+            subject_transform=SubjectTransform(
+                src=f"{stream}.*.*", dest="{{partition(2,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
+            ),
+        )
+    )
     for kind in ("foo", "bad", "bar"):
         for i in range(10):
             await js.publish(f"{stream}.{kind}.{i}", b"x")
@@ -67,9 +87,15 @@ async def test_reference_static_scenario(nc, js, uniq):
 async def test_wire_bytes_match_the_reference(nc, js, uniq):
     """KV value, consumer create, pulls and unpin: the reference's bytes (tests/data/wire-log.md)."""
     stream = uniq
-    await js.add_stream(StreamConfig(
-        name=stream, subjects=[f"{stream}.*"],
-        subject_transform=SubjectTransform(src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{stream}.*", dest=f"{{{{partition(4,1)}}}}.{stream}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     captured: list[tuple[str, bytes]] = []
 
     async def capture(msg):
@@ -79,7 +105,8 @@ async def test_wire_bytes_match_the_reference(nc, js, uniq):
     await create_static(nc, stream, "sg", 4, filters=[f"{stream}.*"], members=["m1", "m2"])
     kv = await js.key_value(STATIC_BUCKET)
     assert (await kv.get(f"{stream}.sg")).value == (
-        b'{"max_members":4,"filters":["' + stream.encode() + b'.*"],"members":["m1","m2"]}')
+        b'{"max_members":4,"filters":["' + stream.encode() + b'.*"],"members":["m1","m2"]}'
+    )
     template = ConsumerConfig(max_ack_pending=1, ack_wait=2)
 
     async def handler(msg):
@@ -98,15 +125,18 @@ async def test_wire_bytes_match_the_reference(nc, js, uniq):
     await inst.stop()
     await spy.unsubscribe()
     create = [d for s, d in captured if s == f"$JS.API.CONSUMER.CREATE.{stream}.sg-m1"]
-    assert create == [(
-        '{"stream_name":"%s","config":{"durable_name":"sg-m1","deliver_policy":"all","ack_policy":"explicit",'
-        '"ack_wait":2000000000,"replay_policy":"instant","max_ack_pending":1,"num_replicas":0,'
-        '"filter_subjects":["0.%s.*","1.%s.*"],"priority_policy":"pinned_client","priority_timeout":2000000000,'
-        '"priority_groups":["PCG"]},"action":"create"}' % (stream, stream, stream)).encode()]
+    assert create == [
+        (
+            f'{{"stream_name":"{stream}","config":{{"durable_name":"sg-m1","deliver_policy":"all","ack_policy":"explicit",'
+            '"ack_wait":2000000000,"replay_policy":"instant","max_ack_pending":1,"num_replicas":0,'
+            f'"filter_subjects":["0.{stream}.*","1.{stream}.*"],"priority_policy":"pinned_client","priority_timeout":2000000000,'
+            '"priority_groups":["PCG"]},"action":"create"}'
+        ).encode()
+    ]
     pulls = [d for s, d in captured if s == f"$JS.API.CONSUMER.MSG.NEXT.{stream}.sg-m1"]
     assert pulls[0] == b'{"expires":1000000000,"batch":500,"idle_heartbeat":500000000,"group":"PCG"}'
     with_pin = [json.loads(d) for d in pulls if b'"id":' in d]
-    keepalives = [p for p in with_pin if p["expires"] == 1_000_000]      # ours: they renew the pin
+    keepalives = [p for p in with_pin if p["expires"] == 1_000_000]  # ours: they renew the pin
     assert all(list(p) == ["expires", "batch", "id", "group"] and p["batch"] == 1 for p in keepalives), keepalives
     with_pin = [p for p in with_pin if p not in keepalives]
     assert with_pin and list(with_pin[0]) == ["expires", "batch", "idle_heartbeat", "id", "group"]
@@ -116,8 +146,15 @@ async def test_wire_bytes_match_the_reference(nc, js, uniq):
 async def test_a_handler_reaches_the_nats_py_message(nc, js, uniq):
     """``msg.nats_msg`` is the nats-py message as delivered: partition token in its subject, the same
     data, headers and metadata as the pcgroups message."""
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
-        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await create_static(nc, uniq, "g", 2, members=["m1"])
     got: list = []
 
@@ -138,8 +175,15 @@ async def test_a_handler_reaches_the_nats_py_message(nc, js, uniq):
 async def test_nats_py_consumer_config_is_a_template_its_unset_fields_the_defaults(nc, js, uniq):
     """nats-py's ``ConsumerConfig`` (what nats-py's examples build) is taken as the template: unset fields (None
     there) are the defaults, AckWait 5 s among them; pcgroups' own takes None the same way."""
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
-        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await create_static(nc, uniq, "g", 2, members=["m1", "m2"])
     got: list[str] = []
 
@@ -147,16 +191,20 @@ async def test_nats_py_consumer_config_is_a_template_its_unset_fields_the_defaul
         got.append(msg.subject)
         await msg.ack()
 
-    templates = {"m1": nats.js.api.ConsumerConfig(max_ack_pending=1000),
-                 "m2": ConsumerConfig(max_ack_pending=3, ack_wait=None)}   # type: ignore[arg-type]
+    templates = {
+        "m1": nats.js.api.ConsumerConfig(max_ack_pending=1000),
+        "m2": ConsumerConfig(max_ack_pending=3, ack_wait=None),
+    }  # type: ignore[arg-type]
     for member, template in templates.items():
         async with static_consume(nc, uniq, "g", member, handler, config=template):
             info = await js.consumer_info(uniq, f"g-{member}")
             assert (info.config.max_ack_pending, info.config.ack_wait) == (template.max_ack_pending, 5.0)
             assert info.config.ack_policy == nats.js.api.AckPolicy.EXPLICIT
     explicit = nats.js.api.ConsumerConfig(ack_wait=2, ack_policy=nats.js.api.AckPolicy.EXPLICIT)
-    async with (static_consume(nc, uniq, "g", "m1", handler, config=explicit),
-                static_consume(nc, uniq, "g", "m2", handler, config=explicit)):
+    async with (
+        static_consume(nc, uniq, "g", "m1", handler, config=explicit),
+        static_consume(nc, uniq, "g", "m2", handler, config=explicit),
+    ):
         for k in range(4):
             await js.publish(f"{uniq}.k{k}", b"x")
         await wait_for(lambda: len(got) == 4, 5, what="the messages of both partitions")
@@ -165,16 +213,25 @@ async def test_nats_py_consumer_config_is_a_template_its_unset_fields_the_defaul
 
 
 def test_a_template_of_another_type_or_with_push_settings_is_refused():
-    with pytest.raises(TypeError, match=r"config must be a pcgroups.ConsumerConfig \(or nats-py's "
-                                        r"nats.js.api.ConsumerConfig\), not builtins.dict"):
-        ConsumerConfig.of({"max_ack_pending": 1})   # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError,
+        match=r"config must be a pcgroups.ConsumerConfig \(or nats-py's "
+        r"nats.js.api.ConsumerConfig\), not builtins.dict",
+    ):
+        ConsumerConfig.of({"max_ack_pending": 1})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="config sets deliver_subject, idle_heartbeat, which a member's consumer"):
         ConsumerConfig.of(nats.js.api.ConsumerConfig(deliver_subject="x", idle_heartbeat=1.0, flow_control=False))
-    converted = ConsumerConfig.of(nats.js.api.ConsumerConfig(
-        ack_policy=nats.js.api.AckPolicy.ALL, replay_policy=nats.js.api.ReplayPolicy.ORIGINAL, backoff=[1.0, 2.0],
-        metadata={"team": "a"}))
-    assert converted == ConsumerConfig(ack_policy="all", replay_policy="original", backoff=[1.0, 2.0],
-                                       metadata={"team": "a"})
+    converted = ConsumerConfig.of(
+        nats.js.api.ConsumerConfig(
+            ack_policy=nats.js.api.AckPolicy.ALL,
+            replay_policy=nats.js.api.ReplayPolicy.ORIGINAL,
+            backoff=[1.0, 2.0],
+            metadata={"team": "a"},
+        )
+    )
+    assert converted == ConsumerConfig(
+        ack_policy="all", replay_policy="original", backoff=[1.0, 2.0], metadata={"team": "a"}
+    )
 
 
 async def test_create_is_idempotent_and_a_different_config_is_an_error(nc, js, uniq):
@@ -193,7 +250,7 @@ async def test_bad_input_is_refused_before_anything_is_written(nc, js, uniq):
     with pytest.raises(ConfigError, match="max number of members must be at least 1"):
         await create_static(nc, uniq, "g", 0, members=["a"])
     with pytest.raises(ConfigError, match="the max number of members must be an int, got str '2'"):
-        await create_static(nc, uniq, "g", "2", members=["a"])   # type: ignore[arg-type]
+        await create_static(nc, uniq, "g", "2", members=["a"])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="member name"):
         await create_static(nc, uniq, "g", 2, members=["a.b"])
     with pytest.raises(ConfigError, match="partition"):
@@ -241,8 +298,8 @@ async def test_config_change_ends_every_instance(nc, js, uniq, change):
     else:
         wanted = ConfigChangedError if change == "update" else ConfigError
         assert all(isinstance(r, wanted) for r in results)
-        for inst, result in zip(insts, results):
-            with pytest.raises(wanted) as raised:   # wait() raises what done() returns
+        for inst, result in zip(insts, results, strict=False):
+            with pytest.raises(wanted) as raised:  # wait() raises what done() returns
                 await inst.wait()
             assert raised.value is result
     if change != "delete":  # consumers of a changed config are deleted by its instances
@@ -255,20 +312,24 @@ async def test_join_errors(nc, js, uniq):
     with pytest.raises(NotAMemberError, match=r"^zz is not a member of static consumer group g \(members: m1\)$"):
         await static_consume(nc, uniq, "g", "zz", counter({}, "x"))
     with pytest.raises(ConfigError, match="concurrency must be 1 without a handler"):
-        await static_consume(nc, uniq, "g", "m1", None, concurrency=2)   # handler=None: iterated
+        await static_consume(nc, uniq, "g", "m1", None, concurrency=2)  # handler=None: iterated
     with pytest.raises(NotFoundError):
         await static_consume(nc, uniq, "nope", "m1", counter({}, "x"))
     with pytest.raises(NotFoundError, match="stream does not exist"):
         await static_consume(nc, uniq + "x", "g", "m1", counter({}, "x"))
 
 
-async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_running_instance(
-        nc, js, uniq, caplog):
+async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_running_instance(nc, js, uniq, caplog):
     """Plain, then max_ack_pending 16, then plain again: each run updates the member's consumer (name,
     filters, PCG group and PinnedTTL kept) and logs one line; while an instance runs, another asking other
     settings is refused, naming them, and the consumer is left as it was."""
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
-                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.>"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, uniq, "g", 1, members=["m1"])
     api = JetStreamApi(nc)
     wide = ConsumerConfig(max_ack_pending=16, ack_wait=1)
@@ -291,15 +352,19 @@ async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_
         now = await run(cfg, concurrency)
         assert now["max_ack_pending"] == cfg.max_ack_pending
         assert [r.getMessage() for r in caplog.records if "consumer" in r.getMessage()] == [
-            f"member m1's consumer: max_ack_pending {change} (updated: no other instance was running)"]
+            f"member m1's consumer: max_ack_pending {change} (updated: no other instance was running)"
+        ]
         kept = ("name", "durable_name", "filter_subjects", "priority_groups", "priority_policy", "priority_timeout")
         assert {k: now.get(k) for k in kept} == {k: first.get(k) for k in kept}
 
     running = await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=FAST)
     await wait_for(lambda: running.consuming, 5, what="the first instance pulling")
     before = await api.consumer_info(uniq, "g-m1")
-    with pytest.raises(ConfigError, match=r"another instance of member m1 is running with other consumer settings "
-                                          r"\(max_ack_pending 1 there, 16 asked\): stop the other instances of m1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"another instance of member m1 is running with other consumer settings "
+        r"\(max_ack_pending 1 there, 16 asked\): stop the other instances of m1",
+    ):
         await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=wide, concurrency=4)
     after = await api.consumer_info(uniq, "g-m1")
     assert after["config"] == before["config"]
@@ -308,15 +373,23 @@ async def test_a_member_switches_consumer_settings_between_runs_but_not_under_a_
     await wait_for(lambda: counts.get("m1") == published, 5, what="the running instance still handling")
     await running.stop()
     assert await running.done() is None
-    with pytest.raises(JetStreamAPIError, match=r"error updating our member's consumer g-m1 to this instance's "
-                                                r"settings \(deliver_policy all -> new\): deliver policy can not"):
+    with pytest.raises(
+        JetStreamAPIError,
+        match=r"error updating our member's consumer g-m1 to this instance's "
+        r"settings \(deliver_policy all -> new\): deliver policy can not",
+    ):
         await static_consume(nc, uniq, "g", "m1", counter(counts, "m1"), config=replace(FAST, deliver_policy="new"))
     assert (await api.consumer_info(uniq, "g-m1"))["config"] == after["config"]
 
 
 async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc, js, uniq):
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
-                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.>"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, uniq, "g", 1, members=["m1"])
     got: dict[str, list[str]] = {"a": [], "b": []}
 
@@ -324,6 +397,7 @@ async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc,
         def h(msg):  # a sync handler: runs in a worker thread, acks block until sent
             got[name].append(msg.subject)
             msg.ack()
+
         return h
 
     a = await static_consume(nc, uniq, "g", "m1", handler("a"), config=FAST)
@@ -346,8 +420,13 @@ async def test_only_the_pinned_instance_receives_and_step_down_moves_the_pin(nc,
 
 
 async def test_long_handler_keeps_its_message_with_in_progress(nc, js, uniq):
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
-                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.>"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, uniq, "g", 1, members=["m1"])
     deliveries: list[int] = []
 
@@ -365,9 +444,13 @@ async def test_long_handler_keeps_its_message_with_in_progress(nc, js, uniq):
 
 
 def _spawn(url, stream, group, member):
-    return subprocess.Popen([sys.executable, "-m", "tests.member_proc", url, "static", stream, group, member],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.member_proc", url, "static", stream, group, member],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
 
 
 async def _lines(proc, sink: list):
@@ -383,12 +466,17 @@ async def _lines(proc, sink: list):
 async def test_sigkill_of_the_pinned_instance_fails_over_to_the_standby(nc, js, uniq, nats_server):
     """Two processes of one member; SIGKILL the pinned one: the standby takes over within ~PinnedTTL and
     every published message is processed, at most the in-flight one twice."""
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.>"],
-                                     subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.>"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, uniq, "g", 1, members=["m1"])
     procs = [_spawn(nats_server.url, uniq, "g", "m1") for _ in range(2)]
     events: list[list[dict]] = [[], []]
-    readers = [asyncio.ensure_future(_lines(p, e)) for p, e in zip(procs, events)]
+    readers = [asyncio.ensure_future(_lines(p, e)) for p, e in zip(procs, events, strict=False)]
     try:
         await wait_for(lambda: all(any(e["ev"] == "ready" for e in ev) for ev in events), 20, what="ready")
         published = 0
@@ -407,8 +495,11 @@ async def test_sigkill_of_the_pinned_instance_fails_over_to_the_standby(nc, js, 
             if victim is not None and published >= 250:
                 break
         survivor = 1 - victim
-        await wait_for(lambda: len({e["subject"] for ev in events for e in ev if e["ev"] == "end"}) == published,
-                       15, what="every message processed")
+        await wait_for(
+            lambda: len({e["subject"] for ev in events for e in ev if e["ev"] == "end"}) == published,
+            15,
+            what="every message processed",
+        )
         ends = [e for ev in events for e in ev if e["ev"] == "end"]
         subjects = [e["subject"] for e in ends]
         assert len(subjects) - len(set(subjects)) <= 1, "at most the in-flight message twice"
@@ -435,24 +526,29 @@ async def test_a_lost_ack_is_acked_again_when_the_message_comes_back(nc, js, uni
     """An ack that never reached the server (sent just before a disconnect: the client counts it as acked):
     the message comes back after AckWait. The instance does not handle it again, and acks it again; before,
     it dropped the redelivery silently, and with max_ack_pending 1 the member then got nothing, for good."""
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
-        src=f"{uniq}.*", dest="{{partition(1,1)}}.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="{{partition(1,1)}}.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, uniq, "g", 1, members=["m1"])
     handled: list[str] = []
 
     async def handler(msg):
         handled.append(msg.subject)
         if len(handled) == 1:
-            msg._settled(acked=True)   # the ack is lost on the way
+            msg._settled(acked=True)  # the ack is lost on the way
         else:
             await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m1", handler, config=FAST)   # AckWait 1 s, max_ack_pending 1
+    inst = await static_consume(nc, uniq, "g", "m1", handler, config=FAST)  # AckWait 1 s, max_ack_pending 1
     try:
         for i in range(5):
             await js.publish(f"{uniq}.k{i}", b"x")
         await wait_for(lambda: len(handled) == 5, 10, what="every message handled after the lost ack")
-        assert handled == [f"k{i}" for i in range(5)]   # the first one once, not again
+        assert handled == [f"k{i}" for i in range(5)]  # the first one once, not again
         await wait_for(lambda: _acked_all(nc, uniq), 5, what="the consumer's ack floor at the last message")
     finally:
         await inst.stop()
@@ -471,9 +567,9 @@ async def test_a_member_share_too_large_for_one_consumer_is_a_clear_error(nc, js
     share = "member m1 would own 1000000000 of the group's 1000000000 partitions"
     with pytest.raises(ConfigError, match=share):
         await create_static(nc, uniq, "g", 10**9, members=["m1"])
-    await create_static(nc, uniq, "other", 2, members=["m1"])   # the bucket
+    await create_static(nc, uniq, "other", 2, members=["m1"])  # the bucket
     kv = await js.key_value(STATIC_BUCKET)
-    with pytest.raises(nats.js.errors.KeyNotFoundError):   # nothing stored by the refused create
+    with pytest.raises(nats.js.errors.KeyNotFoundError):  # nothing stored by the refused create
         await kv.get(f"{uniq}.g")
     await kv.put(f"{uniq}.g", json.dumps({"max_members": 10**9, "members": ["m1"]}).encode())
     with pytest.raises(ConfigError, match=share):
@@ -497,15 +593,18 @@ async def test_double_ack_replies_come_back_time_out_and_report_no_responders(nc
     answering = await nc.subscribe(f"{uniq}.echo", cb=echo)
     silent = await nc.subscribe(f"{uniq}.silent")
     try:
-        assert [(await replies.request(f"{uniq}.echo", str(i).encode(), 2)).data for i in range(3)] == \
-            [b"ok:0", b"ok:1", b"ok:2"]
+        assert [(await replies.request(f"{uniq}.echo", str(i).encode(), 2)).data for i in range(3)] == [
+            b"ok:0",
+            b"ok:1",
+            b"ok:2",
+        ]
         t0 = time.monotonic()
         with pytest.raises(NatsTimeoutError):
             await replies.request(f"{uniq}.silent", b"x", 0.3)
         assert 0.25 < time.monotonic() - t0 < 2
         with pytest.raises(NoRespondersError):
             await replies.request(f"{uniq}.nobody", b"x", 2)
-        assert replies._waiting == {}   # nothing left behind
+        assert replies._waiting == {}  # nothing left behind
     finally:
         await answering.unsubscribe()
         await silent.unsubscribe()

@@ -12,9 +12,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pcgroups.config import ElasticConfig, MemberMapping, PartitioningFilter
+from pcgroups.elastic._sticky import (
+    group_members,
+    moved_partitions,
+    previous_assignment,
+    sticky_assignment,
+    sticky_change,
+    sticky_mappings,
+)
 from pcgroups.partitions import balanced_assignment
-from pcgroups.elastic._sticky import (group_members, moved_partitions, previous_assignment, sticky_assignment,
-                                      sticky_change, sticky_mappings)
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g", "h", "m1", "m10", "m2", "auto-0f3a", "Z", "_x"]
 names = st.sampled_from(NAMES)
@@ -88,8 +94,10 @@ def test_join_and_leave_moves_vs_balanced():
         sticky_moves.append(len(moved_partitions(prev_s, s)))
         balanced_moves.append(len(moved_partitions(prev_b, b)))
         prev_s, prev_b = s, b
-    print(f"\npartitions moved per step (8 partitions: +a +b +c +d -a -b): sticky {sticky_moves}, "
-          f"balanced {balanced_moves}")
+    print(
+        f"\npartitions moved per step (8 partitions: +a +b +c +d -a -b): sticky {sticky_moves}, "
+        f"balanced {balanced_moves}"
+    )
     assert sticky_moves == [8, 4, 2, 2, 2, 3]
     assert sum(sticky_moves) <= sum(balanced_moves)
 
@@ -134,8 +142,8 @@ def test_join_moves_at_most_ceil_n_over_members_all_to_the_joiner(n, start, live
     live = sorted(set(live))
     assume(joiner not in live)
     before = sticky_assignment(n, start, live)
-    after = sticky_assignment(n, before, live + [joiner])
-    check_valid(n, live + [joiner], after)
+    after = sticky_assignment(n, before, [*live, joiner])
+    check_valid(n, [*live, joiner], after)
     moved = moved_partitions(before, after)
     owners = min(len(live) + 1, n)
     assert len(moved) <= math.ceil(n / owners)
@@ -190,8 +198,9 @@ def _balanced_candidates(n: int, live: list[str]):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(1, 5), st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=4, unique=True),
-       st.data())
+@given(
+    st.integers(1, 5), st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=4, unique=True), st.data()
+)
 def test_no_balanced_assignment_moves_fewer(n, live, data):
     previous = data.draw(proper_previous(n, ["a", "b", "c", "d", "gone"]))
     ours = owner_map(sticky_assignment(n, previous, live))
@@ -202,8 +211,9 @@ def test_no_balanced_assignment_moves_fewer(n, live, data):
 
 # --- mappings for the config --------------------------------------------------------------------
 def test_sticky_mappings_from_balanced_members_and_from_mappings():
-    cfg = ElasticConfig(max_members=6, partitioning_filters=[PartitioningFilter("foo.*", [1])],
-                        members=["m1", "m2", "m3"])
+    cfg = ElasticConfig(
+        max_members=6, partitioning_filters=[PartitioningFilter("foo.*", [1])], members=["m1", "m2", "m3"]
+    )
     # previous = the balanced assignment m1 0,1 m2 2,3 m3 4,5; m3 leaves and m4 joins
     mappings = sticky_mappings(cfg, ["m4", "m2", "m1"])
     assert mappings == [MemberMapping("m1", [0, 1]), MemberMapping("m2", [2, 3]), MemberMapping("m4", [4, 5])]
@@ -232,11 +242,11 @@ def test_sticky_mappings_always_validate(n, live, balanced, previous):
 
 
 def test_sticky_change_for_cli_add_and_drop():
-    cfg = ElasticConfig(max_members=4, members=["m1", "m2"])   # balanced: m1 0,1  m2 2,3
+    cfg = ElasticConfig(max_members=4, members=["m1", "m2"])  # balanced: m1 0,1  m2 2,3
     added = sticky_change(cfg, add=["m3"])
     assert added == [MemberMapping("m1", [0, 1]), MemberMapping("m2", [2]), MemberMapping("m3", [3])]
     cfg2 = ElasticConfig(max_members=4, member_mappings=added)
     assert group_members(cfg2) == ["m1", "m2", "m3"]
     assert sticky_change(cfg2, drop=["m1"]) == [MemberMapping("m2", [0, 2]), MemberMapping("m3", [1, 3])]
-    assert sticky_change(cfg2, add=["m3", ""]) == added          # nothing new: nothing moves
+    assert sticky_change(cfg2, add=["m3", ""]) == added  # nothing new: nothing moves
     assert sticky_change(cfg2, drop=["m1", "m2", "m3"]) == []

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from nats.js.api import KeyValueConfig
 
-from pcgroups.jetstream import _store as store
 from pcgroups.errors import NotFoundError
+from pcgroups.jetstream import _store as store
 from pcgroups.jetstream._api import JetStreamApi
 
 
@@ -70,14 +70,14 @@ async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_serve
     from pcgroups import create_static, static_consume
     from pcgroups.errors import JetStreamAPIError
     from pcgroups.jetstream._api import ERR_MAXIMUM_CONSUMERS
-
     from tests.helpers.cli import acg, assert_cli_error
 
     nc = await nats.connect(fresh_server.url)
     api = JetStreamApi(nc)
     try:
-        await nc.jetstream().add_stream(name="O", subjects=["o.*"], subject_transform={
-            "src": "o.*", "dest": "{{partition(2,1)}}.o.{{wildcard(1)}}"})
+        await nc.jetstream().add_stream(
+            name="O", subjects=["o.*"], subject_transform={"src": "o.*", "dest": "{{partition(2,1)}}.o.{{wildcard(1)}}"}
+        )
         await create_static(nc, "O", "g", 2, members=["m1", "m2"])
 
         async def limit(stream: str, n: int) -> None:
@@ -85,15 +85,17 @@ async def test_a_stream_out_of_consumers_is_named_with_what_to_raise(fresh_serve
             await api.request(f"STREAM.UPDATE.{stream}", json.dumps(dict(cfg, max_consumers=n)).encode())
 
         await limit("KV_static-consumer-groups", 1)
-        first = await static_consume(nc, "O", "g", "m1", lambda msg: None)   # its watch takes the one consumer
+        first = await static_consume(nc, "O", "g", "m1", lambda msg: None)  # its watch takes the one consumer
         try:
             with pytest.raises(JetStreamAPIError, match="stream KV_static-consumer-groups has as many consumers") as e:
                 await static_consume(nc, "O", "g", "m2", lambda msg: None)
             assert e.value.err_code == ERR_MAXIMUM_CONSUMERS and "default_max_consumers" in str(e.value)
-            assert_cli_error(await acg("static", "consume", "O", "g", "m2", url=fresh_server.url),
-                             "cg: error: stream KV_static-consumer-groups has as many consumers as it may have")
+            assert_cli_error(
+                await acg("static", "consume", "O", "g", "m2", url=fresh_server.url),
+                "cg: error: stream KV_static-consumer-groups has as many consumers as it may have",
+            )
             await limit("KV_static-consumer-groups", 10)
-            await limit("O", 1)                                           # m1's consumer takes the one of O
+            await limit("O", 1)  # m1's consumer takes the one of O
             with pytest.raises(JetStreamAPIError, match="stream O has as many consumers as it may have"):
                 await static_consume(nc, "O", "g", "m2", lambda msg: None)
         finally:
@@ -112,8 +114,15 @@ async def test_a_stopped_instance_leaves_no_watch_consumer(nc, uniq):
 
     api = JetStreamApi(nc)
     js = nc.jetstream()
-    await js.add_stream(StreamConfig(name=uniq, subjects=[f"{uniq}.*"], subject_transform=SubjectTransform(
-        src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(
+                src=f"{uniq}.*", dest=f"{{{{partition(2,1)}}}}.{uniq}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await create_static(nc, uniq, "g", 2, members=["m1"])
     await js.add_stream(StreamConfig(name=f"{uniq}e", subjects=[f"{uniq}e.*"]))
     await create_elastic(nc, f"{uniq}e", "g", 2, partitioning_filters=[PartitioningFilter(f"{uniq}e.*", [1])])
@@ -129,8 +138,10 @@ async def test_a_stopped_instance_leaves_no_watch_consumer(nc, uniq):
             n += sum(1 for c in infos if uniq in str((c.get("config") or {}).get("filter_subject", "")))
         return n
 
-    for start in (lambda: static_consume(nc, uniq, "g", "m1", lambda m: None),
-                  lambda: elastic_consume(nc, f"{uniq}e", "g", "", lambda m: None, auto=True)):
+    for start in (
+        lambda: static_consume(nc, uniq, "g", "m1", lambda m: None),
+        lambda: elastic_consume(nc, f"{uniq}e", "g", "", lambda m: None, auto=True),
+    ):
         inst = await start()
         assert await watches() >= 1
         await inst.stop()

@@ -21,15 +21,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pcgroups import (PartitioningFilter, RetryPolicy, add_members, create_elastic, create_static, elastic_consume,
-                      partition_of_subject, static_consume, static_member_step_down)
+from pcgroups import (
+    PartitioningFilter,
+    RetryPolicy,
+    add_members,
+    create_elastic,
+    create_static,
+    elastic_consume,
+    partition_of_subject,
+    static_consume,
+    static_member_step_down,
+)
 from pcgroups.errors import SupersededError
 from pcgroups.jetstream._api import ConsumerConfig
-from pcgroups.tracing import NO_TRACING, Tracing
 from pcgroups.pool._worker import serve_worker
-from tests.helpers.support import wait_for
+from pcgroups.tracing import NO_TRACING, Tracing
 from tests.helpers.cli import ROOT, acg, assert_cli_error, cg_env, make_stream, partition_transform, procs
 from tests.helpers.groups import one_partition_group
+from tests.helpers.support import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -57,8 +66,10 @@ async def publish(js, tracer, subject: str, data: bytes, header: str = "tracepar
 
 
 def test_importing_pcgroups_imports_no_opentelemetry():
-    code = ("import sys, pcgroups, pcgroups.tracing, pcgroups.static, pcgroups.elastic._instance, cg.consume, cg.otel; "
-            "print('opentelemetry' in sys.modules)")
+    code = (
+        "import sys, pcgroups, pcgroups.tracing, pcgroups.static, pcgroups.elastic._instance, cg.consume, cg.otel; "
+        "print('opentelemetry' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.stdout.strip() == "False", r.stderr
 
@@ -106,14 +117,14 @@ async def test_a_wrapped_handler_keeps_its_kind_and_runs_inside_its_span():
     await wrapped["ok"](FakeMsg())
     await asyncio.to_thread(wrapped["in_thread"], FakeMsg(stream_sequence=8))
     await asyncio.to_thread(wrapped["naks"], FakeMsg(stream_sequence=9))
-    with pytest.raises(SupersededError):   # passed through unchanged, as any exception
+    with pytest.raises(SupersededError):  # passed through unchanged, as any exception
         await wrapped["superseded"](FakeMsg(stream_sequence=10))
     with pytest.raises(KeyError):
         await wrapped["fails"](FakeMsg(stream_sequence=11))
     by_seq = {s.attributes["pcgroups.stream_sequence"]: s for s in exporter.get_finished_spans()}
     assert seen["async"] == by_seq[7].context
     assert seen["thread"][0] == by_seq[8].context and seen["thread"][1] is not threading.main_thread()
-    assert trace.get_current_span() is trace.INVALID_SPAN   # nothing left attached
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
     assert by_seq[7].status.status_code is StatusCode.UNSET and by_seq[7].parent is None
     assert by_seq[9].status.status_code is StatusCode.ERROR and [e.name for e in by_seq[9].events] == ["nak"]
     assert by_seq[10].status.status_code is StatusCode.UNSET and by_seq[10].events[0].name == "superseded"
@@ -157,8 +168,16 @@ async def test_process_spans_continue_the_producers_trace_under_key_level_concur
             children[msg.subject] = span.get_span_context()
         await msg.ack()
 
-    inst = await static_consume(nc, uniq, "g", "m1", handler, config=ConsumerConfig(max_ack_pending=12, ack_wait=5),
-                                concurrency=3, tracing=tracing)
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m1",
+        handler,
+        config=ConsumerConfig(max_ack_pending=12, ack_wait=5),
+        concurrency=3,
+        tracing=tracing,
+    )
     async with inst:
         await inst.wait_for_consuming(timeout=10)
         producers = {f"{uniq}.k{i}": await publish(js, tracer, f"{uniq}.k{i}", b"x" * i) for i in range(5)}
@@ -171,19 +190,27 @@ async def test_process_spans_continue_the_producers_trace_under_key_level_concur
         assert span.name == f"process {uniq}" and span.kind is SpanKind.CONSUMER
         assert span.context.trace_id == producer.trace_id and span.parent.span_id == producer.span_id, subject
         assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [
-            (producer.trace_id, producer.span_id)]
+            (producer.trace_id, producer.span_id)
+        ]
         assert children[subject].trace_id == producer.trace_id
         inside = next(s for s in exporter.get_finished_spans() if s.context == children[subject])
         assert inside.parent.span_id == span.context.span_id
         assert span.status.status_code is StatusCode.UNSET
         assert dict(span.attributes) == {
-            "messaging.system": "nats", "messaging.operation.name": "process", "messaging.operation.type": "process",
-            "messaging.destination.name": subject, "messaging.consumer.group.name": "g",
+            "messaging.system": "nats",
+            "messaging.operation.name": "process",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": subject,
+            "messaging.consumer.group.name": "g",
             "messaging.destination.partition.id": str(partition_of_subject(subject, 4, [1], f"{uniq}.*")),
             "messaging.message.body.size": len(b"go" if subject.endswith("go") else b"x" * int(subject[-1])),
-            "pcgroups.flavour": "static", "pcgroups.stream": uniq, "pcgroups.member": "m1",
-            "pcgroups.delivery_count": 1, "pcgroups.stream_sequence": span.attributes["pcgroups.stream_sequence"],
-            "pcgroups.key": subject}
+            "pcgroups.flavour": "static",
+            "pcgroups.stream": uniq,
+            "pcgroups.member": "m1",
+            "pcgroups.delivery_count": 1,
+            "pcgroups.stream_sequence": span.attributes["pcgroups.stream_sequence"],
+            "pcgroups.key": subject,
+        }
     plain = spans[f"{uniq}.plain"]
     assert plain.parent is None and not plain.links
     assert len({s.context.trace_id for s in spans.values()}) == 7
@@ -207,17 +234,30 @@ async def test_failures_naks_and_dead_letters_set_the_status_and_an_event(js, nc
         await msg.ack()
 
     retry = RetryPolicy(max_deliver=3, backoff=0.01, on_dead_letter=lambda msg, reason: dead.append(reason))
-    inst = await static_consume(nc, uniq, "g", "m1", handler, config=ConsumerConfig(max_ack_pending=10, ack_wait=5),
-                                concurrency=2, retry=retry, tracing=tracing)
+    inst = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m1",
+        handler,
+        config=ConsumerConfig(max_ack_pending=10, ack_wait=5),
+        concurrency=2,
+        retry=retry,
+        tracing=tracing,
+    )
     async with inst:
         await inst.wait_for_consuming(timeout=10)
         poison = await publish(js, tracer, f"{uniq}.a", b"poison")
         await publish(js, tracer, f"{uniq}.b", b"nak-once")
-        await wait_for(lambda: named(exporter, "dead-letter") and len(named(exporter, "process")) == 5,
-                       what="the dead letter and 5 process spans")
-    assert len(dead) == 1   # the user's own callback is still told
-    attempts = sorted((s for s in named(exporter, "process") if s.attributes["messaging.destination.name"] == f"{uniq}.a"),
-                      key=lambda s: s.start_time)
+        await wait_for(
+            lambda: named(exporter, "dead-letter") and len(named(exporter, "process")) == 5,
+            what="the dead letter and 5 process spans",
+        )
+    assert len(dead) == 1  # the user's own callback is still told
+    attempts = sorted(
+        (s for s in named(exporter, "process") if s.attributes["messaging.destination.name"] == f"{uniq}.a"),
+        key=lambda s: s.start_time,
+    )
     assert [s.attributes["pcgroups.delivery_count"] for s in attempts] == [1, 2, 3]
     for s in attempts:
         assert s.status.status_code is StatusCode.ERROR and s.attributes["error.type"] == "ValueError"
@@ -226,8 +266,10 @@ async def test_failures_naks_and_dead_letters_set_the_status_and_an_event(js, nc
     assert letter.parent.span_id == attempts[-1].context.span_id and letter.context.trace_id == poison.trace_id
     assert letter.status.status_code is StatusCode.ERROR and letter.events[0].name == "dead-letter"
     assert "poison" in letter.events[0].attributes["reason"]
-    naked, retried = sorted((s for s in named(exporter, "process")
-                             if s.attributes["messaging.destination.name"] == f"{uniq}.b"), key=lambda s: s.start_time)
+    naked, retried = sorted(
+        (s for s in named(exporter, "process") if s.attributes["messaging.destination.name"] == f"{uniq}.b"),
+        key=lambda s: s.start_time,
+    )
     assert naked.status.status_code is StatusCode.ERROR and [e.name for e in naked.events] == ["nak"]
     assert retried.status.status_code is StatusCode.UNSET and retried.attributes["pcgroups.delivery_count"] == 2
 
@@ -248,8 +290,9 @@ async def test_one_at_a_time_a_nak_is_redelivered_and_a_failure_ends_the_instanc
         else:
             raise RuntimeError("broken")
 
-    inst = await static_consume(nc, uniq, "g", "m1", handler, config=ConsumerConfig(ack_wait=5, max_ack_pending=1),
-                                tracing=tracing)
+    inst = await static_consume(
+        nc, uniq, "g", "m1", handler, config=ConsumerConfig(ack_wait=5, max_ack_pending=1), tracing=tracing
+    )
     await inst.wait_for_consuming(timeout=10)
     await publish(js, tracer, f"{uniq}.a", b"1")
     await publish(js, tracer, f"{uniq}.a", b"2")
@@ -257,7 +300,7 @@ async def test_one_at_a_time_a_nak_is_redelivered_and_a_failure_ends_the_instanc
     nak, redelivered, broken = sorted(named(exporter, "process"), key=lambda s: s.start_time)
     assert [e.name for e in nak.events] == ["nak"] and nak.attributes["pcgroups.delivery_count"] == 1
     assert redelivered.attributes["pcgroups.delivery_count"] == 2 and redelivered.status.status_code is StatusCode.UNSET
-    assert "pcgroups.key" not in redelivered.attributes   # one at a time: no key
+    assert "pcgroups.key" not in redelivered.attributes  # one at a time: no key
     assert broken.status.status_code is StatusCode.ERROR and broken.attributes["error.type"] == "RuntimeError"
 
 
@@ -303,16 +346,26 @@ async def test_a_take_over_from_a_standby_after_a_step_down(js, nc, uniq):
     config = ConsumerConfig(ack_wait=1)
     standby = asyncio.Event()
     first = await static_consume(nc, uniq, "g", "m1", handler, config=config)
-    second = await static_consume(nc, uniq, "g", "m1", handler, config=config, tracing=tracing,
-                                  on_event=lambda ev: ev.kind == "standby" and standby.set())
+    second = await static_consume(
+        nc,
+        uniq,
+        "g",
+        "m1",
+        handler,
+        config=config,
+        tracing=tracing,
+        on_event=lambda ev: ev.kind == "standby" and standby.set(),
+    )
     async with first, second:
         await publish(js, tracer, f"{uniq}.a", b"1")
         await wait_for(lambda: first.pinned, what="the first instance pinned")
         await asyncio.wait_for(standby.wait(), 10)
         await static_member_step_down(nc, uniq, "g", "m1")
-        async def published_then_pinned() -> bool:   # until the second one gets a message, and with it the pin
+
+        async def published_then_pinned() -> bool:  # until the second one gets a message, and with it the pin
             await publish(js, tracer, f"{uniq}.b", b"b")
             return second.pinned
+
         await wait_for(published_then_pinned, 4, interval=0.2, what="the second instance pinned")
         await wait_for(lambda: named(exporter, "take-over"), what="the take-over span")
     [take_over] = named(exporter, "take-over")
@@ -331,14 +384,15 @@ async def test_automatic_membership_traces_the_assignment_it_writes(js, nc, uniq
     inst = await elastic_consume(nc, uniq, "g", "", handler, auto=True, lease_ttl=2, tracing=tracing)
     async with inst:
         await wait_for(lambda: named(exporter, "assign"), what="the assign span")
-    join, leave = sorted(named(exporter, "assign"), key=lambda s: s.start_time)   # and its leave at the stop
+    join, leave = sorted(named(exporter, "assign"), key=lambda s: s.start_time)  # and its leave at the stop
     assert join.attributes["pcgroups.members.before"] == () and leave.attributes["pcgroups.members.after"] == ()
-    assert join.attributes["pcgroups.members.after"] == leave.attributes["pcgroups.members.before"] == (
-        inst.member_name,)
+    assert (
+        join.attributes["pcgroups.members.after"] == leave.attributes["pcgroups.members.before"] == (inst.member_name,)
+    )
     assert join.attributes["pcgroups.partitions.moved"] == 4 and join.start_time <= join.end_time
 
 
-async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections):  # noqa: F811 - the fixture
+async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections):
     """With ``dispatch=True`` the workers run the calls: each worker call is a process span of the worker's,
     child of the producer's span, naming the dispatching member and the worker; the dispatching member's
     dead letter joins the producer's trace."""
@@ -350,15 +404,24 @@ async def test_a_pool_worker_traces_the_calls_it_runs(js, nc, uniq, connections)
             raise ValueError("poison")
         await msg.ack()
 
-    d = await static_consume(await connections(), uniq, "g", "m", dispatch=True, tracing=tracing,
-                             retry=RetryPolicy(max_deliver=2, backoff=0.01))
+    d = await static_consume(
+        await connections(),
+        uniq,
+        "g",
+        "m",
+        dispatch=True,
+        tracing=tracing,
+        retry=RetryPolicy(max_deliver=2, backoff=0.01),
+    )
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w1", capacity=2, tracing=tracing)
     try:
         await w.wait_for_consuming(10)
         fine = await publish(js, tracer, f"{uniq}.a", b"fine")
         poison = await publish(js, tracer, f"{uniq}.b", b"poison")
-        await wait_for(lambda: named(exporter, "dead-letter") and len(named(exporter, "process")) == 3,
-                       what="3 worker calls and the dead letter")
+        await wait_for(
+            lambda: named(exporter, "dead-letter") and len(named(exporter, "process")) == 3,
+            what="3 worker calls and the dead letter",
+        )
     finally:
         await w.stop()
         await d.stop()
@@ -379,7 +442,7 @@ class Collector:
     def __init__(self) -> None:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        self.spans: list[tuple[dict, object]] = []   # (resource attributes, span)
+        self.spans: list[tuple[dict, object]] = []  # (resource attributes, span)
         received = self.spans
 
         class Handler(BaseHTTPRequestHandler):
@@ -417,12 +480,17 @@ async def test_cg_consume_otel_exports_over_otlp_http(js, nc, server_url, uniq):
     await make_stream(js, uniq, transform=partition_transform(uniq, 2))
     await create_static(nc, uniq, "g", 2, members=["m1"])
     collector = Collector()
-    env = cg_env(server_url, OTEL_TRACES_EXPORTER="otlp,console", OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
-                 OTEL_BSP_SCHEDULE_DELAY="100")
+    env = cg_env(
+        server_url,
+        OTEL_TRACES_EXPORTER="otlp,console",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
     try:
         async with procs() as start:
-            p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--concurrency", "3", "--otel",
-                            env=env)
+            p = await start(
+                "static", "consume", uniq, "g", "m1", "--sleep", "0", "--concurrency", "3", "--otel", env=env
+            )
             await p.wait_text("consuming...")
             producers = [await publish(js, tracer, f"{uniq}.k{i}", b"x") for i in range(5)]
             await p.wait_output(lambda o: o.count("acked\n") == 5, what="5 acked")
@@ -456,7 +524,7 @@ async def test_cg_consume_otel_without_a_collector_says_so_once(js, nc, server_u
         p = await start("static", "consume", uniq, "g", "m1", "--sleep", "0", "--otel", env=env)
         await p.wait_text("consuming...")
         err = ""
-        for i in range(4):   # batches of their own, each failing
+        for i in range(4):  # batches of their own, each failing
             await js.publish(f"{uniq}.k{i}", b"x")
             await p.wait_output(lambda o: o.count("acked\n") == i + 1, what=f"{i + 1} acked")
             while i == 0 and said not in err:
@@ -473,8 +541,9 @@ async def test_bad_otel_settings_are_one_line(server_url, tmp_path):
     r = await acg(*args, env=cg_env(server_url, OTEL_TRACES_EXPORTER="nosuch"))
     assert_cli_error(r, "the span exporter 'nosuch', which is not installed (installed: console")
     r = await acg(*args, env=cg_env(server_url, OTEL_EXPORTER_OTLP_PROTOCOL="http/json"))
-    assert_cli_error(r, "OTEL_EXPORTER_OTLP_PROTOCOL 'http/json' is not a protocol cg can export with: give "
-                        "http/protobuf or grpc")
+    assert_cli_error(
+        r, "OTEL_EXPORTER_OTLP_PROTOCOL 'http/json' is not a protocol cg can export with: give http/protobuf or grpc"
+    )
     r = await acg(*args, env=cg_env(server_url, OTEL_EXPORTER_OTLP_PROTOCOL="grpc"))
     assert_cli_error(r, "pip install opentelemetry-exporter-otlp-proto-grpc")
     blocker = tmp_path / "opentelemetry"

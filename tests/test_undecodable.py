@@ -16,13 +16,20 @@ import socket
 import nats
 from nats.js.api import StreamConfig, SubjectTransform
 
-from pcgroups import (ConsumerConfig, PartitioningFilter, create_elastic, create_static, elastic_consume,
-                      list_static_groups, static_consume)
+from pcgroups import (
+    ConsumerConfig,
+    PartitioningFilter,
+    create_elastic,
+    create_static,
+    elastic_consume,
+    list_static_groups,
+    static_consume,
+)
 from pcgroups.spark import _nats
 from pcgroups.spark._options import ConnectionOptions, SourceOptions
+from tests.helpers.cli import procs, run_cg
 
 from .helpers.support import wait_for
-from tests.helpers.cli import procs, run_cg
 
 FAST = ConsumerConfig(max_ack_pending=1, ack_wait=1)
 
@@ -32,7 +39,7 @@ def raw_publish(url: str, *frames: bytes) -> None:
     wait for the PONG: the server has processed them."""
     host, port = url.removeprefix("nats://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.recv(4096)   # INFO
+        s.recv(4096)  # INFO
         s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n' + b"".join(frames) + b"PING\r\n")
         got = b""
         while b"PONG" not in got:
@@ -51,9 +58,16 @@ def hpub(subject: bytes, header: bytes, payload: bytes = b"hdr") -> bytes:
 
 
 async def one_partition_stream(js, stream: str) -> None:
-    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.*"], allow_direct=True,
-                                     subject_transform=SubjectTransform(
-        src=f"{stream}.*", dest=f"{{{{partition(1,1)}}}}.{stream}.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.*"],
+            allow_direct=True,
+            subject_transform=SubjectTransform(
+                src=f"{stream}.*", dest=f"{{{{partition(1,1)}}}}.{stream}.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
 
 
 async def publish_bad_then_good(url: str, js, stream: str) -> None:
@@ -67,12 +81,16 @@ def handled(seen: list):
     async def handler(msg):
         seen.append((msg.sequence, msg.subject, (msg.headers or {}).get("Note")))
         await msg.ack()
+
     return handler
 
 
 def expected(stream: str) -> list:
-    return [(1, f"{stream}.\ufffd", None), (2, f"{stream}.h", "caf\ufffd"),
-            *((3 + i, f"{stream}.ok{i}", None) for i in range(3))]
+    return [
+        (1, f"{stream}.\ufffd", None),
+        (2, f"{stream}.h", "caf\ufffd"),
+        *((3 + i, f"{stream}.ok{i}", None) for i in range(3)),
+    ]
 
 
 async def test_a_static_member_goes_on_past_a_subject_that_is_not_utf8(nats_server, nc, js, uniq, caplog):
@@ -86,8 +104,10 @@ async def test_a_static_member_goes_on_past_a_subject_that_is_not_utf8(nats_serv
         await wait_for(lambda: len(seen) == 5, 10, what="5 messages handled")
     assert seen == expected(uniq)
     warnings = [r.getMessage() for r in caplog.records if "not valid UTF-8" in r.getMessage()]
-    assert warnings == [f"the subject of message 1 of stream {uniq} (consumer g-m1) is not valid UTF-8 "
-                        f"(0.{uniq}.\\xff): delivered with U+FFFD in place of the invalid bytes"]
+    assert warnings == [
+        f"the subject of message 1 of stream {uniq} (consumer g-m1) is not valid UTF-8 "
+        f"(0.{uniq}.\\xff): delivered with U+FFFD in place of the invalid bytes"
+    ]
 
 
 async def test_an_elastic_member_with_concurrency_goes_on_past_it(nats_server, nc, js, uniq):
@@ -95,8 +115,9 @@ async def test_an_elastic_member_with_concurrency_goes_on_past_it(nats_server, n
     await create_elastic(nc, uniq, "g", 1, partitioning_filters=[PartitioningFilter(f"{uniq}.*", [1])])
     await run_cg("elastic", "add", uniq, "g", "m1", url=nats_server.url)
     seen: list = []
-    async with await elastic_consume(nc, uniq, "g", "m1", handled(seen), config=ConsumerConfig(ack_wait=1),
-                                     concurrency=4) as inst:
+    async with await elastic_consume(
+        nc, uniq, "g", "m1", handled(seen), config=ConsumerConfig(ack_wait=1), concurrency=4
+    ) as inst:
         await inst.wait_for_consuming(10)
         await publish_bad_then_good(nats_server.url, js, uniq)
         await wait_for(lambda: len(seen) == 5, 10, what="5 messages handled")
@@ -133,16 +154,28 @@ async def test_spark_reads_it_with_u_fffd_in_both_read_modes(nats_server, js, un
     nc = await _nats.connect(ConnectionOptions(servers=(url,)))
     try:
         for mode in ("direct", "consumer"):
-            plan = await _nats.resolve(nc, SourceOptions.parse({"servers": url, "stream": uniq,
-                                                                  "partitionCount": "1", "readMode": mode}))
+            plan = await _nats.resolve(
+                nc, SourceOptions.parse({"servers": url, "stream": uniq, "partitionCount": "1", "readMode": mode})
+            )
             cls = _nats.DirectRangeReader if mode == "direct" else _nats.ConsumerRangeReader
-            r = cls(nc, ConnectionOptions(servers=(url,)), uniq, 0, 1, 6, plan.layout.filter_subjects(0), batch=10,
-                    include_headers=True)
+            r = cls(
+                nc,
+                ConnectionOptions(servers=(url,)),
+                uniq,
+                0,
+                1,
+                6,
+                plan.layout.filter_subjects(0),
+                batch=10,
+                include_headers=True,
+            )
             await r.open()
             rows = []
             try:
                 while (cols := await asyncio.wait_for(r.next_batch(), 10)) is not None:
-                    rows += list(zip(cols.sequence, cols.subject, (dict(h).get("Note") for h in cols.headers)))
+                    rows += list(
+                        zip(cols.sequence, cols.subject, (dict(h).get("Note") for h in cols.headers), strict=False)
+                    )
             finally:
                 await r.close()
             assert rows == expected(uniq), mode
@@ -161,11 +194,12 @@ async def test_a_plain_client_of_the_library_survives_it(nats_server, uniq):
 
         async def received(msg):
             got.append(msg.subject)
+
         await nc.subscribe(f"{uniq}.>", cb=received)
         await nc.flush()
         raw_publish(nats_server.url, pub(f"{uniq}.".encode() + b"\xfe"), pub(f"{uniq}.ok".encode()))
         await wait_for(lambda: len(got) == 2, 5, what="both messages")
         assert got == [f"{uniq}.\ufffd", f"{uniq}.ok"]
-        assert (await nc.request("$JS.API.INFO", b"", timeout=5)).data   # the connection still reads
+        assert (await nc.request("$JS.API.INFO", b"", timeout=5)).data  # the connection still reads
     finally:
         await nc.close()

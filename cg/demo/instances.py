@@ -10,8 +10,8 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .script import ELASTIC_GROUP, ELASTIC_STREAM, STATIC_GROUP, STATIC_STREAM, Plan
@@ -64,10 +64,26 @@ class Worker:
         env.pop("CG_PRETTY", None)
         with open(os.path.join(log_dir, f"{self.name}.log"), "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "cg.demo.worker", url, self.flavour, stream, group, self.member, self.name,
-                "--ack-wait", str(plan.ack_wait), "--work", str(plan.work),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-                start_new_session=True, env=env, limit=1 << 20)
+                sys.executable,
+                "-m",
+                "cg.demo.worker",
+                url,
+                self.flavour,
+                stream,
+                group,
+                self.member,
+                self.name,
+                "--ack-wait",
+                str(plan.ack_wait),
+                "--work",
+                str(plan.work),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                env=env,
+                limit=1 << 20,
+            )
         self.reader = asyncio.create_task(self._read(), name=f"demo-read-{self.name}")
 
     async def _read(self) -> None:
@@ -114,7 +130,7 @@ class Worker:
         if self.reader is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self.reader), 5)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 pass
         self.pin = None
         if self.killed_at is not None:
@@ -134,7 +150,7 @@ class Worker:
                 pass
             try:
                 await asyncio.wait_for(proc.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 try:
                     proc.kill()
                 except ProcessLookupError:
@@ -143,8 +159,7 @@ class Worker:
         if self.reader is not None:
             try:
                 await asyncio.wait_for(self.reader, 5)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 self.reader.cancel()
         if self.killed_at is not None:
             self.recorder.close_instance(self.name, t=self.killed_at)
-

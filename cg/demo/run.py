@@ -12,31 +12,57 @@ from collections import Counter, defaultdict, deque
 from typing import TYPE_CHECKING, Any
 
 from .instances import Worker
-from .script import (CLUSTER_PHASES, ELASTIC_ADDED, ELASTIC_DROPPED, ELASTIC_FIRST, ELASTIC_GROUP, ELASTIC_PARTITIONS,
-                     ELASTIC_STREAM, INSTANCES, KEYS, KILL_ELASTIC_MEMBER, KILL_STATIC_MEMBER, MIN_DURATION, PHASES,
-                     STATIC_GROUP, STATIC_MEMBERS, STATIC_PARTITIONS, STATIC_STREAM, DemoResult, Move, Plan, Takeover,
-                     flavour_of)
+from .script import (
+    CLUSTER_PHASES,
+    ELASTIC_ADDED,
+    ELASTIC_DROPPED,
+    ELASTIC_FIRST,
+    ELASTIC_GROUP,
+    ELASTIC_PARTITIONS,
+    ELASTIC_STREAM,
+    INSTANCES,
+    KEYS,
+    KILL_ELASTIC_MEMBER,
+    KILL_STATIC_MEMBER,
+    MIN_DURATION,
+    PHASES,
+    STATIC_GROUP,
+    STATIC_MEMBERS,
+    STATIC_PARTITIONS,
+    STATIC_STREAM,
+    DemoResult,
+    Move,
+    Plan,
+    Takeover,
+    flavour_of,
+)
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from rich.console import Console
     from rich.text import Text
 
-    from nats.aio.client import Client
-
-    from pcgroups.testing import Report
-    from pcgroups.testing import EmbeddedCluster
     from pcgroups.jetstream import JetStreamApi
-    from pcgroups.testing import EmbeddedServer
+    from pcgroups.testing import EmbeddedCluster, EmbeddedServer, Report
 
 
 class Demo:
-    def __init__(self, *, duration: float, console: Console, rate: float, ack_wait: float | None, work: float,
-                 live: bool | None, cluster: bool = False):
+    def __init__(
+        self,
+        *,
+        duration: float,
+        console: Console,
+        rate: float,
+        ack_wait: float | None,
+        work: float,
+        live: bool | None,
+        cluster: bool = False,
+    ):
         from pcgroups.testing import Recorder
 
         self.duration = max(duration, MIN_DURATION)
         self.cluster_mode = cluster
-        self.cluster: EmbeddedCluster | None = None   # with --cluster
+        self.cluster: EmbeddedCluster | None = None  # with --cluster
         self.url = ""
         self.phases = CLUSTER_PHASES if cluster else PHASES
         self.console = console
@@ -45,14 +71,14 @@ class Demo:
         self.work = work
         self.live_view = console.is_terminal if live is None else live
         self.started = time.monotonic()
-        self.t0_wall = 0.0                 # wall time the traffic started
+        self.t0_wall = 0.0  # wall time the traffic started
         self.plan: Plan | None = None
         self.server: EmbeddedServer | None = None
-        self._nc: Client | None = None     # setup() connects
+        self._nc: Client | None = None  # setup() connects
         self._api: JetStreamApi | None = None
         self.recorders = {"static": Recorder(), "elastic": Recorder()}
         self.expected: dict[str, list[int]] = {"static": [], "elastic": []}
-        self.acked: dict[str, Counter[int]] = defaultdict(Counter)   # per flavour: partition -> acks; per instance: 0
+        self.acked: dict[str, Counter[int]] = defaultdict(Counter)  # per flavour: partition -> acks; per instance: 0
         self.pins: dict[str, str] = {}
         self.workers: dict[str, Worker] = {}
         self.events: deque[tuple[float, Text]] = deque(maxlen=9)
@@ -85,56 +111,78 @@ class Demo:
         from nats.js.api import StreamConfig, SubjectTransform
 
         from pcgroups import JetStreamApi, PartitioningFilter, add_members, create_elastic, create_static
-        from pcgroups.testing import EmbeddedCluster
-        from pcgroups.testing import EmbeddedServer
+        from pcgroups.testing import EmbeddedCluster, EmbeddedServer
 
         if self.cluster_mode:
             self.cluster = EmbeddedCluster(size=3)
             await asyncio.to_thread(self.cluster.start)
             self.url = self.cluster.url
             self.log_dir = self.cluster._tmp.name if self.cluster._tmp else ""
-            self.event(f"3-node nats-server cluster on {self.url} (meta leader {self.cluster.meta_leader()}, "
-                       f"stores under {self.log_dir})")
+            self.event(
+                f"3-node nats-server cluster on {self.url} (meta leader {self.cluster.meta_leader()}, "
+                f"stores under {self.log_dir})"
+            )
         else:
             self.server = EmbeddedServer()
             await asyncio.to_thread(self.server.start)
             self.url = self.server.url
             self.log_dir = self.server.store_dir
             self.event(f"nats-server on {self.server.url} (store {self.server.store_dir})")
-        self._nc = await nats.connect(servers=self.url.split(","), max_reconnect_attempts=-1,
-                                      reconnect_time_wait=0.2, name="cg-demo")
+        self._nc = await nats.connect(
+            servers=self.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name="cg-demo"
+        )
         self._api = JetStreamApi(self._nc)
         js = self.nc.jetstream()
         replicas = 3 if self.cluster_mode else 1
-        await js.add_stream(StreamConfig(
-            name=STATIC_STREAM, subjects=[f"{STATIC_STREAM}.*"], num_replicas=replicas,
-            subject_transform=SubjectTransform(
-                src=f"{STATIC_STREAM}.*",
-                dest=f"{{{{partition({STATIC_PARTITIONS},1)}}}}.{STATIC_STREAM}.{{{{wildcard(1)}}}}")))
+        await js.add_stream(
+            StreamConfig(
+                name=STATIC_STREAM,
+                subjects=[f"{STATIC_STREAM}.*"],
+                num_replicas=replicas,
+                subject_transform=SubjectTransform(
+                    src=f"{STATIC_STREAM}.*",
+                    dest=f"{{{{partition({STATIC_PARTITIONS},1)}}}}.{STATIC_STREAM}.{{{{wildcard(1)}}}}",
+                ),
+            )
+        )
         await js.add_stream(StreamConfig(name=ELASTIC_STREAM, subjects=[f"{ELASTIC_STREAM}.*"], num_replicas=replicas))
-        await create_static(self.nc, STATIC_STREAM, STATIC_GROUP, STATIC_PARTITIONS, members=STATIC_MEMBERS,
-                            api=self.api)
-        await create_elastic(self.nc, ELASTIC_STREAM, ELASTIC_GROUP, ELASTIC_PARTITIONS,
-                             partitioning_filters=[PartitioningFilter(f"{ELASTIC_STREAM}.*", [1])], api=self.api)
+        await create_static(
+            self.nc, STATIC_STREAM, STATIC_GROUP, STATIC_PARTITIONS, members=STATIC_MEMBERS, api=self.api
+        )
+        await create_elastic(
+            self.nc,
+            ELASTIC_STREAM,
+            ELASTIC_GROUP,
+            ELASTIC_PARTITIONS,
+            partitioning_filters=[PartitioningFilter(f"{ELASTIC_STREAM}.*", [1])],
+            api=self.api,
+        )
         await add_members(self.nc, ELASTIC_STREAM, ELASTIC_GROUP, ELASTIC_FIRST, api=self.api)
-        self.event(f"stream {STATIC_STREAM} ({STATIC_PARTITIONS} partitions by key), static group {STATIC_GROUP}: "
-                   f"members {' '.join(STATIC_MEMBERS)}")
-        self.event(f"stream {ELASTIC_STREAM}, elastic group {ELASTIC_GROUP} ({ELASTIC_PARTITIONS} partitions): "
-                   f"members {' '.join(ELASTIC_FIRST)}")
-        span = self.duration - self.elapsed() - 1.5     # what is left after setup and the instances' start
-        self.plan = Plan.make(span, rate=self.rate, ack_wait=self.ack_wait_opt, work=self.work,
-                              cluster=self.cluster_mode)
+        self.event(
+            f"stream {STATIC_STREAM} ({STATIC_PARTITIONS} partitions by key), static group {STATIC_GROUP}: "
+            f"members {' '.join(STATIC_MEMBERS)}"
+        )
+        self.event(
+            f"stream {ELASTIC_STREAM}, elastic group {ELASTIC_GROUP} ({ELASTIC_PARTITIONS} partitions): "
+            f"members {' '.join(ELASTIC_FIRST)}"
+        )
+        span = self.duration - self.elapsed() - 1.5  # what is left after setup and the instances' start
+        self.plan = Plan.make(
+            span, rate=self.rate, ack_wait=self.ack_wait_opt, work=self.work, cluster=self.cluster_mode
+        )
         for flavour, member, name in INSTANCES:
             self.workers[name] = Worker(self, flavour, member, name)
         await asyncio.gather(*(w.start(self.url, self.log_dir, self.plan) for w in self.workers.values()))
         try:
             await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in self.workers.values())), 20)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             late = [w.name for w in self.workers.values() if not w.ready.is_set()]
             raise RuntimeError(f"instances did not start: {', '.join(late)} (logs in {self.log_dir})") from None
-        self.event(f"{len(self.workers)} instances running as processes: "
-                   + ", ".join(f"{w.name}" for w in self.workers.values())
-                   + f" (AckWait = PinnedTTL = {self.plan.ack_wait:g}s, max_ack_pending 1)")
+        self.event(
+            f"{len(self.workers)} instances running as processes: "
+            + ", ".join(f"{w.name}" for w in self.workers.values())
+            + f" (AckWait = PinnedTTL = {self.plan.ack_wait:g}s, max_ack_pending 1)"
+        )
 
     @property
     def nc(self) -> Client:
@@ -219,10 +267,12 @@ class Demo:
 
         at = victim.kill()
         self.event(f"SIGKILL {victim.name} (pid {victim.pid}), the pinned instance of {member}", "bold red")
-        members, n = (STATIC_MEMBERS, STATIC_PARTITIONS) if flavour == "static" else (self.elastic_members,
-                                                                                        ELASTIC_PARTITIONS)
-        take = Takeover(f"{flavour} {member}", at, victim=victim.name,
-                        partitions=balanced_assignment(members, n).get(member, []))
+        members, n = (
+            (STATIC_MEMBERS, STATIC_PARTITIONS) if flavour == "static" else (self.elastic_members, ELASTIC_PARTITIONS)
+        )
+        take = Takeover(
+            f"{flavour} {member}", at, victim=victim.name, partitions=balanced_assignment(members, n).get(member, [])
+        )
         self.takeovers.append(take)
         self._tasks.append(asyncio.create_task(victim.settle_kill()))
         self._tasks.append(asyncio.create_task(self._watch_takeover(take, member, exclude={victim.name})))
@@ -232,7 +282,7 @@ class Demo:
         """A kill: until another instance of ``member`` starts a message."""
         assert self.plan is not None
         rec = self.recorders[flavour_of(member)]
-        seen = 0      # calls looked at so far (the record only grows)
+        seen = 0  # calls looked at so far (the record only grows)
         first = None
         while True:
             calls = rec.calls[seen:]
@@ -244,8 +294,11 @@ class Demo:
             if first is not None:
                 take.after = first.start - take.at
                 take.by = first.instance
-                self.event(f"{first.instance} took over {member} {take.after:.2f}s after the kill "
-                           f"(PinnedTTL {self.plan.ack_wait:g}s)", "bold green")
+                self.event(
+                    f"{first.instance} took over {member} {take.after:.2f}s after the kill "
+                    f"(PinnedTTL {self.plan.ack_wait:g}s)",
+                    "bold green",
+                )
                 return
             await asyncio.sleep(0.02)
 
@@ -266,8 +319,12 @@ class Demo:
                 await asyncio.sleep(0.02)
         take.after = max(m.after or 0.0 for m in take.moves)
         take.by = " ".join(sorted({m.by for m in take.moves}))
-        self.event(f"{take.what}: every moved partition handled by its new owner within {take.after:.2f}s ("
-                   + ", ".join(f"{m.partition} by {m.by} {m.after:.2f}s" for m in take.moves) + ")", "green")
+        self.event(
+            f"{take.what}: every moved partition handled by its new owner within {take.after:.2f}s ("
+            + ", ".join(f"{m.partition} by {m.by} {m.after:.2f}s" for m in take.moves)
+            + ")",
+            "green",
+        )
 
     async def _change(self, what: str, victim: str, change: Any) -> None:
         """Add or drop an elastic member (``change`` writes it and returns the new members); reports and
@@ -280,24 +337,31 @@ class Demo:
         at = time.time()
         self.elastic_members = await change()
         found = moves(before, balanced_assignment(self.elastic_members, ELASTIC_PARTITIONS))
-        self.event(f"elastic {what}: members {' '.join(self.elastic_members)}; partitions moved: "
-                   f"{describe_moves(found)}", "bold yellow")
-        take = Takeover(what, at, victim=victim,
-                        moves=[Move(p, src, dst) for src, dst, ps in found for p in ps])
+        self.event(
+            f"elastic {what}: members {' '.join(self.elastic_members)}; partitions moved: {describe_moves(found)}",
+            "bold yellow",
+        )
+        take = Takeover(what, at, victim=victim, moves=[Move(p, src, dst) for src, dst, ps in found for p in ps])
         self.takeovers.append(take)
         self._tasks.append(asyncio.create_task(self._watch_moves(take)))
 
     async def add_member(self) -> None:
         from pcgroups import add_members
 
-        await self._change(f"add {ELASTIC_ADDED}", ELASTIC_ADDED, lambda: add_members(
-            self.nc, ELASTIC_STREAM, ELASTIC_GROUP, [ELASTIC_ADDED], api=self.api))
+        await self._change(
+            f"add {ELASTIC_ADDED}",
+            ELASTIC_ADDED,
+            lambda: add_members(self.nc, ELASTIC_STREAM, ELASTIC_GROUP, [ELASTIC_ADDED], api=self.api),
+        )
 
     async def drop_member(self) -> None:
         from pcgroups import delete_members
 
-        await self._change(f"drop {ELASTIC_DROPPED}", ELASTIC_DROPPED, lambda: delete_members(
-            self.nc, ELASTIC_STREAM, ELASTIC_GROUP, [ELASTIC_DROPPED], api=self.api))
+        await self._change(
+            f"drop {ELASTIC_DROPPED}",
+            ELASTIC_DROPPED,
+            lambda: delete_members(self.nc, ELASTIC_STREAM, ELASTIC_GROUP, [ELASTIC_DROPPED], api=self.api),
+        )
 
     async def kill_node(self) -> None:
         """--cluster: SIGKILL the node leading the orders stream; once every partition of both groups is
@@ -307,13 +371,14 @@ class Demo:
         assert self.cluster is not None
         try:
             name = stream_leader(await self.api.stream_info(STATIC_STREAM)) or self.cluster.meta_leader()
-        except Exception:  # noqa: BLE001 - any node will do
+        except Exception:
             name = None
         node = self.cluster.node(name) if name else self.cluster.nodes[0]
         at = time.time()
         self.cluster.kill(node)
-        self.event(f"SIGKILL nats-server {node.name} (port {node.port}), the leader of stream {STATIC_STREAM}",
-                   "bold red")
+        self.event(
+            f"SIGKILL nats-server {node.name} (port {node.port}), the leader of stream {STATIC_STREAM}", "bold red"
+        )
         take = Takeover(f"node {node.name}", at, victim=node.name)
         self.takeovers.append(take)
         self._tasks.append(asyncio.create_task(self._watch_node(take, node)))
@@ -321,14 +386,18 @@ class Demo:
     async def _watch_node(self, take: Takeover, node: Any) -> None:
         parts = {"static": STATIC_PARTITIONS, "elastic": ELASTIC_PARTITIONS}
         while True:
-            starts = [self.recorders[f].first_start(after=take.at, partition=p) for f, n in parts.items()
-                      for p in range(n)]
+            starts = [
+                self.recorders[f].first_start(after=take.at, partition=p) for f, n in parts.items() for p in range(n)
+            ]
             firsts = [t for t in starts if t is not None]
             if len(firsts) == len(starts):
                 take.after = max(firsts) - take.at
                 take.by = "every partition"
-                self.event(f"every partition of both groups handled again {take.after:.2f}s after the node kill "
-                           f"(new leaders elected)", "bold green")
+                self.event(
+                    f"every partition of both groups handled again {take.after:.2f}s after the node kill "
+                    f"(new leaders elected)",
+                    "bold green",
+                )
                 break
             await asyncio.sleep(0.05)
         assert self.cluster is not None
@@ -345,8 +414,7 @@ class Demo:
         self.set_phase("traffic")
         t0 = time.monotonic()
         self.t0_wall = time.time()
-        self.event(f"publishing {plan.rate:g} msg/s to {STATIC_STREAM}.* and {ELASTIC_STREAM}.* "
-                   f"({KEYS} keys each)")
+        self.event(f"publishing {plan.rate:g} msg/s to {STATIC_STREAM}.* and {ELASTIC_STREAM}.* ({KEYS} keys each)")
         publisher = asyncio.create_task(self.publish(), name="demo-publish")
         self._tasks.append(publisher)
         self._tasks.append(asyncio.create_task(self.poll_status(), name="demo-status"))
@@ -376,14 +444,15 @@ class Demo:
         self.publishing = False
         await publisher
         self.set_phase("catch up")
-        self.event(f"stopped publishing: {len(self.expected['static'])} to {STATIC_STREAM}, "
-                   f"{len(self.expected['elastic'])} to {ELASTIC_STREAM}; waiting for the groups to catch up")
+        self.event(
+            f"stopped publishing: {len(self.expected['static'])} to {STATIC_STREAM}, "
+            f"{len(self.expected['elastic'])} to {ELASTIC_STREAM}; waiting for the groups to catch up"
+        )
         deadline = t0 + plan.span + plan.grace
         while not self.caught_up() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         if self.caught_up():
-            self.event(f"caught up {time.monotonic() - t0 - plan.stop_traffic:.2f}s after the traffic stopped",
-                       "green")
+            self.event(f"caught up {time.monotonic() - t0 - plan.stop_traffic:.2f}s after the traffic stopped", "green")
         else:
             self.event("did not catch up in time", "bold red")
         # give the hand-over watchers a last look
@@ -421,7 +490,9 @@ class Demo:
     def check(self) -> DemoResult:
         reports: dict[str, Report] = {}
         failures: list[str] = []
-        kills = Counter(t.what.split()[0] for t in self.takeovers if t.victim and not t.what.startswith(("add", "drop")))
+        kills = Counter(
+            t.what.split()[0] for t in self.takeovers if t.victim and not t.what.startswith(("add", "drop"))
+        )
         changes = sum(1 for t in self.takeovers if t.what.startswith(("add", "drop")))
         node_kills = kills.get("node", 0)
         for flavour in ("static", "elastic"):
@@ -441,7 +512,11 @@ class Demo:
             failures.append("the static pinned instance was not killed")
         if not self.expected["static"] or not self.expected["elastic"]:
             failures.append("nothing was published")
-        return DemoResult(exit_code=1 if failures else 0, reports=reports,
-                          published={f: len(v) for f, v in self.expected.items()}, takeovers=list(self.takeovers),
-                          failures=failures, elapsed=self.elapsed())
-
+        return DemoResult(
+            exit_code=1 if failures else 0,
+            reports=reports,
+            published={f: len(v) for f, v in self.expected.items()},
+            takeovers=list(self.takeovers),
+            failures=failures,
+            elapsed=self.elapsed(),
+        )

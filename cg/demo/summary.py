@@ -56,8 +56,13 @@ def _counts_table(result: DemoResult) -> Table:
 def _moves_table(result: DemoResult) -> Table:
     """Each kill and each partition moved by a membership change, with how long until it was handled again."""
     moved = table("failover and hand-over")
-    for col, justify in (("what", "left"), ("partitions", "left"), ("from", "left"), ("to", "left"),
-                         ("after", "right")):
+    for col, justify in (
+        ("what", "left"),
+        ("partitions", "left"),
+        ("from", "left"),
+        ("to", "left"),
+        ("after", "right"),
+    ):
         moved.add_column(col, justify=justify, no_wrap=col != "partitions", overflow="fold")  # type: ignore[arg-type]
 
     def took(after: float | None) -> str:
@@ -89,19 +94,27 @@ def summary(result: DemoResult, pinned_ttl: float | None) -> list[Any]:
     explain = Text(
         "handler calls = processed + redelivered: a redelivery is a message handled again, the one a killed "
         "instance was on or the one in flight on a moved partition, so up to one per kill or membership change "
-        f"({kills} kills, {changes} changes here). A kill's takeover waits for its pin to expire{ttl}.", style="dim")
-    checks = [("no loss", all(r.lost == 0 for r in result.reports.values())),
-              ("order", all(r.order_violations == 0 for r in result.reports.values())),
-              ("exclusivity", all(r.overlaps == 0 for r in result.reports.values())),
-              ("redeliveries in bound", all(r.redeliveries_ok for r in result.reports.values())),
-              ("takeovers",
-               all(t.after is not None for t in result.takeovers if t.what.startswith(("static", "elastic"))))]
+        f"({kills} kills, {changes} changes here). A kill's takeover waits for its pin to expire{ttl}.",
+        style="dim",
+    )
+    checks = [
+        ("no loss", all(r.lost == 0 for r in result.reports.values())),
+        ("order", all(r.order_violations == 0 for r in result.reports.values())),
+        ("exclusivity", all(r.overlaps == 0 for r in result.reports.values())),
+        ("redeliveries in bound", all(r.redeliveries_ok for r in result.reports.values())),
+        ("takeovers", all(t.after is not None for t in result.takeovers if t.what.startswith(("static", "elastic")))),
+    ]
     line = Text()
     for name, ok in checks:
         line.append("✔ " if ok else "✘ ", style="bold green" if ok else "bold red")
         line.append(name + "  ")
     line.rstrip()
     verdict = "PASS: every check passed" if result.exit_code == 0 else "FAIL: some checks failed"
-    return [_moves_table(result), _counts_table(result), explain, line,
-            *(Text(f"  {f}", style="red") for f in result.failures),
-            Text(f"{verdict} ({result.elapsed:.1f}s)", style="bold green" if result.exit_code == 0 else "bold red")]
+    return [
+        _moves_table(result),
+        _counts_table(result),
+        explain,
+        line,
+        *(Text(f"  {f}", style="red") for f in result.failures),
+        Text(f"{verdict} ({result.elapsed:.1f}s)", style="bold green" if result.exit_code == 0 else "bold red"),
+    ]

@@ -10,8 +10,17 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ..output import table as new_table
-from .script import (ELASTIC_GROUP, ELASTIC_PARTITIONS, ELASTIC_STREAM, KILL_ELASTIC_MEMBER, KILL_STATIC_MEMBER,
-                     STATIC_GROUP, STATIC_MEMBERS, STATIC_PARTITIONS, STATIC_STREAM)
+from .script import (
+    ELASTIC_GROUP,
+    ELASTIC_PARTITIONS,
+    ELASTIC_STREAM,
+    KILL_ELASTIC_MEMBER,
+    KILL_STATIC_MEMBER,
+    STATIC_GROUP,
+    STATIC_MEMBERS,
+    STATIC_PARTITIONS,
+    STATIC_STREAM,
+)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -51,8 +60,7 @@ class View:
             owners = balanced_assignment(STATIC_MEMBERS, STATIC_PARTITIONS)
             n = STATIC_PARTITIONS
         else:
-            title = (f"elastic group {ELASTIC_GROUP} on {ELASTIC_STREAM}: members "
-                     f"{' '.join(d.elastic_members) or '-'}")
+            title = f"elastic group {ELASTIC_GROUP} on {ELASTIC_STREAM}: members {' '.join(d.elastic_members) or '-'}"
             owners = balanced_assignment(d.elastic_members, ELASTIC_PARTITIONS)
             n = ELASTIC_PARTITIONS
         owner = {p: m for m, ps in owners.items() for p in ps}
@@ -60,8 +68,14 @@ class View:
         rates = self.rates(flavour)
         acked = d.acked[flavour]
         table = new_table(title)
-        for col, just in (("partition", "right"), ("member", "left"), ("pinned instance", "left"),
-                          ("msg/s", "right"), ("pending", "right"), ("acked", "right")):
+        for col, just in (
+            ("partition", "right"),
+            ("member", "left"),
+            ("pinned instance", "left"),
+            ("msg/s", "right"),
+            ("pending", "right"),
+            ("acked", "right"),
+        ):
             table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
         for p in range(n):
             member = owner.get(p)
@@ -75,16 +89,23 @@ class View:
                     pin_text.append(f"  (standby {' '.join(standby)})", style="dim")
             else:
                 waiting = [w.name for w in d.workers.values() if w.member == member and w.alive]
-                pin_text = Text("waiting for the pin: " + " ".join(waiting) if waiting else "no instance",
-                                style="yellow")
+                pin_text = Text(
+                    "waiting for the pin: " + " ".join(waiting) if waiting else "no instance", style="yellow"
+                )
             pending = "-"
             if st is not None and p < len(st.partitions):
                 row = st.partitions[p]
                 if row.pending is not None:
                     pending = f"{row.pending}" + ("" if row.pending_exact else "*")
-            rate = rates.get(p, 0) if pinned is not None else 0   # no pinned instance: nothing handles it now
-            table.add_row(str(p), member or Text("unassigned", style="yellow"), pin_text, f"{rate:.0f}",
-                          pending, str(acked.get(p, 0)))
+            rate = rates.get(p, 0) if pinned is not None else 0  # no pinned instance: nothing handles it now
+            table.add_row(
+                str(p),
+                member or Text("unassigned", style="yellow"),
+                pin_text,
+                f"{rate:.0f}",
+                pending,
+                str(acked.get(p, 0)),
+            )
         if flavour == "static" and caption:
             table.caption = "* pending: the member's partitions together"
             table.caption_justify = "left"
@@ -122,20 +143,20 @@ class View:
         width, height = d.console.size
         header = Text()
         header.append("cg demo", style="bold")
-        if d.server is not None and width >= 110:   # narrower: the first event says where it runs
+        if d.server is not None and width >= 110:  # narrower: the first event says where it runs
             header.append(f"  nats-server {d.server.url}", style="dim")
         elif d.cluster is not None:
             up = " ".join(n.name if n.running else f"{n.name}(down)" for n in d.cluster.nodes)
             header.append(f"  3-node cluster: {up}", style="dim")
         header.append(f"  {d.elapsed():5.1f}s")
-        if d.phase != "summary":   # the plan's bound: the run ends once the groups caught up
+        if d.phase != "summary":  # the plan's bound: the run ends once the groups caught up
             header.append(f" (ends by {d.duration:g}s)", style="dim")
         if plan is not None:
             header.append(f"  {plan.rate:g} msg/s" if d.publishing else "  not publishing", style="dim")
         phases = d.phases
         current = phases.index(d.phase) if d.phase in phases else 0
         steps: Text | None = None
-        if width < 110:   # the phase bar would wrap: the phase goes on the header line
+        if width < 110:  # the phase bar would wrap: the phase goes on the header line
             header.append(f"  phase {current + 1}/{len(phases)}: ", style="dim")
             header.append(d.phase, style="bold")
         else:
@@ -160,10 +181,11 @@ class View:
         if not wide:
             if room - 10 >= 5:
                 room -= 10
-            else:                     # a short terminal: the group tables and the events matter most
+            else:  # a short terminal: the group tables and the events matter most
                 instances = None
-        panel = Panel(self._events_text(room - 2, width - 4 if not wide else width // 2), title="events",
-                      title_align="left")
+        panel = Panel(
+            self._events_text(room - 2, width - 4 if not wide else width // 2), title="events", title_align="left"
+        )
         parts: list[RenderableType] = [header, *([steps] if steps is not None else []), groups]
         if instances is not None and wide:
             bottom = Table.grid(padding=(0, 3))
@@ -213,8 +235,9 @@ class View:
         for member in (KILL_STATIC_MEMBER, KILL_ELASTIC_MEMBER):
             w = d.pinned_worker(member)
             pinned.append(f"{member}→{w.name if w else '-'}")
-        d.console.print(Text(f"[{d.elapsed():6.1f}s] {d.phase}: {', '.join(parts)}; pinned "
-                                f"{' '.join(pinned)}"), soft_wrap=True)
+        d.console.print(
+            Text(f"[{d.elapsed():6.1f}s] {d.phase}: {', '.join(parts)}; pinned {' '.join(pinned)}"), soft_wrap=True
+        )
 
     async def refresh_loop(self, live) -> None:
         while True:
@@ -223,4 +246,3 @@ class View:
             else:
                 self.progress_line()
             await asyncio.sleep(0.25)
-

@@ -43,7 +43,9 @@ async def main() -> int:
     from pcgroups import ConsumerConfig, ConsumerInstance, elastic_consume, static_consume
     from pcgroups.testing import event_line
 
-    nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance)
+    nc = await nats.connect(
+        servers=args.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, name=args.instance
+    )
     member, instance = args.member, args.instance
 
     async def handler(msg) -> None:
@@ -53,24 +55,48 @@ async def main() -> int:
             key = msg.data.decode(errors="replace")
         seq = msg.sequence
         deliveries = msg.metadata.num_delivered or 1
-        emit(event_line("start", member=member, instance=instance, partition=msg.partition, key=key, seq=seq,
-                        subject=msg.subject, deliveries=deliveries))
+        emit(
+            event_line(
+                "start",
+                member=member,
+                instance=instance,
+                partition=msg.partition,
+                key=key,
+                seq=seq,
+                subject=msg.subject,
+                deliveries=deliveries,
+            )
+        )
         if args.work:
             await asyncio.sleep(args.work)
         if msg.superseded:  # our pin moved while we worked: the new pinned instance redoes it
-            emit(event_line("end", member=member, instance=instance, partition=msg.partition, key=key, seq=seq,
-                            outcome="nak"))
+            emit(
+                event_line(
+                    "end", member=member, instance=instance, partition=msg.partition, key=key, seq=seq, outcome="nak"
+                )
+            )
             await msg.nak()
             return
         await msg.ack()
         # recorded after the ack is handed to the client and before it is flushed: before the server sees it
-        emit(event_line("end", member=member, instance=instance, partition=msg.partition, key=key, seq=seq,
-                        outcome="ack", t=time.time()))
+        emit(
+            event_line(
+                "end",
+                member=member,
+                instance=instance,
+                partition=msg.partition,
+                key=key,
+                seq=seq,
+                outcome="ack",
+                t=time.time(),
+            )
+        )
 
     consume = static_consume if args.flavour == "static" else elastic_consume
-    inst = await consume(nc, args.stream, args.group, member, handler,
-                         config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait))
-    assert isinstance(inst, ConsumerInstance)   # a named member (not automatic membership): it has a session
+    inst = await consume(
+        nc, args.stream, args.group, member, handler, config=ConsumerConfig(max_ack_pending=1, ack_wait=args.ack_wait)
+    )
+    assert isinstance(inst, ConsumerInstance)  # a named member (not automatic membership): it has a session
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, inst.stop)
@@ -100,8 +126,7 @@ async def main() -> int:
     err = await inst.done()
     for h in helpers:
         h.cancel()
-    emit({"ev": "done", "member": member, "instance": instance, "error": str(err) if err else None,
-          "t": time.time()})
+    emit({"ev": "done", "member": member, "instance": instance, "error": str(err) if err else None, "t": time.time()})
     try:
         await asyncio.wait_for(nc.close(), 2)
     except Exception:

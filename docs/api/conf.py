@@ -11,9 +11,9 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the checkout, when pcgroups is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, when pcgroups is not installed
 
-import pcgroups  # noqa: E402 - after the path is set
+import pcgroups
 
 project = "pcgroups"
 version = release = pcgroups.__version__
@@ -21,7 +21,7 @@ extensions = ["sphinx.ext.autodoc"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
-default_role = "code"   # `x` in a docstring is code, as ``x`` is
+default_role = "code"  # `x` in a docstring is code, as ``x`` is
 html_theme = "alabaster"
 html_title = f"pcgroups {release} API reference"
 exclude_patterns: list[str] = []

@@ -9,17 +9,28 @@ handler (``_msg``: the message a handler gets, and its acks). How it consumes is
 ``_report`` tells the owner what happens (events, rebalance hooks); ``_handoff`` is ``async for``.
 """
 
-from ._msg import Msg
-from ._window import FAIR_WINDOW
 from ._dispatchers import Handler
-from ._keys import KeyFunc, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens
-from ._retry import RetryPolicy
 from ._instance import ConsumerInstance, member_template, with_priority_group
+from ._keys import KeyFunc, key_by_header, key_by_partitioning, key_by_subject, key_by_tokens
 from ._loop import ConsumeContext
+from ._msg import Msg
 from ._options import ConsumeOptions
+from ._retry import RetryPolicy
+from ._window import FAIR_WINDOW
 
 __all__ = [
-    "FAIR_WINDOW", "ConsumeContext", "ConsumeOptions", "ConsumerInstance", "Handler", "KeyFunc", "Msg",
-    "RetryPolicy", "key_by_header", "key_by_partitioning", "key_by_subject", "key_by_tokens", "member_template",
+    "FAIR_WINDOW",
+    "ConsumeContext",
+    "ConsumeOptions",
+    "ConsumerInstance",
+    "Handler",
+    "KeyFunc",
+    "Msg",
+    "RetryPolicy",
+    "key_by_header",
+    "key_by_partitioning",
+    "key_by_subject",
+    "key_by_tokens",
+    "member_template",
     "with_priority_group",
 ]

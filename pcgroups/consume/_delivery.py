@@ -79,10 +79,10 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-
 from ._msg import Msg, NakPolicy, Publish, Request, call_in
 
 RECENT_ACKS = 4096
+
 
 class Dispatcher(NakPolicy, Protocol):
     """How buffered messages reach the handler. A session picks one at construction."""
@@ -147,36 +147,44 @@ class Delivery:
     session.
     """
 
-    def __init__(self, publish: Publish, request: Request, *, pin_margin: float, recent_acks: int = RECENT_ACKS,
-                 supersede: Callable[[], None] | None = None, grace: float | None = None):
+    def __init__(
+        self,
+        publish: Publish,
+        request: Request,
+        *,
+        pin_margin: float,
+        recent_acks: int = RECENT_ACKS,
+        supersede: Callable[[], None] | None = None,
+        grace: float | None = None,
+    ):
         self.publish = publish
         self.request = request
         self._supersede = supersede
-        self.partitions: set[int] | None = None   # when set, messages of other partitions are not handed out
+        self.partitions: set[int] | None = None  # when set, messages of other partitions are not handed out
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._buffer: deque[Msg] = deque()
-        self._waiter: asyncio.Future[None] | None = None   # the dispatcher, asleep in wait_for_work()
+        self._waiter: asyncio.Future[None] | None = None  # the dispatcher, asleep in wait_for_work()
         self._acks = RecentAcks(recent_acks)
         self._pin_id: str | None = None
-        self._pin_confirmed = 0.0   # when the server last gave or confirmed the pin
+        self._pin_confirmed = 0.0  # when the server last gave or confirmed the pin
         self._last_pull = 0.0
-        self._heard = time.monotonic()   # the consumer's last answer (a message, heartbeat or status)
-        self._pin_doubt = False     # a pull went out after a gap: the pin stays in doubt until confirmed
+        self._heard = time.monotonic()  # the consumer's last answer (a message, heartbeat or status)
+        self._pin_doubt = False  # a pull went out after a gap: the pin stays in doubt until confirmed
         self._pin_margin = pin_margin
-        self._grace = pin_margin if grace is None else grace   # invariant 8
-        self._pin_lost = 0.0        # when the pin was last lost (forgotten, or replaced by another)
-        self.guarded = False        # invariant 7: a new pin waits for taken_over()
-        self.on_freed: Callable[[], None] | None = None   # told when a dispatcher is done with a message
+        self._grace = pin_margin if grace is None else grace  # invariant 8
+        self._pin_lost = 0.0  # when the pin was last lost (forgotten, or replaced by another)
+        self.guarded = False  # invariant 7: a new pin waits for taken_over()
+        self.on_freed: Callable[[], None] | None = None  # told when a dispatcher is done with a message
         self._taking_over = False
         self._held = False
         self._stopping = False
         self._closed = False
         self._await_reset = False
-        self.gated = False          # when set, handlers of a pin start only once it is admitted
+        self.gated = False  # when set, handlers of a pin start only once it is admitted
         self._admitted: str | None = None
-        self._epoch = 0            # bumped by each RESET seen in the deliveries (invariant 6)
-        self._last_cseq = 0        # the highest consumer sequence delivered in this epoch
+        self._epoch = 0  # bumped by each RESET seen in the deliveries (invariant 6)
+        self._last_cseq = 0  # the highest consumer sequence delivered in this epoch
         self._recent_acks = recent_acks
         self._last_ack: int | None = None
 
@@ -217,8 +225,13 @@ class Delivery:
         """How many distinct messages of the current pin and epoch are buffered here (invariant 7); with ``upto``,
         only those delivered at consumer sequences up to it: what a consumer info whose ``delivered`` says
         ``upto`` counts in its num_ack_pending (a message delivered after it is here but not in that count)."""
-        return len({m.stream_sequence for m in self._buffer if m.pin_id == self._pin_id and m.epoch == self._epoch
-                    and (upto is None or m.consumer_sequence <= upto)})
+        return len(
+            {
+                m.stream_sequence
+                for m in self._buffer
+                if m.pin_id == self._pin_id and m.epoch == self._epoch and (upto is None or m.consumer_sequence <= upto)
+            }
+        )
 
     def taken_over(self, pin: str | None) -> int:
         """The take-over of ``pin`` may proceed: the buffer goes in stream order, one copy per stream
@@ -334,11 +347,11 @@ class Delivery:
         cseq = m.consumer_sequence
         if m.deliveries == 1 and 0 < cseq <= self._last_cseq:
             self._epoch += 1
-            self._buffer.clear()               # not pending on the server any more: no nak
+            self._buffer.clear()  # not pending on the server any more: no nak
             self._acks = RecentAcks(self._recent_acks)
             self._last_cseq = 0
             if self._supersede is not None:
-                self._supersede()              # the server never answers an old epoch's double ack
+                self._supersede()  # the server never answers an old epoch's double ack
         self._last_cseq = max(self._last_cseq, cseq)
         m.epoch = self._epoch
 
@@ -385,8 +398,11 @@ class Delivery:
 
     def may_start(self) -> bool:
         """A handler may start now (invariant 1)."""
-        return (not (self._held or self._stopping or self._closed or self._taking_over) and not self.pin_doubtful()
-                and (not self.gated or self._pin_id == self._admitted))
+        return (
+            not (self._held or self._stopping or self._closed or self._taking_over)
+            and not self.pin_doubtful()
+            and (not self.gated or self._pin_id == self._admitted)
+        )
 
     # --- the dispatcher's side ------------------------------------------------------------
     @property

@@ -39,16 +39,16 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from ._msg import PIN_HEADER, Msg, message_size
+from ..errors import SupersededError
 from ._delivery import Delivery
 from ._keys import KeyFunc
+from ._msg import PIN_HEADER, Msg, message_size
 from ._retry import RetryLater, RetryPolicy
-from ..errors import SupersededError
 
 log = logging.getLogger("pcgroups")
 
-Handler = Callable[[Msg], Awaitable[None] | None]   # what the user gives: async, or sync (run in a thread)
-Handle = Callable[[Msg], Awaitable[None]]   # the handler, sync ones already wrapped to run in a thread
+Handler = Callable[[Msg], Awaitable[None] | None]  # what the user gives: async, or sync (run in a thread)
+Handle = Callable[[Msg], Awaitable[None]]  # the handler, sync ones already wrapped to run in a thread
 
 
 def as_handle(handler: Handler) -> Handle:
@@ -58,6 +58,7 @@ def as_handle(handler: Handler) -> Handle:
 
     async def in_thread(m: Msg) -> None:
         await asyncio.to_thread(handler, m)
+
     return in_thread
 
 
@@ -107,10 +108,10 @@ class SerialDispatcher:
     def held(self) -> int:
         return 1 if self._current is not None else 0
 
-    starved = False   # one message at a time, in delivery order: a larger window would not help
+    starved = False  # one message at a time, in delivery order: a larger window would not help
 
     def drop_queued(self) -> list[Msg]:
-        return []   # nothing waits here: the Delivery's buffer is the queue
+        return []  # nothing waits here: the Delivery's buffer is the queue
 
     def overdue(self, now: float, interval: float) -> list[Msg]:
         """The running message once its handler has run ``interval`` (then at every check)."""
@@ -181,8 +182,16 @@ class KeyedDispatcher:
     waiting for their key's turn get ``+WPI`` like running ones (:meth:`overdue`).
     """
 
-    def __init__(self, delivery: Delivery, handle: Handle, consumer: ConsumerControl, *, concurrency: int,
-                 key: KeyFunc, retry: RetryPolicy):
+    def __init__(
+        self,
+        delivery: Delivery,
+        handle: Handle,
+        consumer: ConsumerControl,
+        *,
+        concurrency: int,
+        key: KeyFunc,
+        retry: RetryPolicy,
+    ):
         self._delivery = delivery
         self._handle = handle
         self._consumer = consumer
@@ -191,12 +200,12 @@ class KeyedDispatcher:
         self.retry = retry
         #: told the new concurrency when it changes (a pool's slots: the session's window follows)
         self.on_resize: Callable[[int], None] = lambda slots: None
-        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()   # keys with queued messages
-        self._ready: deque[str] = deque()                          # keys with work and no handler running
+        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()  # keys with queued messages
+        self._ready: deque[str] = deque()  # keys with work and no handler running
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._naks: dict[Msg, float] = {}    # nak()s of running messages: retry in place after the delay
-        self._queued = 0                     # messages in self._keys
+        self._naks: dict[Msg, float] = {}  # nak()s of running messages: retry in place after the delay
+        self._queued = 0  # messages in self._keys
 
     @property
     def running(self) -> bool:
@@ -228,8 +237,7 @@ class KeyedDispatcher:
         """Running messages and messages waiting for their key's turn, ``interval`` after their receipt
         or their last ``+WPI``."""
         waiting = [m for q in self._keys.values() for m in q]
-        return [m for m in [*self._running.values(), *waiting]
-                if not m.settled and now - m.last_progress >= interval]
+        return [m for m in [*self._running.values(), *waiting] if not m.settled and now - m.last_progress >= interval]
 
     def nak(self, msg: Msg, delay: float | None) -> Coroutine[Any, Any, None]:
         self._naks[msg] = delay or 0.0
@@ -320,7 +328,7 @@ class KeyedDispatcher:
             except Exception as e:
                 error = e
             retry = self._naks.pop(m, None)
-            if isinstance(error, RetryLater):   # a remote call failed (a worker's): retry in place
+            if isinstance(error, RetryLater):  # a remote call failed (a worker's): retry in place
                 retry, error = error.delay, (Exception(error.reason) if error.reason else None)
             if isinstance(error, SupersededError) or m.epoch != d.epoch:
                 return  # the consumer was RESET: the message is not pending any more (invariant 6)
@@ -336,8 +344,15 @@ class KeyedDispatcher:
                 await self._give_up(m, reason, deliveries)
                 return
             delay = retry if retry else self._backoff(attempt)
-            log.info("%s: key %r message %d failed (%s), retry %d in %.2fs", self._consumer.label, k,
-                     m.sequence, reason, attempt, delay)
+            log.info(
+                "%s: key %r message %d failed (%s), retry %d in %.2fs",
+                self._consumer.label,
+                k,
+                m.sequence,
+                reason,
+                attempt,
+                delay,
+            )
             if not await self._wait(m, delay):
                 return
 
@@ -368,13 +383,28 @@ class KeyedDispatcher:
             except Exception as e:
                 refusals += 1
                 delay = self._backoff(refusals)
-                log.error("%s: message %d (%s) not dead-lettered: %s refused it: %s; the message is held (its key "
-                          "waits), trying again in %.2fs", c.label, m.sequence, m.subject, subject, e, delay)
+                log.error(
+                    "%s: message %d (%s) not dead-lettered: %s refused it: %s; the message is held (its key "
+                    "waits), trying again in %.2fs",
+                    c.label,
+                    m.sequence,
+                    m.subject,
+                    subject,
+                    e,
+                    delay,
+                )
                 c.dead_letter_refused(f"message {m.sequence} ({m.subject}) to {subject}: {e}")
             if not await self._wait(m, delay):
                 return
-        log.warning("%s: message %d (%s) %s after %d deliveries: %s", c.label, m.sequence, m.subject,
-                    "dead-lettered" if subject else "terminated", deliveries, reason)
+        log.warning(
+            "%s: message %d (%s) %s after %d deliveries: %s",
+            c.label,
+            m.sequence,
+            m.subject,
+            "dead-lettered" if subject else "terminated",
+            deliveries,
+            reason,
+        )
         await m.respond(b"+TERM " + reason[:200].encode(), settle=True)
         if self.retry.on_dead_letter is not None:
             self.retry.on_dead_letter(m, reason)
@@ -382,12 +412,21 @@ class KeyedDispatcher:
     async def _dead_letter(self, m: Msg, subject: str, reason: str, deliveries: int) -> None:
         c = self._consumer
         headers = dead_letter_headers(m.headers)
-        headers.update({"Pcg-Dead-Reason": reason[:512], "Pcg-Subject": m.subject, "Pcg-Stream": c.stream,
-                        "Pcg-Consumer": c.consumer, "Pcg-Stream-Seq": str(m.sequence),
-                        "Pcg-Deliveries": str(deliveries)})
-        if message_size(m.data, headers) > c.max_payload:   # the server would close the connection
-            raise ValueError(f"{message_size(m.data, headers)} bytes with the dead letter's headers, over the "
-                             f"max payload ({c.max_payload})")
+        headers.update(
+            {
+                "Pcg-Dead-Reason": reason[:512],
+                "Pcg-Subject": m.subject,
+                "Pcg-Stream": c.stream,
+                "Pcg-Consumer": c.consumer,
+                "Pcg-Stream-Seq": str(m.sequence),
+                "Pcg-Deliveries": str(deliveries),
+            }
+        )
+        if message_size(m.data, headers) > c.max_payload:  # the server would close the connection
+            raise ValueError(
+                f"{message_size(m.data, headers)} bytes with the dead letter's headers, over the "
+                f"max payload ({c.max_payload})"
+            )
         await c.dead_letter(subject, m.data, headers)
 
     async def _cancel_tasks(self) -> None:

@@ -28,33 +28,37 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from nats.aio.client import Client
-
-from ..jetstream._connection import Connection
-from ._msg import Msg
 from ..errors import ConfigError, JetStreamAPIError, PCGroupsError
 from ..events import InstanceEvent
-from ._handoff import Handoff
-from ._report import HookError, Reporter
-from ..jetstream._api import (ERR_JETSTREAM_UNAVAILABLE, PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, ConsumerTemplate,
-                              JetStreamApi,
-                              pinned_client_id)
-from ._loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
+from ..jetstream._api import (
+    ERR_JETSTREAM_UNAVAILABLE,
+    PINNED_CLIENT,
+    PRIORITY_GROUP,
+    ConsumerConfig,
+    ConsumerTemplate,
+    JetStreamApi,
+    pinned_client_id,
+)
+from ..jetstream._connection import Connection
 from ..jetstream._permissions import Violation
-from ._dispatchers import Handler, as_handle
-from ._keys import KeyFunc, key_by_subject
-from ._retry import RetryPolicy
-from ._options import ConsumeOptions, Member, Remote, dispatcher_factory
-from ._session import PullSession, pinned_ttl
 from ..jetstream._store import Watch, stop_watch
 from ..tracing import NO_TRACING, InstanceTracing
+from ._dispatchers import Handler, as_handle
+from ._handoff import Handoff
+from ._keys import KeyFunc, key_by_subject
+from ._loop import CONTINUE, ConsumeContext, ControlLoop, Outcome, Stop
+from ._msg import Msg
+from ._options import ConsumeOptions, Member, Remote, dispatcher_factory
+from ._report import HookError, Reporter
+from ._retry import RetryPolicy
+from ._session import PullSession, pinned_ttl
 
 log = logging.getLogger("pcgroups")
 
-START_RETRY = (0.25, 2.0)   # a start that found the server not answering: first and longest wait before trying again
-
+START_RETRY = (0.25, 2.0)  # a start that found the server not answering: first and longest wait before trying again
 
 
 #: Consumer settings that are the member's, not an instance's (its name, filters and priority group).
@@ -62,10 +66,12 @@ KEPT_SETTINGS = {"name", "durable_name", "filter_subjects", "priority_groups", "
 _DURATIONS = {"ack_wait", "max_expires", "inactive_threshold", "priority_timeout"}
 
 
-def setting_differences(have: dict[str, Any], want: dict[str, Any], *,
-                        only: set[str] | None = None) -> list[tuple[str, str, str]]:
+def setting_differences(
+    have: dict[str, Any], want: dict[str, Any], *, only: set[str] | None = None
+) -> list[tuple[str, str, str]]:
     """What differs between two consumer configs (wire JSON): ``(key, have, want)`` shown for people
     (durations in seconds); ``only``: those keys."""
+
     def shown(key: str, value: Any) -> str:
         if key in _DURATIONS and isinstance(value, int):
             return f"{value / 1e9:g}s"
@@ -83,14 +89,19 @@ def member_template(template: ConsumerTemplate | None) -> ConsumerConfig:
     return ConsumeOptions(config=template).template()
 
 
-async def _no_handler(msg: Msg) -> None:   # a dispatching instance's (its dispatcher never calls it)
+async def _no_handler(msg: Msg) -> None:  # a dispatching instance's (its dispatcher never calls it)
     raise RuntimeError("a dispatching instance runs no handler")
 
 
 def with_priority_group(cfg: ConsumerConfig, filters: list[str]) -> ConsumerConfig:
     """The member consumer: the template plus filters and the ``PCG`` pinned-client group."""
-    return replace(cfg, filter_subjects=list(filters), priority_groups=[PRIORITY_GROUP],
-                   priority_policy=PINNED_CLIENT, priority_timeout=pinned_ttl(cfg.ack_wait))
+    return replace(
+        cfg,
+        filter_subjects=list(filters),
+        priority_groups=[PRIORITY_GROUP],
+        priority_policy=PINNED_CLIENT,
+        priority_timeout=pinned_ttl(cfg.ack_wait),
+    )
 
 
 @dataclass(frozen=True)
@@ -172,9 +183,11 @@ class Starting(Generic[S]):
 def startable(start: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Starting[T]]:
     """A consume entry point whose result is awaited or used with ``async with`` (:class:`Starting`); the
     start is tried again while the server does not answer (:func:`start_patiently`)."""
+
     @functools.wraps(start)
     def entry(*args: P.args, **kwargs: P.kwargs) -> Starting[T]:
         return Starting(start_patiently(start, inspect.signature(start).bind(*args, **kwargs)))
+
     return entry
 
 
@@ -189,6 +202,7 @@ def traced_retry(retry: RetryPolicy | None, trace: InstanceTracing) -> RetryPoli
         trace.dead_letter(msg, reason)
         if told is not None:
             told(msg, reason)
+
     return replace(retry, on_dead_letter=on_dead_letter)
 
 
@@ -221,8 +235,15 @@ def unavailable(error: BaseException) -> bool:
     reconnecting): asking again later may work."""
     if isinstance(error, JetStreamAPIError):
         return error.code in (408, 503) or error.err_code == ERR_JETSTREAM_UNAVAILABLE
-    return isinstance(error, (TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionReconnectingError,
-                              nats.js.errors.ServiceUnavailableError))
+    return isinstance(
+        error,
+        (
+            TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.errors.ConnectionReconnectingError,
+            nats.js.errors.ServiceUnavailableError,
+        ),
+    )
 
 
 class ConsumerInstance(ControlLoop[ControlEvent]):
@@ -234,8 +255,18 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     (:class:`~pcgroups.consume._report.Handoff`).
     """
 
-    def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, group: str, member: str,
-                 options: ConsumeOptions, remote: Remote | None = None, template: ConsumerConfig | None = None):
+    def __init__(
+        self,
+        nc: Client,
+        api: JetStreamApi,
+        *,
+        stream: str,
+        group: str,
+        member: str,
+        options: ConsumeOptions,
+        remote: Remote | None = None,
+        template: ConsumerConfig | None = None,
+    ):
         super().__init__()
         self.nc = nc
         self.api = api
@@ -243,15 +274,16 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.group_name = group
         self.member_name = member
         self.options = options
-        self.remote = remote   # with options.dispatch: the worker pool (made by the flavour that starts it)
+        self.remote = remote  # with options.dispatch: the worker pool (made by the flavour that starts it)
         #: the member consumer's template (the options' own, or the flavour's, made from it)
         self.template = template if template is not None else options.template()
         self.concurrency = options.concurrency
         self.key = options.key
         #: the instance's spans (:mod:`pcgroups.tracing`; :data:`~pcgroups.tracing.NO_TRACING` without ``tracing``)
         tracing = options.tracing
-        self.trace: InstanceTracing = NO_TRACING if tracing is None else tracing.instance(self.flavour, stream,
-                                                                                         group, member)
+        self.trace: InstanceTracing = (
+            NO_TRACING if tracing is None else tracing.instance(self.flavour, stream, group, member)
+        )
         self.retry = traced_retry(options.retry, self.trace)
         self.session: PullSession | None = None
         #: Faults the instance absorbed without ending: how many times its member's consumer went away
@@ -262,25 +294,30 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         self.recovered_errors = 0
         self._handoff: Handoff | None = None
         handler = options.handler
-        if options.dispatch:   # the group's workers run the handler
+        if options.dispatch:  # the group's workers run the handler
             handler = _no_handler
         elif handler is None:
             self._handoff = Handoff(self._done)
             handler = self._handoff.handler
         self.handler: Handler = handler if options.dispatch else self.trace.wrap(handler)
-        self._reporter = Reporter(member, on_assigned=options.on_assigned, on_revoked=options.on_revoked,
-                                  on_event=options.on_event, on_failure=lambda e: self._post(Fatal(e)))
+        self._reporter = Reporter(
+            member,
+            on_assigned=options.on_assigned,
+            on_revoked=options.on_revoked,
+            on_event=options.on_event,
+            on_failure=lambda e: self._post(Fatal(e)),
+        )
         # "pinned", "lost-pin" or "standby" once said; "unpinned": lost the pin, nobody else seen with it yet
         self._pin_state: str | None = None
-        self._held_pin: str | None = None         # the pin this instance held last (not another's)
+        self._held_pin: str | None = None  # the pin this instance held last (not another's)
         self._unpinned_since: float | None = None  # first seen without the pin (since the last pin)
         self._pin_check: asyncio.TimerHandle | None = None
         self._consuming = asyncio.Event()
-        self._watcher: Watch | None = None   # the group's config key, set by _start
+        self._watcher: Watch | None = None  # the group's config key, set by _start
         self._watch_task: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
         self._unwatch: Callable[[], None] = lambda: None
-        self._leaving = False       # its own leave is under way: the membership change it makes is no news
+        self._leaving = False  # its own leave is under way: the membership change it makes is no news
 
     # --- public surface -------------------------------------------------------------------
     @property
@@ -297,7 +334,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         session = self.session
         if session is None or not self.options.dispatch:
             return None
-        status: dict[str, Any] = session.dispatcher.status()   # type: ignore[attr-defined]
+        status: dict[str, Any] = session.dispatcher.status()  # type: ignore[attr-defined]
         return status
 
     # --- what its pull session tells it (SessionOwner) --------------------------------------------
@@ -334,8 +371,9 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
     def __aiter__(self) -> AsyncIterator[Msg]:
         """The messages, for an instance started with ``handler=None`` (see :mod:`pcgroups.consume._report`)."""
         if self._handoff is None:
-            raise ConfigError("this instance runs a handler: only an instance started with handler=None "
-                              "is iterated with async for")
+            raise ConfigError(
+                "this instance runs a handler: only an instance started with handler=None is iterated with async for"
+            )
         return self._handoff.messages()
 
     # --- the control loop -------------------------------------------------------------------
@@ -343,15 +381,14 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         if self.session is not None:
             self.session.halt()  # no handler starts from now on; the control loop drains and ends it
         if not self.nc.is_connected:
-            self._interrupt()    # disconnected: a reconcile in progress would wait out its timeouts
+            self._interrupt()  # disconnected: a reconcile in progress would wait out its timeouts
 
     async def _attached(self) -> None:
         await self._consuming.wait()
 
     def _start(self, watcher: Watch) -> None:
         self._unlisten = Connection.of(self.nc).permissions.listen(self._denied)
-        self._unwatch = Connection.of(self.nc).watch.listen(
-            lambda kind, url: self._reporter.emit(kind, detail=url))
+        self._unwatch = Connection.of(self.nc).watch.listen(lambda kind, url: self._reporter.emit(kind, detail=url))
         self._watcher = watcher
         self._watch_task = asyncio.create_task(self._pump_watch(), name=f"pcg-watch-{self.member_name}")
         self._launch(f"pcg-control-{self.member_name}")
@@ -369,7 +406,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         assert self._watcher is not None
         try:
             async for entry in self._watcher:
-                if isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
+                if isinstance(entry, KeyValue.Entry):  # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigUpdate(entry))
         except asyncio.CancelledError:
             raise
@@ -428,21 +465,36 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         return CONTINUE
 
     async def _start_session(self, consumer: str) -> PullSession:
-        dispatcher = dispatcher_factory(self.nc, self.options, self.member, remote=self.remote,
-                                        handle=as_handle(self.handler),
-                                        key=self.key or self._default_key() or key_by_subject,
-                                        retry=self.retry or RetryPolicy(),
-                                        max_ack_pending=self.template.max_ack_pending, on_worker=self._worker_said)
-        session = PullSession(self.nc, self.api, stream=self._consume_stream, consumer=consumer,
-                              ack_wait=self.template.ack_wait, options=self.options, dispatcher=dispatcher, owner=self,
-                              label=f"{self.group_name}/{self.member_name}", gated=self._reporter.gates,
-                              trace=self.trace)
+        dispatcher = dispatcher_factory(
+            self.nc,
+            self.options,
+            self.member,
+            remote=self.remote,
+            handle=as_handle(self.handler),
+            key=self.key or self._default_key() or key_by_subject,
+            retry=self.retry or RetryPolicy(),
+            max_ack_pending=self.template.max_ack_pending,
+            on_worker=self._worker_said,
+        )
+        session = PullSession(
+            self.nc,
+            self.api,
+            stream=self._consume_stream,
+            consumer=consumer,
+            ack_wait=self.template.ack_wait,
+            options=self.options,
+            dispatcher=dispatcher,
+            owner=self,
+            label=f"{self.group_name}/{self.member_name}",
+            gated=self._reporter.gates,
+            trace=self.trace,
+        )
         if self._stop_requested:
             session.halt()
         await session.start()
         self.session = session
         self._consuming.set()
-        self._post(PinChanged())   # starts the standby check
+        self._post(PinChanged())  # starts the standby check
         return session
 
     async def _stop_session(self, *, drain: bool) -> None:
@@ -485,7 +537,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             session.admit()
             return
         if self._pin_state == "pinned":
-            await session.idle()   # the handlers in flight under the lost pin finish first
+            await session.idle()  # the handlers in flight under the lost pin finish first
             await self._reporter.settle(())
             # Said only once consumer info shows another pin: after a server restart or a step-down with
             # nothing to deliver, nobody holds it, and this instance may well get the next one.
@@ -510,13 +562,14 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         if self._pin_check is not None:
             self._pin_check.cancel()
         self._pin_check = asyncio.get_running_loop().call_later(
-            max(due - now, 0.0) + (0.01 if now < due else half), self._post, PinChanged())
+            max(due - now, 0.0) + (0.01 if now < due else half), self._post, PinChanged()
+        )
 
     async def _other_pinned(self, session: PullSession) -> bool:
         """Consumer info shows another instance's pin (None: no answer, or nobody is pinned)."""
         try:
             info = await session.consumer_info()
-        except Exception as e:  # noqa: BLE001 - disconnected, no leader: asked again later
+        except Exception as e:
             log.debug("%s: consumer info for the pin: %s", self.member_name, e)
             return False
         pin = pinned_client_id(info)
@@ -530,7 +583,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
                 await self._reporter.settle(owned)
             except HookError:
                 if self.session is not None:
-                    self.session.halt()   # the instance ends: no handler starts meanwhile
+                    self.session.halt()  # the instance ends: no handler starts meanwhile
                 raise
 
     _consume_stream = ""

@@ -19,16 +19,20 @@ def key_by_subject(msg: Msg) -> str:
 
 def key_by_tokens(indexes: list[int]) -> KeyFunc:
     """Key by subject tokens (1-based, of the stripped subject), joined with '.'."""
+
     def key(msg: Msg) -> str:
         tokens = msg.subject.split(".")
         return ".".join(tokens[i - 1] for i in indexes if 0 < i <= len(tokens))
+
     return key
 
 
 def key_by_header(name: str) -> KeyFunc:
     """Key by a header's value (messages without it share the empty key)."""
+
     def key(msg: Msg) -> str:
         return (msg.headers or {}).get(name, "")
+
     return key
 
 
@@ -43,4 +47,5 @@ def key_by_partitioning(filters: list[tuple[str, list[int] | None]]) -> KeyFunc:
             if tokens_match(ftoks, tokens):
                 return ".".join(tokens[stars[k - 1]] for k in idx) if idx else msg.subject
         return msg.subject
+
     return key

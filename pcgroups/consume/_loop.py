@@ -30,8 +30,8 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, Self, TypeVar, runtime_checkable
 
-from ._msg import Msg
 from ..errors import PCGroupsError
+from ._msg import Msg
 
 log = logging.getLogger("pcgroups")
 
@@ -150,8 +150,8 @@ class ControlLoop(Generic[E]):
         """Wait until the instance is attached to its consumer; raises if it ended first."""
         try:
             await self._race(asyncio.wait_for(self._attached(), timeout), "the instance ended before consuming")
-        except asyncio.TimeoutError:
-            raise asyncio.TimeoutError(f"{self.member_name} did not start consuming within {timeout}s") from None
+        except TimeoutError:
+            raise TimeoutError(f"{self.member_name} did not start consuming within {timeout}s") from None
 
     async def __aenter__(self) -> Self:
         return self

@@ -30,7 +30,7 @@ def message_size(data: bytes, headers: dict[str, str] | None) -> int:
     a message over it with its headers makes the server close the connection)."""
     if not headers:
         return len(data)
-    block = 12 + sum(len(k.encode()) + len(str(v).encode()) + 4 for k, v in headers.items())   # NATS/1.0 ... CRLFs
+    block = 12 + sum(len(k.encode()) + len(str(v).encode()) + 4 for k, v in headers.items())  # NATS/1.0 ... CRLFs
     return len(data) + block
 
 
@@ -93,12 +93,29 @@ class Msg:
     sync handler (run in a worker thread) call them plainly: they block until sent.
     """
 
-    __slots__ = ("_msg", "_delivery", "_dispatcher", "subject", "partition", "pin_id", "_done", "_meta",
-                 "received", "started", "last_progress", "_deliveries", "_stream_seq", "_consumer_seq", "epoch",
-                 "key", "naks")
+    __slots__ = (
+        "_consumer_seq",
+        "_deliveries",
+        "_delivery",
+        "_dispatcher",
+        "_done",
+        "_meta",
+        "_msg",
+        "_stream_seq",
+        "epoch",
+        "key",
+        "last_progress",
+        "naks",
+        "partition",
+        "pin_id",
+        "received",
+        "started",
+        "subject",
+    )
 
-    def __init__(self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None,
-                 now: float | None = None):
+    def __init__(
+        self, msg: NatsMsg, delivery: MsgHost, dispatcher: NakPolicy, pin_id: str | None, now: float | None = None
+    ):
         self._msg = msg
         self._delivery = delivery
         self._dispatcher = dispatcher
@@ -212,8 +229,9 @@ class Msg:
         """Raise SupersededError (settled, not acked) once the consumer was RESET after its delivery."""
         if self.epoch != self._delivery.epoch:
             self._settled(acked=False)
-            raise SupersededError(f"message {self._stream_seq} was not acked: the consumer was reset after "
-                                  "its delivery")
+            raise SupersededError(
+                f"message {self._stream_seq} was not acked: the consumer was reset after its delivery"
+            )
 
     def nak(self, delay: float | None = None) -> Any:
         """Ask for redelivery. With key-level concurrency the retry happens in place (the key waits)."""

@@ -29,18 +29,19 @@ from ..events import EventCallback, PartitionsHook
 from ..jetstream._api import ConsumerConfig, ConsumerTemplate
 from ..tracing import Tracing
 from ._delivery import Delivery, Dispatcher
-from ._window import FAIR_WINDOW, WINDOW_PER_SLOT, MessageSize, Window
 from ._dispatchers import ConsumerControl, Handle, Handler, KeyedDispatcher, SerialDispatcher
 from ._keys import KeyFunc
 from ._retry import RetryPolicy
+from ._window import FAIR_WINDOW, WINDOW_PER_SLOT, MessageSize, Window
 
 DEFAULT_BATCH = 500
 DEFAULT_ACK_WAIT = 5.0
 
 #: What a pull session asks for its dispatcher: (its delivery, itself, its message sizes, its fatal-error
 #: callback) -> the dispatcher and, with key-level concurrency, the window of messages it holds.
-DispatcherFactory = Callable[[Delivery, ConsumerControl, MessageSize, Callable[[BaseException], None]],
-                             tuple[Dispatcher, Window | None]]
+DispatcherFactory = Callable[
+    [Delivery, ConsumerControl, MessageSize, Callable[[BaseException], None]], tuple[Dispatcher, Window | None]
+]
 #: What a dispatcher says of its workers: (kind, worker name, detail), as instance events.
 WorkerNews = Callable[[str, str, str], None]
 
@@ -58,8 +59,17 @@ class Member:
 class Remote(Protocol):
     """Handlers that run in other processes: how a dispatching instance hands its messages out."""
 
-    def dispatcher(self, nc: Client, delivery: Delivery, control: ConsumerControl, member: Member, *,
-                   key: KeyFunc, retry: RetryPolicy, on_worker: WorkerNews) -> KeyedDispatcher:
+    def dispatcher(
+        self,
+        nc: Client,
+        delivery: Delivery,
+        control: ConsumerControl,
+        member: Member,
+        *,
+        key: KeyFunc,
+        retry: RetryPolicy,
+        on_worker: WorkerNews,
+    ) -> KeyedDispatcher:
         """A keyed dispatcher whose calls run elsewhere; its ``on_resize`` is told the slots it has."""
 
     def subjects(self, member: Member) -> list[str]:
@@ -92,14 +102,20 @@ class ConsumeOptions:
     def __post_init__(self) -> None:
         if self.dispatch:
             if self.handler is not None:
-                raise ConfigError("a dispatching instance (dispatch=True) runs no handler: the group's workers do "
-                                  "(pcgroups.serve_worker); pass handler=None")
+                raise ConfigError(
+                    "a dispatching instance (dispatch=True) runs no handler: the group's workers do "
+                    "(pcgroups.serve_worker); pass handler=None"
+                )
             if self.concurrency != 1:
-                raise ConfigError("with dispatch=True the workers' capacities are the concurrency: cap the messages "
-                                  f"in flight with max_in_flight, not concurrency (got {self.concurrency})")
+                raise ConfigError(
+                    "with dispatch=True the workers' capacities are the concurrency: cap the messages "
+                    f"in flight with max_in_flight, not concurrency (got {self.concurrency})"
+                )
         elif self.handler is None and self.concurrency != 1:
-            raise ConfigError("an instance iterated with async for takes one message at a time: concurrency "
-                              f"must be 1 without a handler, got {self.concurrency}")
+            raise ConfigError(
+                "an instance iterated with async for takes one message at a time: concurrency "
+                f"must be 1 without a handler, got {self.concurrency}"
+            )
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.max_in_flight < 0:
@@ -129,25 +145,39 @@ def consume_options(options: ConsumeOptions | None, **given: Any) -> ConsumeOpti
     defaults = {f.name: f.default for f in fields(ConsumeOptions)}
     both = sorted(name for name, value in given.items() if value != defaults[name])
     if both:
-        raise ConfigError(f"give the consume options as options= or as keyword arguments, not both: "
-                          f"{', '.join(both)} given beside options=")
+        raise ConfigError(
+            f"give the consume options as options= or as keyword arguments, not both: "
+            f"{', '.join(both)} given beside options="
+        )
     return options
 
 
-def dispatcher_factory(nc: Client, options: ConsumeOptions, member: Member, *, remote: Remote | None,
-                       handle: Handle, key: KeyFunc, retry: RetryPolicy, max_ack_pending: int,
-                       on_worker: WorkerNews) -> DispatcherFactory:
+def dispatcher_factory(
+    nc: Client,
+    options: ConsumeOptions,
+    member: Member,
+    *,
+    remote: Remote | None,
+    handle: Handle,
+    key: KeyFunc,
+    retry: RetryPolicy,
+    max_ack_pending: int,
+    on_worker: WorkerNews,
+) -> DispatcherFactory:
     """How the instance's pull sessions make their dispatcher (invariant 2)."""
     cap = max_ack_pending if max_ack_pending > 0 else FAIR_WINDOW
     if options.dispatch and remote is None:
-        raise ConfigError("dispatch=True needs the worker pool (start the instance with static_consume or "
-                          "elastic_consume)")
+        raise ConfigError(
+            "dispatch=True needs the worker pool (start the instance with static_consume or elastic_consume)"
+        )
 
-    def make(delivery: Delivery, control: ConsumerControl, sizes: MessageSize,
-             on_fatal: Callable[[BaseException], None]) -> tuple[Dispatcher, Window | None]:
+    def make(
+        delivery: Delivery, control: ConsumerControl, sizes: MessageSize, on_fatal: Callable[[BaseException], None]
+    ) -> tuple[Dispatcher, Window | None]:
         if options.dispatch and remote is not None:
-            remote_dispatcher = remote.dispatcher(nc, delivery, control, member, key=key, retry=retry,
-                                                  on_worker=on_worker)
+            remote_dispatcher = remote.dispatcher(
+                nc, delivery, control, member, key=key, retry=retry, on_worker=on_worker
+            )
             window = Window(WINDOW_PER_SLOT, cap, sizes)
             remote_dispatcher.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
             return remote_dispatcher, window

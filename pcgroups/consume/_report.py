@@ -23,11 +23,23 @@ from ..events import EventCallback, InstanceEvent, PartitionsHook
 
 log = logging.getLogger("pcgroups")
 
-_STATE_OF = {"pinned": "pin", "standby": "pin", "lost-pin": "pin",
-             "not-a-member": "membership", "added": "membership", "partitions": "membership",
-             "dropped": "membership", "disconnected": "connection", "reconnected": "connection",
-             "unavailable": "connection", "worker-joined": "workers", "worker-left": "workers",
-             "enrolled": "dispatchers", "no-dispatcher": "dispatchers", "dead-letter-refused": ""}
+_STATE_OF = {
+    "pinned": "pin",
+    "standby": "pin",
+    "lost-pin": "pin",
+    "not-a-member": "membership",
+    "added": "membership",
+    "partitions": "membership",
+    "dropped": "membership",
+    "disconnected": "connection",
+    "reconnected": "connection",
+    "unavailable": "connection",
+    "worker-joined": "workers",
+    "worker-left": "workers",
+    "enrolled": "dispatchers",
+    "no-dispatcher": "dispatchers",
+    "dead-letter-refused": "",
+}
 
 
 class HookError(Exception):
@@ -41,9 +53,15 @@ class HookError(Exception):
 class Reporter:
     """The hooks and events of one instance of ``member`` (see the module docstring)."""
 
-    def __init__(self, member: str, *, on_assigned: PartitionsHook | None = None,
-                 on_revoked: PartitionsHook | None = None, on_event: EventCallback | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None):
+    def __init__(
+        self,
+        member: str,
+        *,
+        on_assigned: PartitionsHook | None = None,
+        on_revoked: PartitionsHook | None = None,
+        on_event: EventCallback | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ):
         self.member = member
         self.assigned: set[int] = set()
         self._on_assigned = on_assigned
@@ -79,15 +97,16 @@ class Reporter:
             if inspect.isawaitable(result):
                 await result
         except Exception as e:
-            log.error("%s: the %s hook failed for partitions %s: %r", self.member, name, sorted(partitions), e,
-                      exc_info=True)
+            log.error(
+                "%s: the %s hook failed for partitions %s: %r", self.member, name, sorted(partitions), e, exc_info=True
+            )
             raise HookError(e) from e
 
     def emit(self, kind: str, partitions: Iterable[int] = (), detail: str = "") -> None:
         """Tell ``on_event``, unless the last event of this kind of state was the same."""
         event = InstanceEvent(kind, self.member, tuple(sorted(partitions)), detail)
         state = _STATE_OF[kind]
-        if state:   # a kind of state: said once per change ("": each time)
+        if state:  # a kind of state: said once per change ("": each time)
             if self._last.get(state) == event:
                 return
             self._last[state] = event

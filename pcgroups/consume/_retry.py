@@ -12,11 +12,11 @@ from ._msg import Msg
 class RetryPolicy:
     """How a failed message of a key is retried before it is dead-lettered."""
 
-    max_deliver: int = 5            # attempts (server deliveries included) before dead-lettering; 0 = never
-    backoff: float = 0.1            # first retry delay, doubled each time
+    max_deliver: int = 5  # attempts (server deliveries included) before dead-lettering; 0 = never
+    backoff: float = 0.1  # first retry delay, doubled each time
     max_backoff: float = 5.0
-    dead_letter_subject: str | None = None   # None: the message is terminated (+TERM) after max_deliver
-    on_dead_letter: Callable[[Msg, str], None] | None = None   # told of each message dead-lettered, and why
+    dead_letter_subject: str | None = None  # None: the message is terminated (+TERM) after max_deliver
+    on_dead_letter: Callable[[Msg, str], None] | None = None  # told of each message dead-lettered, and why
 
 
 class RetryLater(Exception):

@@ -30,14 +30,14 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from ..errors import NotFoundError, SupersededError
 from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from ..tracing import NO_TRACING, InstanceTracing
-from ._msg import PIN_HEADER, Msg
 from ._delivery import Delivery, Dispatcher
-from ._window import PULL_BYTES, MessageSize, Window
+from ._msg import PIN_HEADER, Msg
 from ._options import ConsumeOptions, DispatcherFactory
+from ._window import PULL_BYTES, MessageSize, Window
 
 log = logging.getLogger("pcgroups")
 
-TAKEOVER_POLL = 0.05   # how often a take-over asks consumer info while an earlier holder's calls run
+TAKEOVER_POLL = 0.05  # how often a take-over asks consumer info while an earlier holder's calls run
 
 
 class SessionOwner(Protocol):
@@ -93,7 +93,7 @@ class AckReplies:
                 pass
 
     async def _reply(self, msg: NatsMsg) -> None:
-        waiter = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        waiter = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if waiter is not None and not waiter.done():
             waiter.set_result(msg)
 
@@ -115,7 +115,6 @@ class AckReplies:
         if reply.headers and reply.headers.get("Status") == "503":
             raise NoRespondersError
         return reply
-
 
     def supersede(self) -> None:
         """The double acks waiting now stop waiting: SupersededError (the consumer was RESET, so the
@@ -167,9 +166,21 @@ def _expire(waiter: asyncio.Future[NatsMsg]) -> None:
 class PullSession:
     """One member instance pulling one consumer as a candidate for its priority group's pin."""
 
-    def __init__(self, nc: Client, api: JetStreamApi, *, stream: str, consumer: str, ack_wait: float,
-                 options: ConsumeOptions, dispatcher: DispatcherFactory, owner: SessionOwner | None = None,
-                 label: str = "", gated: bool = False, trace: InstanceTracing = NO_TRACING):
+    def __init__(
+        self,
+        nc: Client,
+        api: JetStreamApi,
+        *,
+        stream: str,
+        consumer: str,
+        ack_wait: float,
+        options: ConsumeOptions,
+        dispatcher: DispatcherFactory,
+        owner: SessionOwner | None = None,
+        label: str = "",
+        gated: bool = False,
+        trace: InstanceTracing = NO_TRACING,
+    ):
         self.nc = nc
         self.trace = trace
         self.api = api
@@ -185,14 +196,14 @@ class PullSession:
         self.auto_in_progress = options.auto_in_progress
         self.owner = owner
         self.label = label or consumer
-        self._pending = 0                 # messages requested by outstanding pulls, not yet delivered
+        self._pending = 0  # messages requested by outstanding pulls, not yet delivered
         self._pulling = False
         self._last_seen = time.monotonic()
-        self._heard = time.monotonic()   # the consumer's last answer: a message, heartbeat or status but 503
-        self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))   # (heartbeats come every expires/2)
-        self._last_refill = 0.0          # the last pull that topped the batch up (not a keep-alive)
-        self._wake = Waker()             # wakes the pull loop
-        self._delivered = Waker()   # a message arrived during a take-over
+        self._heard = time.monotonic()  # the consumer's last answer: a message, heartbeat or status but 503
+        self._silent_limit = max(SILENT_SERVER, 3 * pinned_ttl(ack_wait))  # (heartbeats come every expires/2)
+        self._last_refill = 0.0  # the last pull that topped the batch up (not a keep-alive)
+        self._wake = Waker()  # wakes the pull loop
+        self._delivered = Waker()  # a message arrived during a take-over
         self._sub: Any = None
         self._keepalive_sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -200,14 +211,19 @@ class PullSession:
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
         self._ack_replies = AckReplies(nc)
-        self.delivery = Delivery(nc.publish, self._ack_replies.request, pin_margin=pinned_ttl(ack_wait) * 0.9,
-                                 supersede=self._ack_replies.supersede, grace=ack_wait)
+        self.delivery = Delivery(
+            nc.publish,
+            self._ack_replies.request,
+            pin_margin=pinned_ttl(ack_wait) * 0.9,
+            supersede=self._ack_replies.supersede,
+            grace=ack_wait,
+        )
         # A new pin waits until the earlier holder's calls ended (Delivery invariant 7): one consumer info with
         # max_ack_pending 1 (the message delivered is then the only one pending), a wait with a larger window.
         self.delivery.guarded = True
         # gated: handlers of a new pin wait until the owner admits it (admit()), told by owner.pin_changed: its hooks run first
         self.delivery.gated = gated
-        self.sizes = MessageSize()        # bounds pulls (PULL_BYTES) and the window (WINDOW_BYTES) by bytes
+        self.sizes = MessageSize()  # bounds pulls (PULL_BYTES) and the window (WINDOW_BYTES) by bytes
         self.dispatcher: Dispatcher
         #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
         self.window: Window | None
@@ -223,8 +239,10 @@ class PullSession:
         self._keepalive_inbox = self.nc.new_inbox()
         self._keepalive_sub = await self.nc.subscribe(self._keepalive_inbox, cb=self._on_keepalive)
         self._pulling = True
-        self._tasks = [asyncio.create_task(self._pull_loop(), name=f"pcg-pull-{self.label}"),
-                       asyncio.create_task(self.dispatcher.run(), name=f"pcg-dispatch-{self.label}")]
+        self._tasks = [
+            asyncio.create_task(self._pull_loop(), name=f"pcg-pull-{self.label}"),
+            asyncio.create_task(self.dispatcher.run(), name=f"pcg-dispatch-{self.label}"),
+        ]
         if self.auto_in_progress:
             self._tasks.append(asyncio.create_task(self._progress_loop(), name=f"pcg-wpi-{self.label}"))
 
@@ -383,7 +401,7 @@ class PullSession:
         self._last_seen = now = time.monotonic()
         headers = msg.headers
         status = headers.get("Status") if headers else None
-        if status != "503":   # no responders: the server found nobody to answer for the consumer
+        if status != "503":  # no responders: the server found nobody to answer for the consumer
             self._heard = now
             self.delivery.heard(now)
         if status and headers and not msg.data and not msg.reply:
@@ -422,7 +440,7 @@ class PullSession:
         elif pin != delivery.pin_id:
             if delivery.pin_id is None:
                 log.info("%s: pinned (%s)", self.label, pin)
-            else:   # a new pin without a 423 first: what waits under the old one goes back to the server
+            else:  # a new pin without a 423 first: what waits under the old one goes back to the server
                 self._drop_queued()
             delivery.pin_given(pin, now)
             if delivery.taking_over:
@@ -490,20 +508,29 @@ class PullSession:
                 if foreign <= 0:
                     break
                 waited_for = max(waited_for, foreign)
-                if self.window is not None:   # room for every pending message to come here
+                if self.window is not None:  # room for every pending message to come here
                     self.window.at_least(pending + self.window.base)
                     self._wake.set()
             if time.monotonic() >= deadline:
-                log.warning("%s: took over the pin with %d message(s) of the earlier holder still pending after "
-                            "%.1fs; handing out in stream order anyway", self.label, waited_for,
-                            time.monotonic() - started)
+                log.warning(
+                    "%s: took over the pin with %d message(s) of the earlier holder still pending after "
+                    "%.1fs; handing out in stream order anyway",
+                    self.label,
+                    waited_for,
+                    time.monotonic() - started,
+                )
                 break
             await self._delivered.wait(TAKEOVER_POLL)
         redelivered = d.taken_over(pin)
         if waited_for or redelivered:
-            log.info("%s: took over the pin with unacked message(s) of the earlier holder (%d still pending "
-                     "elsewhere, %d redelivered here): waited %.2fs, handing out in stream order", self.label,
-                     waited_for, redelivered, time.monotonic() - started)
+            log.info(
+                "%s: took over the pin with unacked message(s) of the earlier holder (%d still pending "
+                "elsewhere, %d redelivered here): waited %.2fs, handing out in stream order",
+                self.label,
+                waited_for,
+                redelivered,
+                time.monotonic() - started,
+            )
 
     def _lost_pin(self, description: str) -> None:
         if self.pin_id is not None:
@@ -523,8 +550,7 @@ class PullSession:
         except Exception as e:  # no leader yet, a timeout, reconnecting: the consumer may well be there
             log.info("%s: consumer not answering (%s), pulling again", self.label, e)
             return
-        log.info("%s: a pull found no responders but the consumer exists (a leader change?), pulling again",
-                 self.label)
+        log.info("%s: a pull found no responders but the consumer exists (a leader change?), pulling again", self.label)
 
     def _gone(self, reason: str) -> None:
         self._pulling = False
@@ -546,13 +572,16 @@ class PullSession:
     async def _pull_loop(self) -> None:
         while not self.closed:
             if self.delivery.pin_doubtful():
-                await self._confirm_pin()   # no handler starts meanwhile (Delivery.may_start)
+                await self._confirm_pin()  # no handler starts meanwhile (Delivery.may_start)
             now = time.monotonic()
             if self._pulling and self.api.reconnect_if_silent(self._heard, self._silent_limit):
                 # pulls outstanding, no answer from the consumer: the server is cut off from the rest of the cluster
                 # (a partition), or the link is dead without the socket knowing
-                log.info("%s: no answer from the consumer for %.1fs although pulls are outstanding", self.label,
-                         now - self._heard)
+                log.info(
+                    "%s: no answer from the consumer for %.1fs although pulls are outstanding",
+                    self.label,
+                    now - self._heard,
+                )
             if self._pulling:
                 if self._pending > 0 and now - self._last_seen > 3 * self.heartbeat:
                     log.debug("%s: no heartbeat for %.1fs, pulling again", self.label, now - self._last_seen)
@@ -560,16 +589,21 @@ class PullSession:
                 elif self._pending > 0 and now - self._last_refill > self.expires + 2 * self.heartbeat:
                     # The pull has ended by now (expired, with a 408 that says what it had left): what is
                     # still counted belongs to a pull lost with a connection.
-                    log.debug("%s: %d requested messages of expired pulls never came, pulling again", self.label,
-                              self._pending)
+                    log.debug(
+                        "%s: %d requested messages of expired pulls never came, pulling again",
+                        self.label,
+                        self._pending,
+                    )
                     self._pending = 0
-                want, least = self._want(now) if self._pending <= 0 else (0, 1)   # one pull waits at a time
+                want, least = self._want(now) if self._pending <= 0 else (0, 1)  # one pull waits at a time
                 if want >= least:
                     self._last_refill = now
                     await self._pull(want)
                 elif self.pin_id is not None and now - self.delivery.last_pull >= self.keepalive:
                     await self._keepalive(self.pin_id)
-            elif self.pin_id is not None and self.dispatcher.running and now - self.delivery.last_pull >= self.keepalive:
+            elif (
+                self.pin_id is not None and self.dispatcher.running and now - self.delivery.last_pull >= self.keepalive
+            ):
                 # stopping (drain, halt): the calls in flight keep the pin until they end, so their acks are
                 # not taken for a pause's (a pin in doubt supersedes them) and no other instance starts their
                 # keys meanwhile; a message this delivers waits, and is nak'd by stop()
@@ -593,7 +627,7 @@ class PullSession:
         outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
         window.update(outstanding, self.dispatcher.starved, now)
         room = min(batch, window.room(outstanding))
-        if self.delivery.taking_over:   # an earlier holder's messages come a few at a time: pull each room there is
+        if self.delivery.taking_over:  # an earlier holder's messages come a few at a time: pull each room there is
             return room, 1
         return room, max(1, min(batch, window.room(0)) // 4)
 
@@ -614,8 +648,11 @@ class PullSession:
         if pin in pinned:
             self.delivery.pin_confirmed(time.monotonic())
             return
-        log.info("%s: the pin moved while this instance was paused; dropping %d buffered message(s)", self.label,
-                 len(self._take_buffered()))
+        log.info(
+            "%s: the pin moved while this instance was paused; dropping %d buffered message(s)",
+            self.label,
+            len(self._take_buffered()),
+        )
         self.delivery.forget_pin()
         self._pin_changed()
         self._wake.set()
@@ -661,7 +698,7 @@ class PullSession:
             now = time.monotonic()
             for m in [*self.dispatcher.overdue(now, interval), *self.delivery.overdue(now, interval)]:
                 if not self.delivery.extend(m, now):
-                    continue   # its pin was lost long enough ago: let its AckWait run out (Delivery invariant 8)
+                    continue  # its pin was lost long enough ago: let its AckWait run out (Delivery invariant 8)
                 m.last_progress = now
                 try:
                     await self.nc.publish(m.reply, b"+WPI")

@@ -8,7 +8,7 @@ from __future__ import annotations
 FAIR_WINDOW = 16384
 #: Per handler slot, what a keyed instance asks for while no key is starved (the window's base).
 WINDOW_PER_SLOT = 4
-WINDOW_SHRINK_AFTER = 1.0   # seconds the window must have been under a quarter full before it halves
+WINDOW_SHRINK_AFTER = 1.0  # seconds the window must have been under a quarter full before it halves
 #: The most message bytes a keyed instance holds at once, whatever its window: a burst of large messages
 #: is held as far as this reaches (256 messages of 256 KB), not up to :data:`FAIR_WINDOW` of them.
 WINDOW_BYTES = 64 * 1024 * 1024

@@ -11,28 +11,57 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from collections.abc import Callable, Sequence, Set as AbstractSet
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from ..config import (ElasticConfig, MemberMapping, PartitioningFilter, parse_elastic_config, validate_name,
-                      validate_partition_count)
-from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError, PCGroupsError
 from .. import flavour
+from ..config import (
+    ElasticConfig,
+    MemberMapping,
+    PartitioningFilter,
+    parse_elastic_config,
+    validate_name,
+    validate_partition_count,
+)
+from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
-from ._sticky import sticky_change
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig
+from ..jetstream._store import (
+    ELASTIC_BUCKET,
+    Entry,
+    flavour_hint,
+    group_entry,
+    group_key,
+    kv_call,
+    open_bucket,
+    open_or_create_bucket,
+    read,
+    update,
+)
 from ..partitions import check_member_filters, unmatched_filters
-from ._sources import (Layout, SourceStream, Start, assign_filters, explicit_start, external_prefixes,
-                       externals_by_stream, layout_of, resolve_start, source_config, starts_by_stream)
-from ..jetstream._store import (ELASTIC_BUCKET, Entry, flavour_hint, group_entry, group_key, kv_call, open_bucket,
-                                open_or_create_bucket, read, update)
+from ._sources import (
+    Layout,
+    SourceStream,
+    Start,
+    assign_filters,
+    explicit_start,
+    external_prefixes,
+    externals_by_stream,
+    layout_of,
+    resolve_start,
+    source_config,
+    starts_by_stream,
+)
+from ._sticky import sticky_change
 
 log = logging.getLogger("pcgroups")
+
 
 def stored_config(stream: str, group: str, value: bytes) -> ElasticConfig:
     """A stored config, decoded and validated; a ConfigError naming the group when it is not valid."""
@@ -44,14 +73,23 @@ async def get_elastic_config(nc: Client, stream: str, group: str, *, api: JetStr
     return await flavour.get_config(ELASTIC, nc, stream, group, api=api)
 
 
-def work_queue_config(stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str,
-                      layout: Layout | None = None) -> StreamConfig:
+def work_queue_config(
+    stream: str, group: str, cfg: ElasticConfig, *, replicas: int, storage: str, layout: Layout | None = None
+) -> StreamConfig:
     """The work-queue stream as the reference creates it (docs/DESIGN.md, *Wire contract*), with one
     source per stream of ``layout`` (default: the group's own stream, as the reference has it)."""
     layout = layout or Layout((SourceStream(stream, tuple(cfg.partitioning_filters or ())),))
-    return StreamConfig(name=work_queue_name(stream, group), retention="workqueue", max_msgs=cfg.max_buffered_msgs,
-                        max_bytes=cfg.max_buffered_bytes, discard="new", storage=storage, num_replicas=replicas,
-                        sources=[source_config(s, cfg.max_members) for s in layout.streams], allow_direct=True)
+    return StreamConfig(
+        name=work_queue_name(stream, group),
+        retention="workqueue",
+        max_msgs=cfg.max_buffered_msgs,
+        max_bytes=cfg.max_buffered_bytes,
+        discard="new",
+        storage=storage,
+        num_replicas=replicas,
+        sources=[source_config(s, cfg.max_members) for s in layout.streams],
+        allow_direct=True,
+    )
 
 
 def _shape_differences(now: ElasticConfig, asked: ElasticConfig) -> list[str]:
@@ -71,25 +109,37 @@ def _show_filters(cfg: ElasticConfig) -> str:
     pfs = cfg.partitioning_filters or []
     if not pfs:
         return "none"
-    return "[" + ", ".join(pf.filter + (f" by {','.join(map(str, pf.partitioning_wildcards))}"
-                                        if pf.partitioning_wildcards else "") for pf in pfs) + "]"
+    return (
+        "["
+        + ", ".join(
+            pf.filter + (f" by {','.join(map(str, pf.partitioning_wildcards))}" if pf.partitioning_wildcards else "")
+            for pf in pfs
+        )
+        + "]"
+    )
 
 
 def _layout_differences(now: Layout, asked: Layout) -> list[str]:
     if now.shape() == asked.shape():
         return []
-    return [f"streams: [{', '.join(s.describe() for s in now.streams)}] now, "
-            f"[{', '.join(s.describe() for s in asked.streams)}] asked"]
+    return [
+        f"streams: [{', '.join(s.describe() for s in now.streams)}] now, "
+        f"[{', '.join(s.describe() for s in asked.streams)}] asked"
+    ]
 
 
 def _exists_error(differences: list[str]) -> GroupExistsError:
-    return GroupExistsError("the existing elastic consumer group config can not be updated to the requested one ("
-                            + "; ".join(differences) + "), please delete the existing elastic consumer group and "
-                            "create a new one")
+    return GroupExistsError(
+        "the existing elastic consumer group config can not be updated to the requested one ("
+        + "; ".join(differences)
+        + "), please delete the existing elastic consumer group and "
+        "create a new one"
+    )
 
 
-async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, str],
-                        externals: dict[str, str]) -> dict[str, dict[str, Any]]:
+async def _stream_infos(
+    api: JetStreamApi, names: list[str], roles: dict[str, str], externals: dict[str, str]
+) -> dict[str, dict[str, Any]]:
     """Each stream's info, asked of its own JetStream (``externals``: the API prefix of a stream elsewhere)."""
     infos = {}
     for name in names:
@@ -103,29 +153,36 @@ async def _stream_infos(api: JetStreamApi, names: list[str], roles: dict[str, st
         except JetStreamAPIError as e:
             if where is api or e.code != 503:
                 raise
-            raise PCGroupsError(f"no JetStream answers for {what} {name}{elsewhere}: is the domain right, and its leaf "
-                                "node connected?") from None
+            raise PCGroupsError(
+                f"no JetStream answers for {what} {name}{elsewhere}: is the domain right, and its leaf node connected?"
+            ) from None
     return infos
 
 
-def _plan_streams(stream: str, cfg: ElasticConfig, sources: list[str], partition_streams: list[str]
-                  ) -> tuple[list[str], dict[str, str]]:
+def _plan_streams(
+    stream: str, cfg: ElasticConfig, sources: list[str], partition_streams: list[str]
+) -> tuple[list[str], dict[str, str]]:
     """The streams a create asks for, with the role each plays (for messages); checks their count and names."""
     if partition_streams:
         if cfg.partitioning_filters:
-            raise ConfigError("a group of partition streams takes no partitioning filters: each stream is one "
-                              "partition, sourced whole")
+            raise ConfigError(
+                "a group of partition streams takes no partitioning filters: each stream is one "
+                "partition, sourced whole"
+            )
         if sources:
-            raise ConfigError("a group of partition streams takes no other sources: list every stream as a "
-                              "partition stream")
+            raise ConfigError(
+                "a group of partition streams takes no other sources: list every stream as a partition stream"
+            )
         if len(partition_streams) != cfg.max_members:
-            raise ConfigError(f"{len(partition_streams)} partition streams given for {cfg.max_members} partitions: "
-                              "give exactly one stream per partition, in partition order")
+            raise ConfigError(
+                f"{len(partition_streams)} partition streams given for {cfg.max_members} partitions: "
+                "give exactly one stream per partition, in partition order"
+            )
         names = list(partition_streams)
         roles = {n: f"partition stream {i}" for i, n in enumerate(names)}
     else:
         names = [stream, *sources]
-        roles = {stream: "origin stream", **{s: "source stream" for s in sources}}
+        roles = {stream: "origin stream", **dict.fromkeys(sources, "source stream")}
     for n in names:
         validate_name("stream", n)
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -145,25 +202,44 @@ class ElasticSpec:
     max_buffered_bytes: int = 0
     sources: list[str] | None = None
     partition_streams: list[str] | None = None
-    start: "str | Start | dict[str, str | Start] | None" = None
-    source_domain: "str | dict[str, str] | None" = None
-    source_api: "str | dict[str, str] | None" = None
+    start: str | Start | dict[str, str | Start] | None = None
+    source_domain: str | dict[str, str] | None = None
+    source_api: str | dict[str, str] | None = None
 
     async def create(self, nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> ElasticConfig:
-        return await create_elastic(nc, stream, group, self.max_members, partitioning_filters=self.partitioning_filters,
-                                    max_buffered_msgs=self.max_buffered_msgs, max_buffered_bytes=self.max_buffered_bytes,
-                                    sources=self.sources, partition_streams=self.partition_streams, start=self.start,
-                                    source_domain=self.source_domain, source_api=self.source_api, api=api)
+        return await create_elastic(
+            nc,
+            stream,
+            group,
+            self.max_members,
+            partitioning_filters=self.partitioning_filters,
+            max_buffered_msgs=self.max_buffered_msgs,
+            max_buffered_bytes=self.max_buffered_bytes,
+            sources=self.sources,
+            partition_streams=self.partition_streams,
+            start=self.start,
+            source_domain=self.source_domain,
+            source_api=self.source_api,
+            api=api,
+        )
 
 
-async def create_elastic(nc: Client, stream: str, group: str, max_members: int, *,
-                         partitioning_filters: list[PartitioningFilter] | None = None,
-                         max_buffered_msgs: int = 0, max_buffered_bytes: int = 0,
-                         sources: list[str] | None = None, partition_streams: list[str] | None = None,
-                         start: "str | Start | dict[str, str | Start] | None" = None,
-                         source_domain: "str | dict[str, str] | None" = None,
-                         source_api: "str | dict[str, str] | None" = None,
-                         api: JetStreamApi | None = None) -> ElasticConfig:
+async def create_elastic(
+    nc: Client,
+    stream: str,
+    group: str,
+    max_members: int,
+    *,
+    partitioning_filters: list[PartitioningFilter] | None = None,
+    max_buffered_msgs: int = 0,
+    max_buffered_bytes: int = 0,
+    sources: list[str] | None = None,
+    partition_streams: list[str] | None = None,
+    start: str | Start | dict[str, str | Start] | None = None,
+    source_domain: str | dict[str, str] | None = None,
+    source_api: str | dict[str, str] | None = None,
+    api: JetStreamApi | None = None,
+) -> ElasticConfig:
     """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing).
 
     ``sources``: further streams the group consumes besides ``stream`` (an aggregate group); each
@@ -178,8 +254,12 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     """
     api = api_of(nc, api)
     check_names(stream, group)
-    cfg = ElasticConfig(max_members=max_members, partitioning_filters=partitioning_filters,
-                        max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes)
+    cfg = ElasticConfig(
+        max_members=max_members,
+        partitioning_filters=partitioning_filters,
+        max_buffered_msgs=max_buffered_msgs,
+        max_buffered_bytes=max_buffered_bytes,
+    )
     try:
         validate_partition_count(max_members)
         cfg.validate()
@@ -201,8 +281,10 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
         try:
             current = parse_elastic_config(existing.value)
         except ConfigError as e:
-            raise GroupExistsError(f"elastic consumer group {group} on stream {stream} already exists with an invalid "
-                                   f"config ({e}): delete it first") from None
+            raise GroupExistsError(
+                f"elastic consumer group {group} on stream {stream} already exists with an invalid "
+                f"config ({e}): delete it first"
+            ) from None
         differences = _shape_differences(current, cfg)
         if differences:
             raise _exists_error(differences)
@@ -220,10 +302,21 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
                     await api.delete_stream(wq.name)
                 raise
             # Created concurrently (instances joining by name at once): compare with theirs.
-            return await create_elastic(nc, stream, group, max_members, partitioning_filters=partitioning_filters,
-                                        max_buffered_msgs=max_buffered_msgs, max_buffered_bytes=max_buffered_bytes,
-                                        sources=sources, partition_streams=partition_streams, start=start,
-                                        source_domain=source_domain, source_api=source_api, api=api)
+            return await create_elastic(
+                nc,
+                stream,
+                group,
+                max_members,
+                partitioning_filters=partitioning_filters,
+                max_buffered_msgs=max_buffered_msgs,
+                max_buffered_bytes=max_buffered_bytes,
+                sources=sources,
+                partition_streams=partition_streams,
+                start=start,
+                source_domain=source_domain,
+                source_api=source_api,
+                api=api,
+            )
         except BaseException:
             if created_stream:
                 await api.delete_stream(wq.name)
@@ -231,8 +324,16 @@ async def create_elastic(nc: Client, stream: str, group: str, max_members: int, 
     return cfg
 
 
-def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, dict[str, Any]],
-            starts: dict[str, Start], externals: dict[str, str], *, partition_streams: bool) -> Layout:
+def _layout(
+    stream: str,
+    cfg: ElasticConfig,
+    names: list[str],
+    infos: dict[str, dict[str, Any]],
+    starts: dict[str, Start],
+    externals: dict[str, str],
+    *,
+    partition_streams: bool,
+) -> Layout:
     """The layout a create asks for: each stream with its filters (or partition) and resolved start.
 
     With several streams every start is explicit (``all`` is the stream's first sequence): nats-server
@@ -241,21 +342,30 @@ def _layout(stream: str, cfg: ElasticConfig, names: list[str], infos: dict[str, 
     """
     resolve = explicit_start if len(names) > 1 else resolve_start
     if partition_streams:
-        return Layout(tuple(SourceStream(n, (), i, *resolve(starts[n], infos[n]), externals.get(n, ""))
-                            for i, n in enumerate(names)))
+        return Layout(
+            tuple(
+                SourceStream(n, (), i, *resolve(starts[n], infos[n]), externals.get(n, "")) for i, n in enumerate(names)
+            )
+        )
     filters = list(cfg.partitioning_filters or [])
     if len(names) == 1:
         unmatched = unmatched_filters([pf.filter for pf in filters], infos[stream]["config"])
         if unmatched:
-            raise ConfigError(f"invalid elastic consumer group config: partitioning filter {unmatched[0]} matches "
-                              f"none of the subjects of stream {stream} "
-                              f"({', '.join(infos[stream]['config']['subjects'])}); a filter must match some of them")
+            raise ConfigError(
+                f"invalid elastic consumer group config: partitioning filter {unmatched[0]} matches "
+                f"none of the subjects of stream {stream} "
+                f"({', '.join(infos[stream]['config']['subjects'])}); a filter must match some of them"
+            )
     try:
         assigned = assign_filters(filters, {n: infos[n]["config"] for n in names})
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
-    return Layout(tuple(SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n]),
-                                     externals.get(n, "")) for n in names))
+    return Layout(
+        tuple(
+            SourceStream(n, tuple(assigned[n]), None, *resolve(starts[n], infos[n]), externals.get(n, ""))
+            for n in names
+        )
+    )
 
 
 async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticConfig, layout: Layout) -> bool:
@@ -270,7 +380,7 @@ async def _ensure_work_queue(api: JetStreamApi, wq: StreamConfig, cfg: ElasticCo
             except JetStreamAPIError as e:
                 if e.err_code != ERR_STREAM_NAME_IN_USE:
                     raise PCGroupsError(f"can't create the elastic consumer group's stream: {e}") from None
-                continue   # created concurrently with another start position: compare with theirs
+                continue  # created concurrently with another start position: compare with theirs
         differences = _layout_differences(layout_of(info["config"], cfg.partitioning_filters), layout)
         if differences:
             raise _exists_error(differences)
@@ -290,11 +400,18 @@ async def settle_starts(api: JetStreamApi, work_queue: str, names: list[str], ti
     active = {src.get("name") for src in info.get("sources") or [] if src.get("active", -1) >= 0}
     late = [n for n in names if n not in active]
     if late:
-        log.warning("%s: sourcing of %s has not started yet; its start position stays in the work queue's config",
-                    work_queue, ", ".join(late))
+        log.warning(
+            "%s: sourcing of %s has not started yet; its start position stays in the work queue's config",
+            work_queue,
+            ", ".join(late),
+        )
     cfg = info["config"]
-    sources = [{k: v for k, v in src.items() if k not in ("opt_start_seq", "opt_start_time")}
-               if src.get("name") in active and src.get("name") in names else src for src in cfg.get("sources", [])]
+    sources = [
+        {k: v for k, v in src.items() if k not in ("opt_start_seq", "opt_start_time")}
+        if src.get("name") in active and src.get("name") in names
+        else src
+        for src in cfg.get("sources", [])
+    ]
     if sources != cfg.get("sources"):
         await _update_stream(api, dict(cfg, sources=sources))
 
@@ -342,8 +459,10 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
     except JetStreamAPIError as e:
         raise PCGroupsError(f"could not delete the elastic consumer group's stream: {e}") from None
     if not had_key and not had_stream:
-        raise NotFoundError(f"elastic consumer group {group} on stream {stream} not found"
-                            + await flavour_hint(api, "elastic", stream, group))
+        raise NotFoundError(
+            f"elastic consumer group {group} on stream {stream} not found"
+            + await flavour_hint(api, "elastic", stream, group)
+        )
 
 
 async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
@@ -351,8 +470,9 @@ async def list_elastic_groups(nc: Client, stream: str, *, api: JetStreamApi | No
     return await flavour.list_groups(ELASTIC, nc, stream, api=api)
 
 
-async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
-                  change: Callable[[ElasticConfig], ElasticConfig]) -> ElasticConfig:
+async def _modify(
+    nc: Client, stream: str, group: str, api: JetStreamApi | None, change: Callable[[ElasticConfig], ElasticConfig]
+) -> ElasticConfig:
     """Compare-and-set ``change(cfg) -> cfg`` on the group's config, retrying on conflicts."""
     check_names(stream, group)
     kv, _ = await group_entry(api_of(nc, api), ELASTIC.bucket, ELASTIC.name, stream, group)
@@ -375,10 +495,18 @@ async def _modify(nc: Client, stream: str, group: str, api: JetStreamApi | None,
 
 
 # --- the group's streams ------------------------------------------------------------------------
-async def add_source(nc: Client, stream: str, group: str, source: str, *,
-                     partitioning_filters: list[PartitioningFilter] | None = None,
-                     start: "str | Start" = "all", source_domain: str | None = None, source_api: str | None = None,
-                     api: JetStreamApi | None = None) -> Layout:
+async def add_source(
+    nc: Client,
+    stream: str,
+    group: str,
+    source: str,
+    *,
+    partitioning_filters: list[PartitioningFilter] | None = None,
+    start: str | Start = "all",
+    source_domain: str | None = None,
+    source_api: str | None = None,
+    api: JetStreamApi | None = None,
+) -> Layout:
     """Add ``source`` to an elastic group's streams (an aggregate group); returns the new layout.
     ``source_domain`` / ``source_api``: the JetStream it is in, as for :func:`create_elastic`.
 
@@ -397,9 +525,12 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
     external = (await external_prefixes(given, api)).get(source, "")
-    infos = await _stream_infos(api, [*layout.names, source], {**{n: "stream" for n in layout.names},
-                                                               source: "stream to add"},
-                                {**{s.name: s.external_api for s in layout.streams}, source: external})
+    infos = await _stream_infos(
+        api,
+        [*layout.names, source],
+        {**dict.fromkeys(layout.names, "stream"), source: "stream to add"},
+        {**{s.name: s.external_api for s in layout.streams}, source: external},
+    )
     new = [pf for pf in partitioning_filters or [] if pf not in (cfg.partitioning_filters or [])]
     _check_added_filters(cfg, group, source, new, partitioning_filters or [], infos)
     seq, when = explicit_start(Start.parse(start), infos[source])
@@ -407,8 +538,19 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     # work queue's last message time (see _layout): let every source start first.
     wq = await _sources_active(api, wq["config"]["name"], layout.names, 10.0)
     if new:
-        await _modify(nc, stream, group, api, lambda c: replace(c, partitioning_filters=[
-            *(c.partitioning_filters or []), *(pf for pf in new if pf not in (c.partitioning_filters or []))]))
+        await _modify(
+            nc,
+            stream,
+            group,
+            api,
+            lambda c: replace(
+                c,
+                partitioning_filters=[
+                    *(c.partitioning_filters or []),
+                    *(pf for pf in new if pf not in (c.partitioning_filters or [])),
+                ],
+            ),
+        )
     added = SourceStream(source, tuple(partitioning_filters or ()), None, seq, when, external)
     body = dict(wq["config"], sources=[*wq["config"].get("sources", []), source_config(added, cfg.max_members)])
     await _update_stream(api, body)
@@ -416,8 +558,9 @@ async def add_source(nc: Client, stream: str, group: str, source: str, *,
     return layout_of((await api.stream_info(body["name"]))["config"], [*(cfg.partitioning_filters or []), *new])
 
 
-async def _group_streams(nc: Client, api: JetStreamApi, stream: str, group: str, source: str, verb: str
-                         ) -> tuple[ElasticConfig, dict[str, Any], Layout]:
+async def _group_streams(
+    nc: Client, api: JetStreamApi, stream: str, group: str, source: str, verb: str
+) -> tuple[ElasticConfig, dict[str, Any], Layout]:
     """The config, work-queue info and layout of a group whose streams change (not a partition-stream group)."""
     check_names(stream, group)
     validate_name("stream", source)
@@ -425,34 +568,55 @@ async def _group_streams(nc: Client, api: JetStreamApi, stream: str, group: str,
     wq = await _work_queue_info(api, stream, group)
     layout = layout_of(wq["config"], cfg.partitioning_filters)
     if layout.kind == "partition-streams":
-        raise ConfigError(f"elastic consumer group {group} on {stream} is a group of partition streams (one stream "
-                          f"per partition): streams cannot be {verb} it")
+        raise ConfigError(
+            f"elastic consumer group {group} on {stream} is a group of partition streams (one stream "
+            f"per partition): streams cannot be {verb} it"
+        )
     return cfg, wq, layout
 
 
-def _check_added_filters(cfg: ElasticConfig, group: str, source: str, new: list[PartitioningFilter],
-                         given: list[PartitioningFilter], infos: dict[str, dict[str, Any]]) -> None:
+def _check_added_filters(
+    cfg: ElasticConfig,
+    group: str,
+    source: str,
+    new: list[PartitioningFilter],
+    given: list[PartitioningFilter],
+    infos: dict[str, dict[str, Any]],
+) -> None:
     """The filters given for an added stream: present when the group partitions by filters, matching its subjects
     and no other stream's, and valid together with the group's."""
     if cfg.partitioning_filters and not given:
-        raise ConfigError(f"elastic consumer group {group} partitions by filters ({_show_filters(cfg)}): give the "
-                          f"filters of {source}'s subjects (--filter, with --wildcards)")
+        raise ConfigError(
+            f"elastic consumer group {group} partitions by filters ({_show_filters(cfg)}): give the "
+            f"filters of {source}'s subjects (--filter, with --wildcards)"
+        )
     if given and not cfg.partitioning_filters:
-        raise ConfigError(f"elastic consumer group {group} partitions whole subjects (it has no partitioning filters): "
-                          f"a stream added to it takes no --filter")
+        raise ConfigError(
+            f"elastic consumer group {group} partitions whole subjects (it has no partitioning filters): "
+            f"a stream added to it takes no --filter"
+        )
     try:
         assigned = assign_filters(given, {n: i["config"] for n, i in infos.items()}, every_stream=False)
         wrong = [pf.filter for n, pfs in assigned.items() if n != source for pf in pfs]
         if wrong:
-            raise ConfigError(f"partitioning filter {wrong[0]} matches subjects of another stream of the group, "
-                              f"not of {source}")
+            raise ConfigError(
+                f"partitioning filter {wrong[0]} matches subjects of another stream of the group, not of {source}"
+            )
         replace(cfg, partitioning_filters=[*(cfg.partitioning_filters or []), *new]).validate()
     except ConfigError as e:
         raise ConfigError(f"invalid elastic consumer group config: {e}") from None
 
 
-async def remove_source(nc: Client, stream: str, group: str, source: str, *, discard: bool = False,
-                        timeout: float = 30.0, api: JetStreamApi | None = None) -> Layout:
+async def remove_source(
+    nc: Client,
+    stream: str,
+    group: str,
+    source: str,
+    *,
+    discard: bool = False,
+    timeout: float = 30.0,
+    api: JetStreamApi | None = None,
+) -> Layout:
     """Remove ``source`` from an elastic group's streams; returns the new layout.
 
     The work queue stops sourcing it first. Its messages already queued are then handled by the
@@ -464,28 +628,41 @@ async def remove_source(nc: Client, stream: str, group: str, source: str, *, dis
     cfg, wq, layout = await _group_streams(nc, api, stream, group, source, "removed from")
     leaving = layout.stream(source) or _removed_earlier(layout, cfg, source)
     if leaving is None:
-        raise NotFoundError(f"stream {source} is not a stream of elastic consumer group {group} (its streams: "
-                            f"{', '.join(layout.names)})")
+        raise NotFoundError(
+            f"stream {source} is not a stream of elastic consumer group {group} (its streams: "
+            f"{', '.join(layout.names)})"
+        )
     rest = Layout(tuple(s for s in layout.streams if s.name != source))
     if not rest.streams:
-        raise ConfigError(f"stream {source} is the only stream of elastic consumer group {group}: delete the group "
-                          "instead")
+        raise ConfigError(
+            f"stream {source} is the only stream of elastic consumer group {group}: delete the group instead"
+        )
     if source in layout.names:
         body = dict(wq["config"], sources=[s for s in wq["config"].get("sources", []) if s.get("name") != source])
         await _update_stream(api, body)
-    subjects = ([f"*.{pf.filter}" for pf in leaving.filters]
-                or await _whole_subjects(api.at(leaving.external_api), source))
+    subjects = [f"*.{pf.filter}" for pf in leaving.filters] or await _whole_subjects(
+        api.at(leaving.external_api), source
+    )
     wq_name = work_queue_name(stream, group)
     if discard:
         for subject in subjects:
             await api.request(f"STREAM.PURGE.{wq_name}", {"filter": subject})
     elif not await _drained(api, wq_name, subjects, timeout):
-        raise PCGroupsError(f"stream {source} is no longer sourced, but messages of it are still queued for elastic "
-                            f"consumer group {group} after {timeout:g}s (are its members running?): run the removal "
-                            "again to wait longer, or discard them")
+        raise PCGroupsError(
+            f"stream {source} is no longer sourced, but messages of it are still queued for elastic "
+            f"consumer group {group} after {timeout:g}s (are its members running?): run the removal "
+            "again to wait longer, or discard them"
+        )
     if leaving.filters:
-        await _modify(nc, stream, group, api, lambda c: replace(c, partitioning_filters=[
-            pf for pf in c.partitioning_filters or [] if pf not in leaving.filters]))
+        await _modify(
+            nc,
+            stream,
+            group,
+            api,
+            lambda c: replace(
+                c, partitioning_filters=[pf for pf in c.partitioning_filters or [] if pf not in leaving.filters]
+            ),
+        )
     return rest
 
 
@@ -502,8 +679,10 @@ async def _whole_subjects(api: JetStreamApi, source: str) -> list[str]:
     except NotFoundError:
         subjects = []
     if not subjects:
-        raise ConfigError(f"stream {source} has no subjects to tell its queued messages apart: remove it while "
-                          "its messages are all handled, or delete the group")
+        raise ConfigError(
+            f"stream {source} has no subjects to tell its queued messages apart: remove it while "
+            "its messages are all handled, or delete the group"
+        )
     return [f"*.{s}" for s in subjects]
 
 
@@ -534,8 +713,9 @@ async def _update_stream(api: JetStreamApi, config: dict[str, Any]) -> None:
         raise PCGroupsError(f"can't update the elastic consumer group's stream: {e}") from None
 
 
-async def add_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
-                      api: JetStreamApi | None = None) -> list[str]:
+async def add_members(
+    nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False, api: JetStreamApi | None = None
+) -> list[str]:
     """Add members (existing order kept, new names appended as given); returns the new membership.
 
     ``sticky=True`` writes the result as ``member_mappings`` that move the fewest partitions (only to
@@ -544,8 +724,9 @@ async def add_members(nc: Client, stream: str, group: str, names: list[str], *, 
     return await _change_members(nc, stream, group, api, add=_member_names(names), sticky=sticky)
 
 
-async def delete_members(nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False,
-                         api: JetStreamApi | None = None) -> list[str]:
+async def delete_members(
+    nc: Client, stream: str, group: str, names: list[str], *, sticky: bool = False, api: JetStreamApi | None = None
+) -> list[str]:
     """Drop members; returns the remaining membership.
 
     ``sticky=True`` hands only the dropped members' partitions to the others, written as
@@ -554,16 +735,27 @@ async def delete_members(nc: Client, stream: str, group: str, names: list[str], 
     return await _change_members(nc, stream, group, api, drop=set(_member_names(names)), sticky=sticky)
 
 
-async def _change_members(nc: Client, stream: str, group: str, api: JetStreamApi | None, *,
-                          add: Sequence[str] = (), drop: AbstractSet[str] = frozenset(), sticky: bool) -> list[str]:
+async def _change_members(
+    nc: Client,
+    stream: str,
+    group: str,
+    api: JetStreamApi | None,
+    *,
+    add: Sequence[str] = (),
+    drop: AbstractSet[str] = frozenset(),
+    sticky: bool,
+) -> list[str]:
     """Add the members ``add`` and drop those in ``drop`` (compare-and-set); the membership after."""
+
     def change(cfg: ElasticConfig) -> ElasticConfig:
         if sticky:
             return _sticky(cfg, add=add, drop=drop)
         if cfg.member_mappings:
             verb, where = ("add", "to") if add else ("drop", "from")
-            raise ConfigError(f"can't {verb} members {where} an elastic consumer group that uses member mappings "
-                              f"({verb} them with sticky mappings instead: --sticky)")
+            raise ConfigError(
+                f"can't {verb} members {where} an elastic consumer group that uses member mappings "
+                f"({verb} them with sticky mappings instead: --sticky)"
+            )
         members = list(dict.fromkeys([*cfg.members, *add])) if add else cfg.members
         return replace(cfg, members=[m for m in members if m not in drop], automatic=False)
 
@@ -583,20 +775,24 @@ def _sticky(cfg: ElasticConfig, *, add: Sequence[str] = (), drop: AbstractSet[st
     """The config after a sticky add/drop: the membership as mappings moving the fewest partitions."""
     live = [m for m in dict.fromkeys([*cfg.membership(), *add]) if m not in drop]
     if len(live) > cfg.max_members:
-        raise ConfigError(f"can't have {len(live)} members with sticky mappings: the group has "
-                          f"{cfg.max_members} partitions, so at most {cfg.max_members} members can own one")
+        raise ConfigError(
+            f"can't have {len(live)} members with sticky mappings: the group has "
+            f"{cfg.max_members} partitions, so at most {cfg.max_members} members can own one"
+        )
     return replace(cfg, members=[], member_mappings=sticky_change(cfg, add=add, drop=drop), automatic=False)
 
 
-async def set_member_mappings(nc: Client, stream: str, group: str, mappings: list[MemberMapping], *,
-                              api: JetStreamApi | None = None) -> None:
+async def set_member_mappings(
+    nc: Client, stream: str, group: str, mappings: list[MemberMapping], *, api: JetStreamApi | None = None
+) -> None:
     """Replace the membership by explicit partition mappings (compare-and-set)."""
     if not mappings:
         raise ConfigError("no member mappings given")
     for m in mappings:
         validate_name("member", m.member)
-    await _modify(nc, stream, group, api, lambda cfg: replace(cfg, members=[], member_mappings=list(mappings),
-                                                                  automatic=False))
+    await _modify(
+        nc, stream, group, api, lambda cfg: replace(cfg, members=[], member_mappings=list(mappings), automatic=False)
+    )
 
 
 async def delete_member_mappings(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
@@ -604,21 +800,22 @@ async def delete_member_mappings(nc: Client, stream: str, group: str, *, api: Je
     await _modify(nc, stream, group, api, lambda cfg: replace(cfg, member_mappings=[], automatic=False))
 
 
-async def list_elastic_active_members(nc: Client, stream: str, group: str, *,
-                                      api: JetStreamApi | None = None) -> list[str]:
+async def list_elastic_active_members(
+    nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+) -> list[str]:
     """Members whose consumer exists and has an instance pulling, in membership order."""
     return await flavour.list_active_members(ELASTIC, nc, stream, group, api=api)
 
 
-async def elastic_is_in_membership_and_active(nc: Client, stream: str, group: str, member: str, *,
-                                              api: JetStreamApi | None = None) -> tuple[bool, bool]:
+async def elastic_is_in_membership_and_active(
+    nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi | None = None
+) -> tuple[bool, bool]:
     """Whether ``member`` is in the membership, and whether *its* consumer has an instance pulling."""
     return await flavour.is_in_membership_and_active(ELASTIC, nc, stream, group, member, api=api)
 
 
-async def elastic_member_step_down(nc: Client, stream: str, group: str, member: str, *,
-                                   api: JetStreamApi | None = None) -> None:
+async def elastic_member_step_down(
+    nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi | None = None
+) -> None:
     """Unpin the member's consumer: another of its instances takes over at once."""
     await flavour.member_step_down(ELASTIC, nc, stream, group, member, api=api)
-
-

@@ -21,52 +21,88 @@ from nats.js.kv import KeyValue
 
 from .. import flavour
 from ..config import ElasticConfig, parse_elastic_config, validate_name
-from ._admin import ElasticSpec, stored_config
-from ..errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStreamAPIError, NotFoundError,
-                      PermissionDeniedError)
+from ..consume._dispatchers import Handler
+from ..consume._instance import (
+    KEPT_SETTINGS,
+    ConsumerGone,
+    ConsumerInstance,
+    ControlEvent,
+    PinChanged,
+    Reconcile,
+    setting_differences,
+    startable,
+    with_priority_group,
+)
+from ..consume._keys import KeyFunc, key_by_partitioning
+from ..consume._loop import CONTINUE, ConsumeContext, Outcome
+from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options
+from ..consume._retry import RetryPolicy
+from ..consume._session import PullSession
+from ..errors import (
+    ConfigChangedError,
+    ConfigError,
+    ConsumerGoneError,
+    JetStreamAPIError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from ..events import EventCallback, PartitionsHook
 from ..flavour import ELASTIC, api_of, check_names, stream_gone, work_queue_name
-from ._intake import STUCK_AFTER, GapWatch, Origins, SourceGap, SourceWatch, stuck_sources
-from ..consume._instance import (KEPT_SETTINGS, ConsumerGone, ConsumerInstance, ControlEvent, PinChanged, Reconcile,
-                                 setting_differences, startable, with_priority_group)
-from ..jetstream._api import (ERR_CONSUMER_EXISTS, ERR_NO_MESSAGE_FOUND, ERR_WQ_CONSUMER_NOT_UNIQUE, ConsumerConfig, ConsumerTemplate,
-                              JetStreamApi, pinned_client_id)
-from ..consume._loop import CONTINUE, Outcome
-from ._membership import auto_member_name, check_joinable, check_lease_ttl, join
-from ..partitions import elastic_member_filters, member_partitions
-from ..consume._keys import KeyFunc, key_by_partitioning
-from ..consume._retry import RetryPolicy
-from ..consume._dispatchers import Handler
-from ..consume._loop import ConsumeContext
-from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options
-from ..consume._session import PullSession
-from ..pool._dispatcher import WorkerPool
+from ..jetstream._api import (
+    ERR_CONSUMER_EXISTS,
+    ERR_NO_MESSAGE_FOUND,
+    ERR_WQ_CONSUMER_NOT_UNIQUE,
+    ConsumerConfig,
+    ConsumerTemplate,
+    JetStreamApi,
+    pinned_client_id,
+)
 from ..jetstream._store import ELASTIC_BUCKET, Watch, group_entry, group_key, open_bucket, read
+from ..partitions import elastic_member_filters, member_partitions
+from ..pool._dispatcher import WorkerPool
 from ..tracing import Tracing
+from ._admin import ElasticSpec, stored_config
+from ._intake import STUCK_AFTER, GapWatch, Origins, SourceGap, SourceWatch, stuck_sources
+from ._membership import auto_member_name, check_joinable, check_lease_ttl, join
 
 log = logging.getLogger("pcgroups")
 
-RETRY_FAST = 0.1   # while a change is under way (waiting for another member to release partitions)
+RETRY_FAST = 0.1  # while a change is under way (waiting for another member to release partitions)
 # Sourcing watchdog (clustered work queues): nats-server retries a failed source after 10 s, 20 s, 30 s ...
 # (up to 2 min). After a node failure that failed the source's consumer that leaves the work queue empty for
 # 20-60 s while the origin has new messages. A work-queue leader step-down sets the source up again at once.
-SOURCE_STALL = 3.0       # a source inactive this long (after the origin answers again) is stalled
-SOURCE_CHECK = 1.0       # how often to look while it may be stalled
-SOURCE_CHECK_TIMEOUT = 1.0   # the checks' requests: during an election JetStream does not answer at all
-STEPDOWN_COOLDOWN = 20.0 # at most one step-down per instance in this time
+SOURCE_STALL = 3.0  # a source inactive this long (after the origin answers again) is stalled
+SOURCE_CHECK = 1.0  # how often to look while it may be stalled
+SOURCE_CHECK_TIMEOUT = 1.0  # the checks' requests: during an election JetStream does not answer at all
+STEPDOWN_COOLDOWN = 20.0  # at most one step-down per instance in this time
 
 
 @startable
-async def elastic_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                          config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
-                          auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
-                          retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
-                          auto: bool = False, lease_ttl: float = 5.0,
-                          create: ElasticSpec | None = None, on_assigned: PartitionsHook | None = None,
-                          on_revoked: PartitionsHook | None = None,
-                          on_event: EventCallback | None = None, dispatch: bool = False,
-                          max_in_flight: int = 0, tracing: Tracing | None = None,
-                          options: ConsumeOptions | None = None) -> ConsumeContext:
+async def elastic_consume(
+    nc: Client,
+    stream: str,
+    group: str,
+    member: str,
+    handler: Handler | None = None,
+    *,
+    config: ConsumerTemplate | None = None,
+    batch: int = DEFAULT_BATCH,
+    auto_in_progress: bool = True,
+    concurrency: int = 1,
+    key: KeyFunc | None = None,
+    retry: RetryPolicy | None = None,
+    api: JetStreamApi | None = None,
+    auto: bool = False,
+    lease_ttl: float = 5.0,
+    create: ElasticSpec | None = None,
+    on_assigned: PartitionsHook | None = None,
+    on_revoked: PartitionsHook | None = None,
+    on_event: EventCallback | None = None,
+    dispatch: bool = False,
+    max_in_flight: int = 0,
+    tracing: Tracing | None = None,
+    options: ConsumeOptions | None = None,
+) -> ConsumeContext:
     """Run an instance of ``member``; it may start before the member is added and waits until then.
 
     Acks must be explicit (the work-queue stream deletes what is acked). AckWait defaults to 5 s and
@@ -84,13 +120,27 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     instance (an :class:`ElasticInstance`, or an :class:`AutoInstance` with ``auto``), or use it directly:
     ``async with elastic_consume(...) as inst``.
     """
-    options = consume_options(options, handler=handler, config=config, batch=batch,
-                              auto_in_progress=auto_in_progress, concurrency=concurrency, key=key, retry=retry,
-                              on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event, tracing=tracing,
-                              dispatch=dispatch, max_in_flight=max_in_flight)
+    options = consume_options(
+        options,
+        handler=handler,
+        config=config,
+        batch=batch,
+        auto_in_progress=auto_in_progress,
+        concurrency=concurrency,
+        key=key,
+        retry=retry,
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+        on_event=on_event,
+        tracing=tracing,
+        dispatch=dispatch,
+        max_in_flight=max_in_flight,
+    )
     if create is not None and not auto:
-        raise ConfigError("creating the group on joining (create=...) needs automatic membership (auto=True): "
-                          "a named member of a new group would wait forever to be added")
+        raise ConfigError(
+            "creating the group on joining (create=...) needs automatic membership (auto=True): "
+            "a named member of a new group would wait forever to be added"
+        )
     api = api_of(nc, api)
     check_names(stream, group)
     user_named = bool(member)
@@ -106,10 +156,17 @@ async def elastic_consume(nc: Client, stream: str, group: str, member: str, hand
     if create is not None:
         await create.create(nc, stream, group, api=api)
     if auto:
-        await check_joinable(nc, stream, group, await flavour.get_config(ELASTIC, nc, stream, group, api=api),
-                             api=api)
-    inst = ElasticInstance(nc, api, stream=stream, group=group, member=member, options=options, template=template,
-                           remote=WorkerPool(options.max_in_flight) if options.dispatch else None)
+        await check_joinable(nc, stream, group, await flavour.get_config(ELASTIC, nc, stream, group, api=api), api=api)
+    inst = ElasticInstance(
+        nc,
+        api,
+        stream=stream,
+        group=group,
+        member=member,
+        options=options,
+        template=template,
+        remote=WorkerPool(options.max_in_flight) if options.dispatch else None,
+    )
     await inst._setup()
     return await join(inst, user_named=user_named, lease_ttl=lease_ttl) if auto else inst
 
@@ -137,26 +194,28 @@ class ElasticInstance(ConsumerInstance):
         self._key = group_key(self.stream_name, self.group_name)
         entry = await read(kv, self._key)
         if entry is None:
-            raise NotFoundError(f"can not get the current elastic consumer group's config: "
-                                f"{self.group_name} on stream {self.stream_name} not found")
+            raise NotFoundError(
+                f"can not get the current elastic consumer group's config: "
+                f"{self.group_name} on stream {self.stream_name} not found"
+            )
         self.config = stored_config(self.stream_name, self.group_name, entry.value)
         self.desired = elastic_member_filters(self.config, self.member_name)
         self._membership: tuple[bool, list[int]] = self._member_state(self.config)
         if not self._membership[0]:
             self._reporter.emit("not-a-member")
         self._partition_key = _partitioning_key(self.config)
-        self.current: list[str] | None = None    # the filters our consumer has, when attached
+        self.current: list[str] | None = None  # the filters our consumer has, when attached
         self._retry_at = 0.0
-        self._reconcile_at: float | None = None   # when a quiet control loop reconciles (_next_event)
+        self._reconcile_at: float | None = None  # when a quiet control loop reconciles (_next_event)
         self._source_stalled_since: float | None = None
         self._next_stepdown = 0.0
-        self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)   # instances of a group do not all act at once
-        self.source_stepdowns = 0   # work-queue leader step-downs this instance asked for (sourcing stalled)
-        self._sources = SourceWatch()   # how long each source has copied nothing (a source stuck on a message)
+        self._stall_limit = SOURCE_STALL + random.uniform(0, 1.5)  # instances of a group do not all act at once
+        self.source_stepdowns = 0  # work-queue leader step-downs this instance asked for (sourcing stalled)
+        self._sources = SourceWatch()  # how long each source has copied nothing (a source stuck on a message)
         self._intake_due = 0.0
         self._stuck_said: set[tuple[str, int]] = set()
-        self._gaps = GapWatch()    # origin messages removed before their source copied them
-        self._losing: dict[str, tuple[SourceGap, int]] = {}   # by source, the loss going on, and how much was said
+        self._gaps = GapWatch()  # origin messages removed before their source copied them
+        self._losing: dict[str, tuple[SourceGap, int]] = {}  # by source, the loss going on, and how much was said
         watcher = await Watch.start(kv, self._key)
         self._start(watcher)
         self._post(Reconcile())
@@ -166,14 +225,15 @@ class ElasticInstance(ConsumerInstance):
         return self.work_queue
 
     def _default_key(self) -> KeyFunc:
-        return lambda msg: self._partition_key(msg)   # follows the filters when a stream is added or removed
+        return lambda msg: self._partition_key(msg)  # follows the filters when a stream is added or removed
 
     @property
     def partitions(self) -> list[int]:
         """The partitions this instance's member owns under the current config."""
         c = self.config
-        return member_partitions(max_members=c.max_members, members=c.members, member_mappings=c.member_mappings,
-                                 member=self.member_name)
+        return member_partitions(
+            max_members=c.max_members, members=c.members, member_mappings=c.member_mappings, member=self.member_name
+        )
 
     async def _next_event(self) -> ControlEvent:
         """The next event, or :class:`Reconcile` after a quiet while; the pin's checks (every half PinnedTTL while
@@ -188,7 +248,7 @@ class ElasticInstance(ConsumerInstance):
         event: ControlEvent
         try:
             event = await asyncio.wait_for(self._events.get(), self._reconcile_at - now)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             event = Reconcile()
         if not isinstance(event, PinChanged):
             self._reconcile_at = None
@@ -211,16 +271,19 @@ class ElasticInstance(ConsumerInstance):
             cfg = parse_elastic_config(entry.value or b"")
         except ConfigError as e:
             await self._stop_session(drain=True)
-            return ConfigError(f"the config of elastic consumer group {self.group_name} on stream "
-                               f"{self.stream_name} is no longer valid: {e}")
+            return ConfigError(
+                f"the config of elastic consumer group {self.group_name} on stream "
+                f"{self.stream_name} is no longer valid: {e}"
+            )
         if not _followable(self.config, cfg):
             await self._stop_session(drain=True)
             return ConfigChangedError(
                 f"elastic consumer group {self.group_name} member {self.member_name} received a bad change in "
                 "the configuration: max number of members, buffered messages, filter or partitioning "
-                "wildcards changed")
+                "wildcards changed"
+            )
         if cfg.partitioning_filters != self.config.partitioning_filters:
-            self._partition_key = _partitioning_key(cfg)   # a stream was added or removed
+            self._partition_key = _partitioning_key(cfg)  # a stream was added or removed
         self.config = cfg
         self._note_membership(cfg)
         desired = elastic_member_filters(cfg, self.member_name)
@@ -243,8 +306,12 @@ class ElasticInstance(ConsumerInstance):
         except NotFoundError:
             return stream_gone(ELASTIC, self.stream_name, self.group_name, ConsumerGoneError)
         except (JetStreamAPIError, nats.errors.Error) as e:  # no leader for now (cluster failover)
-            log.warning("%s: consumer went away (%s) and JetStream is not answering (%s); "
-                        "joining again later", self.member_name, reason, e)
+            log.warning(
+                "%s: consumer went away (%s) and JetStream is not answering (%s); joining again later",
+                self.member_name,
+                reason,
+                e,
+            )
             return CONTINUE  # not joined: the next reconcile (RETRY_FAST) tries again
         log.info("%s: consumer went away (%s), joining again", self.member_name, reason)
         self.recovered_errors += 1
@@ -253,8 +320,11 @@ class ElasticInstance(ConsumerInstance):
 
     def _member_state(self, cfg: ElasticConfig) -> tuple[bool, list[int]]:
         return cfg.is_in_membership(self.member_name), member_partitions(
-            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings,
-            member=self.member_name)
+            max_members=cfg.max_members,
+            members=cfg.members,
+            member_mappings=cfg.member_mappings,
+            member=self.member_name,
+        )
 
     def _note_membership(self, cfg: ElasticConfig) -> None:
         """The membership event of a new config: added, dropped, or the member's partitions changed."""
@@ -287,8 +357,7 @@ class ElasticInstance(ConsumerInstance):
         except JetStreamAPIError as e:
             # Disconnected: the instance event said so already; tried again at the next reconcile.
             what = "membership change not applied yet" if self._unsettled() else "consumer check failed"
-            log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG, "%s: %s: %s",
-                    self.member_name, what, e)
+            log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG, "%s: %s: %s", self.member_name, what, e)
         if not self._unsettled():
             self.trace.rebalance_done()
 
@@ -323,8 +392,12 @@ class ElasticInstance(ConsumerInstance):
                     log.debug("%s: checking ack of %d: %s", self.member_name, seq, e)
                 return
             if time.monotonic() > deadline:
-                log.warning("%s: ack of work-queue message %d not applied after %.1fs", self.member_name, seq,
-                            self.template.ack_wait)
+                log.warning(
+                    "%s: ack of work-queue message %d not applied after %.1fs",
+                    self.member_name,
+                    seq,
+                    self.template.ack_wait,
+                )
                 return
             await asyncio.sleep(0.002)
 
@@ -366,9 +439,13 @@ class ElasticInstance(ConsumerInstance):
         if not differences:
             return
         said = ", ".join(f"{key} {now}, this instance asked {asked}" for key, now, asked in differences)
-        log.warning("member %s's consumer: %s: this instance uses the consumer as another instance of %s made it "
-                    "(the member's instances share it; stop them all to change it)", self.member_name, said,
-                    self.member_name)
+        log.warning(
+            "member %s's consumer: %s: this instance uses the consumer as another instance of %s made it "
+            "(the member's instances share it; stop them all to change it)",
+            self.member_name,
+            said,
+            self.member_name,
+        )
 
     def _consumer_config(self, filters: list[str]) -> ConsumerConfig:
         cfg = with_priority_group(self.template, filters)
@@ -403,8 +480,8 @@ class ElasticInstance(ConsumerInstance):
             self.current = list(self.desired)
             owned, session = set(self.partitions), self.session
             if session is not None and self._reporter.assigned - owned:
-                session.partitions = self._handed_out(session) & owned   # hand out no more of what we lose
-                await session.idle()                                      # and let its handlers finish
+                session.partitions = self._handed_out(session) & owned  # hand out no more of what we lose
+                await session.idle()  # and let its handlers finish
             await self._settle_pinned(owned)
             if session is not None:
                 session.partitions = owned
@@ -412,8 +489,11 @@ class ElasticInstance(ConsumerInstance):
         if not self._may_change(info):
             return  # the pinned instance (maybe not this process) does it; check again shortly
         gained = [f for f in self.desired if f not in have]
-        target = self.desired if not gained or await self._partitions_free(gained) else \
-            [f for f in have if f in self.desired]
+        target = (
+            self.desired
+            if not gained or await self._partitions_free(gained)
+            else [f for f in have if f in self.desired]
+        )
         if target == have:
             return  # wait for the partitions we gain to be released
         if not target:
@@ -446,8 +526,9 @@ class ElasticInstance(ConsumerInstance):
         session.partitions = _partitions_of(target)
         await session.reset_and_resume(first, before_reset=update)
         self.current = list(target)
-        log.info("%s: consumer filters changed to %s (paused %.3fs)", self.member_name, target,
-                 time.monotonic() - started)
+        log.info(
+            "%s: consumer filters changed to %s (paused %.3fs)", self.member_name, target, time.monotonic() - started
+        )
 
     async def _release_all(self) -> None:
         """Our member owns nothing now: drain and delete its consumer (when it is ours to delete)."""
@@ -487,7 +568,7 @@ class ElasticInstance(ConsumerInstance):
         try:
             stuck = {(s.stream, s.seq): s for s in await stuck_sources(self.api, info, self._sources.still, origins)}
             gaps = await self._gaps.update(self.api, info, origins)
-        except PermissionDeniedError as e:   # optional (docs/SECURITY.md): asked no more, so no server log per check
+        except PermissionDeniedError as e:  # optional (docs/SECURITY.md): asked no more, so no server log per check
             log.info("%s: the intake of %s is not watched by this instance: %s", self.member_name, self.work_queue, e)
             self._intake_due = float("inf")
             return
@@ -495,8 +576,13 @@ class ElasticInstance(ConsumerInstance):
             log.debug("%s: intake check of %s: %s", self.member_name, self.work_queue, e)
             return
         for key in stuck.keys() - self._stuck_said:
-            log.warning("%s: the intake of elastic consumer group %s on stream %s stopped: %s", self.member_name,
-                        self.group_name, self.stream_name, stuck[key].describe())
+            log.warning(
+                "%s: the intake of elastic consumer group %s on stream %s stopped: %s",
+                self.member_name,
+                self.group_name,
+                self.stream_name,
+                stuck[key].describe(),
+            )
         for stream, seq in self._stuck_said - stuck.keys():
             log.warning("%s: sourcing from %s moves again (past its message %d)", self.member_name, stream, seq)
         self._stuck_said = set(stuck)
@@ -511,16 +597,27 @@ class ElasticInstance(ConsumerInstance):
         for stream, g in new.items():
             had, said = self._losing.get(stream, (None, 0))
             if had is None:
-                log.warning("%s: elastic consumer group %s on stream %s lost messages: %s", self.member_name,
-                            self.group_name, self.stream_name, g.describe())
+                log.warning(
+                    "%s: elastic consumer group %s on stream %s lost messages: %s",
+                    self.member_name,
+                    self.group_name,
+                    self.stream_name,
+                    g.describe(),
+                )
                 self._losing[stream] = (g, g.count)
             else:
                 self._losing[stream] = (SourceGap(stream, had.first, g.last, had.count + g.count), said)
         for stream in [s for s in self._losing if s not in new]:
             g, said = self._losing.pop(stream)
             if g.count > said:
-                log.warning("%s: sourcing from %s loses no more messages: %d lost in all (sequences %d-%d)",
-                            self.member_name, stream, g.count, g.first, g.last)
+                log.warning(
+                    "%s: sourcing from %s loses no more messages: %d lost in all (sequences %d-%d)",
+                    self.member_name,
+                    stream,
+                    g.count,
+                    g.first,
+                    g.last,
+                )
 
     async def _quick_info(self, stream: str, external_api: str = "") -> dict[str, Any] | None:
         """Stream info (of a stream in another JetStream: ``external_api``) with a short timeout; None when
@@ -547,14 +644,14 @@ class ElasticInstance(ConsumerInstance):
             self._source_stalled_since = None
             return
         if self._source_stalled_since is None:
-            inactive = max(src.get("active", 0) for src in sources) / 1e9   # -1 ns: no source consumer at all
+            inactive = max(src.get("active", 0) for src in sources) / 1e9  # -1 ns: no source consumer at all
             self._source_stalled_since = now - max(inactive, 0.0)
         stalled = now - self._source_stalled_since
         if stalled < self._stall_limit or now < self._next_stepdown:
             return
         for origin, external in {(src.get("name", ""), (src.get("external") or {}).get("api", "")) for src in sources}:
             if await self._quick_info(origin, external) is None:
-                return   # an origin does not answer yet: a new source could not start either
+                return  # an origin does not answer yet: a new source could not start either
         self._next_stepdown = now + STEPDOWN_COOLDOWN
         # Other instances of the group may act at the same moment: wait a little, and step down only if the
         # leader is still the one with the stalled source.
@@ -564,8 +661,13 @@ class ElasticInstance(ConsumerInstance):
         if again is None or (again.get("cluster") or {}).get("leader") != leader or not _source_stalled(again):
             self._source_stalled_since = None
             return
-        log.warning("%s: sourcing into %s has been inactive for %.1fs; asking its leader to step down so that "
-                    "the source starts again", self.member_name, self.work_queue, stalled)
+        log.warning(
+            "%s: sourcing into %s has been inactive for %.1fs; asking its leader to step down so that "
+            "the source starts again",
+            self.member_name,
+            self.work_queue,
+            stalled,
+        )
         self._source_stalled_since = None
         try:
             await self.api.request(f"STREAM.LEADER.STEPDOWN.{self.work_queue}", timeout=SOURCE_CHECK_TIMEOUT)
@@ -578,8 +680,11 @@ class ElasticInstance(ConsumerInstance):
 def _followable(old: ElasticConfig, new: ElasticConfig) -> bool:
     """A change a running instance follows: the membership, or whole partitioning filters added or
     removed (a stream added to or removed from the group); any other change of shape ends it."""
-    if (old.max_members, old.max_buffered_msgs, old.max_buffered_bytes) != \
-            (new.max_members, new.max_buffered_msgs, new.max_buffered_bytes):
+    if (old.max_members, old.max_buffered_msgs, old.max_buffered_bytes) != (
+        new.max_members,
+        new.max_buffered_msgs,
+        new.max_buffered_bytes,
+    ):
         return False
     before = {pf.filter: pf.partitioning_wildcards or [] for pf in old.partitioning_filters or []}
     after = {pf.filter: pf.partitioning_wildcards or [] for pf in new.partitioning_filters or []}
@@ -592,8 +697,9 @@ def _partitioning_key(cfg: ElasticConfig) -> KeyFunc:
 
 def _source_stalled(info: dict[str, Any]) -> bool:
     """A source of this stream info has no consumer (active -1) or nothing from it for SOURCE_STALL."""
-    return any(src.get("active", 0) < 0 or src.get("active", 0) > SOURCE_STALL * 1e9
-               for src in info.get("sources") or [])
+    return any(
+        src.get("active", 0) < 0 or src.get("active", 0) > SOURCE_STALL * 1e9 for src in info.get("sources") or []
+    )
 
 
 def _partitions_of(filters: list[str]) -> set[int]:

@@ -51,21 +51,33 @@ from typing import Any
 from nats.aio.client import Client
 
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
-from ._admin import _drained as queue_drained
 from ..flavour import work_queue_name
-from ..jetstream._api import ERR_NO_MESSAGE_FOUND, JetStreamApi
-from ..jetstream._api import parse_timestamp
+from ..jetstream._api import ERR_NO_MESSAGE_FOUND, JetStreamApi, parse_timestamp
 from ..jetstream._store import ELASTIC_BUCKET, group_entry
 from ..partitions import tokens_match
+from ._admin import _drained as queue_drained
 from ._admin import settle_starts
 
-__all__ = ["HEADER_LIMIT", "STUCK_AFTER", "GapWatch", "Origins", "SkipResult", "SourceGap", "SourceWatch",
-           "StuckSource", "intake_of", "skip_stuck", "source_gaps_of", "stuck_sources", "stuck_sources_of"]
+__all__ = [
+    "HEADER_LIMIT",
+    "STUCK_AFTER",
+    "GapWatch",
+    "Origins",
+    "SkipResult",
+    "SourceGap",
+    "SourceWatch",
+    "StuckSource",
+    "intake_of",
+    "skip_stuck",
+    "source_gaps_of",
+    "stuck_sources",
+    "stuck_sources_of",
+]
 
-STUCK_AFTER = 5.0           # seconds a source may copy nothing while an origin message waits before it counts as stuck
-HEADER_LIMIT = 65535        # the largest header block nats-server stores
+STUCK_AFTER = 5.0  # seconds a source may copy nothing while an origin message waits before it counts as stuck
+HEADER_LIMIT = 65535  # the largest header block nats-server stores
 _SOURCE_HEADER = "Nats-Stream-Source"
-_SOURCE_ID = 8              # the length of the id that ends the header's value
+_SOURCE_ID = 8  # the length of the id that ends the header's value
 
 
 @dataclass
@@ -74,19 +86,23 @@ class StuckSource:
 
     stream: str
     seq: int
-    waiting: float               # seconds since the message was stored
-    cause: str                   # too-big, full or unknown
+    waiting: float  # seconds since the message was stored
+    cause: str  # too-big, full or unknown
     subject: str = ""
-    header_bytes: int = 0        # its header block
-    copy_header_bytes: int = 0   # the copy's, with the Nats-Stream-Source header
-    size: int = 0                # headers and data
+    header_bytes: int = 0  # its header block
+    copy_header_bytes: int = 0  # the copy's, with the Nats-Stream-Source header
+    size: int = 0  # headers and data
 
     def describe(self) -> str:
         """One line: which message, since when, and why."""
-        what = f"sourcing from {self.stream} is stuck at its message {self.seq} ({self.subject}) for {self.waiting:.0f}s"
+        what = (
+            f"sourcing from {self.stream} is stuck at its message {self.seq} ({self.subject}) for {self.waiting:.0f}s"
+        )
         if self.cause == "too-big":
-            return (f"{what}: its header block is {self.header_bytes} bytes, and the copy's {_SOURCE_HEADER} header "
-                    f"makes it {self.copy_header_bytes}, over the server's limit of {HEADER_LIMIT}")
+            return (
+                f"{what}: its header block is {self.header_bytes} bytes, and the copy's {_SOURCE_HEADER} header "
+                f"makes it {self.copy_header_bytes}, over the server's limit of {HEADER_LIMIT}"
+            )
         if self.cause == "full":
             return f"{what}: the work queue is full (max buffered messages or bytes): it takes more as members ack"
         return f"{what}: the server does not copy it into the work queue (see its log)"
@@ -104,8 +120,10 @@ class SourceGap:
 
     def describe(self) -> str:
         span = f"sequence {self.first}" if self.first == self.last else f"sequences {self.first}-{self.last}"
-        return (f"{self.count} message(s) of {self.stream} ({span}) were removed from it (its max messages, bytes "
-                f"or age, or a purge) before the group's source copied them: they never reach the group")
+        return (
+            f"{self.count} message(s) of {self.stream} ({span}) were removed from it (its max messages, bytes "
+            f"or age, or a purge) before the group's source copied them: they never reach the group"
+        )
 
 
 class Origins:
@@ -166,8 +184,9 @@ class SourceWatch:
         return time.monotonic() - since if last == seq else 0.0
 
 
-async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still | None = None,
-                        origins: Origins | None = None) -> list[StuckSource]:
+async def stuck_sources(
+    api: JetStreamApi, wq_info: dict[str, Any], still: Still | None = None, origins: Origins | None = None
+) -> list[StuckSource]:
     """The stuck sources of a work queue, from its stream info (invariants 1-3)."""
     origins = origins if origins is not None else Origins(api)
     now = parse_timestamp(wq_info.get("ts"))
@@ -180,27 +199,41 @@ async def stuck_sources(api: JetStreamApi, wq_info: dict[str, Any], still: Still
 
         def still(_source: str, _seq: int) -> float:
             return quiet
+
     config = wq_info.get("config") or {}
     out = []
     for source in wq_info.get("sources") or []:
         if still(str(source.get("name") or ""), int(source.get("seq") or 0)) < STUCK_AFTER:
-            continue   # copying: nothing to ask
-        stuck = await _stuck(api.at((source.get("external") or {}).get("api")), await origins.info(source), source,
-                             config, state, now.timestamp())
+            continue  # copying: nothing to ask
+        stuck = await _stuck(
+            api.at((source.get("external") or {}).get("api")),
+            await origins.info(source),
+            source,
+            config,
+            state,
+            now.timestamp(),
+        )
         if stuck is not None:
             out.append(stuck)
     return out
 
 
-async def stuck_sources_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
-                           ) -> list[StuckSource]:
+async def stuck_sources_of(
+    nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+) -> list[StuckSource]:
     """:func:`stuck_sources` of an elastic group's work queue."""
     api = api if api is not None else JetStreamApi(nc)
     return await stuck_sources(api, await api.stream_info(work_queue_name(stream, group)))
 
 
-async def _stuck(api: JetStreamApi, origin: dict[str, Any] | None, source: dict[str, Any], config: dict[str, Any],
-                 state: dict[str, Any], now: float) -> StuckSource | None:
+async def _stuck(
+    api: JetStreamApi,
+    origin: dict[str, Any] | None,
+    source: dict[str, Any],
+    config: dict[str, Any],
+    state: dict[str, Any],
+    now: float,
+) -> StuckSource | None:
     name = str(source.get("name") or "")
     copied = int(source.get("seq") or 0)
     start = next((int(s.get("opt_start_seq") or 0) for s in config.get("sources") or [] if s.get("name") == name), 0)
@@ -208,7 +241,7 @@ async def _stuck(api: JetStreamApi, origin: dict[str, Any] | None, source: dict[
     if origin is None:
         return None
     if int((origin.get("state") or {}).get("last_seq") or 0) < after:
-        return None   # nothing left to copy
+        return None  # nothing left to copy
     transforms = source.get("subject_transforms") or []
     filters = _filters(source)
     found = [m for m in [await _next_message(api, name, after, f) for f in filters] if m is not None]
@@ -247,7 +280,9 @@ async def _next_message(api: JetStreamApi, stream: str, seq: int, subject: str) 
 
 def _filters(source: dict[str, Any]) -> list[str]:
     """The origin subjects a source takes."""
-    return [t.get("src") or ">" for t in source.get("subject_transforms") or []] or [source.get("filter_subject") or ">"]
+    return [t.get("src") or ">" for t in source.get("subject_transforms") or []] or [
+        source.get("filter_subject") or ">"
+    ]
 
 
 def takes_every_subject(source: dict[str, Any], origin_config: dict[str, Any]) -> bool:
@@ -257,7 +292,7 @@ def takes_every_subject(source: dict[str, Any], origin_config: dict[str, Any]) -
         return True
     subjects = origin_config.get("subjects") or []
     if not subjects or origin_config.get("subject_transform"):
-        return False   # what it stores is not named by its subjects
+        return False  # what it stores is not named by its subjects
     return all(any(_within(subject, f) for f in filters) for subject in subjects)
 
 
@@ -284,25 +319,29 @@ class GapWatch:
     def __init__(self, *, once: bool = False) -> None:
         self.once = once
         self.lost: dict[str, int] = {}
-        self._seen: tuple[dict[str, int], int] | None = None   # the sources' sequences, the work queue's last
-        self._through: dict[str, int] = {}     # by source, the origin sequence up to which gaps were counted
-        self._floor: dict[str, int | None] = {}   # by source that had copied nothing, the origin's first seq - 1
+        self._seen: tuple[dict[str, int], int] | None = None  # the sources' sequences, the work queue's last
+        self._through: dict[str, int] = {}  # by source, the origin sequence up to which gaps were counted
+        self._floor: dict[str, int | None] = {}  # by source that had copied nothing, the origin's first seq - 1
 
-    async def update(self, api: JetStreamApi, wq_info: dict[str, Any], origins: Origins | None = None
-                     ) -> list[SourceGap]:
+    async def update(
+        self, api: JetStreamApi, wq_info: dict[str, Any], origins: Origins | None = None
+    ) -> list[SourceGap]:
         """The gaps seen since the last look (invariant 5)."""
         origins = origins if origins is not None else Origins(api)
         config = wq_info.get("config") or {}
         starts = {str(c.get("name") or ""): c for c in config.get("sources") or []}
-        sources = [s for s in wq_info.get("sources") or [] if s.get("seq") is not None]   # copied one at least
+        sources = [s for s in wq_info.get("sources") or [] if s.get("seq") is not None]  # copied one at least
         if not self.once:
             await self._floors(wq_info, starts, origins)
         seqs = {str(s.get("name") or ""): int(s.get("seq") or 0) for s in sources}
         stored = int((wq_info.get("state") or {}).get("last_seq") or 0)
         seen, self._seen = self._seen, (seqs, stored)
-        if seen is not None and (stored < seen[1] or any(seqs.get(n, 0) < q for n, q in seen[0].items())
-                                 or any(n not in seen[0] and self._floor.get(n) is None for n in seqs)):
-            seen = None   # the work queue or a source started over, or one copied its first from no known floor
+        if seen is not None and (
+            stored < seen[1]
+            or any(seqs.get(n, 0) < q for n, q in seen[0].items())
+            or any(n not in seen[0] and self._floor.get(n) is None for n in seqs)
+        ):
+            seen = None  # the work queue or a source started over, or one copied its first from no known floor
         floors = {n: f for n, f in self._floor.items() if f is not None}
         before = {n: seen[0].get(n, floors.get(n, q)) for n, q in seqs.items()} if seen is not None else seqs
         counted = sum(max(min(self._through.get(n, 0), q) - before[n], 0) for n, q in seqs.items())
@@ -321,14 +360,14 @@ class GapWatch:
                 continue
             first = int((origin.get("state") or {}).get("first_seq") or 0)
             start = int(starts.get(name, {}).get("opt_start_seq") or 0)
-            through = max(self._through.get(name, 0), start - 1)   # a start skips what is before it
+            through = max(self._through.get(name, 0), start - 1)  # a start skips what is before it
             low, gone = max(was, through), min(first - 1, seq)
-            passed = min(gone - low, unstored)          # moved past while gone: lost between the looks
+            passed = min(gone - low, unstored)  # moved past while gone: lost between the looks
             if passed > 0:
                 unstored -= passed
                 gaps.append(SourceGap(name, low + 1, gone, passed))
             low = max(seq, through)
-            if first - 1 > low:                          # gone before the source got to them: lost now
+            if first - 1 > low:  # gone before the source got to them: lost now
                 gaps.append(SourceGap(name, low + 1, first - 1, first - 1 - low))
             self._through[name] = max(through, first - 1)
         for gap in gaps:
@@ -342,7 +381,7 @@ class GapWatch:
             if source.get("seq") is not None or name in self._floor:
                 continue
             if starts.get(name, {}).get("opt_start_time"):
-                self._floor[name] = None   # starts at a time: at which sequence is unknown
+                self._floor[name] = None  # starts at a time: at which sequence is unknown
                 continue
             origin = await origins.info(source)
             if origin is not None:
@@ -350,15 +389,15 @@ class GapWatch:
                 self._floor[name] = max(first, int(starts.get(name, {}).get("opt_start_seq") or 0)) - 1
 
 
-async def source_gaps_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
-                         ) -> list[SourceGap]:
+async def source_gaps_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> list[SourceGap]:
     """The gaps an elastic group's sources show now (one look: :class:`GapWatch`)."""
     api = api if api is not None else JetStreamApi(nc)
     return await GapWatch(once=True).update(api, await api.stream_info(work_queue_name(stream, group)))
 
 
-async def intake_of(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
-                    ) -> list[StuckSource | SourceGap]:
+async def intake_of(
+    nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+) -> list[StuckSource | SourceGap]:
     """What stops or loses an elastic group's intake now: its stuck sources, then its gaps (one look)."""
     api = api if api is not None else JetStreamApi(nc)
     info, origins = await api.stream_info(work_queue_name(stream, group)), Origins(api)
@@ -380,8 +419,16 @@ def _full(config: dict[str, Any], state: dict[str, Any]) -> bool:
     return (0 < max_msgs <= int(state.get("messages") or 0)) or (0 < max_bytes <= int(state.get("bytes") or 0))
 
 
-async def skip_stuck(nc: Client, stream: str, group: str, *, source: str | None = None, execute: bool = False,
-                     timeout: float = 30.0, api: JetStreamApi | None = None) -> SkipResult:
+async def skip_stuck(
+    nc: Client,
+    stream: str,
+    group: str,
+    *,
+    source: str | None = None,
+    execute: bool = False,
+    timeout: float = 30.0,
+    api: JetStreamApi | None = None,
+) -> SkipResult:
     """Step past the message a source of elastic group ``group`` is stuck on (invariant 4); ``source``: the
     origin stream when several are stuck. Without ``execute`` it only says what it would do."""
 
@@ -390,13 +437,16 @@ async def skip_stuck(nc: Client, stream: str, group: str, *, source: str | None 
     try:
         info = await api.stream_info(wq)
     except NotFoundError:
-        await group_entry(api, ELASTIC_BUCKET, "elastic", stream, group)   # no such group (with a wrong-flavour hint)
+        await group_entry(api, ELASTIC_BUCKET, "elastic", stream, group)  # no such group (with a wrong-flavour hint)
         raise NotFoundError(f"the elastic consumer group's stream does not exist: {wq}") from None
     result = SkipResult(stream, group, await stuck_sources(api, info))
     candidates = [s for s in result.stuck if source is None or s.stream == source]
     if not candidates:
-        result.reason = (f"no source of {wq} is stuck" + (f" on stream {source}" if source else "") +
-                         f" (a source counts as stuck once its next message has waited {STUCK_AFTER:g}s)")
+        result.reason = (
+            f"no source of {wq} is stuck"
+            + (f" on stream {source}" if source else "")
+            + f" (a source counts as stuck once its next message has waited {STUCK_AFTER:g}s)"
+        )
         return result
     if len(candidates) > 1:
         names = ", ".join(s.stream for s in candidates)
@@ -425,8 +475,10 @@ async def _drained(api: JetStreamApi, wq: str, info: dict[str, Any], origin: str
         for pattern in patterns:
             state = (await api.stream_info(wq, subjects_filter=pattern)).get("state") or {}
             queued += sum(int(n) for n in (state.get("subjects") or {}).values())
-        raise PCGroupsError(f"the work queue {wq} still holds {queued} message(s) from {origin} after "
-                            f"{timeout:g}s: the members handle them first (are they running?); nothing changed")
+        raise PCGroupsError(
+            f"the work queue {wq} still holds {queued} message(s) from {origin} after "
+            f"{timeout:g}s: the members handle them first (are they running?); nothing changed"
+        )
 
 
 async def _restart_source(api: JetStreamApi, wq: str, origin: str, start: int) -> None:
@@ -434,11 +486,15 @@ async def _restart_source(api: JetStreamApi, wq: str, origin: str, start: int) -
     config = (await api.stream_info(wq))["config"]
     sources = config.get("sources") or []
     at = next(i for i, s in enumerate(sources) if s.get("name") == origin)
-    again = {"name": origin, "opt_start_seq": start,
-             **{k: v for k, v in sources[at].items() if k not in ("name", "opt_start_seq", "opt_start_time")}}
-    await api.request(f"STREAM.UPDATE.{wq}", dict(config, sources=sources[:at] + sources[at + 1:]))
+    again = {
+        "name": origin,
+        "opt_start_seq": start,
+        **{k: v for k, v in sources[at].items() if k not in ("name", "opt_start_seq", "opt_start_time")},
+    }
+    await api.request(f"STREAM.UPDATE.{wq}", dict(config, sources=sources[:at] + sources[at + 1 :]))
     try:
-        await api.request(f"STREAM.UPDATE.{wq}", dict(config, sources=[*sources[:at], again, *sources[at + 1:]]))
+        await api.request(f"STREAM.UPDATE.{wq}", dict(config, sources=[*sources[:at], again, *sources[at + 1 :]]))
     except PCGroupsError as e:
-        raise PCGroupsError(f"{e}; the work queue {wq} is left without its source {origin}, which was: "
-                            f"{again}") from None
+        raise PCGroupsError(
+            f"{e}; the work queue {wq} is left without its source {origin}, which was: {again}"
+        ) from None

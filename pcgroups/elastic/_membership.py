@@ -33,7 +33,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.errors
@@ -43,29 +43,52 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from ..config import ElasticConfig, MemberMapping, parse_elastic_config, validate_name
+from ..consume._instance import ConsumerInstance
+from ..consume._loop import CONTINUE, ControlLoop, Outcome, Stop
 from ..consume._msg import Msg
 from ..errors import ConfigError, NotFoundError, PCGroupsError
 from ..flavour import work_queue_name
-from ..consume._instance import ConsumerInstance
 from ..jetstream._api import ERR_WRONG_LAST_SEQUENCE, JetStreamApi, pinned_client_id
-from ..consume._loop import CONTINUE, ControlLoop, Outcome, Stop
+from ..jetstream._store import (
+    ELASTIC_BUCKET,
+    Entry,
+    Restarted,
+    Watch,
+    bucket_call,
+    group_key,
+    kv_call,
+    kv_jetstream,
+    open_bucket,
+    snapshot,
+    stop_watch,
+    update,
+)
 from ._sticky import moved_partitions, previous_assignment, sticky_mappings
-from ..jetstream._store import (ELASTIC_BUCKET, Entry, Restarted, Watch, bucket_call, group_key, kv_call, kv_jetstream,
-                                open_bucket, snapshot, stop_watch, update)
 
 log = logging.getLogger("pcgroups")
 
-__all__ = ["AutoInstance", "Lease", "LEASE_BUCKET", "auto_member_name", "check_joinable", "check_lease_ttl",
-           "hand_added_members", "join", "lease_key", "list_leases", "open_lease_bucket"]
+__all__ = [
+    "LEASE_BUCKET",
+    "AutoInstance",
+    "Lease",
+    "auto_member_name",
+    "check_joinable",
+    "check_lease_ttl",
+    "hand_added_members",
+    "join",
+    "lease_key",
+    "list_leases",
+    "open_lease_bucket",
+]
 
 LEASE_BUCKET = "pcgroups-leases"
 LEASE_STREAM = f"KV_{LEASE_BUCKET}"
-MARKER_TTL = 1.0            # how long the server's expiry marker stays (its minimum): keeps the bucket small
-MIN_LEASE_TTL = 1.0         # the server's smallest per-message TTL
+MARKER_TTL = 1.0  # how long the server's expiry marker stays (its minimum): keeps the bucket small
+MIN_LEASE_TTL = 1.0  # the server's smallest per-message TTL
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_DEBOUNCE = 0.4
-LEAVE_TIMEOUT = 1.0         # at stop, how long the lease delete and the membership write may take
-WATCH_ATTEMPTS = 8          # restarts of a failed watch in a row before the instance gives up
+LEAVE_TIMEOUT = 1.0  # at stop, how long the lease delete and the membership write may take
+WATCH_ATTEMPTS = 8  # restarts of a failed watch in a row before the instance gives up
 
 
 @dataclass(frozen=True)
@@ -73,7 +96,7 @@ class LeaseEntry:
     """The lease watch saw a change (None: the end of its current values; RESTARTED: it started again after a
     reconnect, its current values follow)."""
 
-    entry: KeyValue.Entry | None | Restarted
+    entry: KeyValue.Entry | Restarted | None
 
 
 @dataclass(frozen=True)
@@ -123,7 +146,7 @@ def lease_key(stream: str, group: str, member: str, instance: str) -> str:
 
 
 def _ttl_header(ttl: float) -> str:
-    return f"{max(int(MIN_LEASE_TTL * 1000), int(round(ttl * 1000)))}ms"
+    return f"{max(int(MIN_LEASE_TTL * 1000), round(ttl * 1000))}ms"
 
 
 @dataclass
@@ -132,12 +155,12 @@ class Lease:
 
     member: str
     instance: str
-    expires_in: float        # seconds until it expires unless renewed (the server's clock vs ours)
+    expires_in: float  # seconds until it expires unless renewed (the server's clock vs ours)
     ttl: float
     host: str = ""
     pid: int = 0
     revision: int = 0
-    pin: str = ""            # the pin id this instance held at its last renewal ("": a standby)
+    pin: str = ""  # the pin id this instance held at its last renewal ("": a standby)
 
 
 @dataclass
@@ -155,15 +178,16 @@ class _Held:
 
     def lease(self, now: datetime) -> Lease:
         age = (now - self.created).total_seconds() if self.created is not None else 0.0
-        return Lease(self.member, self.instance, max(0.0, self.ttl - age), self.ttl, self.host, self.pid,
-                     self.revision, self.pin)
+        return Lease(
+            self.member, self.instance, max(0.0, self.ttl - age), self.ttl, self.host, self.pid, self.revision, self.pin
+        )
 
 
 def _parse_entry(prefix: str, entry: Any) -> _Held | None:
     """The lease of a watch entry, None for deletes, purges, expiry markers and foreign keys."""
     if entry.operation is not None or not entry.value:
         return None
-    rest = entry.key[len(prefix):] if entry.key.startswith(prefix) else ""
+    rest = entry.key[len(prefix) :] if entry.key.startswith(prefix) else ""
     member, dot, instance = rest.partition(".")
     if not dot or not member or not instance or "." in instance:
         return None
@@ -178,8 +202,16 @@ def _parse_entry(prefix: str, entry: Any) -> _Held | None:
     except (TypeError, ValueError):
         ttl = DEFAULT_LEASE_TTL
     pid = value.get("pid")
-    return _Held(member, instance, ttl, entry.created, entry.revision or 0, str(value.get("host", "")),
-                 pid if type(pid) is int else 0, str(value.get("pin") or ""))
+    return _Held(
+        member,
+        instance,
+        ttl,
+        entry.created,
+        entry.revision or 0,
+        str(value.get("host", "")),
+        pid if type(pid) is int else 0,
+        str(value.get("pin") or ""),
+    )
 
 
 # --- the lease bucket ---------------------------------------------------------------------------
@@ -191,17 +223,28 @@ async def open_lease_bucket(api: JetStreamApi, *, create: bool = True, replicas:
     except nats.js.errors.BucketNotFoundError:
         if not create:
             raise NotFoundError(f"the lease bucket doesn't exist: {LEASE_BUCKET}") from None
-        config = KeyValueConfig(bucket=LEASE_BUCKET, history=1, replicas=replicas, storage=StorageType.FILE,
-                                limit_marker_ttl=MARKER_TTL, description="pcgroups instance leases")
+        config = KeyValueConfig(
+            bucket=LEASE_BUCKET,
+            history=1,
+            replicas=replicas,
+            storage=StorageType.FILE,
+            limit_marker_ttl=MARKER_TTL,
+            description="pcgroups instance leases",
+        )
         try:
             kv = await bucket_call(api, js.create_key_value(config), LEASE_BUCKET)
         except nats.js.errors.BadRequestError:  # a concurrent creator won (or the config differs: checked below)
             kv = await bucket_call(api, js.key_value(LEASE_BUCKET), LEASE_BUCKET)
     info = (await _lease_stream_info(api))["config"]
-    if not info.get("allow_msg_ttl") or not info.get("subject_delete_marker_ttl") \
-            or info.get("max_msgs_per_subject") != 1:
-        raise ConfigError(f"the lease bucket {LEASE_BUCKET} exists without per-message TTLs, limit markers or "
-                          "history 1: expired leases would not be seen; delete it (it is re-created)")
+    if (
+        not info.get("allow_msg_ttl")
+        or not info.get("subject_delete_marker_ttl")
+        or info.get("max_msgs_per_subject") != 1
+    ):
+        raise ConfigError(
+            f"the lease bucket {LEASE_BUCKET} exists without per-message TTLs, limit markers or "
+            "history 1: expired leases would not be seen; delete it (it is re-created)"
+        )
     return kv
 
 
@@ -228,7 +271,7 @@ async def list_leases(nc: Client, stream: str, group: str, *, api: JetStreamApi 
         entries = await snapshot(api, LEASE_BUCKET, prefix + ">")
     except NotFoundError:
         return []
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     held = [h for h in (_parse_entry(prefix, e) for e in entries) if h is not None]
     return sorted((h.lease(now) for h in held), key=lambda x: (x.member, x.instance))
 
@@ -243,8 +286,9 @@ def hand_added_members(cfg: ElasticConfig, leases: list[Lease]) -> list[str]:
     return [m for m in cfg.membership() if m not in live]
 
 
-async def check_joinable(nc: Client, stream: str, group: str, cfg: ElasticConfig, *,
-                         api: JetStreamApi | None = None) -> None:
+async def check_joinable(
+    nc: Client, stream: str, group: str, cfg: ElasticConfig, *, api: JetStreamApi | None = None
+) -> None:
     """A ConfigError when the group ``cfg`` is managed by hand (:func:`hand_added_members`): joining
     it with automatic membership would drop those members. Reads only, and the leases only when the
     config is not marked and has members (an instance's permissions need not allow the read)."""
@@ -254,11 +298,16 @@ async def check_joinable(nc: Client, stream: str, group: str, cfg: ElasticConfig
     if not hand:
         return
     names = " ".join(hand)
-    undo = (f"delete the mappings first (cg elastic delete-mapping {stream} {group})" if cfg.member_mappings else
-            f"drop them first (cg elastic drop {stream} {group} {names})")
-    raise ConfigError(f"elastic consumer group {group} on stream {stream} is managed by hand (members {names}, "
-                      f"added without automatic membership): joining it with --auto would drop them; {undo}, or "
-                      "consume as one of them without --auto")
+    undo = (
+        f"delete the mappings first (cg elastic delete-mapping {stream} {group})"
+        if cfg.member_mappings
+        else f"drop them first (cg elastic drop {stream} {group} {names})"
+    )
+    raise ConfigError(
+        f"elastic consumer group {group} on stream {stream} is managed by hand (members {names}, "
+        f"added without automatic membership): joining it with --auto would drop them; {undo}, or "
+        "consume as one of them without --auto"
+    )
 
 
 # --- the instance -------------------------------------------------------------------------------
@@ -268,7 +317,7 @@ def check_lease_ttl(lease_ttl: float) -> None:
         raise ConfigError(f"the lease TTL must be at least {MIN_LEASE_TTL:g}s, got {lease_ttl!r}")
 
 
-async def join(consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float) -> "AutoInstance":
+async def join(consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float) -> AutoInstance:
     """Run ``consumer`` (a started elastic member instance) in automatic membership: its lease, the
     group's membership (see the module docs). ``elastic_consume(..., auto=True)`` is the entry point;
     ``consumer`` is stopped if joining fails.
@@ -281,8 +330,7 @@ async def join(consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float
         replicas = (await api.stream_info(wq))["config"].get("num_replicas", 1)
         leases = await open_lease_bucket(api, replicas=replicas)
         configs = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
-        inst = AutoInstance(consumer, user_named=user_named, lease_ttl=float(lease_ttl), leases=leases,
-                            configs=configs)
+        inst = AutoInstance(consumer, user_named=user_named, lease_ttl=float(lease_ttl), leases=leases, configs=configs)
         await inst._start()
     except BaseException:
         await consumer.stop()
@@ -298,8 +346,16 @@ class AutoInstance(ControlLoop[AutoEvent]):
     pin, partitions and messages this instance's are.
     """
 
-    def __init__(self, consumer: ConsumerInstance, *, user_named: bool, lease_ttl: float, leases: KeyValue,
-                 configs: KeyValue, debounce: float = DEFAULT_DEBOUNCE):
+    def __init__(
+        self,
+        consumer: ConsumerInstance,
+        *,
+        user_named: bool,
+        lease_ttl: float,
+        leases: KeyValue,
+        configs: KeyValue,
+        debounce: float = DEFAULT_DEBOUNCE,
+    ):
         super().__init__()
         self.consumer = consumer
         self.nc, self.api = consumer.nc, consumer.api
@@ -310,21 +366,21 @@ class AutoInstance(ControlLoop[AutoEvent]):
         self.lease_ttl = lease_ttl
         self.debounce = debounce
         self.ack_wait = consumer.template.ack_wait
-        self.rebalances = 0                  # membership changes this instance wrote
+        self.rebalances = 0  # membership changes this instance wrote
         self._leases_kv = leases
         self._configs_kv = configs
-        self._js = kv_jetstream(self.api)   # the lease writes: routed through a domain as the KV's
+        self._js = kv_jetstream(self.api)  # the lease writes: routed through a domain as the KV's
         self._prefix = f"{stream}.{group}."
         self._key = lease_key(stream, group, member, self.instance_id)
         self._subject = f"{leases._pre}{self._key}"
         self._config_key = group_key(stream, group)
         self._lease_rev = 0
-        self._leases: dict[str, _Held] = {}          # the group's live leases, by key (what the watch shows)
-        self._leases_ready = False                   # the watch's initial snapshot is in
-        self._expired: set[str] = set()              # members whose last lease expired (not deleted)
-        self._config: ElasticConfig | None = None    # the group's config, as last seen
-        self._due: float | None = None               # when to rebalance (debounced)
-        self._next_check = 0.0                       # when to re-check the membership, in case a write was lost
+        self._leases: dict[str, _Held] = {}  # the group's live leases, by key (what the watch shows)
+        self._leases_ready = False  # the watch's initial snapshot is in
+        self._expired: set[str] = set()  # members whose last lease expired (not deleted)
+        self._config: ElasticConfig | None = None  # the group's config, as last seen
+        self._due: float | None = None  # when to rebalance (debounced)
+        self._next_check = 0.0  # when to re-check the membership, in case a write was lost
         self._renew_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._watchers: list[Any] = []
@@ -368,26 +424,36 @@ class AutoInstance(ControlLoop[AutoEvent]):
     def settled(self) -> bool:
         """The config holds the membership this instance's view of the leases gives (nothing to write)."""
         cfg = self._config
-        return (cfg is not None and self._leases_ready and self._key in self._leases and not cfg.members
-                and cfg.automatic and cfg.member_mappings == sticky_mappings(cfg, self.live_members))
+        return (
+            cfg is not None
+            and self._leases_ready
+            and self._key in self._leases
+            and not cfg.members
+            and cfg.automatic
+            and cfg.member_mappings == sticky_mappings(cfg, self.live_members)
+        )
 
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until the group's config holds the membership of the live leases (including this one)."""
+
         async def poll() -> None:
             while not self.settled:
                 await asyncio.sleep(0.02)
+
         try:
             await self._race(asyncio.wait_for(poll(), timeout))
-        except asyncio.TimeoutError:
-            raise asyncio.TimeoutError(f"{self.member_name}: membership not settled within {timeout}s") from None
+        except TimeoutError:
+            raise TimeoutError(f"{self.member_name}: membership not settled within {timeout}s") from None
 
     def __aiter__(self) -> AsyncIterator[Msg]:
         """The member's messages, for an instance started with ``handler=None``."""
         return self.consumer.__aiter__()
 
     def __repr__(self) -> str:
-        return (f"<AutoInstance {self.stream_name}/{self.group_name} member={self.member_name} "
-                f"instance={self.instance_id} partitions={self.partitions}>")
+        return (
+            f"<AutoInstance {self.stream_name}/{self.group_name} member={self.member_name} "
+            f"instance={self.instance_id} partitions={self.partitions}>"
+        )
 
     # --- the control loop -------------------------------------------------------------------
     # stop() leaves: the lease is dropped (the member leaves at once if this was its last instance;
@@ -401,7 +467,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
 
     def _halt(self) -> None:
         if not self.nc.is_connected:
-            self._interrupt()    # disconnected: no leave to write (the lease expires), nothing to wait for
+            self._interrupt()  # disconnected: no leave to write (the lease expires), nothing to wait for
 
     async def _start(self) -> None:
         await self._first_lease()
@@ -425,19 +491,26 @@ class AutoInstance(ControlLoop[AutoEvent]):
         self._tasks.append(self._consumer_task)
         self._next_check = time.monotonic() + self._resync
         self._launch(f"pcg-auto-{label}")
-        log.info("%s/%s: joined %s/%s with lease %s (TTL %gs)", self.member_name, self.instance_id,
-                 self.stream_name, self.group_name, self._key, self.lease_ttl)
+        log.info(
+            "%s/%s: joined %s/%s with lease %s (TTL %gs)",
+            self.member_name,
+            self.instance_id,
+            self.stream_name,
+            self.group_name,
+            self._key,
+            self.lease_ttl,
+        )
 
     async def _pump(self, watcher: Any, which: str) -> None:
         try:
             async for entry in watcher:
                 if which == "lease":
                     self._post(LeaseEntry(entry))
-                elif isinstance(entry, KeyValue.Entry):   # not None (the end of the current values) nor RESTARTED
+                elif isinstance(entry, KeyValue.Entry):  # not None (the end of the current values) nor RESTARTED
                     self._post(ConfigEntry(entry))
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - reported to the control loop
+        except Exception as e:
             self._post(WatchFailed(which, e))
             return
         self._post(WatchFailed(which, None))
@@ -456,7 +529,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         wake = min(self._due if self._due is not None else self._next_check, self._next_check)
         try:
             return await asyncio.wait_for(self._events.get(), max(0.0, wake - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return Tick()
 
     async def _handle(self, event: AutoEvent) -> Outcome:
@@ -486,7 +559,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if self._due is not None and now >= self._due:
             self._due = None
             if not await self._rebalance():
-                self._due = time.monotonic() + 1.0   # a failed write: try again
+                self._due = time.monotonic() + 1.0  # a failed write: try again
         if now >= self._next_check:
             self._next_check = now + self._resync
             if self._due is None and self._leases_ready and not self.settled:
@@ -497,7 +570,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if entry is None:
             self._leases_ready = True
             return True
-        if isinstance(entry, Restarted):   # after a reconnect: the view is rebuilt from the current leases
+        if isinstance(entry, Restarted):  # after a reconnect: the view is rebuilt from the current leases
             self._leases.clear()
             self._leases_ready = False
             return False
@@ -506,13 +579,16 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if held is None:
             gone = self._leases.pop(entry.key, None)
             if gone is not None and entry.key != self._key:
-                if entry.operation == "PURGE":   # expired (the server's marker): the instance is dead or stalled
+                if entry.operation == "PURGE":  # expired (the server's marker): the instance is dead or stalled
                     self._expired.add(gone.member)
                 else:
                     self._expired.discard(gone.member)
             if entry.key == self._key and not self._stop_requested:
-                log.warning("%s/%s: our lease expired (the process stalled for longer than the lease TTL?); "
-                            "renewing", self.member_name, self.instance_id)
+                log.warning(
+                    "%s/%s: our lease expired (the process stalled for longer than the lease TTL?); renewing",
+                    self.member_name,
+                    self.instance_id,
+                )
                 self._renew_now.set()
             if gone is None:
                 return False
@@ -523,12 +599,12 @@ class AutoInstance(ControlLoop[AutoEvent]):
 
     def _apply_config(self, entry: KeyValue.Entry) -> bool:
         if entry.operation in ("DEL", "PURGE") or not entry.value:
-            self._config = None   # the group was deleted: our consumer ends, and so do we
+            self._config = None  # the group was deleted: our consumer ends, and so do we
             return False
         try:
             self._config = parse_elastic_config(entry.value)
         except ConfigError:
-            self._config = None   # the consumer ends with the error
+            self._config = None  # the consumer ends with the error
             return False
         return True
 
@@ -536,20 +612,26 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """A watch failed or closed: start it again (the lease view is rebuilt from the new snapshot).
         Retried with a growing delay; after ``WATCH_ATTEMPTS`` failures in a row the instance ends."""
         if not retry:
-            log.warning("%s/%s: %s watch %s; restarting it", self.member_name, self.instance_id, which,
-                        f"failed: {error}" if error else "closed")
+            log.warning(
+                "%s/%s: %s watch %s; restarting it",
+                self.member_name,
+                self.instance_id,
+                which,
+                f"failed: {error}" if error else "closed",
+            )
             self._watch_failures = 0
         try:
             watcher = await self._watch(which)
             if which == "lease":
                 self._leases.clear()
                 self._leases_ready = False
-        except Exception as e:  # noqa: BLE001 - disconnected: try again shortly
+        except Exception as e:
             self._watch_failures += 1
             if self._watch_failures >= WATCH_ATTEMPTS:
-                raise PCGroupsError(f"the {which} watch of {self.stream_name}/{self.group_name} could not be "
-                                    f"restarted: {e}") from e
-            delay = min(0.2 * 2 ** self._watch_failures, 5.0)
+                raise PCGroupsError(
+                    f"the {which} watch of {self.stream_name}/{self.group_name} could not be restarted: {e}"
+                ) from e
+            delay = min(0.2 * 2**self._watch_failures, 5.0)
             asyncio.get_running_loop().call_later(delay, self._post, WatchRetry(which))
             return
         self._watchers.append(watcher)
@@ -584,7 +666,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
 
         try:
             written = await _cas(self._configs_kv, self._config_key, change)
-        except (PCGroupsError, nats.errors.Error, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, PCGroupsError, nats.errors.Error, OSError) as e:
             log.warning("%s/%s: membership not written yet: %s", self.member_name, self.instance_id, e)
             return False
         dead = sorted(m for m in self._expired if m not in live)
@@ -593,8 +675,14 @@ class AutoInstance(ControlLoop[AutoEvent]):
             before, after = changed[0]
             self.rebalances += 1
             moved = len(moved_partitions(before, after))
-            log.info("%s/%s: membership %s -> %s (%d partitions moved)", self.member_name, self.instance_id,
-                     sorted(before), sorted(after), moved)
+            log.info(
+                "%s/%s: membership %s -> %s (%d partitions moved)",
+                self.member_name,
+                self.instance_id,
+                sorted(before),
+                sorted(after),
+                moved,
+            )
             self.consumer.trace.assigned(started, before, after, moved)
             for m in dead:
                 if before.get(m):
@@ -609,16 +697,26 @@ class AutoInstance(ControlLoop[AutoEvent]):
         try:
             info = await self.api.consumer_info(wq, member)
             if pinned_client_id(info) is not None:
-                log.info("%s/%s: dropped member %s still has a pinned client; its consumer is left to the "
-                         "server's inactive threshold", self.member_name, self.instance_id, member)
+                log.info(
+                    "%s/%s: dropped member %s still has a pinned client; its consumer is left to the "
+                    "server's inactive threshold",
+                    self.member_name,
+                    self.instance_id,
+                    member,
+                )
                 return
             await self.api.delete_consumer(wq, member)
             log.info("%s/%s: deleted the consumer of dead member %s", self.member_name, self.instance_id, member)
         except NotFoundError:
             pass
         except PCGroupsError as e:
-            log.warning("%s/%s: could not delete the consumer of dead member %s: %s", self.member_name,
-                        self.instance_id, member, e)
+            log.warning(
+                "%s/%s: could not delete the consumer of dead member %s: %s",
+                self.member_name,
+                self.instance_id,
+                member,
+                e,
+            )
 
     def _watch(self, which: str) -> Awaitable[Watch]:
         """A watch of the group's leases or of its config (refused permissions raise at once)."""
@@ -631,13 +729,25 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """The lease's JSON: who runs it, and the pin it holds now (what ``cg elastic status`` matches)."""
         session = self.consumer.session if self.consumer.pinned else None
         pin = {"pin": session.pin_id} if session is not None and session.pin_id else {}
-        return json.dumps({"member": self.member_name, "instance": self.instance_id, "ttl": self.lease_ttl,
-                           "host": socket.gethostname(), "pid": os.getpid(), **pin}, separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "member": self.member_name,
+                "instance": self.instance_id,
+                "ttl": self.lease_ttl,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                **pin,
+            },
+            separators=(",", ":"),
+        ).encode()
 
     async def _write_lease(self, *, expected: int) -> None:
         headers = {"Nats-TTL": _ttl_header(self.lease_ttl), "Nats-Expected-Last-Subject-Sequence": str(expected)}
-        ack = await kv_call(self._leases_kv, self._js.publish(self._subject, self._lease_value(), headers=headers,
-                                                              timeout=max(self.lease_ttl / 3, 1.0)), self._key)
+        ack = await kv_call(
+            self._leases_kv,
+            self._js.publish(self._subject, self._lease_value(), headers=headers, timeout=max(self.lease_ttl / 3, 1.0)),
+            self._key,
+        )
         self._lease_rev = ack.seq
 
     async def _first_lease(self) -> None:
@@ -666,8 +776,9 @@ class AutoInstance(ControlLoop[AutoEvent]):
             # The lease expired (the server's marker is the key's last message now), or vanished:
             # take the key over at whatever is last, and the member joins again if it had left.
             try:
-                last = (await kv_call(self._leases_kv, self._js.get_last_msg(LEASE_STREAM, self._subject),
-                                      self._key)).seq or 0
+                last = (
+                    await kv_call(self._leases_kv, self._js.get_last_msg(LEASE_STREAM, self._subject), self._key)
+                ).seq or 0
             except nats.js.errors.NotFoundError:
                 last = 0
             await self._write_lease(expected=last)
@@ -678,16 +789,21 @@ class AutoInstance(ControlLoop[AutoEvent]):
         while True:
             try:
                 await asyncio.wait_for(self._renew_now.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._renew_now.clear()
             try:
                 await self._renew()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - disconnected or slow: try again next time
-                log.log(logging.WARNING if self.nc.is_connected else logging.DEBUG,  # disconnected: said already
-                        "%s/%s: lease renewal failed: %s", self.member_name, self.instance_id, e)
+            except Exception as e:
+                log.log(
+                    logging.WARNING if self.nc.is_connected else logging.DEBUG,  # disconnected: said already
+                    "%s/%s: lease renewal failed: %s",
+                    self.member_name,
+                    self.instance_id,
+                    e,
+                )
 
     async def _drop_lease(self) -> bool:
         """Delete the lease now: the member leaves at once if this was its last instance. False when the
@@ -695,18 +811,27 @@ class AutoInstance(ControlLoop[AutoEvent]):
         if self._lease_dropped:
             return True
         self._lease_dropped = True
-        if not self.nc.is_connected:   # a publish would wait for the server: the lease expires by itself
-            log.info("%s/%s: disconnected: the lease is left to expire (in %gs)", self.member_name,
-                     self.instance_id, self.lease_ttl)
+        if not self.nc.is_connected:  # a publish would wait for the server: the lease expires by itself
+            log.info(
+                "%s/%s: disconnected: the lease is left to expire (in %gs)",
+                self.member_name,
+                self.instance_id,
+                self.lease_ttl,
+            )
             return False
         # A delete (not a purge: expiry shows as a purge, so watchers tell a leave from a death) that
         # itself expires, so the bucket keeps nothing of this instance.
         headers = {"KV-Operation": "DEL", "Nats-TTL": _ttl_header(MIN_LEASE_TTL)}
         try:
             await self._js.publish(self._subject, b"", headers=headers, timeout=LEAVE_TIMEOUT)
-        except Exception as e:  # noqa: BLE001 - it expires by itself anyway
-            log.warning("%s/%s: could not delete the lease (it expires in %gs): %s", self.member_name,
-                        self.instance_id, self.lease_ttl, e)
+        except Exception as e:
+            log.warning(
+                "%s/%s: could not delete the lease (it expires in %gs): %s",
+                self.member_name,
+                self.instance_id,
+                self.lease_ttl,
+                e,
+            )
             return False
         return True
 
@@ -738,9 +863,12 @@ class AutoInstance(ControlLoop[AutoEvent]):
         stopped answering, the others drop it once its lease is seen gone)."""
         try:
             return await asyncio.wait_for(self._rebalance(self.live_members), LEAVE_TIMEOUT)
-        except asyncio.TimeoutError:
-            log.warning("%s/%s: the membership without this member was not written in time: the other "
-                        "instances write it", self.member_name, self.instance_id)
+        except TimeoutError:
+            log.warning(
+                "%s/%s: the membership without this member was not written in time: the other instances write it",
+                self.member_name,
+                self.instance_id,
+            )
             return False
 
     async def _quiet_leases(self) -> None:
@@ -754,7 +882,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             wait = min(limit, quiet_from + self.debounce if self._key not in self._leases else limit) - now
             try:
                 event = await asyncio.wait_for(self._events.get(), max(0.01, wait))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
             match event:
                 case LeaseEntry(entry=KeyValue.Entry(key=key)) if key == self._key:
@@ -777,8 +905,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
                 return
             await asyncio.sleep(0.01)
         if not self._consumer_ended:
-            log.warning("%s/%s: partitions not released in time; stopping anyway", self.member_name,
-                        self.instance_id)
+            log.warning("%s/%s: partitions not released in time; stopping anyway", self.member_name, self.instance_id)
 
     async def _cancel_tasks(self) -> None:
         """Stop renewing and watching (the task that waits for the consumer's end stays)."""
@@ -803,8 +930,9 @@ class AutoInstance(ControlLoop[AutoEvent]):
         return result
 
 
-async def _cas(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]],
-               attempts: int = 20) -> bytes | None:
+async def _cas(
+    kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]], attempts: int = 20
+) -> bytes | None:
     """``store.update`` (compare-and-set), also retrying the conflicts it lets through: nats-py raises
     a conflict as ``KeyWrongLastSequenceError``, which carries no ``err_code``."""
     for attempt in range(attempts):
@@ -822,5 +950,5 @@ def _as_dict(mappings: list[MemberMapping]) -> dict[str, list[int]]:
 async def _quietly(aw: Awaitable[Any]) -> None:
     try:
         await asyncio.wait_for(aw, 2.0)
-    except Exception:  # noqa: BLE001 - best effort clean-up
+    except Exception:
         pass

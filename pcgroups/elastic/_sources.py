@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..config import PartitioningFilter
@@ -53,7 +53,7 @@ class Start:
     time: datetime | None = None
 
     @classmethod
-    def parse(cls, text: "str | Start") -> "Start":
+    def parse(cls, text: str | Start) -> Start:
         if isinstance(text, Start):
             return text
         value = str(text).strip()
@@ -69,8 +69,10 @@ class Start:
                 when = None
             if when is not None and when.tzinfo is not None:
                 return cls("time", time=when)
-        raise ConfigError(f"invalid start {value!r}: use all, new, seq:N (N >= 1) or time:RFC3339 with a zone "
-                          "(e.g. time:2026-11-25T08:00:00Z)")
+        raise ConfigError(
+            f"invalid start {value!r}: use all, new, seq:N (N >= 1) or time:RFC3339 with a zone "
+            "(e.g. time:2026-11-25T08:00:00Z)"
+        )
 
     def __str__(self) -> str:
         if self.kind == "seq":
@@ -81,7 +83,7 @@ class Start:
 
 
 def _rfc3339(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,10 @@ class SourceStream:
         if self.partition is not None:
             what = f"partition {self.partition}"
         elif self.filters:
-            what = ", ".join(f.filter + (f" by {','.join(map(str, f.partitioning_wildcards))}"
-                                         if f.partitioning_wildcards else "") for f in self.filters)
+            what = ", ".join(
+                f.filter + (f" by {','.join(map(str, f.partitioning_wildcards))}" if f.partitioning_wildcards else "")
+                for f in self.filters
+            )
         else:
             what = "whole subjects"
         return f"{self.name}{self.where} ({what})" + (f" from {self.start}" if self.start != "all" else "")
@@ -163,8 +167,10 @@ def source_config(src: SourceStream, max_members: int) -> dict[str, Any]:
     if src.partition is not None:
         transforms = [{"src": ">", "dest": f"{src.partition}.>"}]
     elif src.filters:
-        transforms = [{"src": f.filter, "dest": transform_destination(f.filter, f.partitioning_wildcards, max_members)}
-                      for f in src.filters]
+        transforms = [
+            {"src": f.filter, "dest": transform_destination(f.filter, f.partitioning_wildcards, max_members)}
+            for f in src.filters
+        ]
     else:
         transforms = [{"src": ">", "dest": transform_destination(">", None, max_members)}]
     out: dict[str, Any] = {"name": src.name}
@@ -193,9 +199,16 @@ def layout_of(stream_config: dict[str, Any], filters: list[PartitioningFilter] |
                 partition = int(m.group(1))
             elif t.get("src") != ">":
                 picked.append(by_filter.get(t.get("src", ""), PartitioningFilter(t.get("src", ""), None)))
-        streams.append(SourceStream(source.get("name", ""), tuple(picked), partition,
-                                    int(source.get("opt_start_seq") or 0), _start_time(source),
-                                    (source.get("external") or {}).get("api") or ""))
+        streams.append(
+            SourceStream(
+                source.get("name", ""),
+                tuple(picked),
+                partition,
+                int(source.get("opt_start_seq") or 0),
+                _start_time(source),
+                (source.get("external") or {}).get("api") or "",
+            )
+        )
     return Layout(tuple(streams))
 
 
@@ -204,8 +217,9 @@ def _start_time(source: dict[str, Any]) -> str:
     return "" if not value or value.startswith("0001-01-01") else value
 
 
-def assign_filters(filters: list[PartitioningFilter], stream_configs: dict[str, dict[str, Any]], *,
-                   every_stream: bool = True) -> dict[str, list[PartitioningFilter]]:
+def assign_filters(
+    filters: list[PartitioningFilter], stream_configs: dict[str, dict[str, Any]], *, every_stream: bool = True
+) -> dict[str, list[PartitioningFilter]]:
     """Each partitioning filter to the one stream whose subjects it matches, in the streams' order.
 
     One stream takes every filter. With several, a filter must match subjects of exactly one of them;
@@ -219,21 +233,30 @@ def assign_filters(filters: list[PartitioningFilter], stream_configs: dict[str, 
         return out
     unknown = [n for n in names if not stream_configs[n].get("subjects")]
     for f in filters:
-        hits = [n for n in names if any(subjects_intersect(f.filter, s) for s in stream_configs[n].get("subjects") or [])]
+        hits = [
+            n for n in names if any(subjects_intersect(f.filter, s) for s in stream_configs[n].get("subjects") or [])
+        ]
         if not hits and len(unknown) == 1:
             hits = unknown
         if len(hits) != 1:
-            listing = "; ".join(f"{n}: {', '.join(stream_configs[n].get('subjects') or ['(no subjects)'])}"
-                                for n in names)
-            what = "matches no subject of" if not hits else f"matches subjects of {' and '.join(hits)}, more than one of"
-            raise ConfigError(f"partitioning filter {f.filter} {what} the group's streams ({listing}); each filter "
-                              "must match subjects of exactly one stream")
+            listing = "; ".join(
+                f"{n}: {', '.join(stream_configs[n].get('subjects') or ['(no subjects)'])}" for n in names
+            )
+            what = (
+                "matches no subject of" if not hits else f"matches subjects of {' and '.join(hits)}, more than one of"
+            )
+            raise ConfigError(
+                f"partitioning filter {f.filter} {what} the group's streams ({listing}); each filter "
+                "must match subjects of exactly one stream"
+            )
         out[hits[0]].append(f)
     if filters and every_stream:
         empty = [n for n in names if not out[n]]
         if empty:
-            raise ConfigError(f"no partitioning filter matches the subjects of stream {empty[0]}: give each stream "
-                              "of the group at least one --filter")
+            raise ConfigError(
+                f"no partitioning filter matches the subjects of stream {empty[0]}: give each stream "
+                "of the group at least one --filter"
+            )
     return out
 
 
@@ -258,27 +281,27 @@ def explicit_start(start: Start, stream_info: dict[str, Any]) -> tuple[int, str]
     return seq, when
 
 
-def by_stream(what: str, value: "T | dict[str, T] | None", names: list[str]) -> dict[str, T]:
+def by_stream(what: str, value: T | dict[str, T] | None, names: list[str]) -> dict[str, T]:
     """``value`` by stream name: one value for every stream, or a dict naming some of ``names`` (None: none)."""
     if value is None:
         return {}
     if isinstance(value, dict):
         unknown = [n for n in value if n not in names]
         if unknown:
-            raise ConfigError(f"{what} given for {unknown[0]}, which is not a stream of the group "
-                              f"({', '.join(names)})")
+            raise ConfigError(f"{what} given for {unknown[0]}, which is not a stream of the group ({', '.join(names)})")
         return dict(value)
-    return {n: value for n in names}
+    return dict.fromkeys(names, value)
 
 
-def starts_by_stream(start: "str | Start | dict[str, str | Start] | None", names: list[str]) -> dict[str, Start]:
+def starts_by_stream(start: str | Start | dict[str, str | Start] | None, names: list[str]) -> dict[str, Start]:
     """``start`` for every stream: one value for all, or a dict by stream name (others: ``all``)."""
     given: dict[str, str | Start] = by_stream("start position", start, names)
     return {n: Start.parse(given.get(n, "all")) for n in names}
 
 
-def externals_by_stream(domain: "str | dict[str, str] | None", api: "str | dict[str, str] | None",
-                        names: list[str]) -> dict[str, str]:
+def externals_by_stream(
+    domain: str | dict[str, str] | None, api: str | dict[str, str] | None, names: list[str]
+) -> dict[str, str]:
     """The API prefix of the JetStream of every stream given one: from a JetStream ``domain`` or an ``api``
     prefix, each one value for every stream or a dict by stream name."""
     domains, apis = by_stream("source domain", domain, names), by_stream("source API prefix", api, names)

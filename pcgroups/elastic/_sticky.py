@@ -24,8 +24,14 @@ from collections.abc import Iterable, Mapping
 from ..config import ElasticConfig, MemberMapping
 from ..partitions import balanced_assignment
 
-__all__ = ["sticky_assignment", "sticky_mappings", "sticky_change", "previous_assignment", "group_members",
-           "moved_partitions"]
+__all__ = [
+    "group_members",
+    "moved_partitions",
+    "previous_assignment",
+    "sticky_assignment",
+    "sticky_change",
+    "sticky_mappings",
+]
 
 
 def _owners(max_members: int, previous: Mapping[str, Iterable[int]]) -> dict[int, str]:
@@ -39,8 +45,9 @@ def _owners(max_members: int, previous: Mapping[str, Iterable[int]]) -> dict[int
     return owner
 
 
-def sticky_assignment(max_members: int, previous: Mapping[str, Iterable[int]],
-                      live: Iterable[str]) -> dict[str, list[int]]:
+def sticky_assignment(
+    max_members: int, previous: Mapping[str, Iterable[int]], live: Iterable[str]
+) -> dict[str, list[int]]:
     """The partitions of every live member (ascending; ``[]`` for an idle one), keys in name order.
 
     ``max_members`` is the number of partitions; ``previous`` the current owner -> partitions (any
@@ -70,7 +77,7 @@ def sticky_assignment(max_members: int, previous: Mapping[str, Iterable[int]],
     pool: list[int] = []
     for m in members:
         if m in quota:
-            keep, surplus = kept[m][: quota[m]], kept[m][quota[m]:]
+            keep, surplus = kept[m][: quota[m]], kept[m][quota[m] :]
             result[m] = keep
             pool.extend(surplus)
     taken = {p for ps in result.values() for p in ps}
@@ -80,7 +87,7 @@ def sticky_assignment(max_members: int, previous: Mapping[str, Iterable[int]],
     for m in members:
         if m in quota:
             need = quota[m] - len(result[m])
-            result[m] = sorted(result[m] + pool[i:i + need])
+            result[m] = sorted(result[m] + pool[i : i + need])
             i += need
     return result
 

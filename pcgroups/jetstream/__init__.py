@@ -8,14 +8,37 @@ it (its JetStream, its listeners) and ``_compat`` every patch of nats-py. The Je
 once here (``ERR_*``).
 """
 
-from ._api import (ERR_CONSUMER_NOT_FOUND, ERR_NO_MESSAGE_FOUND, ERR_NO_STREAM_MATCHES, ERR_STREAM_NOT_FOUND,
-                   PINNED_CLIENT, PRIORITY_GROUP, ConsumerConfig, JetStreamApi, StreamConfig)
+from ._api import (
+    ERR_CONSUMER_NOT_FOUND,
+    ERR_NO_MESSAGE_FOUND,
+    ERR_NO_STREAM_MATCHES,
+    ERR_STREAM_NOT_FOUND,
+    PINNED_CLIENT,
+    PRIORITY_GROUP,
+    ConsumerConfig,
+    JetStreamApi,
+    StreamConfig,
+)
 from ._connection import Connection, domain_of, prefix_of
 from ._permissions import PermissionWatch, Violation
 from ._store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 
 __all__ = [
-    "ELASTIC_BUCKET", "ERR_CONSUMER_NOT_FOUND", "ERR_NO_MESSAGE_FOUND", "ERR_NO_STREAM_MATCHES", "ERR_STREAM_NOT_FOUND",
-    "PINNED_CLIENT", "PRIORITY_GROUP", "STATIC_BUCKET", "Connection", "ConsumerConfig", "JetStreamApi", "PermissionWatch",
-    "StreamConfig", "Violation", "domain_of", "prefix_of", "snapshot",
+    "ELASTIC_BUCKET",
+    "ERR_CONSUMER_NOT_FOUND",
+    "ERR_NO_MESSAGE_FOUND",
+    "ERR_NO_STREAM_MATCHES",
+    "ERR_STREAM_NOT_FOUND",
+    "PINNED_CLIENT",
+    "PRIORITY_GROUP",
+    "STATIC_BUCKET",
+    "Connection",
+    "ConsumerConfig",
+    "JetStreamApi",
+    "PermissionWatch",
+    "StreamConfig",
+    "Violation",
+    "domain_of",
+    "prefix_of",
+    "snapshot",
 ]

@@ -13,15 +13,14 @@ the options' or the context's domain), else ``$JS.API``.
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
-
 import asyncio
 import enum
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any, Union
 
 import nats.errors
@@ -29,8 +28,8 @@ import nats.js.api
 from nats.aio.client import Client
 
 from ..config import go_json
-from ._connection import Connection, domain_of, prefix_of
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PermissionDeniedError
+from ._connection import Connection, domain_of, prefix_of
 
 log = logging.getLogger("pcgroups")
 
@@ -41,17 +40,17 @@ PINNED_CLIENT = "pinned_client"
 ERR_CONSUMER_NOT_FOUND = 10014
 ERR_NO_MESSAGE_FOUND = 10037
 ERR_STREAM_NOT_FOUND = 10059
-ERR_NO_STREAM_MATCHES = 10060       # no stream takes the subject (a publish)
-ERR_WRONG_LAST_SEQUENCE = 10071     # a KV compare-and-set lost to another writer
+ERR_NO_STREAM_MATCHES = 10060  # no stream takes the subject (a publish)
+ERR_WRONG_LAST_SEQUENCE = 10071  # a KV compare-and-set lost to another writer
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_WQ_CONSUMER_NOT_UNIQUE = 10100
 ERR_WQ_MULTIPLE_UNFILTERED = 10099
 ERR_CONSUMER_EXISTS = 10148
 ERR_CONSUMER_OVERLAP = 10138
 ERR_SOURCE_OVERLAP = 10147
-ERR_JETSTREAM_UNAVAILABLE = 10008   # "JetStream system temporarily unavailable"
-ERR_NOT_EMPTY_REQUEST = 10038       # "expected an empty request payload" (a delete request with a body)
-ERR_MAXIMUM_CONSUMERS = 10026       # the stream has as many consumers as its limit allows
+ERR_JETSTREAM_UNAVAILABLE = 10008  # "JetStream system temporarily unavailable"
+ERR_NOT_EMPTY_REQUEST = 10038  # "expected an empty request payload" (a delete request with a body)
+ERR_MAXIMUM_CONSUMERS = 10026  # the stream has as many consumers as its limit allows
 
 # Seconds without an answer from JetStream through the connection's server (requests timing out, finding no
 # responders or "temporarily unavailable"; pulls unanswered) before reconnecting to another server. Longer than a
@@ -62,7 +61,7 @@ SILENT_SERVER = 10.0
 
 def ns(seconds: float) -> int:
     """Seconds as the integer nanoseconds JetStream's JSON carries."""
-    return int(round(seconds * 1_000_000_000))
+    return round(seconds * 1_000_000_000)
 
 
 @dataclass
@@ -109,20 +108,24 @@ class ConsumerConfig:
         lacks (a push consumer's ``deliver_subject``, ``opt_start_time``, ...) is a :class:`ConfigError`, any
         other type a TypeError naming the types to use."""
         if not isinstance(config, (cls, nats.js.api.ConsumerConfig)):
-            raise TypeError(f"config must be a pcgroups.ConsumerConfig (or nats-py's nats.js.api.ConsumerConfig), "
-                            f"not {type(config).__module__}.{type(config).__qualname__}")
+            raise TypeError(
+                f"config must be a pcgroups.ConsumerConfig (or nats-py's nats.js.api.ConsumerConfig), "
+                f"not {type(config).__module__}.{type(config).__qualname__}"
+            )
         given = {f.name: getattr(config, f.name) for f in fields(config)}
         ours = {f.name for f in fields(cls)}
         lacking = sorted(name for name, value in given.items() if name not in ours and value not in (None, False))
         if lacking:
-            raise ConfigError(f"config sets {', '.join(lacking)}, which a member's consumer (a pull consumer with "
-                              "a priority group) does not take: leave it unset (pcgroups.ConsumerConfig lists "
-                              "the settings)")
+            raise ConfigError(
+                f"config sets {', '.join(lacking)}, which a member's consumer (a pull consumer with "
+                "a priority group) does not take: leave it unset (pcgroups.ConsumerConfig lists "
+                "the settings)"
+            )
         values: dict[str, Any] = {}
         for name in ours:
             value = given.get(name)
             if value is None:
-                continue   # the default
+                continue  # the default
             if isinstance(value, enum.Enum):
                 value = value.value
             elif isinstance(value, (list, dict)):
@@ -198,9 +201,15 @@ class StreamConfig:
         out: dict[str, Any] = {"name": self.name}
         if self.subjects:
             out["subjects"] = list(self.subjects)
-        out.update(retention=self.retention, max_consumers=self.max_consumers, max_msgs=self.max_msgs,
-                   max_bytes=self.max_bytes, discard=self.discard, max_age=self.max_age,
-                   max_msgs_per_subject=self.max_msgs_per_subject)
+        out.update(
+            retention=self.retention,
+            max_consumers=self.max_consumers,
+            max_msgs=self.max_msgs,
+            max_bytes=self.max_bytes,
+            discard=self.discard,
+            max_age=self.max_age,
+            max_msgs_per_subject=self.max_msgs_per_subject,
+        )
         if self.max_msg_size:
             out["max_msg_size"] = self.max_msg_size
         out.update(storage=self.storage, num_replicas=self.num_replicas)
@@ -212,21 +221,33 @@ class StreamConfig:
             out["deny_delete"] = True
         if self.allow_rollup_hdrs:
             out["allow_rollup_hdrs"] = True
-        out.update(compression="none", allow_direct=self.allow_direct, mirror_direct=False,
-                   consumer_limits={})
+        out.update(compression="none", allow_direct=self.allow_direct, mirror_direct=False, consumer_limits={})
         return out
 
 
 def kv_bucket_config(bucket: str, *, replicas: int) -> StreamConfig:
     """The stream nats.go's ``CreateKeyValue`` makes for a config bucket (history 1, file storage)."""
     return StreamConfig(
-        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"], max_consumers=-1, max_msgs=-1, max_bytes=-1,
-        discard="new", max_msgs_per_subject=1, max_msg_size=-1, storage="file", num_replicas=replicas,
-        duplicate_window=120_000_000_000, deny_delete=True, allow_rollup_hdrs=True, allow_direct=True)
+        name=f"KV_{bucket}",
+        subjects=[f"$KV.{bucket}.>"],
+        max_consumers=-1,
+        max_msgs=-1,
+        max_bytes=-1,
+        discard="new",
+        max_msgs_per_subject=1,
+        max_msg_size=-1,
+        storage="file",
+        num_replicas=replicas,
+        duplicate_window=120_000_000_000,
+        deny_delete=True,
+        allow_rollup_hdrs=True,
+        allow_direct=True,
+    )
 
 
-def pull_request(*, batch: int, expires: float, heartbeat: float, pin_id: str | None,
-                 group: str = PRIORITY_GROUP) -> bytes:
+def pull_request(
+    *, batch: int, expires: float, heartbeat: float, pin_id: str | None, group: str = PRIORITY_GROUP
+) -> bytes:
     """A priority-group pull request body, fields in nats.go's order."""
     body: dict[str, Any] = {"expires": ns(expires), "batch": batch, "idle_heartbeat": ns(heartbeat)}
     if pin_id:
@@ -241,7 +262,11 @@ def consumer_limit_error(stream: str, *, subject: str = "") -> JetStreamAPIError
     return JetStreamAPIError(
         f"stream {stream} has as many consumers as it may have (maximum consumers limit reached): raise the "
         "stream's max_consumers (a stream update) or the server's JetStream limit default_max_consumers "
-        "(1000 when not set, since nats-server 2.15)", code=400, err_code=ERR_MAXIMUM_CONSUMERS, subject=subject)
+        "(1000 when not set, since nats-server 2.15)",
+        code=400,
+        err_code=ERR_MAXIMUM_CONSUMERS,
+        subject=subject,
+    )
 
 
 #: A keep-alive pull's ``expires``: the pull renews the pin when it arrives and is gone a millisecond later.
@@ -260,19 +285,19 @@ class JetStreamApi:
     """Raw JetStream API requests on one connection, to the JetStream of ``domain`` or ``api_prefix``
     (neither: the prefix bound to the connection, else ``$JS.API``; see the module docs)."""
 
-    def __init__(self, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
-                 timeout: float = 5.0):
+    def __init__(self, nc: Client, *, domain: str | None = None, api_prefix: str | None = None, timeout: float = 5.0):
         self.nc = nc
-        connection = Connection.of(nc)   # the client's one owner: its bound JetStream, listeners, patches
+        connection = Connection.of(nc)  # the client's one owner: its bound JetStream, listeners, patches
         self.prefix = prefix_of(domain, api_prefix) if domain or api_prefix else connection.prefix
         self.timeout = timeout
         self.permissions = connection.permissions
-        self._answered = time.monotonic()    # JetStream's last answer to a request
-        self._reconnected = 0.0              # the last reconnect away from a silent server
+        self._answered = time.monotonic()  # JetStream's last answer to a request
+        self._reconnected = 0.0  # the last reconnect away from a silent server
 
     @classmethod
-    def bind(cls, nc: Client, *, domain: str | None = None, api_prefix: str | None = None,
-             timeout: float = 5.0) -> "JetStreamApi":
+    def bind(
+        cls, nc: Client, *, domain: str | None = None, api_prefix: str | None = None, timeout: float = 5.0
+    ) -> JetStreamApi:
         """Make ``domain`` (or ``api_prefix``; neither: ``$JS.API``) the JetStream of every pcgroups call on
         ``nc`` made without ``api=`` (:meth:`Connection.bind`), and return an API for it."""
         Connection.of(nc).bind(domain=domain, api_prefix=api_prefix)
@@ -292,7 +317,7 @@ class JetStreamApi:
             domain = None
         return {self.prefix, prefix_of(domain)} if domain else {self.prefix}
 
-    def at(self, prefix: str | None) -> "JetStreamApi":
+    def at(self, prefix: str | None) -> JetStreamApi:
         """The API of another JetStream on the same connection (``prefix``; None or "": this one)."""
         if not prefix or prefix == self.prefix:
             return self
@@ -307,14 +332,18 @@ class JetStreamApi:
             return False
         self._reconnected = now
         url = self.nc.connected_url
-        log.warning("JetStream%s has not answered through %s for %.1fs; reconnecting",
-                    f" (domain {self.domain})" if self.domain else "",
-                    f"{url.hostname}:{url.port}" if url else "the server", now - answered)
+        log.warning(
+            "JetStream%s has not answered through %s for %.1fs; reconnecting",
+            f" (domain {self.domain})" if self.domain else "",
+            f"{url.hostname}:{url.port}" if url else "the server",
+            now - answered,
+        )
         asyncio.ensure_future(self.nc.force_reconnect())
         return True
 
-    async def request(self, subject: str, body: bytes | dict[str, Any] | None = None, *,
-                      timeout: float | None = None) -> dict[str, Any]:
+    async def request(
+        self, subject: str, body: bytes | dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Send ``<prefix>.<subject>`` and return the parsed reply; an API error raises, and so does a request
         the user's permissions refuse, at once (:class:`PermissionDeniedError`, see pcgroups.jetstream._permissions)."""
         payload = go_json(body) if isinstance(body, dict) else (body or b"")
@@ -323,8 +352,7 @@ class JetStreamApi:
             msg = await self.permissions.call(self.nc.request(full, payload, timeout=timeout or self.timeout), [full])
         except nats.errors.NoRespondersError:
             self.reconnect_if_silent(self._answered)
-            raise JetStreamAPIError("JetStream is not available (no responders)", code=503,
-                                    subject=full) from None
+            raise JetStreamAPIError("JetStream is not available (no responders)", code=503, subject=full) from None
         except nats.errors.TimeoutError:
             self.reconnect_if_silent(self._answered)
             raise JetStreamAPIError("JetStream API request timed out", code=408, subject=full) from None
@@ -337,8 +365,12 @@ class JetStreamApi:
         if err:
             if err.get("err_code") == ERR_MAXIMUM_CONSUMERS and subject.startswith("CONSUMER.CREATE."):
                 raise consumer_limit_error(subject.split(".")[2], subject=full)
-            raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
-                                    err_code=err.get("err_code", 0), subject=full)
+            raise JetStreamAPIError(
+                err.get("description", "unknown error"),
+                code=err.get("code", 0),
+                err_code=err.get("err_code", 0),
+                subject=full,
+            )
         return reply
 
     async def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -346,13 +378,15 @@ class JetStreamApi:
         ``subject`` (503), none answers in time (408), the answer is not a PubAck, or the stream refuses the
         message (the server's reason and error code); :class:`PermissionDeniedError` when the user may not."""
         try:
-            msg = await self.permissions.call(self.nc.request(subject, data, timeout=self.timeout, headers=headers),
-                                              [subject])
+            msg = await self.permissions.call(
+                self.nc.request(subject, data, timeout=self.timeout, headers=headers), [subject]
+            )
         except nats.errors.NoRespondersError:
             raise JetStreamAPIError("no stream takes the subject (no responders)", code=503, subject=subject) from None
         except nats.errors.TimeoutError:
-            raise JetStreamAPIError(f"no stream acknowledged it within {self.timeout:g}s", code=408,
-                                    subject=subject) from None
+            raise JetStreamAPIError(
+                f"no stream acknowledged it within {self.timeout:g}s", code=408, subject=subject
+            ) from None
         try:
             ack = json.loads(msg.data)
         except ValueError:
@@ -361,8 +395,12 @@ class JetStreamApi:
             raise JetStreamAPIError("the answer was not a stream's acknowledgement", subject=subject)
         err = ack.get("error")
         if err:
-            raise JetStreamAPIError(err.get("description", "unknown error"), code=err.get("code", 0),
-                                    err_code=err.get("err_code", 0), subject=subject)
+            raise JetStreamAPIError(
+                err.get("description", "unknown error"),
+                code=err.get("code", 0),
+                err_code=err.get("err_code", 0),
+                subject=subject,
+            )
         return ack
 
     # --- streams -------------------------------------------------------------------------
@@ -378,8 +416,9 @@ class JetStreamApi:
         if subjects_filter:
             subjects = dict(info.get("state", {}).get("subjects") or {})
             while subjects and len(subjects) < info.get("total", 0):
-                page = await self.request(f"STREAM.INFO.{stream}",
-                                          {"subjects_filter": subjects_filter, "offset": len(subjects)})
+                page = await self.request(
+                    f"STREAM.INFO.{stream}", {"subjects_filter": subjects_filter, "offset": len(subjects)}
+                )
                 more = page.get("state", {}).get("subjects") or {}
                 if not more:
                     break
@@ -413,8 +452,7 @@ class JetStreamApi:
             raise
 
     # --- consumers -----------------------------------------------------------------------
-    async def create_consumer(self, stream: str, config: ConsumerConfig, *,
-                              action: str = "create") -> dict[str, Any]:
+    async def create_consumer(self, stream: str, config: ConsumerConfig, *, action: str = "create") -> dict[str, Any]:
         """``CONSUMER.CREATE`` with ``action`` (``create`` fails on a different existing config).
 
         A config with one ``filter_subject`` is created on ``CONSUMER.CREATE.<stream>.<name>.<filter>``, as
@@ -444,8 +482,14 @@ class JetStreamApi:
         ephemeral consumer made for the question and deleted after it (2 requests; 0 without subjects)."""
         if not subjects:
             return 0
-        cfg = ConsumerConfig(deliver_policy="by_start_sequence", opt_start_seq=max(start_seq, 1), ack_policy="none",
-                             inactive_threshold=5.0, mem_storage=True, num_replicas=1)
+        cfg = ConsumerConfig(
+            deliver_policy="by_start_sequence",
+            opt_start_seq=max(start_seq, 1),
+            ack_policy="none",
+            inactive_threshold=5.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
         if len(subjects) == 1:
             cfg.filter_subject = subjects[0]
         else:

@@ -46,17 +46,18 @@ class ConnectionWatch:
         def unlisten() -> None:
             if listener in self._listeners:
                 self._listeners.remove(listener)
+
         return unlisten
 
     def _tell(self, kind: str) -> None:
         for listener in list(self._listeners):
             try:
                 listener(kind, self._url)
-            except Exception as e:  # noqa: BLE001 - one listener's failure is its own
+            except Exception as e:
                 log.warning("connection listener failed on %s: %r", kind, e)
 
     async def _disconnected(self) -> None:
-        if not self._nc.is_closed:   # nats-py calls it on close() too: that is no disconnection
+        if not self._nc.is_closed:  # nats-py calls it on close() too: that is no disconnection
             self._tell("disconnected")
         if self._forward_disconnected is not None:
             await self._forward_disconnected()
@@ -89,8 +90,11 @@ def tolerate_undecodable(nc: Any) -> None:
         except UnicodeDecodeError:
             pass
         fixed, fixed_reply = (b.decode("utf-8", "replace").encode() for b in (subject, reply))
-        log.warning("%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
-                    _undecodable_what(subject, reply), subject.decode("utf-8", "backslashreplace"))
+        log.warning(
+            "%s is not valid UTF-8 (%s): delivered with U+FFFD in place of the invalid bytes",
+            _undecodable_what(subject, reply),
+            subject.decode("utf-8", "backslashreplace"),
+        )
         return build(sid, fixed, fixed_reply, data, headers)
 
     nc._build_message = build_tolerantly

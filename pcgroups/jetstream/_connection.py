@@ -29,19 +29,23 @@ def prefix_of(domain: str | None = None, prefix: str | None = None) -> str:
     """The JetStream API prefix of ``domain`` (``$JS.<domain>.API``), or ``prefix`` itself (a trailing ``.``
     dropped), or ``$JS.API``; a ConfigError for a name the server would not take, or for both."""
     if domain and prefix:
-        raise ConfigError(f"give a JetStream domain or an API prefix, not both (domain {domain!r}, "
-                          f"API prefix {prefix!r})")
+        raise ConfigError(
+            f"give a JetStream domain or an API prefix, not both (domain {domain!r}, API prefix {prefix!r})"
+        )
     if domain:
         if any(c in ".*>" or c.isspace() for c in domain):
-            raise ConfigError(f"invalid JetStream domain {domain!r}: a domain may not contain '.', '*', '>' or "
-                              "whitespace")
+            raise ConfigError(
+                f"invalid JetStream domain {domain!r}: a domain may not contain '.', '*', '>' or whitespace"
+            )
         return f"$JS.{domain}.API"
     if prefix:
         subject = prefix.removesuffix(".")
         tokens = subject.split(".")
         if any(not t or t in ("*", ">") or any(c.isspace() for c in t) for t in tokens):
-            raise ConfigError(f"invalid JetStream API prefix {prefix!r}: it must be a subject without wildcards "
-                              "(e.g. $JS.hub.API or JS.acme.API)")
+            raise ConfigError(
+                f"invalid JetStream API prefix {prefix!r}: it must be a subject without wildcards "
+                "(e.g. $JS.hub.API or JS.acme.API)"
+            )
         return subject
     return DEFAULT_API_PREFIX
 
@@ -59,7 +63,7 @@ class Connection:
         self.nc = nc
         #: the JetStream API prefix of calls made without ``api=``
         self.prefix = DEFAULT_API_PREFIX
-        tolerate_undecodable(nc)   # a subject that is not UTF-8 must not stop the client's reader
+        tolerate_undecodable(nc)  # a subject that is not UTF-8 must not stop the client's reader
         self.watch = ConnectionWatch(nc)
         self.permissions = PermissionWatch(nc)
 

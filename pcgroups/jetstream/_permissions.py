@@ -33,15 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import PermissionDeniedError
-from ._compat import wrap_error_callback
 from ..partitions import tokens_match
+from ._compat import wrap_error_callback
 
 __all__ = ["PermissionWatch", "Violation", "kv_subjects"]
 
 T = TypeVar("T")
 
-_VIOLATION = re.compile(r'permissions violation for (publish|subscription) (?:to|with reply of) "([^"]*)"',
-                        re.IGNORECASE)
+_VIOLATION = re.compile(
+    r'permissions violation for (publish|subscription) (?:to|with reply of) "([^"]*)"', re.IGNORECASE
+)
 # Prefixes written in capitals when a violation's subject is not one the caller guarded.
 _PREFIXES = ("$JS.API.", "$JS.ACK.", "$JS.FC.", "$JS.EVENT.", "$KV.", "_INBOX.")
 _DOMAIN_API = re.compile(r"\$js\.([^.]+)\.api\.")
@@ -58,7 +59,7 @@ class Violation:
     subject: str
 
     @classmethod
-    def parse(cls, error: BaseException | str) -> "Violation | None":
+    def parse(cls, error: BaseException | str) -> Violation | None:
         m = _VIOLATION.search(str(error))
         if m is None:
             return None
@@ -68,9 +69,12 @@ class Violation:
         """The error, naming the subject by the first matching candidate (the caller's spelling)."""
         subject = next((c for c in candidates if _matches(c, self.subject)), None) or _capitalised(self.subject)
         hint = "; replies come to the inbox: allow _INBOX.> or the inbox prefix" if subject.startswith("_INBOX") else ""
-        return PermissionDeniedError(f"permission denied: {self.operation} to {subject} is not allowed for this user "
-                                     f"(missing {self.operation} permission{hint})",
-                                     operation=self.operation, subject=subject)
+        return PermissionDeniedError(
+            f"permission denied: {self.operation} to {subject} is not allowed for this user "
+            f"(missing {self.operation} permission{hint})",
+            operation=self.operation,
+            subject=subject,
+        )
 
 
 def _matches(pattern: str, subject: str) -> bool:
@@ -82,10 +86,10 @@ def _matches(pattern: str, subject: str) -> bool:
 def _capitalised(subject: str) -> str:
     for prefix in _PREFIXES:
         if subject.startswith(prefix.lower()):
-            return prefix + subject[len(prefix):]
+            return prefix + subject[len(prefix) :]
     m = _DOMAIN_API.match(subject)
-    if m:   # $js.<domain>.api.: the domain as reported (its case is lost)
-        return f"$JS.{m.group(1)}.API." + _capitalised(subject[m.end():])
+    if m:  # $js.<domain>.api.: the domain as reported (its case is lost)
+        return f"$JS.{m.group(1)}.API." + _capitalised(subject[m.end() :])
     return subject
 
 
@@ -95,9 +99,17 @@ def kv_subjects(bucket: str, key: str = ">", prefix: str = "$JS.API") -> list[st
     bucket's stream API, direct gets, its consumers (watches) and flow control."""
     stream, key_subject = f"KV_{bucket}", f"$KV.{bucket}.{key}"
     writes = [key_subject] if prefix == "$JS.API" else [f"{prefix}.{key_subject}", key_subject]
-    return [*writes, f"{prefix}.DIRECT.GET.{stream}.{key_subject}", f"{prefix}.STREAM.INFO.{stream}",
-            f"{prefix}.CONSUMER.CREATE.{stream}", f"{prefix}.STREAM.MSG.GET.{stream}", f"{prefix}.*.*.{stream}",
-            f"{prefix}.*.*.{stream}.>", f"$JS.FC.{stream}.>", f"{prefix}.INFO"]
+    return [
+        *writes,
+        f"{prefix}.DIRECT.GET.{stream}.{key_subject}",
+        f"{prefix}.STREAM.INFO.{stream}",
+        f"{prefix}.CONSUMER.CREATE.{stream}",
+        f"{prefix}.STREAM.MSG.GET.{stream}",
+        f"{prefix}.*.*.{stream}",
+        f"{prefix}.*.*.{stream}.>",
+        f"$JS.FC.{stream}.>",
+        f"{prefix}.INFO",
+    ]
 
 
 @dataclass(eq=False)
@@ -121,7 +133,7 @@ class PermissionWatch:
         self._inbox = nc.new_inbox().rsplit(".", 1)[0].lower() + "."
         self._guards: list[_Guard] = []
         self._listeners: list[Callable[[Violation], None]] = []
-        self.inbox_denied: Violation | None = None   # the reply inbox subscription was refused
+        self.inbox_denied: Violation | None = None  # the reply inbox subscription was refused
 
     async def _on_error(self, error: Exception) -> None:
         v = Violation.parse(error)
@@ -139,8 +151,9 @@ class PermissionWatch:
                 if not g.failed.done():
                     g.failed.set_result(v)
         # a refused inbox subscription concerns every user of the connection, claimed or not
-        if (not claimed or v.operation == "subscribe") and (v.subject.startswith(_RELEVANT)
-                                                            or v.subject.startswith(self._inbox)):
+        if (not claimed or v.operation == "subscribe") and (
+            v.subject.startswith(_RELEVANT) or v.subject.startswith(self._inbox)
+        ):
             for listener in list(self._listeners):
                 listener(v)
 

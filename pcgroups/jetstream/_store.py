@@ -37,10 +37,18 @@ from nats.js.api import PubAck
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
-from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from ..config import go_json
-from ._api import (ERR_MAXIMUM_CONSUMERS, ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND,
-                   ERR_WRONG_LAST_SEQUENCE, ConsumerConfig, JetStreamApi, consumer_limit_error, kv_bucket_config)
+from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
+from ._api import (
+    ERR_MAXIMUM_CONSUMERS,
+    ERR_STREAM_NAME_IN_USE,
+    ERR_STREAM_NOT_FOUND,
+    ERR_WRONG_LAST_SEQUENCE,
+    ConsumerConfig,
+    JetStreamApi,
+    consumer_limit_error,
+    kv_bucket_config,
+)
 from ._connection import DEFAULT_API_PREFIX, Connection
 from ._permissions import kv_subjects
 
@@ -51,8 +59,8 @@ ELASTIC_BUCKET = "elastic-consumer-groups"
 
 CAS_ATTEMPTS = 100
 SNAPSHOT_BATCH = 256
-WATCH_RETRY = (0.1, 1.0)     # a watch restarted after a reconnect: first and longest wait between attempts
-WATCH_INACTIVE = 30.0        # a replaced watch's consumer goes away this long after nobody listens
+WATCH_RETRY = (0.1, 1.0)  # a watch restarted after a reconnect: first and longest wait between attempts
+WATCH_INACTIVE = 30.0  # a replaced watch's consumer goes away this long after nobody listens
 
 T = TypeVar("T")
 
@@ -95,7 +103,7 @@ async def kv_call(kv: KeyValue, aw: Awaitable[T], key: str = ">") -> T:
     try:
         return await Connection.of(kv._js._nc).permissions.call(aw, kv_subjects(kv._name, key, kv._js._prefix))
     except nats.js.errors.APIError as e:
-        if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:   # nats-py's KV errors may lack it
+        if getattr(e, "err_code", None) == ERR_MAXIMUM_CONSUMERS:  # nats-py's KV errors may lack it
             raise consumer_limit_error(f"KV_{kv._name}") from None
         raise
 
@@ -115,7 +123,7 @@ async def stop_watch(watcher: Any, timeout: float = 1.0) -> None:
             subject = f"{sub._js._prefix}.CONSUMER.DELETE.{stream}.{consumer}"
             try:
                 await Connection.of(nc).permissions.call(nc.request(subject, b"", timeout=timeout), [subject])
-            except Exception as e:  # noqa: BLE001 - left to the server's inactive threshold
+            except Exception as e:
                 log.debug("the consumer %s of a watch of %s is left to the server: %s", consumer, stream, e)
 
 
@@ -162,7 +170,7 @@ async def _answering(kv: KeyValue, key: str, timeout: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            await kv_call(kv, kv.get(key), key)   # the caller's key: one its permissions allow
+            await kv_call(kv, kv.get(key), key)  # the caller's key: one its permissions allow
             return
         except nats.js.errors.KeyNotFoundError:
             return
@@ -184,8 +192,9 @@ async def read(kv: KeyValue, key: str) -> Entry | None:
     return Entry(entry.value or b"", entry.revision or 0)
 
 
-async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]],
-                 *, attempts: int = CAS_ATTEMPTS) -> bytes | None:
+async def update(
+    kv: KeyValue, key: str, change: Callable[[Entry | None], Awaitable[bytes | None]], *, attempts: int = CAS_ATTEMPTS
+) -> bytes | None:
     """Read-modify-write with compare-and-set, retrying on conflicts.
 
     ``change`` gets the current entry (None if absent) and returns the new value, or None to write
@@ -210,8 +219,7 @@ async def update(kv: KeyValue, key: str, change: Callable[[Entry | None], Awaita
     raise PCGroupsError(f"could not update {key}: too many concurrent changes ({attempts} attempts)")
 
 
-async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
-                   timeout: float = 5.0) -> list[KeyValue.Entry]:
+async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *, timeout: float = 5.0) -> list[KeyValue.Entry]:
     """The current entries of the keys of ``bucket`` matching ``pattern``; deletes, purges and expiry markers
     left out.
 
@@ -222,18 +230,25 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
     """
     stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
     name = f"pcg_snap_{uuid.uuid4().hex[:16]}"
-    config = ConsumerConfig(name=name, deliver_policy="last_per_subject", ack_policy="none",
-                            filter_subject=prefix + pattern, inactive_threshold=max(timeout, 5.0),
-                            num_replicas=1, mem_storage=True)
+    config = ConsumerConfig(
+        name=name,
+        deliver_policy="last_per_subject",
+        ack_policy="none",
+        filter_subject=prefix + pattern,
+        inactive_threshold=max(timeout, 5.0),
+        num_replicas=1,
+        mem_storage=True,
+    )
     try:
         await api.create_consumer(stream, config)
     except JetStreamAPIError as e:
         if e.err_code == ERR_STREAM_NOT_FOUND:
             raise NotFoundError(f"KV bucket {bucket} not found") from None
         raise
-    except PermissionDeniedError as e:   # named as the permission to give (docs/SECURITY.md), the same every time
-        raise PermissionDeniedError(str(e).replace(name, "*"), operation=e.operation,
-                                    subject=e.subject.replace(name, "*")) from None
+    except PermissionDeniedError as e:  # named as the permission to give (docs/SECURITY.md), the same every time
+        raise PermissionDeniedError(
+            str(e).replace(name, "*"), operation=e.operation, subject=e.subject.replace(name, "*")
+        ) from None
     inbox = api.nc.new_inbox()
     sub = await api.nc.subscribe(inbox)
     pull = f"{api.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}"
@@ -243,7 +258,7 @@ async def snapshot(api: JetStreamApi, bucket: str, pattern: str = ">", *,
         await sub.unsubscribe()
         try:
             await api.delete_consumer(stream, name)
-        except Exception:  # noqa: BLE001 - it goes away by itself after its inactive threshold
+        except Exception:
             pass
 
 
@@ -264,16 +279,24 @@ async def _drain(api: JetStreamApi, sub: Any, pull: str, bucket: str, timeout: f
             except nats.errors.TimeoutError:
                 continue
             headers = msg.headers or {}
-            if "Status" in headers:   # 404 no messages / 408: nothing left
+            if "Status" in headers:  # 404 no messages / 408: nothing left
                 return out
             got += 1
             op = headers.get("KV-Operation")
             if op in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
                 continue
             meta = msg.metadata
-            out.append(KeyValue.Entry(bucket=bucket, key=msg.subject[len(prefix):], value=msg.data,
-                                      revision=meta.sequence.stream, delta=meta.num_pending,
-                                      created=meta.timestamp, operation=None))
+            out.append(
+                KeyValue.Entry(
+                    bucket=bucket,
+                    key=msg.subject[len(prefix) :],
+                    value=msg.data,
+                    revision=meta.sequence.stream,
+                    delta=meta.num_pending,
+                    created=meta.timestamp,
+                    operation=None,
+                )
+            )
 
 
 async def keys_of_stream(api: JetStreamApi, bucket: str, stream: str) -> list[str]:
@@ -287,13 +310,14 @@ async def flavour_hint(api: JetStreamApi, kind: str, stream: str, group: str) ->
     other, bucket = ("elastic", ELASTIC_BUCKET) if kind == "static" else ("static", STATIC_BUCKET)
     try:
         entry = await read(await open_bucket(api, bucket, kind=other), group_key(stream, group))
-    except Exception:  # noqa: BLE001 - only a hint for an error already being reported
+    except Exception:
         return ""
     return f" ({group} is {'an' if other == 'elastic' else 'a'} {other} consumer group)" if entry else ""
 
 
-async def group_entry(api: JetStreamApi, bucket: str, kind: str, stream: str, group: str,
-                      not_found: str | None = None) -> tuple[KeyValue, Entry]:
+async def group_entry(
+    api: JetStreamApi, bucket: str, kind: str, stream: str, group: str, not_found: str | None = None
+) -> tuple[KeyValue, Entry]:
     """The group's bucket and current entry; NotFoundError (with a wrong-flavour hint) when there is none."""
     try:
         kv = await open_bucket(api, bucket, kind=kind)
@@ -335,24 +359,24 @@ class Watch:
         self._stopped = False
 
     @classmethod
-    async def start(cls, kv: KeyValue, keys: str) -> "Watch":
+    async def start(cls, kv: KeyValue, keys: str) -> Watch:
         """The watch, once its consumer exists (a refused permission raises at once)."""
         watch = cls(kv, keys)
         watch._follow(await watch._open())
         watch._unlisten = Connection.of(watch._nc).watch.listen(watch._on_connection)
         return watch
 
-    def __aiter__(self) -> "Watch":
+    def __aiter__(self) -> Watch:
         return self
 
-    async def __anext__(self) -> KeyValue.Entry | None | Restarted:
+    async def __anext__(self) -> KeyValue.Entry | Restarted | None:
         item = await self._items.get()
         if isinstance(item, _Ended):
-            self._items.put_nowait(item)   # every later call ends too
+            self._items.put_nowait(item)  # every later call ends too
             if item.error is not None:
                 raise item.error
             raise StopAsyncIteration
-        entry: KeyValue.Entry | None | Restarted = item
+        entry: KeyValue.Entry | Restarted | None = item
         return entry
 
     async def stop(self) -> None:
@@ -379,7 +403,7 @@ class Watch:
                 self._items.put_nowait(entry)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - the iteration ends with it
+        except Exception as e:
             self._end(e)
             return
         if watcher is self._watcher and not self._stopped:
@@ -409,9 +433,9 @@ class Watch:
             except PermissionDeniedError as e:
                 self._end(e)
                 return
-            except Exception as e:  # noqa: BLE001 - JetStream not answering yet after the restart
+            except Exception as e:
                 if not self._nc.is_connected:
-                    return   # the next reconnect starts it
+                    return  # the next reconnect starts it
                 log.debug("KV watch of %s not started again yet: %s", self._keys, e)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, WATCH_RETRY[1])
@@ -429,5 +453,5 @@ async def _stop_quietly(watcher: Any) -> None:
         return
     try:
         await stop_watch(watcher)
-    except Exception as e:  # noqa: BLE001 - the consumer goes away after WATCH_INACTIVE anyway
+    except Exception as e:
         log.debug("stopping a KV watch: %s", e)

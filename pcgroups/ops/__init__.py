@@ -10,12 +10,25 @@ from ._exporter import GroupsExporter
 from ._health import Health, InstanceReadiness
 from ._health import serve as serve_http
 from ._metrics import InstanceMetrics
-from ._offsets import (MemberMove, ResetPlan, SourceMove, Target, execute_reset, plan_elastic_reset,
-                       plan_static_reset)
+from ._offsets import MemberMove, ResetPlan, SourceMove, Target, execute_reset, plan_elastic_reset, plan_static_reset
 from ._status import GroupStatus, MemberStatus, PartitionStatus, elastic_status, static_status
 
 __all__ = [
-    "GroupStatus", "GroupsExporter", "Health", "InstanceMetrics", "InstanceReadiness", "MemberMove",
-    "MemberStatus", "PartitionStatus", "ResetPlan", "SourceMove", "Target", "elastic_status", "execute_reset",
-    "plan_elastic_reset", "plan_static_reset", "serve_http", "static_status",
+    "GroupStatus",
+    "GroupsExporter",
+    "Health",
+    "InstanceMetrics",
+    "InstanceReadiness",
+    "MemberMove",
+    "MemberStatus",
+    "PartitionStatus",
+    "ResetPlan",
+    "SourceMove",
+    "Target",
+    "elastic_status",
+    "execute_reset",
+    "plan_elastic_reset",
+    "plan_static_reset",
+    "serve_http",
+    "static_status",
 ]

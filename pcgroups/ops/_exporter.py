@@ -34,18 +34,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
-from ..jetstream._api import JetStreamApi
-from ._status import GroupStatus, MemberStatus, elastic_status, static_status
-from ..jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 from ..elastic._admin import stored_config as elastic_config
 from ..elastic._intake import GapWatch
-from ..static._admin import stored_config as static_config
+from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
+from ..jetstream._api import JetStreamApi
+from ..jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 from ..pool._dispatcher import pool_status
+from ..static._admin import stored_config as static_config
 from ._metrics import pool_families
+from ._status import GroupStatus, MemberStatus, elastic_status, static_status
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -54,32 +54,23 @@ __all__ = ["EXPORTER_METRICS", "GROUP_METRICS", "GroupsExporter", "group_familie
 
 #: name -> help of the metrics about the groups (one sample per partition, member or group).
 GROUP_METRICS: dict[str, str] = {
-    "pcgroups_partition_pending_messages":
-        "Messages of the partition not yet handled: elastic, not yet acked (counted per partition from the work "
-        "queue); static, not yet delivered, counted by the server per member consumer, so a member owning several "
-        "partitions has one sample whose partition label lists them (0,3,6); a member with no consumer has none",
-    "pcgroups_partition_ack_pending_messages":
-        "Messages delivered and not yet acked, counted per member consumer: the partition label lists the "
-        "member's partitions",
-    "pcgroups_member_redelivered_messages":
-        "Messages of the member delivered more than once and not yet acked",
-    "pcgroups_member_active_instances":
-        "Running instances of the member, pinned or standby (each keeps one pull waiting on the member's consumer)",
-    "pcgroups_member_pinned_seconds":
-        "How long the member's pinned instance has held the pin (0: nobody holds it)",
+    "pcgroups_partition_pending_messages": "Messages of the partition not yet handled: elastic, not yet acked (counted per partition from the work "
+    "queue); static, not yet delivered, counted by the server per member consumer, so a member owning several "
+    "partitions has one sample whose partition label lists them (0,3,6); a member with no consumer has none",
+    "pcgroups_partition_ack_pending_messages": "Messages delivered and not yet acked, counted per member consumer: the partition label lists the "
+    "member's partitions",
+    "pcgroups_member_redelivered_messages": "Messages of the member delivered more than once and not yet acked",
+    "pcgroups_member_active_instances": "Running instances of the member, pinned or standby (each keeps one pull waiting on the member's consumer)",
+    "pcgroups_member_pinned_seconds": "How long the member's pinned instance has held the pin (0: nobody holds it)",
     "pcgroups_member_partitions": "Partitions the member owns",
     "pcgroups_group_members": "Members of the group",
     "pcgroups_group_partitions": "Partitions of the group",
-    "pcgroups_elastic_source_lag_messages":
-        "Messages of a source stream not yet sourced into an elastic group's work queue",
-    "pcgroups_elastic_source_stuck_seconds":
-        "How long the source's next origin message has waited while the source copied nothing (0: not stuck; "
-        "stuck from 5 s on): nothing after it reaches the group (cg elastic skip-stuck)",
-    "pcgroups_elastic_source_stuck_sequence":
-        "The origin stream sequence the source is stuck on (0: not stuck)",
-    "pcgroups_elastic_source_lost_messages":
-        "Origin messages removed from the source stream (its max messages, bytes or age, or a purge) before the "
-        "group's source copied them, seen since the exporter started: they never reach the group",
+    "pcgroups_elastic_source_lag_messages": "Messages of a source stream not yet sourced into an elastic group's work queue",
+    "pcgroups_elastic_source_stuck_seconds": "How long the source's next origin message has waited while the source copied nothing (0: not stuck; "
+    "stuck from 5 s on): nothing after it reaches the group (cg elastic skip-stuck)",
+    "pcgroups_elastic_source_stuck_sequence": "The origin stream sequence the source is stuck on (0: not stuck)",
+    "pcgroups_elastic_source_lost_messages": "Origin messages removed from the source stream (its max messages, bytes or age, or a purge) before the "
+    "group's source copied them, seen since the exporter started: they never reach the group",
 }
 
 #: name -> help of the metrics about the exporter itself (counters without their ``_total``).
@@ -90,8 +81,8 @@ EXPORTER_METRICS: dict[str, str] = {
     "pcgroups_exporter_api_requests": "JetStream API requests (and KV snapshot pulls) sent by the exporter",
     "pcgroups_exporter_last_refresh_api_requests": "JetStream API requests the last refresh sent",
     "pcgroups_exporter_errors": "Failed refreshes (kind=refresh), groups or a stream's groups that could not be "
-                                "read (kind=group), and reads the user's permissions refuse (kind=refused: each "
-                                "counted once)",
+    "read (kind=group), and reads the user's permissions refuse (kind=refused: each "
+    "counted once)",
     "pcgroups_exporter_groups": "Groups in the last snapshot",
     "pcgroups_exporter_last_refresh_timestamp_seconds": "When the last refresh ended (Unix time)",
 }
@@ -106,13 +97,14 @@ class GroupsExporter:
     exporter's own connection: the requests it sends are counted from its statistics.
     """
 
-    def __init__(self, nc: Client, api: JetStreamApi | None = None, *, streams: Sequence[str] = (),
-                 interval: float = 5.0) -> None:
+    def __init__(
+        self, nc: Client, api: JetStreamApi | None = None, *, streams: Sequence[str] = (), interval: float = 5.0
+    ) -> None:
         self.nc = nc
         self.api = api if api is not None else JetStreamApi(nc)
         self.streams = list(dict.fromkeys(streams))
         self.interval = interval
-        self.families: list[Any] = []          # the last snapshot's group metrics
+        self.families: list[Any] = []  # the last snapshot's group metrics
         self.statuses: list[GroupStatus] = []
         self.up = 0
         self.refreshes = 0
@@ -121,10 +113,10 @@ class GroupsExporter:
         self.last_seconds = 0.0
         self.last_time = 0.0
         self.errors = {"refresh": 0, "group": 0, "refused": 0}
-        self.refused: set[str] = set()         # the refused reads seen (each counted once)
-        self.last_error: str | None = None     # the last refresh's error (None: it worked)
-        self._due = 0.0                        # when the next refresh is due (monotonic)
-        self._gaps: dict[tuple[str, str], Any] = {}   # an elastic group's GapWatch, kept between refreshes
+        self.refused: set[str] = set()  # the refused reads seen (each counted once)
+        self.last_error: str | None = None  # the last refresh's error (None: it worked)
+        self._due = 0.0  # when the next refresh is due (monotonic)
+        self._gaps: dict[tuple[str, str], Any] = {}  # an elastic group's GapWatch, kept between refreshes
 
     # ------------------------------------------------------------ refreshing
 
@@ -138,20 +130,20 @@ class GroupsExporter:
         self._due = started + self.interval
         try:
             statuses, failures, refused = await self._read_all()
-        except (PCGroupsError, JetStreamAPIError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, PCGroupsError, JetStreamAPIError, OSError) as e:
             self.up, self.families, self.statuses = 0, [], []
             self.errors["refresh"] += 1
             self.last_error = str(e) or type(e).__name__
-        except Exception as e:  # noqa: BLE001 - nats-py's errors (connection closed, ...): the exporter goes on
+        except Exception as e:
             self.up, self.families, self.statuses = 0, [], []
             self.errors["refresh"] += 1
             self.last_error = f"{type(e).__name__}: {e}"
         else:
             self.up, self.statuses = 1, statuses
             self._gaps = {k: w for k, w in self._gaps.items() if k in {(s.stream, s.group) for s in statuses}}
-            self.families = list(group_families(statuses, datetime.now(timezone.utc)))
+            self.families = list(group_families(statuses, datetime.now(UTC)))
             self.errors["group"] += len(failures)
-            self.errors["refused"] += len(set(refused) - self.refused)   # a role's scope, not an incident: once each
+            self.errors["refused"] += len(set(refused) - self.refused)  # a role's scope, not an incident: once each
             self.refused |= set(refused)
             self.last_error = "; ".join(failures + refused) or None
         finally:
@@ -174,7 +166,7 @@ class GroupsExporter:
                 continue
             try:
                 await asyncio.wait_for(stop.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _groups(self, bucket: str, refused: list[str]) -> list[tuple[str, str, bytes]]:
@@ -202,19 +194,32 @@ class GroupsExporter:
         statuses: list[GroupStatus] = []
         failures: list[str] = []
         refused: list[str] = []
-        views: dict[str, Any] = {}   # a stream's consumers and info, read once for all its static groups
+        views: dict[str, Any] = {}  # a stream's consumers and info, read once for all its static groups
         for flavour, bucket in FLAVOURS:
             for stream, group, value in await self._groups(bucket, refused):
                 try:
                     if flavour == "static":
-                        status = await static_status(self.nc, stream, group, api=self.api, pools=False,
-                                                     config=static_config(stream, group, value),
-                                                     stream_view=await self._stream_view(stream, views))
+                        status = await static_status(
+                            self.nc,
+                            stream,
+                            group,
+                            api=self.api,
+                            pools=False,
+                            config=static_config(stream, group, value),
+                            stream_view=await self._stream_view(stream, views),
+                        )
                     else:
                         gaps = self._gaps.setdefault((stream, group), GapWatch())
-                        status = await elastic_status(self.nc, stream, group, api=self.api, leases=False,
-                                                      pools=False, config=elastic_config(stream, group, value),
-                                                      gaps=gaps)
+                        status = await elastic_status(
+                            self.nc,
+                            stream,
+                            group,
+                            api=self.api,
+                            leases=False,
+                            pools=False,
+                            config=elastic_config(stream, group, value),
+                            gaps=gaps,
+                        )
                 except PermissionDeniedError as e:
                     refused.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
                     continue
@@ -263,22 +268,28 @@ class GroupsExporter:
         yield from self.families
         m = EXPORTER_METRICS
         yield GaugeMetricFamily("pcgroups_exporter_up", m["pcgroups_exporter_up"], value=self.up)
-        yield CounterMetricFamily("pcgroups_exporter_refreshes", m["pcgroups_exporter_refreshes"],
-                                  value=self.refreshes)
-        yield GaugeMetricFamily("pcgroups_exporter_refresh_seconds", m["pcgroups_exporter_refresh_seconds"],
-                                value=self.last_seconds)
-        yield CounterMetricFamily("pcgroups_exporter_api_requests", m["pcgroups_exporter_api_requests"],
-                                  value=self.requests)
-        yield GaugeMetricFamily("pcgroups_exporter_last_refresh_api_requests",
-                                m["pcgroups_exporter_last_refresh_api_requests"], value=self.last_requests)
+        yield CounterMetricFamily("pcgroups_exporter_refreshes", m["pcgroups_exporter_refreshes"], value=self.refreshes)
+        yield GaugeMetricFamily(
+            "pcgroups_exporter_refresh_seconds", m["pcgroups_exporter_refresh_seconds"], value=self.last_seconds
+        )
+        yield CounterMetricFamily(
+            "pcgroups_exporter_api_requests", m["pcgroups_exporter_api_requests"], value=self.requests
+        )
+        yield GaugeMetricFamily(
+            "pcgroups_exporter_last_refresh_api_requests",
+            m["pcgroups_exporter_last_refresh_api_requests"],
+            value=self.last_requests,
+        )
         errors = CounterMetricFamily("pcgroups_exporter_errors", m["pcgroups_exporter_errors"], labels=["kind"])
         for kind, n in self.errors.items():
             errors.add_metric([kind], n)
         yield errors
-        yield GaugeMetricFamily("pcgroups_exporter_groups", m["pcgroups_exporter_groups"],
-                                value=len(self.statuses))
-        yield GaugeMetricFamily("pcgroups_exporter_last_refresh_timestamp_seconds",
-                                m["pcgroups_exporter_last_refresh_timestamp_seconds"], value=self.last_time)
+        yield GaugeMetricFamily("pcgroups_exporter_groups", m["pcgroups_exporter_groups"], value=len(self.statuses))
+        yield GaugeMetricFamily(
+            "pcgroups_exporter_last_refresh_timestamp_seconds",
+            m["pcgroups_exporter_last_refresh_timestamp_seconds"],
+            value=self.last_time,
+        )
 
 
 def _partitions_label(partitions: Iterable[int]) -> str:
@@ -312,8 +323,11 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
     source_lag = family("pcgroups_elastic_source_lag_messages", ["stream", "group", "source"])
     stuck_for = family("pcgroups_elastic_source_stuck_seconds", ["stream", "group", "source"])
     stuck_at = family("pcgroups_elastic_source_stuck_sequence", ["stream", "group", "source"])
-    lost = CounterMetricFamily("pcgroups_elastic_source_lost_messages",
-                               GROUP_METRICS["pcgroups_elastic_source_lost_messages"], labels=["stream", "group", "source"])
+    lost = CounterMetricFamily(
+        "pcgroups_elastic_source_lost_messages",
+        GROUP_METRICS["pcgroups_elastic_source_lost_messages"],
+        labels=["stream", "group", "source"],
+    )
     for s in statuses:
         group = [s.flavour, s.stream, s.group]
         members.add_metric(group, len(s.members))
@@ -337,6 +351,18 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
                 stuck_for.add_metric([s.stream, s.group, source], stuck[source].waiting if source in stuck else 0)
                 stuck_at.add_metric([s.stream, s.group, source], stuck[source].seq if source in stuck else 0)
                 lost.add_metric([s.stream, s.group, source], s.source_lost.get(source, 0))
-    yield from (pending, ack_pending, redelivered, active, pinned, owned, members, partitions, source_lag, stuck_for,
-                stuck_at, lost)
+    yield from (
+        pending,
+        ack_pending,
+        redelivered,
+        active,
+        pinned,
+        owned,
+        members,
+        partitions,
+        source_lag,
+        stuck_for,
+        stuck_at,
+        lost,
+    )
     yield from pool_families([a for s in statuses for a in s.pools])

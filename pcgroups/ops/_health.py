@@ -50,14 +50,14 @@ from ..events import InstanceEvent
 
 __all__ = ["BEAT", "STALE", "Health", "InstanceReadiness", "serve"]
 
-BEAT = 0.5      # seconds between heartbeats
-STALE = 10.0    # a heartbeat older than this: the event loop does not turn
+BEAT = 0.5  # seconds between heartbeats
+STALE = 10.0  # a heartbeat older than this: the event loop does not turn
 MAX_CONNECTIONS = 128  # the most connections the listener holds at once (fewer with few descriptors to spare)
-TIMEOUT = 5.0          # seconds a connection has to send its request, and again to take the answer
-BACKLOG = 512          # connections the kernel queues while all are taken
-WORKERS = 4            # threads answering requests (one answer may wait for the event loop: a pool's metrics)
-MAX_REQUEST = 16384    # bytes of request line and headers
-GRACE = 0.25           # seconds a connection may take to send its request before a new one may take its place
+TIMEOUT = 5.0  # seconds a connection has to send its request, and again to take the answer
+BACKLOG = 512  # connections the kernel queues while all are taken
+WORKERS = 4  # threads answering requests (one answer may wait for the event loop: a pool's metrics)
+MAX_REQUEST = 16384  # bytes of request line and headers
+GRACE = 0.25  # seconds a connection may take to send its request before a new one may take its place
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 PROBES = ("/healthz", "/readyz")
@@ -70,7 +70,7 @@ class Health:
         self.readiness = readiness
         self.stale = stale
         self.beat = beat
-        self._stamp: float | None = None          # monotonic time of the last heartbeat
+        self._stamp: float | None = None  # monotonic time of the last heartbeat
         self._ready: tuple[bool, dict[str, Any]] = (False, {"reason": "starting"})
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -94,7 +94,7 @@ class Health:
         """Ask the readiness function now (on the event loop)."""
         try:
             self._ready = self.readiness()
-        except Exception as e:  # noqa: BLE001 - a probe says what failed, it never ends the process
+        except Exception as e:
             self._ready = (False, {"reason": f"readiness check failed: {type(e).__name__}: {e}"})
 
     async def _heartbeat(self) -> None:
@@ -137,7 +137,7 @@ class InstanceReadiness:
         self.member = member
         self.nc: Any = None
         self.instance: Any = None
-        self.membership: str | None = None   # the last membership event: not-a-member, added, partitions, dropped
+        self.membership: str | None = None  # the last membership event: not-a-member, added, partitions, dropped
 
     def attach(self, nc: Any, instance: Any) -> None:
         self.nc, self.instance = nc, instance
@@ -159,8 +159,11 @@ class InstanceReadiness:
         elif self.membership == "not-a-member":
             reason = "not a member of the group yet"
         elif not inst.consuming:
-            reason = ("owns no partition (more members than partitions)" if not partitions
-                      else "not attached to its member's consumer")
+            reason = (
+                "owns no partition (more members than partitions)"
+                if not partitions
+                else "not attached to its member's consumer"
+            )
         else:
             return True, {"role": "pinned" if inst.pinned else "standby", **body}
         return False, {"reason": reason, **body}
@@ -183,8 +186,10 @@ def _app(health: Health | None, registry: Any) -> Any:
         code, body = probe
         data = (json.dumps(body) + "\n").encode()
         reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
-        start_response(f"{code} {reason}", [("Content-Type", "application/json"), ("Cache-Control", "no-store"),
-                                            ("Content-Length", str(len(data)))])
+        start_response(
+            f"{code} {reason}",
+            [("Content-Type", "application/json"), ("Cache-Control", "no-store"), ("Content-Length", str(len(data)))],
+        )
         return [data]
 
     return app
@@ -219,7 +224,7 @@ def spare_descriptors() -> int:
 class _Conn:
     """One connection: its request read so far, and since when."""
 
-    __slots__ = ("sock", "since", "data", "peer")
+    __slots__ = ("data", "peer", "since", "sock")
 
     def __init__(self, sock: socket.socket, peer: Any) -> None:
         self.sock, self.peer = sock, peer
@@ -231,8 +236,9 @@ class Listener:
     """The HTTP/1.1 listener of :func:`serve` (invariant 6): a WSGI ``app`` answered one request per connection."""
 
     def __init__(self, host: str, port: int, app: Any, *, max_connections: int | None = None) -> None:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         self.app = app
         self.max_connections = max_connections or max(2, min(MAX_CONNECTIONS, spare_descriptors() // 4))
         self.socket = socket.socket(family, kind, proto)
@@ -249,16 +255,15 @@ class Listener:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._reading: dict[socket.socket, _Conn] = {}   # connections still sending their request, oldest first
-        self._answering = 0                             # connections handed to a worker
+        self._reading: dict[socket.socket, _Conn] = {}  # connections still sending their request, oldest first
+        self._answering = 0  # connections handed to a worker
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()
         self._listening = False
-        self._resume_at = 0.0          # after an accept found no descriptor: when to try again
+        self._resume_at = 0.0  # after an accept found no descriptor: when to try again
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self._workers = [threading.Thread(target=self._work, name=f"pcg-http-{i}", daemon=True)
-                         for i in range(WORKERS)]
+        self._workers = [threading.Thread(target=self._work, name=f"pcg-http-{i}", daemon=True) for i in range(WORKERS)]
         for w in self._workers:
             w.start()
 
@@ -310,20 +315,20 @@ class Listener:
         if self._room(time.monotonic()) > 0:
             return
         if len(self._reading) + self._answering >= self.max_connections:
-            self._close(next(iter(self._reading.values())))   # the oldest still sending its request
+            self._close(next(iter(self._reading.values())))  # the oldest still sending its request
         try:
             sock, peer = self.socket.accept()
         except BlockingIOError:
             return
         except OSError as e:
             if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                self._resume_at = time.monotonic() + 0.1   # no descriptor now: wait, do not spin on it
+                self._resume_at = time.monotonic() + 0.1  # no descriptor now: wait, do not spin on it
             return
         sock.setblocking(False)
         conn = _Conn(sock, peer)
         self._reading[sock] = conn
         self._selector.register(sock, selectors.EVENT_READ, conn)
-        self._read(conn)   # the request is often there already
+        self._read(conn)  # the request is often there already
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -387,9 +392,12 @@ class Listener:
             try:
                 try:
                     answer = self._answer(conn)
-                except Exception as e:  # noqa: BLE001 - an answer that fails is a 500, never the listener's end
-                    answer = _response("500 Internal Server Error", [("Content-Type", "text/plain")],
-                                       f"{type(e).__name__}: {e}\n".encode())
+                except Exception as e:
+                    answer = _response(
+                        "500 Internal Server Error",
+                        [("Content-Type", "text/plain")],
+                        f"{type(e).__name__}: {e}\n".encode(),
+                    )
                 conn.sock.settimeout(TIMEOUT)
                 conn.sock.sendall(answer)
             except OSError:
@@ -409,11 +417,21 @@ class Listener:
         method, target, _ = parts
         path, _, query = target.partition("?")
         environ: dict[str, Any] = {
-            "REQUEST_METHOD": "GET" if method == "HEAD" else method, "PATH_INFO": unquote(path),
-            "QUERY_STRING": query, "SERVER_PROTOCOL": "HTTP/1.1", "SERVER_NAME": str(self.server_address[0]),
-            "SERVER_PORT": str(self.server_port), "REMOTE_ADDR": str(conn.peer[0]) if conn.peer else "",
-            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(b""),
-            "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False}
+            "REQUEST_METHOD": "GET" if method == "HEAD" else method,
+            "PATH_INFO": unquote(path),
+            "QUERY_STRING": query,
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "SERVER_NAME": str(self.server_address[0]),
+            "SERVER_PORT": str(self.server_port),
+            "REMOTE_ADDR": str(conn.peer[0]) if conn.peer else "",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
         for line in head[1:]:
             name, sep, value = line.partition(":")
             if sep:

@@ -33,7 +33,7 @@ from ..errors import extra_missing
 from ..events import InstanceEvent
 from ._health import serve
 
-__all__ = ["INSTANCE_METRICS", "InstanceMetrics", "MetricFamilies", "POOL_METRICS", "pool_families"]
+__all__ = ["INSTANCE_METRICS", "POOL_METRICS", "InstanceMetrics", "MetricFamilies", "pool_families"]
 
 #: name (counters without ``_total``, the histogram without its suffixes) -> help.
 INSTANCE_METRICS: dict[str, str] = {
@@ -44,26 +44,26 @@ INSTANCE_METRICS: dict[str, str] = {
     "pcgroups_instance_pins_gained": "Times this instance got its member's pin",
     "pcgroups_instance_pins_lost": "Times this instance lost its member's pin to another instance",
     "pcgroups_instance_rebalances": "Changes of the member's partitions seen by this instance, by kind "
-                                    "(added, partitions, dropped)",
+    "(added, partitions, dropped)",
     "pcgroups_instance_partitions": "Partitions this instance's member owns, as of the last event",
     "pcgroups_instance_dead_lettered": "Messages dead-lettered after their retries",
     "pcgroups_instance_dead_letters_refused": "Dead letters no stream acknowledged (refused, no stream, no answer): "
-                                              "the message is held and its dead letter tried again",
+    "the message is held and its dead letter tried again",
 }
 
 #: name (counters without ``_total``) -> help of a dispatching instance's pool (``dispatch=True``): served by
 #: its own ``--metrics-listen`` and, for every dispatching instance, by ``cg metrics`` (the pinned one's view).
 POOL_METRICS: dict[str, str] = {
     "pcgroups_pool_workers": "Workers enrolled with the member's dispatching instance, by state (busy: a message "
-                             "of this member in flight there; idle: none)",
+    "of this member in flight there; idle: none)",
     "pcgroups_pool_slots": "Messages the member's dispatcher may have at its workers at once (their capacities, "
-                           "capped by max_in_flight)",
+    "capped by max_in_flight)",
     "pcgroups_pool_in_flight_messages": "Messages at the workers now",
     "pcgroups_pool_waiting_messages": "Messages the dispatching instance holds that wait for a worker (or for their "
-                                      "key's turn)",
+    "key's turn)",
     "pcgroups_pool_worker_busy_messages": "Messages of this member in flight at the worker",
     "pcgroups_pool_worker_handled_messages": "Messages the worker settled for this dispatching instance since it "
-                                             "started",
+    "started",
     "pcgroups_pool_retried_messages": "Worker calls that failed or nak'd and were retried in place",
 }
 
@@ -93,8 +93,13 @@ class MetricFamilies:
 
         self.handled = counter("pcgroups_instance_messages_handled")
         self.errors = counter("pcgroups_instance_handler_errors")
-        self.duration = Histogram("pcgroups_instance_handler_seconds", m["pcgroups_instance_handler_seconds"],
-                                  LABELS, registry=r, buckets=BUCKETS)
+        self.duration = Histogram(
+            "pcgroups_instance_handler_seconds",
+            m["pcgroups_instance_handler_seconds"],
+            LABELS,
+            registry=r,
+            buckets=BUCKETS,
+        )
         self.pinned = gauge("pcgroups_instance_pinned")
         self.pins_gained = counter("pcgroups_instance_pins_gained")
         self.pins_lost = counter("pcgroups_instance_pins_lost")
@@ -107,8 +112,9 @@ class MetricFamilies:
 class InstanceMetrics:
     """One instance's metrics (see the module doc); ``families``: share another's registry."""
 
-    def __init__(self, flavour: str, stream: str, group: str, member: str, *,
-                 families: MetricFamilies | None = None) -> None:
+    def __init__(
+        self, flavour: str, stream: str, group: str, member: str, *, families: MetricFamilies | None = None
+    ) -> None:
         self.families = families if families is not None else MetricFamilies()
         self.labels = (flavour, stream, group, member)
         f, labels = self.families, self.labels
@@ -136,6 +142,7 @@ class InstanceMetrics:
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``handler`` counted and timed; async stays async, plain stays plain."""
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+
             @wraps(handler)
             async def counted_async(msg: Any) -> Any:
                 started = time.perf_counter()
@@ -175,7 +182,7 @@ class InstanceMetrics:
         elif kind in ("lost-pin", "standby"):
             if kind == "lost-pin":
                 self._lost.inc()
-            else:   # a standby's member owns its partitions as much as the pinned instance's does
+            else:  # a standby's member owns its partitions as much as the pinned instance's does
                 self._partitions.set(len(event.partitions))
             self._pinned.set(0)
         elif kind in REBALANCES:
@@ -222,9 +229,10 @@ class _PoolCollector:
 
         async def read() -> dict[str, Any] | None:
             return self._status_of()
+
         try:
             status = asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=2)
-        except Exception:  # noqa: BLE001 - the loop is gone or busy: no pool metrics this scrape
+        except Exception:
             status = None
         yield from pool_families([status] if status else [])
 
@@ -237,16 +245,17 @@ def pool_families(statuses: list[dict[str, Any]]) -> Any:
     labels = list(LABELS)
     workers = GaugeMetricFamily("pcgroups_pool_workers", m["pcgroups_pool_workers"], labels=[*labels, "state"])
     slots = GaugeMetricFamily("pcgroups_pool_slots", m["pcgroups_pool_slots"], labels=labels)
-    in_flight = GaugeMetricFamily("pcgroups_pool_in_flight_messages", m["pcgroups_pool_in_flight_messages"],
-                                  labels=labels)
-    waiting = GaugeMetricFamily("pcgroups_pool_waiting_messages", m["pcgroups_pool_waiting_messages"],
-                                labels=labels)
-    busy = GaugeMetricFamily("pcgroups_pool_worker_busy_messages", m["pcgroups_pool_worker_busy_messages"],
-                             labels=[*labels, "worker"])
-    handled = CounterMetricFamily("pcgroups_pool_worker_handled_messages",
-                                  m["pcgroups_pool_worker_handled_messages"], labels=[*labels, "worker"])
-    retried = CounterMetricFamily("pcgroups_pool_retried_messages", m["pcgroups_pool_retried_messages"],
-                                  labels=labels)
+    in_flight = GaugeMetricFamily(
+        "pcgroups_pool_in_flight_messages", m["pcgroups_pool_in_flight_messages"], labels=labels
+    )
+    waiting = GaugeMetricFamily("pcgroups_pool_waiting_messages", m["pcgroups_pool_waiting_messages"], labels=labels)
+    busy = GaugeMetricFamily(
+        "pcgroups_pool_worker_busy_messages", m["pcgroups_pool_worker_busy_messages"], labels=[*labels, "worker"]
+    )
+    handled = CounterMetricFamily(
+        "pcgroups_pool_worker_handled_messages", m["pcgroups_pool_worker_handled_messages"], labels=[*labels, "worker"]
+    )
+    retried = CounterMetricFamily("pcgroups_pool_retried_messages", m["pcgroups_pool_retried_messages"], labels=labels)
     for s in statuses:
         key = [str(s.get(k, "")) for k in LABELS]
         pool = s.get("workers") or []

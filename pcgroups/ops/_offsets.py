@@ -42,13 +42,13 @@ from typing import Any
 from nats.aio.client import Client
 
 from ..config import validate_name
+from ..connect import parse_duration as go_duration
 from ..elastic._admin import get_elastic_config, get_elastic_layout, settle_starts
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, static_consumer_name, stream_gone, work_queue_name
 from ..jetstream._api import JetStreamApi
 from ..partitions import member_partitions, static_member_filters
 from ..static._admin import get_static_config
-from ..connect import parse_duration as go_duration
 
 ERR_NO_MESSAGE_FOUND = 10037
 
@@ -62,11 +62,27 @@ class Target:
     time: datetime | None = None
 
     @classmethod
-    def of(cls, *, earliest: bool = False, latest: bool = False, seq: int | None = None,
-           time: str | None = None, duration: str | None = None) -> Target:
+    def of(
+        cls,
+        *,
+        earliest: bool = False,
+        latest: bool = False,
+        seq: int | None = None,
+        time: str | None = None,
+        duration: str | None = None,
+    ) -> Target:
         """The one target given (the CLI's ``--to-*``/``--by-duration``); anything else is a ConfigError."""
-        given = [n for n, v in (("--to-earliest", earliest), ("--to-latest", latest), ("--to-seq", seq is not None),
-                                ("--to-time", time is not None), ("--by-duration", duration is not None)) if v]
+        given = [
+            n
+            for n, v in (
+                ("--to-earliest", earliest),
+                ("--to-latest", latest),
+                ("--to-seq", seq is not None),
+                ("--to-time", time is not None),
+                ("--by-duration", duration is not None),
+            )
+            if v
+        ]
         allowed = "--to-earliest, --to-latest, --to-seq N, --to-time RFC3339 or --by-duration D"
         if len(given) != 1:
             what = "no position given" if not given else f"{' and '.join(given)} given together"
@@ -199,8 +215,10 @@ async def _seq_at(api: JetStreamApi, stream: str, info: dict[str, Any], target: 
         return last + 1
     if target.kind == "seq":
         if target.seq > last + 1:
-            raise ConfigError(f"--to-seq {target.seq} is past the end of stream {stream} (its last sequence is "
-                              f"{last}; allowed: 1 to {last + 1})")
+            raise ConfigError(
+                f"--to-seq {target.seq} is past the end of stream {stream} (its last sequence is "
+                f"{last}; allowed: 1 to {last + 1})"
+            )
         return max(target.seq, first)
     assert target.time is not None
     try:
@@ -228,8 +246,10 @@ def _chosen(membership: list[str], members: list[str] | None, kind: str, group: 
         validate_name("member", m)
     unknown = [m for m in members or [] if m not in membership]
     if unknown:
-        raise ConfigError(f"{unknown[0]} is not a member of {kind} consumer group {group} (members: "
-                          f"{', '.join(membership) or 'none'})")
+        raise ConfigError(
+            f"{unknown[0]} is not a member of {kind} consumer group {group} (members: "
+            f"{', '.join(membership) or 'none'})"
+        )
     return list(dict.fromkeys(members)) if members else membership
 
 
@@ -240,8 +260,15 @@ def _membership(cfg: Any) -> list[str]:
 # ---------------------------------------------------------------- static groups
 
 
-async def plan_static_reset(nc: Client, stream: str, group: str, target: Target, members: list[str] | None = None,
-                            *, api: JetStreamApi | None = None) -> ResetPlan:
+async def plan_static_reset(
+    nc: Client,
+    stream: str,
+    group: str,
+    target: Target,
+    members: list[str] | None = None,
+    *,
+    api: JetStreamApi | None = None,
+) -> ResetPlan:
     """Where each member (all when ``members`` is empty) is and would be; changes nothing."""
     api = api if api is not None else JetStreamApi(nc)
     cfg = await get_static_config(nc, stream, group, api=api)
@@ -255,8 +282,12 @@ async def plan_static_reset(nc: Client, stream: str, group: str, target: Target,
     plan = ResetPlan("static", stream, group, str(target))
     after_time = await _msg_time(api, stream, after)
     for name in chosen:
-        move = MemberMove(name, member_partitions(max_members=cfg.max_members, members=cfg.members,
-                                  member_mappings=cfg.member_mappings, member=name))
+        move = MemberMove(
+            name,
+            member_partitions(
+                max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings, member=name
+            ),
+        )
         try:
             cinfo = await api.consumer_info(stream, static_consumer_name(group, name))
         except NotFoundError:
@@ -280,8 +311,15 @@ async def plan_static_reset(nc: Client, stream: str, group: str, target: Target,
 # ---------------------------------------------------------------- elastic groups
 
 
-async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target, members: list[str] | None = None,
-                             *, api: JetStreamApi | None = None) -> ResetPlan:
+async def plan_elastic_reset(
+    nc: Client,
+    stream: str,
+    group: str,
+    target: Target,
+    members: list[str] | None = None,
+    *,
+    api: JetStreamApi | None = None,
+) -> ResetPlan:
     """Skip (``latest``: the queued messages of ``members``' partitions, all when none) or replay (any
     other target: the whole group, sourced again from there); changes nothing."""
     api = api if api is not None else JetStreamApi(nc)
@@ -290,28 +328,38 @@ async def plan_elastic_reset(nc: Client, stream: str, group: str, target: Target
     queued = await _queued_by_partition(api, stream, group)
     plan = ResetPlan("elastic", stream, group, str(target))
     for name in chosen:
-        parts = member_partitions(max_members=cfg.max_members, members=cfg.members,
-                                  member_mappings=cfg.member_mappings, member=name)
+        parts = member_partitions(
+            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings, member=name
+        )
         plan.members.append(MemberMove(name, parts, skip=sum(queued.get(p, 0) for p in parts)))
     if target.kind == "latest":
         plan.purge_partitions = sorted({p for m in plan.members for p in m.partitions}) if members else None
         plan.queued = sum(queued.values()) if not members else sum(m.skip for m in plan.members)
         return plan
     if members:
-        raise ConfigError("replay in an elastic group is for the whole group: name no member (--to-latest "
-                          "skips one member's queue)")
+        raise ConfigError(
+            "replay in an elastic group is for the whole group: name no member (--to-latest skips one member's queue)"
+        )
     layout = await get_elastic_layout(nc, stream, group, api=api)
     if target.kind == "seq" and len(layout.streams) > 1:
-        raise ConfigError(f"--to-seq needs a group over one stream, and {group} consumes "
-                          f"{', '.join(layout.names)}: use --to-time or --to-earliest")
+        raise ConfigError(
+            f"--to-seq needs a group over one stream, and {group} consumes "
+            f"{', '.join(layout.names)}: use --to-time or --to-earliest"
+        )
     plan.queued = sum(queued.values())
     for src in layout.streams:
-        origin = api.at(src.external_api)   # a stream of another domain is asked there
+        origin = api.at(src.external_api)  # a stream of another domain is asked there
         info = await _stream_info(origin, src.name)
         start = await _seq_at(origin, src.name, info, target)
         subjects = [f.filter for f in src.filters] or [">"]
-        plan.sources.append(SourceMove(src.name, start, await _msg_time(origin, src.name, start),
-                                       await origin.count_messages(src.name, subjects, start)))
+        plan.sources.append(
+            SourceMove(
+                src.name,
+                start,
+                await _msg_time(origin, src.name, start),
+                await origin.count_messages(src.name, subjects, start),
+            )
+        )
     return plan
 
 
@@ -386,8 +434,9 @@ async def _resource(api: JetStreamApi, wq: str, moves: list[SourceMove]) -> None
         try:
             await _update(api, dict(config, sources=fresh))
         except PCGroupsError as e:
-            raise PCGroupsError(f"{e}; the work queue {wq} is left without its sources, which were: "
-                                f"{json.dumps(fresh)}") from None
+            raise PCGroupsError(
+                f"{e}; the work queue {wq} is left without its sources, which were: {json.dumps(fresh)}"
+            ) from None
     await settle_starts(api, wq, [m.stream for m in moves])
 
 
@@ -404,5 +453,12 @@ async def _update(api: JetStreamApi, config: dict[str, Any]) -> None:
         raise PCGroupsError(f"can't update the elastic consumer group's stream: {e}") from None
 
 
-__all__ = ["MemberMove", "ResetPlan", "SourceMove", "Target", "execute_reset", "plan_elastic_reset",
-           "plan_static_reset"]
+__all__ = [
+    "MemberMove",
+    "ResetPlan",
+    "SourceMove",
+    "Target",
+    "execute_reset",
+    "plan_elastic_reset",
+    "plan_static_reset",
+]

@@ -36,23 +36,21 @@ message read per filter of a source whose origin holds messages it has not copie
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from nats.aio.client import Client
 
 from ..config import ElasticConfig, StaticConfig
+from ..elastic._intake import GapWatch, Origins, stuck_sources
+from ..elastic._membership import list_leases
 from ..errors import NotFoundError, PermissionDeniedError
 from ..flavour import ELASTIC, STATIC, get_config, static_consumer_name, stream_gone, work_queue_name
-from ..elastic._intake import GapWatch, Origins, stuck_sources
-from ..jetstream._api import parse_timestamp
-from ..jetstream._api import PRIORITY_GROUP, JetStreamApi
-from ..elastic._membership import list_leases
+from ..jetstream._api import PRIORITY_GROUP, JetStreamApi, parse_timestamp
 from ..partitions import member_partitions, static_member_filters
 from ..pool._dispatcher import pool_status
 
-__all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "elastic_status", "static_status",
-           "parse_timestamp"]
+__all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "elastic_status", "parse_timestamp", "static_status"]
 
 
 @dataclass
@@ -62,17 +60,17 @@ class MemberStatus:
     member: str
     consumer: str
     partitions: list[int] = field(default_factory=list)
-    exists: bool = False               # its consumer exists
-    active: bool = False               # an instance is pulling (waiting pulls > 0)
-    waiting: int = 0                   # pull requests waiting on its consumer
-    instances: int = 0                 # running instances, pinned or standby (see the module doc)
-    pinned_id: str | None = None       # the pinned instance's pin id
+    exists: bool = False  # its consumer exists
+    active: bool = False  # an instance is pulling (waiting pulls > 0)
+    waiting: int = 0  # pull requests waiting on its consumer
+    instances: int = 0  # running instances, pinned or standby (see the module doc)
+    pinned_id: str | None = None  # the pinned instance's pin id
     pinned_since: datetime | None = None
-    pending: int | None = None         # messages of its partitions not yet delivered
-    ack_pending: int | None = None     # delivered, not yet acked
-    redelivered: int | None = None     # messages delivered more than once and not yet acked
-    ack_floor: int | None = None       # the stream sequence acked in order up to (last acked)
-    delivered: int | None = None       # the last stream sequence delivered
+    pending: int | None = None  # messages of its partitions not yet delivered
+    ack_pending: int | None = None  # delivered, not yet acked
+    redelivered: int | None = None  # messages delivered more than once and not yet acked
+    ack_floor: int | None = None  # the stream sequence acked in order up to (last acked)
+    delivered: int | None = None  # the last stream sequence delivered
     last_active: datetime | None = None
     filters: list[str] = field(default_factory=list)
 
@@ -82,43 +80,43 @@ class PartitionStatus:
     """One partition: its owner and the owner consumer's state."""
 
     partition: int
-    member: str | None = None          # None: no member owns it
+    member: str | None = None  # None: no member owns it
     consumer: str | None = None
     active: bool = False
     pinned_id: str | None = None
     pinned_since: datetime | None = None
     pending: int | None = None
-    pending_exact: bool = False        # False: ``pending`` is the owner's total over its partitions
-    ack_pending: int | None = None     # the owner consumer's (per member)
-    redelivered: int | None = None     # the owner consumer's (per member)
-    ack_floor: int | None = None       # the owner consumer's (per member)
-    delivered: int | None = None       # the owner consumer's (per member)
+    pending_exact: bool = False  # False: ``pending`` is the owner's total over its partitions
+    ack_pending: int | None = None  # the owner consumer's (per member)
+    redelivered: int | None = None  # the owner consumer's (per member)
+    ack_floor: int | None = None  # the owner consumer's (per member)
+    delivered: int | None = None  # the owner consumer's (per member)
 
 
 @dataclass
 class GroupStatus:
     """A group's state at ``taken_at``."""
 
-    flavour: str                       # static or elastic
+    flavour: str  # static or elastic
     stream: str
     group: str
-    consumer_stream: str               # the stream holding the member consumers
+    consumer_stream: str  # the stream holding the member consumers
     max_members: int
-    mode: str                          # balanced, mapped or empty
+    mode: str  # balanced, mapped or empty
     filters: list[str]
     members: list[MemberStatus]
     partitions: list[PartitionStatus]
-    last_seq: int = 0                  # the consumer stream's last sequence
-    messages: int = 0                  # messages in the consumer stream
-    source_lag: int | None = None      # elastic: origin messages not yet sourced into the work queue (all streams)
-    source_lags: dict[str, int] = field(default_factory=dict)   # elastic: the same, by stream
+    last_seq: int = 0  # the consumer stream's last sequence
+    messages: int = 0  # messages in the consumer stream
+    source_lag: int | None = None  # elastic: origin messages not yet sourced into the work queue (all streams)
+    source_lags: dict[str, int] = field(default_factory=dict)  # elastic: the same, by stream
     leases: list[Any] = field(default_factory=list)  # elastic: live instance leases (automatic membership)
-    pools: list[dict[str, Any]] = field(default_factory=list)   # each dispatching instance's workers (dispatch.py)
+    pools: list[dict[str, Any]] = field(default_factory=list)  # each dispatching instance's workers (dispatch.py)
     stuck_sources: list[Any] = field(default_factory=list)  # elastic: pcgroups.elastic._intake.StuckSource, by source
-    source_gaps: list[Any] = field(default_factory=list)    # elastic: pcgroups.elastic._intake.SourceGap, messages lost
-    source_lost: dict[str, int] = field(default_factory=dict)   # elastic: messages lost before sourcing, by stream
-    taken_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    requests: int = 0                  # JetStream API requests it took
+    source_gaps: list[Any] = field(default_factory=list)  # elastic: pcgroups.elastic._intake.SourceGap, messages lost
+    source_lost: dict[str, int] = field(default_factory=dict)  # elastic: messages lost before sourcing, by stream
+    taken_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    requests: int = 0  # JetStream API requests it took
 
     @property
     def pending(self) -> int:
@@ -146,7 +144,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-
 class _Counting(JetStreamApi):
     """A JetStreamApi on the caller's connection and API prefix that counts the requests a status takes."""
 
@@ -155,17 +152,23 @@ class _Counting(JetStreamApi):
         self.prefix = api.prefix
         self.n = 0
 
-    async def request(self, subject: str, body: bytes | dict[str, Any] | None = None, *,
-                      timeout: float | None = None) -> dict[str, Any]:
+    async def request(
+        self, subject: str, body: bytes | dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
         self.n += 1
         return await super().request(subject, body, timeout=timeout)
 
 
-def _member_status(cfg: StaticConfig | ElasticConfig, member: str, consumer: str,
-                   info: dict[str, Any] | None) -> MemberStatus:
-    ms = MemberStatus(member=member, consumer=consumer,
-                      partitions=member_partitions(max_members=cfg.max_members, members=cfg.members,
-                                                   member_mappings=cfg.member_mappings, member=member))
+def _member_status(
+    cfg: StaticConfig | ElasticConfig, member: str, consumer: str, info: dict[str, Any] | None
+) -> MemberStatus:
+    ms = MemberStatus(
+        member=member,
+        consumer=consumer,
+        partitions=member_partitions(
+            max_members=cfg.max_members, members=cfg.members, member_mappings=cfg.member_mappings, member=member
+        ),
+    )
     if info is None:
         return ms
     ms.exists = True
@@ -209,18 +212,36 @@ def _partition_rows(cfg: StaticConfig | ElasticConfig, members: list[MemberStatu
         if o is None:
             rows.append(PartitionStatus(partition=p))
             continue
-        rows.append(PartitionStatus(
-            partition=p, member=o.member, consumer=o.consumer if o.exists else None, active=o.active,
-            pinned_id=o.pinned_id, pinned_since=o.pinned_since, pending=o.pending,
-            pending_exact=o.exists and len(o.partitions) == 1, ack_pending=o.ack_pending,
-            redelivered=o.redelivered, ack_floor=o.ack_floor, delivered=o.delivered))
+        rows.append(
+            PartitionStatus(
+                partition=p,
+                member=o.member,
+                consumer=o.consumer if o.exists else None,
+                active=o.active,
+                pinned_id=o.pinned_id,
+                pinned_since=o.pinned_since,
+                pending=o.pending,
+                pending_exact=o.exists and len(o.partitions) == 1,
+                ack_pending=o.ack_pending,
+                redelivered=o.redelivered,
+                ack_floor=o.ack_floor,
+                delivered=o.delivered,
+            )
+        )
     return rows
 
 
-async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                        per_partition: bool = False, config: StaticConfig | None = None,
-                        stream_view: tuple[list[dict[str, Any]], dict[str, Any]] | None = None,
-                        pools: bool = True) -> GroupStatus:
+async def static_status(
+    nc: Client,
+    stream: str,
+    group: str,
+    *,
+    api: JetStreamApi | None = None,
+    per_partition: bool = False,
+    config: StaticConfig | None = None,
+    stream_view: tuple[list[dict[str, Any]], dict[str, Any]] | None = None,
+    pools: bool = True,
+) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
     ``per_partition``: count each partition's undelivered messages exactly, with an ephemeral
@@ -234,14 +255,16 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(STATIC, nc, stream, group, api=api)
-    config_requests = 0 if config is not None else 2   # the bucket lookup and the KV get
+    config_requests = 0 if config is not None else 2  # the bucket lookup and the KV get
     try:
         consumers = stream_view[0] if stream_view is not None else await counting.list_consumers(stream)
     except NotFoundError:
         raise stream_gone(STATIC, stream, group) from None
     infos = {c["name"]: c for c in consumers}
-    members = [_member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
-               for m in cfg.membership()]
+    members = [
+        _member_status(cfg, m, static_consumer_name(group, m), infos.get(static_consumer_name(group, m)))
+        for m in cfg.membership()
+    ]
     rows = _partition_rows(cfg, members)
     if per_partition:
         by_name = {m.member: m for m in members}
@@ -257,16 +280,34 @@ async def static_status(nc: Client, stream: str, group: str, *, api: JetStreamAp
         state = (stream_view[1] if stream_view is not None else await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
         raise stream_gone(STATIC, stream, group) from None
-    return GroupStatus(flavour="static", stream=stream, group=group, consumer_stream=stream,
-                       max_members=cfg.max_members, mode=cfg.mode, filters=list(cfg.filters), members=members,
-                       partitions=rows, last_seq=int(state.get("last_seq") or 0),
-                       messages=int(state.get("messages") or 0), requests=counting.n + config_requests,
-                       pools=await _pools(nc, "static", stream, group) if pools else [])
+    return GroupStatus(
+        flavour="static",
+        stream=stream,
+        group=group,
+        consumer_stream=stream,
+        max_members=cfg.max_members,
+        mode=cfg.mode,
+        filters=list(cfg.filters),
+        members=members,
+        partitions=rows,
+        last_seq=int(state.get("last_seq") or 0),
+        messages=int(state.get("messages") or 0),
+        requests=counting.n + config_requests,
+        pools=await _pools(nc, "static", stream, group) if pools else [],
+    )
 
 
-async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None,
-                         config: ElasticConfig | None = None, leases: bool = True, pools: bool = True,
-                         gaps: Any = None) -> GroupStatus:
+async def elastic_status(
+    nc: Client,
+    stream: str,
+    group: str,
+    *,
+    api: JetStreamApi | None = None,
+    config: ElasticConfig | None = None,
+    leases: bool = True,
+    pools: bool = True,
+    gaps: Any = None,
+) -> GroupStatus:
     """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
     :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket). ``gaps``: a
     :class:`pcgroups.elastic.GapWatch` kept between calls (it sees the losses between them too; ``source_lost``
@@ -299,17 +340,32 @@ async def elastic_status(nc: Client, stream: str, group: str, *, api: JetStreamA
         stuck = await stuck_sources(counting, wq_info, origins=origins)
         lost = await watch.update(counting, wq_info, origins)
     except PermissionDeniedError:
-        stuck, lost = [], []   # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
+        stuck, lost = (
+            [],
+            [],
+        )  # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
     held = await list_leases(nc, stream, group, api=api) if leases else []
-    return GroupStatus(flavour="elastic", stream=stream, group=group, consumer_stream=wq,
-                       max_members=cfg.max_members, mode=cfg.mode,
-                       filters=[pf.filter for pf in cfg.partitioning_filters or []], members=members,
-                       partitions=rows, last_seq=int(state.get("last_seq") or 0),
-                       messages=int(state.get("messages") or 0),
-                       source_lag=sum(source_lags.values()) if source_lags else None, source_lags=source_lags,
-                       leases=held, stuck_sources=stuck, source_gaps=lost, source_lost=dict(watch.lost),
-                       requests=counting.n + config_requests,
-                       pools=await _pools(nc, "elastic", stream, group) if pools else [])
+    return GroupStatus(
+        flavour="elastic",
+        stream=stream,
+        group=group,
+        consumer_stream=wq,
+        max_members=cfg.max_members,
+        mode=cfg.mode,
+        filters=[pf.filter for pf in cfg.partitioning_filters or []],
+        members=members,
+        partitions=rows,
+        last_seq=int(state.get("last_seq") or 0),
+        messages=int(state.get("messages") or 0),
+        source_lag=sum(source_lags.values()) if source_lags else None,
+        source_lags=source_lags,
+        leases=held,
+        stuck_sources=stuck,
+        source_gaps=lost,
+        source_lost=dict(watch.lost),
+        requests=counting.n + config_requests,
+        pools=await _pools(nc, "elastic", stream, group) if pools else [],
+    )
 
 
 async def _pools(nc: Client, flavour: str, stream: str, group: str) -> list[dict[str, Any]]:

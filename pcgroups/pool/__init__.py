@@ -13,7 +13,12 @@ from ._wire import check_worker_name
 from ._worker import WorkerInstance, default_worker_name, serve_worker
 
 __all__ = [
-    "PoolDispatcher", "PoolSpec", "WorkerInstance", "check_worker_name", "default_worker_name", "pool_status",
+    "PoolDispatcher",
+    "PoolSpec",
+    "WorkerInstance",
+    "check_worker_name",
+    "default_worker_name",
+    "pool_status",
     "serve_worker",
 ]
 

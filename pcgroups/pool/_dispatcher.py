@@ -65,26 +65,26 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 
-from . import _wire as pool
-from ..jetstream._connection import Connection
-from ..consume._msg import PIN_HEADER, Msg, message_size
 from ..consume._delivery import Delivery
-from ..errors import SupersededError
 from ..consume._dispatchers import ConsumerControl, KeyedDispatcher
 from ..consume._keys import KeyFunc
-from ..consume._retry import RetryLater, RetryPolicy
+from ..consume._msg import PIN_HEADER, Msg, message_size
 from ..consume._options import Member, WorkerNews
+from ..consume._retry import RetryLater, RetryPolicy
+from ..errors import SupersededError
+from ..jetstream._connection import Connection
+from . import _wire as pool
 
 log = logging.getLogger("pcgroups")
 
 REAP_EVERY = 0.25
-STALLED = 4 * REAP_EVERY       # a reaper pass this late: this process was stalled (invariant 4)
-WAIT_POLL = 0.05               # how often an offer or an ack waiting for the pin looks again
-KEEP = 60.0                    # s an offer given up is listed as kept (the next holder adopts it meanwhile)
+STALLED = 4 * REAP_EVERY  # a reaper pass this late: this process was stalled (invariant 4)
+WAIT_POLL = 0.05  # how often an offer or an ack waiting for the pin looks again
+KEEP = 60.0  # s an offer given up is listed as kept (the next holder adopts it meanwhile)
 # outcomes of our own (not on the wire)
-STOPPED = "stopped"     # this instance stopped while the offer was out
-GIVEN_UP = "given-up"   # its message was lost while the offer was out (invariant 3)
-LOST = "lost"           # what settling a lost message says
+STOPPED = "stopped"  # this instance stopped while the offer was out
+GIVEN_UP = "given-up"  # its message was lost while the offer was out (invariant 3)
+LOST = "lost"  # what settling a lost message says
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Offer:
     number: int
     sent: float
     outcome: asyncio.Future[pool.Outcome] = field(repr=False)
-    missing: float | None = None   # when a heartbeat first did not list it (its outcome may be on the way)
+    missing: float | None = None  # when a heartbeat first did not list it (its outcome may be on the way)
 
     @property
     def seq(self) -> int:
@@ -113,14 +113,14 @@ class WorkerView:
     capacity: int
     prefix: str
     seen: float
-    others: int = 0          # calls it runs for other dispatchers (its last heartbeat's busy less those for us)
+    others: int = 0  # calls it runs for other dispatchers (its last heartbeat's busy less those for us)
     stopping: bool = False
     handled: int = 0
-    beat: int = 0            # the number of its last heartbeat
-    offers: dict[str, Offer] = field(default_factory=dict)   # token -> our offer waiting for it
-    kept: dict[int, float] = field(default_factory=dict)     # stream sequence -> when we gave its offer up
-    listed: set[int] = field(default_factory=set)   # what its last heartbeat lists (running, or ended)
-    fenced: set[int] = field(default_factory=set)   # of those, what it runs superseded for lost contact
+    beat: int = 0  # the number of its last heartbeat
+    offers: dict[str, Offer] = field(default_factory=dict)  # token -> our offer waiting for it
+    kept: dict[int, float] = field(default_factory=dict)  # stream sequence -> when we gave its offer up
+    listed: set[int] = field(default_factory=set)  # what its last heartbeat lists (running, or ended)
+    fenced: set[int] = field(default_factory=set)  # of those, what it runs superseded for lost contact
     last_offer: float = 0.0
 
     @property
@@ -160,15 +160,15 @@ class Roster:
         self._delivery = delivery
         self._workers: dict[str, WorkerView] = {}
         self._subs: list[Any] = []
-        self._token = 0                     # offers are numbered up from 1
+        self._token = 0  # offers are numbered up from 1
         self._offers: dict[str, Offer] = {}
-        self._free = asyncio.Event()       # a slot may have freed: waiting runs look again
+        self._free = asyncio.Event()  # a slot may have freed: waiting runs look again
         self._reaper: asyncio.Task[None] | None = None
-        self._acking: set[asyncio.Task[None]] = set()   # workers' acks on their way to JetStream
+        self._acking: set[asyncio.Task[None]] = set()  # workers' acks on their way to JetStream
         self._announced: str | None = None  # the pin HELLO was said for
         self._unlisten: Callable[[], None] = lambda: None
-        self._away = False   # disconnected, until the reconnect was heard (invariant 4)
-        self._listening = time.monotonic()   # the workers' heartbeats after this count (invariant 6)
+        self._away = False  # disconnected, until the reconnect was heard (invariant 4)
+        self._listening = time.monotonic()  # the workers' heartbeats after this count (invariant 6)
         self.on_resize: Callable[[int], None] = lambda slots: None
         self.status_of: Callable[[], dict[str, Any]] = self.status
         self.handled = 0
@@ -178,11 +178,13 @@ class Roster:
     async def start(self) -> None:
         p = self.prefix
         self._listening = time.monotonic()
-        self._subs = [await self.nc.subscribe(f"{p}.HB", cb=self._on_heartbeat),
-                      await self.nc.subscribe(f"{p}.LEAVE", cb=self._on_leave),
-                      await self.nc.subscribe(f"{p}.D.{self.id}.R.*", cb=self._on_reply),
-                      await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status),
-                      await self.nc.subscribe(f"{p}.STATUS", cb=self._on_status)]
+        self._subs = [
+            await self.nc.subscribe(f"{p}.HB", cb=self._on_heartbeat),
+            await self.nc.subscribe(f"{p}.LEAVE", cb=self._on_leave),
+            await self.nc.subscribe(f"{p}.D.{self.id}.R.*", cb=self._on_reply),
+            await self.nc.subscribe(pool.STATUS_SUBJECT, cb=self._on_status),
+            await self.nc.subscribe(f"{p}.STATUS", cb=self._on_status),
+        ]
         self._reaper = asyncio.create_task(self._reap(), name=f"pcg-roster-{self.spec.member}")
         self._unlisten = Connection.of(self.nc).watch.listen(self._connection)
 
@@ -194,7 +196,7 @@ class Roster:
             self._away = True
         elif kind == "reconnected":
             self._heard_all(time.monotonic())
-            self._delivery.doubt_pin()   # invariant 3: confirmed by consumer info before anything is offered or acked
+            self._delivery.doubt_pin()  # invariant 3: confirmed by consumer info before anything is offered or acked
             self._away = False
 
     def _heard_all(self, now: float) -> None:
@@ -216,7 +218,7 @@ class Roster:
                 await sub.unsubscribe()
             except Exception:  # the connection is closed already
                 pass
-        for offer in list(self._offers.values()):   # still at a worker: its call goes on, the next holder adopts it
+        for offer in list(self._offers.values()):  # still at a worker: its call goes on, the next holder adopts it
             _resolve(offer.outcome, pool.Outcome(STOPPED))
 
     @property
@@ -243,16 +245,16 @@ class Roster:
             clear = await self._clear(m)
             if clear == LOST:
                 raise SupersededError(f"message {m.stream_sequence} given up: its pin was lost")
-            if clear == "back":   # stopping, or the pin moved: back to the server at once
+            if clear == "back":  # stopping, or the pin moved: back to the server at once
                 if d.current(m):
                     await d.nak_quietly(m)
-                return   # (a pin that moved: the keyed dispatcher naks it, for the new holder)
+                return  # (a pin that moved: the keyed dispatcher naks it, for the new holder)
             worker = self._holder(m.stream_sequence) or self._freest()
             if worker is None:
                 self._free.clear()
                 try:
                     await asyncio.wait_for(self._free.wait(), REAP_EVERY)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             result = await self._offer(worker, m)
@@ -266,19 +268,25 @@ class Roster:
                 case "none":
                     self._done(worker)
                     return
-                case "stopped":   # this instance stops: the worker's call goes on (the next holder adopts it)
+                case "stopped":  # this instance stops: the worker's call goes on (the next holder adopts it)
                     return
                 case "given-up":
-                    raise SupersededError(f"message {m.stream_sequence} given up at worker {worker.name}: its pin "
-                                          "was lost")
+                    raise SupersededError(
+                        f"message {m.stream_sequence} given up at worker {worker.name}: its pin was lost"
+                    )
                 case "retry":
                     self.retried += 1
                     raise RetryLater(result.reason or "nak", result.delay)
-                case "busy":   # full with others' calls: until its next heartbeat says otherwise
+                case "busy":  # full with others' calls: until its next heartbeat says otherwise
                     worker.others = max(worker.capacity - len(worker.offers), 1)
-                case _:   # dropped, or taken back (a silent worker, a lost offer): offer it again
-                    log.info("%s: message %d back from worker %s (%s): offering it again", self.spec.member,
-                             m.sequence, worker.name, result.reason or result.outcome)
+                case _:  # dropped, or taken back (a silent worker, a lost offer): offer it again
+                    log.info(
+                        "%s: message %d back from worker %s (%s): offering it again",
+                        self.spec.member,
+                        m.sequence,
+                        worker.name,
+                        result.reason or result.outcome,
+                    )
 
     async def _clear(self, m: Msg) -> str:
         """Wait until ``m`` may be offered (invariants 3 and 6): ``offer``; ``lost`` (give it up); ``back`` (the
@@ -302,8 +310,9 @@ class Roster:
     def _heard_since(self) -> bool:
         """Invariant 6: ``HELLO`` said for the current pin, and every worker known beat after it (and after the last
         reconnect or stall). A worker that stays silent is declared gone meanwhile."""
-        return (self._announced == self._delivery.pin_id
-                and all(w.seen > self._listening for w in self._workers.values()))
+        return self._announced == self._delivery.pin_id and all(
+            w.seen > self._listening for w in self._workers.values()
+        )
 
     def _done(self, worker: WorkerView) -> None:
         worker.handled += 1
@@ -325,25 +334,33 @@ class Roster:
 
     async def _offer(self, worker: WorkerView, m: Msg) -> pool.Outcome:
         self._token += 1
-        token = f"{self._token}-{secrets.token_hex(8)}"   # numbered (the workers' upto), and not to be guessed
+        token = f"{self._token}-{secrets.token_hex(8)}"  # numbered (the workers' upto), and not to be guessed
         offer = Offer(m, worker, token, self._token, time.monotonic(), asyncio.get_running_loop().create_future())
         headers = {k: v for k, v in (m.headers or {}).items() if k != PIN_HEADER}
-        headers.update({pool.SUBJECT: m.partitioned_subject, pool.DELIVERY: pool.delivery_header(m.reply),
-                        pool.OFFER: pool.offer_header(self.id, self.spec.member, worker.beat)})
-        if message_size(m.data, headers) > self.nc.max_payload:   # invariant 5
-            return pool.Outcome("retry", reason=f"too large to hand to a worker: {message_size(m.data, headers)} "
-                                                f"bytes with the offer's headers, over the max payload "
-                                                f"({self.nc.max_payload})")
+        headers.update(
+            {
+                pool.SUBJECT: m.partitioned_subject,
+                pool.DELIVERY: pool.delivery_header(m.reply),
+                pool.OFFER: pool.offer_header(self.id, self.spec.member, worker.beat),
+            }
+        )
+        if message_size(m.data, headers) > self.nc.max_payload:  # invariant 5
+            return pool.Outcome(
+                "retry",
+                reason=f"too large to hand to a worker: {message_size(m.data, headers)} "
+                f"bytes with the offer's headers, over the max payload "
+                f"({self.nc.max_payload})",
+            )
         worker.offers[token] = self._offers[token] = offer
-        for w in self._workers.values():   # offered again: no longer kept (pool invariant 3)
+        for w in self._workers.values():  # offered again: no longer kept (pool invariant 3)
             w.kept.pop(offer.seq, None)
         try:
-            await self.nc.publish(worker.subject("work"), m.data, reply=f"{self.prefix}.D.{self.id}.R.{token}",
-                                  headers=headers)
+            await self.nc.publish(
+                worker.subject("work"), m.data, reply=f"{self.prefix}.D.{self.id}.R.{token}", headers=headers
+            )
             return await offer.outcome
-        except Exception as e:   # not sent (disconnected): offered again
-            log.warning("%s: offer of message %d to worker %s failed: %s", self.spec.member, m.sequence,
-                        worker.name, e)
+        except Exception as e:  # not sent (disconnected): offered again
+            log.warning("%s: offer of message %d to worker %s failed: %s", self.spec.member, m.sequence, worker.name, e)
             await asyncio.sleep(REAP_EVERY)
             return pool.Outcome("dropped", reason=str(e))
         finally:
@@ -378,9 +395,9 @@ class Roster:
                 await m.ack_sync()
             else:
                 await m.ack()
-        except SupersededError:   # the consumer was RESET meanwhile (Delivery invariant 6)
+        except SupersededError:  # the consumer was RESET meanwhile (Delivery invariant 6)
             return LOST
-        except Exception as e:   # a plain ack not sent (disconnected): the worker's word holds, a redelivery is acked
+        except Exception as e:  # a plain ack not sent (disconnected): the worker's word holds, a redelivery is acked
             if not sync:
                 m._settled(acked=kind == "ack")
             return str(e) or type(e).__name__
@@ -401,8 +418,8 @@ class Roster:
         held = set(hb.held.get(self.id, ()))
         w.seen, w.capacity, w.stopping, w.beat = now, hb.capacity, hb.stopping, hb.n
         w.listed, w.fenced = hb.listed(), set(hb.fenced)
-        w.others = max(hb.busy - len(held), 0)   # ours are our offers (its count of them is stale once one ends)
-        for offer in list(w.offers.values()):   # pool invariant 2: an offer it does not know of was lost
+        w.others = max(hb.busy - len(held), 0)  # ours are our offers (its count of them is stale once one ends)
+        for offer in list(w.offers.values()):  # pool invariant 2: an offer it does not know of was lost
             if offer.seq in held or now - offer.sent <= pool.OFFER_GRACE:
                 offer.missing = None
             elif offer.missing is None:
@@ -412,7 +429,7 @@ class Roster:
             elif now - offer.missing >= pool.HEARTBEAT / 2:
                 _resolve(offer.outcome, pool.Outcome("dropped", reason="the worker never got it"))
         others = {s for d, seqs in hb.held.items() if d != self.id for s in seqs}
-        for seq, since in list(w.kept.items()):   # adopted by another instance, or kept long enough
+        for seq, since in list(w.kept.items()):  # adopted by another instance, or kept long enough
             if seq in others or now - since > KEEP:
                 del w.kept[seq]
         if changed:
@@ -421,9 +438,15 @@ class Roster:
         # Offers under a pin in doubt are kept, not held: such an answer proves nothing to a fenced call.
         doubt = self._delivery.pin_doubtful()
         ours = {o.seq for o in w.offers.values()}
-        answer = pool.Answer(self.id, self.spec.member, hb.n, self._token, frozenset(() if doubt else ours),
-                             frozenset(set(w.kept) | (ours if doubt else set())))
-        try:   # on the worker's own subject, not the heartbeat's reply subject (pool invariant 5)
+        answer = pool.Answer(
+            self.id,
+            self.spec.member,
+            hb.n,
+            self._token,
+            frozenset(() if doubt else ours),
+            frozenset(set(w.kept) | (ours if doubt else set())),
+        )
+        try:  # on the worker's own subject, not the heartbeat's reply subject (pool invariant 5)
             await self.nc.publish(w.subject("hb"), answer.encode())
         except Exception as e:  # disconnected: it asks again
             log.debug("%s: heartbeat answer not sent: %s", self.spec.member, e)
@@ -465,13 +488,15 @@ class Roster:
         if sync is None or error == LOST:
             return
         try:
-            await self.nc.publish(offer.worker.subject("hb"), pool.encode({"d": self.id, "token": offer.token,
-                                                                            "sync": sync, "error": error}))
+            await self.nc.publish(
+                offer.worker.subject("hb"),
+                pool.encode({"d": self.id, "token": offer.token, "sync": sync, "error": error}),
+            )
         except Exception as e:  # disconnected: the worker's ack_sync times out
             log.debug("%s: ack answer not sent: %s", self.spec.member, e)
 
     async def _on_status(self, msg: NatsMsg) -> None:
-        if msg.reply and not msg.reply.startswith("$"):   # an inbox, never a JetStream or KV subject (invariant 5)
+        if msg.reply and not msg.reply.startswith("$"):  # an inbox, never a JetStream or KV subject (invariant 5)
             try:
                 await self.nc.publish(msg.reply, pool.encode(self.status_of()))
             except Exception:  # disconnected
@@ -480,11 +505,30 @@ class Roster:
     def status(self) -> dict[str, Any]:
         """What ``cg status`` and the exporter show of this dispatching instance."""
         s = self.spec
-        return {"flavour": s.flavour, "stream": s.stream, "group": s.group, "member": s.member, "d": self.id,
-                "in_flight": self.in_flight, "handled": self.handled, "retried": self.retried,
-                "waiting": self._delivery.buffered, "slots": self.slots(), "pinned": self.pinned,
-                "workers": [{"name": w.name, "id": w.id, "capacity": w.capacity, "busy": len(w.offers),
-                             "handled": w.handled, "stopping": w.stopping} for w in self.workers()]}
+        return {
+            "flavour": s.flavour,
+            "stream": s.stream,
+            "group": s.group,
+            "member": s.member,
+            "d": self.id,
+            "in_flight": self.in_flight,
+            "handled": self.handled,
+            "retried": self.retried,
+            "waiting": self._delivery.buffered,
+            "slots": self.slots(),
+            "pinned": self.pinned,
+            "workers": [
+                {
+                    "name": w.name,
+                    "id": w.id,
+                    "capacity": w.capacity,
+                    "busy": len(w.offers),
+                    "handled": w.handled,
+                    "stopping": w.stopping,
+                }
+                for w in self.workers()
+            ],
+        }
 
     # --- the reaper (pool invariant 2, invariants 3 and 4) -------------------------------------------
     async def _reap(self) -> None:
@@ -492,9 +536,13 @@ class Roster:
         while True:
             await asyncio.sleep(REAP_EVERY)
             now = time.monotonic()
-            if now - last > STALLED:   # this process was stalled: as after a disconnection (invariant 4)
-                log.info("%s: %.1fs without a turn of the reaper (the process was stopped or its loop blocked): "
-                         "every worker's silence counts from now", self.spec.member, now - last)
+            if now - last > STALLED:  # this process was stalled: as after a disconnection (invariant 4)
+                log.info(
+                    "%s: %.1fs without a turn of the reaper (the process was stopped or its loop blocked): "
+                    "every worker's silence counts from now",
+                    self.spec.member,
+                    now - last,
+                )
                 self._heard_all(now)
             last = now
             if self.nc.is_connected and not self._away and not self._delivery.pin_doubtful():
@@ -508,10 +556,11 @@ class Roster:
             pin = self._delivery.pin_id
             if pin is not None and pin != self._announced:
                 self._announced = pin
-                self._listening = now   # the workers answer with a heartbeat at once (invariant 6)
+                self._listening = now  # the workers answer with a heartbeat at once (invariant 6)
                 try:
-                    await self.nc.publish(f"{self.prefix}.HELLO", pool.encode({"d": self.id,
-                                                                             "member": self.spec.member}))
+                    await self.nc.publish(
+                        f"{self.prefix}.HELLO", pool.encode({"d": self.id, "member": self.spec.member})
+                    )
                 except Exception as e:  # disconnected: the workers' heartbeats find us anyway
                     log.debug("%s: HELLO not sent: %s", self.spec.member, e)
             elif pin is None:
@@ -533,19 +582,25 @@ class Roster:
             self.spec.on_worker(kind, w.name, detail)
 
 
-async def pool_status(nc: Client, flavour: str | None = None, stream: str | None = None, group: str | None = None, *,
-                      timeout: float = 0.5, quiet: float = 0.1) -> list[dict[str, Any]]:
+async def pool_status(
+    nc: Client,
+    flavour: str | None = None,
+    stream: str | None = None,
+    group: str | None = None,
+    *,
+    timeout: float = 0.5,
+    quiet: float = 0.1,
+) -> list[dict[str, Any]]:
     """What every dispatching instance of a group (of every group, with no group named) says of its pool:
     :meth:`Roster.status` answers, gathered until ``quiet`` passed without one (at most ``timeout``; at once
     when nobody listens)."""
-    subject = (f"{pool.prefix(flavour, stream, group)}.STATUS" if flavour and stream and group
-               else pool.STATUS_SUBJECT)
+    subject = f"{pool.prefix(flavour, stream, group)}.STATUS" if flavour and stream and group else pool.STATUS_SUBJECT
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
     came = asyncio.Event()
 
     async def answer(msg: NatsMsg) -> None:
-        if msg.headers and msg.headers.get("Status") == "503":   # no responders: no dispatching instance
+        if msg.headers and msg.headers.get("Status") == "503":  # no responders: no dispatching instance
             came.set()
             answers.append({})
             return
@@ -563,7 +618,7 @@ async def pool_status(nc: Client, flavour: str | None = None, stream: str | None
             came.clear()
             try:
                 await asyncio.wait_for(came.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             if answers and answers[-1] == {}:
                 break
@@ -577,8 +632,10 @@ async def say_ended(nc: Client, spec: PoolSpec, why: str) -> None:
     """The group is gone (``why``: ``deleted``): its workers end (pool invariant 4). Said by every dispatching
     instance that sees it."""
     try:
-        await nc.publish(f"{pool.prefix(spec.flavour, spec.stream, spec.group)}.HELLO",
-                         pool.encode({"d": "", "member": spec.member, "end": why}))
+        await nc.publish(
+            f"{pool.prefix(spec.flavour, spec.stream, spec.group)}.HELLO",
+            pool.encode({"d": "", "member": spec.member, "end": why}),
+        )
         await nc.flush(timeout=2)
     except Exception as e:  # disconnected: the workers say that no dispatcher answers
         log.debug("%s: the group's end not said: %s", spec.member, e)
@@ -592,8 +649,16 @@ def _resolve(fut: asyncio.Future[pool.Outcome], outcome: pool.Outcome) -> None:
 class PoolDispatcher(KeyedDispatcher):
     """A keyed dispatcher whose calls run on the group's workers (see the module docstring)."""
 
-    def __init__(self, nc: Client, delivery: Delivery, consumer: ConsumerControl, spec: PoolSpec, *, key: KeyFunc,
-                 retry: RetryPolicy):
+    def __init__(
+        self,
+        nc: Client,
+        delivery: Delivery,
+        consumer: ConsumerControl,
+        spec: PoolSpec,
+        *,
+        key: KeyFunc,
+        retry: RetryPolicy,
+    ):
         self.roster = Roster(nc, delivery, spec)
         super().__init__(delivery, self.roster.run, consumer, concurrency=0, key=key, retry=retry)
         self.roster.on_resize = self.resize
@@ -627,10 +692,20 @@ class WorkerPool:
 
     max_in_flight: int = 0
 
-    def dispatcher(self, nc: Client, delivery: Delivery, control: ConsumerControl, member: Member, *,
-                   key: KeyFunc, retry: RetryPolicy, on_worker: WorkerNews) -> PoolDispatcher:
-        spec = PoolSpec(member.flavour, member.stream, member.group, member.member, self.max_in_flight,
-                        on_worker=on_worker)
+    def dispatcher(
+        self,
+        nc: Client,
+        delivery: Delivery,
+        control: ConsumerControl,
+        member: Member,
+        *,
+        key: KeyFunc,
+        retry: RetryPolicy,
+        on_worker: WorkerNews,
+    ) -> PoolDispatcher:
+        spec = PoolSpec(
+            member.flavour, member.stream, member.group, member.member, self.max_in_flight, on_worker=on_worker
+        )
         return PoolDispatcher(nc, delivery, control, spec, key=key, retry=retry)
 
     def subjects(self, member: Member) -> list[str]:

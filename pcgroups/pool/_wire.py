@@ -92,10 +92,10 @@ from typing import Any
 from ..config import validate_name
 
 VERSION = 2
-HEARTBEAT = 0.5      # s between a worker's heartbeats
-REVOKE_AFTER = 2.0   # s of silence after which a dispatcher takes a worker's messages back
-DOUBT = 1.5          # s without an answered heartbeat after which a worker's calls are superseded
-OFFER_GRACE = 1.0    # s after an offer within which a heartbeat may not list it yet
+HEARTBEAT = 0.5  # s between a worker's heartbeats
+REVOKE_AFTER = 2.0  # s of silence after which a dispatcher takes a worker's messages back
+DOUBT = 1.5  # s without an answered heartbeat after which a worker's calls are superseded
+OFFER_GRACE = 1.0  # s after an offer within which a heartbeat may not list it yet
 STATUS_SUBJECT = "$PCG.POOL.STATUS"
 
 # offer headers
@@ -104,8 +104,8 @@ DELIVERY = "Pcg-Delivery"
 OFFER = "Pcg-Offer"
 
 OUTCOMES = ("ack", "term", "retry", "none", "dropped", "busy")
-ACKS = ("ack", "term", "progress")   # what a worker may ask its dispatcher to send to JetStream (invariant 5)
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,255}")   # a worker's name or id (invariant 5)
+ACKS = ("ack", "term", "progress")  # what a worker may ask its dispatcher to send to JetStream (invariant 5)
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,255}")  # a worker's name or id (invariant 5)
 
 
 def prefix(flavour: str, stream: str, group: str) -> str:
@@ -120,14 +120,28 @@ def worker_subject(pool: str, name: str, worker_id: str, kind: str) -> str:
 
 def dispatcher_subjects(pool: str) -> list[str]:
     """What a dispatching instance subscribes to and publishes to (its permissions name them, and its errors)."""
-    return [f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*", f"{pool}.STATUS", STATUS_SUBJECT, f"{pool}.HELLO",
-            worker_subject(pool, "*", "*", "work"), worker_subject(pool, "*", "*", "hb")]
+    return [
+        f"{pool}.HB",
+        f"{pool}.LEAVE",
+        f"{pool}.D.*.R.*",
+        f"{pool}.STATUS",
+        STATUS_SUBJECT,
+        f"{pool}.HELLO",
+        worker_subject(pool, "*", "*", "work"),
+        worker_subject(pool, "*", "*", "hb"),
+    ]
 
 
 def worker_subjects(pool: str, name: str, worker_id: str) -> list[str]:
     """What a worker subscribes to and publishes to: nothing of JetStream's."""
-    return [worker_subject(pool, name, worker_id, "work"), worker_subject(pool, name, worker_id, "hb"),
-            f"{pool}.HELLO", f"{pool}.HB", f"{pool}.LEAVE", f"{pool}.D.*.R.*"]
+    return [
+        worker_subject(pool, name, worker_id, "work"),
+        worker_subject(pool, name, worker_id, "hb"),
+        f"{pool}.HELLO",
+        f"{pool}.HB",
+        f"{pool}.LEAVE",
+        f"{pool}.D.*.R.*",
+    ]
 
 
 def check_worker_name(name: str) -> None:
@@ -164,7 +178,7 @@ class Heartbeat:
     busy: int = 0
     stopping: bool = False
     n: int = 0
-    held: dict[str, list[int]] = field(default_factory=dict)   # dispatcher id -> stream sequences
+    held: dict[str, list[int]] = field(default_factory=dict)  # dispatcher id -> stream sequences
     fenced: list[int] = field(default_factory=list)
     done: dict[int, str] = field(default_factory=dict)
 
@@ -176,16 +190,31 @@ class Heartbeat:
         try:
             held = {str(d): _seqs(seqs) for d, seqs in (obj.get("held") or {}).items()}
             done = {int(s): str(o) for s, o in (obj.get("done") or {}).items() if o in ("ack", "term")}
-            hb = cls(name=str(obj["name"]), id=str(obj["id"]), capacity=int(obj["capacity"]),
-                     busy=int(obj.get("busy", 0)), stopping=bool(obj.get("stopping", False)), n=int(obj.get("n", 0)),
-                     held=held, fenced=_seqs(obj.get("fenced")), done=done)
+            hb = cls(
+                name=str(obj["name"]),
+                id=str(obj["id"]),
+                capacity=int(obj["capacity"]),
+                busy=int(obj.get("busy", 0)),
+                stopping=bool(obj.get("stopping", False)),
+                n=int(obj.get("n", 0)),
+                held=held,
+                fenced=_seqs(obj.get("fenced")),
+                done=done,
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return hb if hb.capacity >= 1 and _TOKEN.fullmatch(hb.name) and _TOKEN.fullmatch(hb.id) else None
 
     def encode(self) -> bytes:
-        body: dict[str, Any] = {"name": self.name, "id": self.id, "capacity": self.capacity, "busy": self.busy,
-                                "stopping": self.stopping, "n": self.n, "held": self.held}
+        body: dict[str, Any] = {
+            "name": self.name,
+            "id": self.id,
+            "capacity": self.capacity,
+            "busy": self.busy,
+            "stopping": self.stopping,
+            "n": self.n,
+            "held": self.held,
+        }
         if self.fenced:
             body["fenced"] = self.fenced
         if self.done:
@@ -213,14 +242,28 @@ class Answer:
     @classmethod
     def parse(cls, obj: dict[str, Any]) -> Answer | None:
         try:
-            return cls(str(obj["d"]), str(obj.get("member", "")), int(obj.get("n") or 0), int(obj.get("upto") or 0),
-                       frozenset(_seqs(obj.get("held"))), frozenset(_seqs(obj.get("kept"))))
+            return cls(
+                str(obj["d"]),
+                str(obj.get("member", "")),
+                int(obj.get("n") or 0),
+                int(obj.get("upto") or 0),
+                frozenset(_seqs(obj.get("held"))),
+                frozenset(_seqs(obj.get("kept"))),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
     def encode(self) -> bytes:
-        return encode({"d": self.d, "member": self.member, "n": self.n, "upto": self.upto,
-                       "held": sorted(self.held), "kept": sorted(self.kept)})
+        return encode(
+            {
+                "d": self.d,
+                "member": self.member,
+                "n": self.n,
+                "upto": self.upto,
+                "held": sorted(self.held),
+                "kept": sorted(self.kept),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -268,7 +311,7 @@ def delivery_header(ack_subject: str) -> str:
     tokens = ack_subject.split(".")
     if len(tokens) == 9:
         return ".".join(tokens[2:])
-    return ".".join(tokens[4:11])   # v2: $JS.ACK.<domain>.<account hash>.<stream>...<pending>[.<token>]
+    return ".".join(tokens[4:11])  # v2: $JS.ACK.<domain>.<account hash>.<stream>...<pending>[.<token>]
 
 
 def delivery_reply(delivery: str) -> str:

@@ -41,29 +41,28 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from . import _wire as pool
-from ..jetstream._connection import Connection
-from ..consume._msg import Msg, ack_numbers, call_in
-from ..errors import ConfigError, PCGroupsError, SupersededError
-from ..events import EventCallback
-from ..consume._report import Reporter
+from ..consume._dispatchers import Handler, _noop, as_handle
 from ..consume._instance import Starting
 from ..consume._loop import CONTINUE, ControlLoop, Outcome, Stop
+from ..consume._msg import Msg, ack_numbers, call_in
+from ..consume._report import Reporter
+from ..errors import ConfigError, PCGroupsError, SupersededError
+from ..events import EventCallback
+from ..jetstream._connection import Connection
 from ..jetstream._permissions import Violation
-from ..consume._dispatchers import _noop
-from ..consume._dispatchers import Handler, as_handle
 from ..tracing import NO_TRACING, Tracing
+from . import _wire as pool
 
 log = logging.getLogger("pcgroups")
 
 __all__ = ["WorkerInstance", "default_worker_name", "serve_worker"]
 
 DEFAULT_ACK_WAIT: Final = 5.0
-REMEMBER = 60.0        # s at least an ended call's unconfirmed outcome is kept for the next pin holder
-REMEMBER_MAX = 4096    # outcomes kept at most
-BEATS_KEPT = 64        # heartbeats whose send times are kept (answers and offers name them)
-LONELY = 2.5           # s without an answer after which the worker says no dispatcher answers
-SYNC_POLL = 0.1        # how often a synchronous ack looks whether its call was adopted or taken back
+REMEMBER = 60.0  # s at least an ended call's unconfirmed outcome is kept for the next pin holder
+REMEMBER_MAX = 4096  # outcomes kept at most
+BEATS_KEPT = 64  # heartbeats whose send times are kept (answers and offers name them)
+LONELY = 2.5  # s without an answer after which the worker says no dispatcher answers
+SYNC_POLL = 0.1  # how often a synchronous ack looks whether its call was adopted or taken back
 
 
 def default_worker_name() -> str:
@@ -99,18 +98,18 @@ class Call:
     """One offer being handled."""
 
     msg: Msg
-    dispatcher: str          # the dispatching instance's id
-    member: str              # its member
-    number: int              # the offer's number (its dispatcher counts them up)
-    reply: str               # where its acks and outcome go
+    dispatcher: str  # the dispatching instance's id
+    member: str  # its member
+    number: int  # the offer's number (its dispatcher counts them up)
+    reply: str  # where its acks and outcome go
     started: float
-    base: float              # when the heartbeat its offer was made from was sent
+    base: float  # when the heartbeat its offer was made from was sent
     nak: float | None = None
-    revoked: bool = False    # taken back by its dispatcher
-    fenced: bool = False     # superseded for lost contact (sticky: pool invariant 3)
-    want: tuple[str, str] | None = None   # the handler's ack or term (and reason), not superseded when it asked
+    revoked: bool = False  # taken back by its dispatcher
+    fenced: bool = False  # superseded for lost contact (sticky: pool invariant 3)
+    want: tuple[str, str] | None = None  # the handler's ack or term (and reason), not superseded when it asked
     confirmed: bool = False  # its dispatcher answered a synchronous ack: JetStream has it
-    sync: int = 0            # synchronous acks asked
+    sync: int = 0  # synchronous acks asked
     waiting: tuple[int, asyncio.Future[str]] | None = field(default=None, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -121,7 +120,7 @@ class Ended:
 
     outcome: str
     reason: str
-    cseq: int                # the consumer sequence of its delivery
+    cseq: int  # the consumer sequence of its delivery
     dispatcher: str
     number: int
     at: float
@@ -148,7 +147,7 @@ class WorkerHost:
         return call_in(self._loop, self._thread, coro)
 
     def acked(self, seq: int, epoch: int | None = None) -> None:
-        pass   # the dispatcher's Delivery remembers acks
+        pass  # the dispatcher's Delivery remembers acks
 
     def supersedes(self, m: Msg) -> bool:
         return self._worker.superseded(m)
@@ -157,9 +156,21 @@ class WorkerHost:
 class WorkerInstance(ControlLoop[WorkerEvent]):
     """A running worker (see :func:`serve_worker`)."""
 
-    def __init__(self, nc: Client, flavour: str, stream: str, group: str, handler: Handler, *, name: str,
-                 capacity: int, ack_wait: float, auto_in_progress: bool, on_event: EventCallback | None,
-                 tracing: Tracing | None = None):
+    def __init__(
+        self,
+        nc: Client,
+        flavour: str,
+        stream: str,
+        group: str,
+        handler: Handler,
+        *,
+        name: str,
+        capacity: int,
+        ack_wait: float,
+        auto_in_progress: bool,
+        on_event: EventCallback | None,
+        tracing: Tracing | None = None,
+    ):
         super().__init__()
         self.nc = nc
         self.flavour, self.stream_name, self.group_name = flavour, stream, group
@@ -167,7 +178,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self.id = secrets.token_hex(4)
         self.capacity = capacity
         self.ack_wait = ack_wait
-        self.auto_in_progress = auto_in_progress   # the dispatcher sends +WPI: nothing to do here
+        self.auto_in_progress = auto_in_progress  # the dispatcher sends +WPI: nothing to do here
         self.prefix = pool.prefix(flavour, stream, group)
         self.handled = 0
         self._handler = as_handle(handler)
@@ -175,19 +186,19 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._trace = NO_TRACING if tracing is None else tracing.instance(flavour, stream, group, "")
         self._host = WorkerHost(self)
         self._calls: dict[Msg, Call] = {}
-        self._running: dict[int, Call] = {}      # stream sequence -> its call
-        self._by_reply: dict[str, Call] = {}     # a call's message's ack subject (its metadata) -> the call
-        self._ended: dict[int, Ended] = {}       # stream sequence -> an outcome its dispatcher may not have
+        self._running: dict[int, Call] = {}  # stream sequence -> its call
+        self._by_reply: dict[str, Call] = {}  # a call's message's ack subject (its metadata) -> the call
+        self._ended: dict[int, Ended] = {}  # stream sequence -> an outcome its dispatcher may not have
         self._remember = max(REMEMBER, 10 * ack_wait)
-        self._n = 0                              # heartbeats sent
-        self._beats: dict[int, float] = {}       # heartbeat number -> when it was sent (monotonic)
-        self._contact: dict[str, float] = {}     # member -> when its last answered heartbeat was sent
-        self._answered: dict[str, int] = {}      # dispatcher id -> the last heartbeat it answered
-        self._members: dict[str, str] = {}       # dispatcher id -> its member
+        self._n = 0  # heartbeats sent
+        self._beats: dict[int, float] = {}  # heartbeat number -> when it was sent (monotonic)
+        self._contact: dict[str, float] = {}  # member -> when its last answered heartbeat was sent
+        self._answered: dict[str, int] = {}  # dispatcher id -> the last heartbeat it answered
+        self._members: dict[str, str] = {}  # dispatcher id -> its member
         self._stopping = False
         self._enrolled = asyncio.Event()
         self._said_waiting = False
-        self._lonely = False                     # said that no dispatcher answers (after enrolling)
+        self._lonely = False  # said that no dispatcher answers (after enrolling)
         self._subs: list[Any] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._reporter = Reporter(name, on_event=on_event, on_failure=lambda e: self._post(Fatal(e)))
@@ -216,7 +227,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._subs = [
             await self.nc.subscribe(pool.worker_subject(p, self.member_name, self.id, "work"), cb=self._on_offer),
             await self.nc.subscribe(pool.worker_subject(p, self.member_name, self.id, "hb"), cb=self._on_answer),
-            await self.nc.subscribe(f"{p}.HELLO", cb=self._on_hello)]
+            await self.nc.subscribe(f"{p}.HELLO", cb=self._on_hello),
+        ]
         self._launch(f"pcg-worker-{self.member_name}")
         self._post(Beat())
         self._tasks = [asyncio.create_task(self._ticks(), name=f"pcg-worker-hb-{self.member_name}")]
@@ -230,7 +242,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             self._post(Beat())
 
     def _halt(self) -> None:
-        self._stopping = True   # pool invariant 4: no new offer from now on
+        self._stopping = True  # pool invariant 4: no new offer from now on
 
     async def _handle(self, event: WorkerEvent | Stop) -> Outcome:
         match event:
@@ -241,9 +253,15 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
                 await self._drain()
                 return None
             case GroupEnded(why=why):
-                log.info("%s: the %s group %s on %s was %s: ending", self.member_name, self.flavour, self.group_name,
-                         self.stream_name, why)
-                for call in self._calls.values():   # nothing can be acked any more
+                log.info(
+                    "%s: the %s group %s on %s was %s: ending",
+                    self.member_name,
+                    self.flavour,
+                    self.group_name,
+                    self.stream_name,
+                    why,
+                )
+                for call in self._calls.values():  # nothing can be acked any more
                     call.revoked = True
                 self._ended.clear()
                 await self._drain()
@@ -265,11 +283,23 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             held.setdefault(call.dispatcher, []).append(call.msg.stream_sequence)
             if self._fenced(call, now):
                 fenced.append(call.msg.stream_sequence)
-        hb = pool.Heartbeat(self.member_name, self.id, self.capacity, busy=len(self._calls), stopping=self._stopping,
-                            n=self._n, held=held, fenced=fenced, done=self._unconfirmed(now))
+        hb = pool.Heartbeat(
+            self.member_name,
+            self.id,
+            self.capacity,
+            busy=len(self._calls),
+            stopping=self._stopping,
+            n=self._n,
+            held=held,
+            fenced=fenced,
+            done=self._unconfirmed(now),
+        )
         try:
-            await self.nc.publish(f"{self.prefix}.HB", hb.encode(),
-                                  reply=pool.worker_subject(self.prefix, self.member_name, self.id, "hb"))
+            await self.nc.publish(
+                f"{self.prefix}.HB",
+                hb.encode(),
+                reply=pool.worker_subject(self.prefix, self.member_name, self.id, "hb"),
+            )
         except Exception as e:  # disconnected: the next beat tries again
             log.debug("%s: heartbeat not sent: %s", self.member_name, e)
         self._say_alone(now)
@@ -306,7 +336,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._stopping = True
         outcomes_until: float | None = None
         while True:
-            await self._beat()   # dispatchers learn at once that it takes nothing more, and that it is alive
+            await self._beat()  # dispatchers learn at once that it takes nothing more, and that it is alive
             tasks = {c.task for c in self._calls.values() if c.task is not None}
             if tasks:
                 await asyncio.wait(tasks, timeout=pool.HEARTBEAT)
@@ -327,7 +357,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._unwatch()
         for task in self._tasks:
             task.cancel()
-        for call in list(self._calls.values()):   # an error ended it: the calls in flight are abandoned
+        for call in list(self._calls.values()):  # an error ended it: the calls in flight are abandoned
             if call.task is not None:
                 call.task.cancel()
         for sub in self._subs:
@@ -356,13 +386,13 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         if a is None:
             return
         now = time.monotonic()
-        for call in self._calls.values():   # doubts first, as they stood before this answer
+        for call in self._calls.values():  # doubts first, as they stood before this answer
             self._fenced(call, now)
         sent = self._beats.get(a.n)
         if sent is not None:
             self._contact[a.member] = max(self._contact.get(a.member, 0.0), sent)
             self._answered[a.d] = max(self._answered.get(a.d, 0), a.n)
-        fresh = sent is not None and now - sent < pool.OFFER_GRACE   # pool invariant 3
+        fresh = sent is not None and now - sent < pool.OFFER_GRACE  # pool invariant 3
         self._heard_from(a.d, a.member, fresh)
         for call in self._calls.values():
             if call.dispatcher != a.d:
@@ -371,9 +401,9 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             if seq in a.held:
                 if fresh:
                     call.fenced = False
-            elif call.number <= a.upto and seq not in a.kept:   # taken back: offered elsewhere (invariant 3)
+            elif call.number <= a.upto and seq not in a.kept:  # taken back: offered elsewhere (invariant 3)
                 call.revoked = True
-        for seq, e in list(self._ended.items()):   # confirmed: its dispatcher is done with the offer
+        for seq, e in list(self._ended.items()):  # confirmed: its dispatcher is done with the offer
             if e.dispatcher == a.d and e.number <= a.upto and seq not in a.held and seq not in a.kept:
                 del self._ended[seq]
 
@@ -403,13 +433,13 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         d, member, beat = offer
         now = time.monotonic()
         base = self._beats.get(beat, 0.0)
-        fresh = now - base < pool.OFFER_GRACE   # made from a recent heartbeat: not read late (a pause)
+        fresh = now - base < pool.OFFER_GRACE  # made from a recent heartbeat: not read late (a pause)
         call = self._running.get(seq)
-        if call is not None:   # pool invariant 1: adopted, whatever the capacity
+        if call is not None:  # pool invariant 1: adopted, whatever the capacity
             self._adopt(call, d, member, int(number), msg.reply, base, fresh)
             return
         ended = self._ended.get(seq)
-        if ended is not None and (deliveries > 1 or cseq == ended.cseq):   # its outcome, not run again
+        if ended is not None and (deliveries > 1 or cseq == ended.cseq):  # its outcome, not run again
             ended.dispatcher, ended.number, ended.at = d, int(number), now
             await self._reply(msg.reply, pool.Outcome(ended.outcome, reason=ended.reason))
             return
@@ -450,8 +480,9 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             self.handled += 1
             if not call.confirmed:
                 self._ended.pop(m.stream_sequence, None)
-                self._ended[m.stream_sequence] = Ended(kind, reason, m.consumer_sequence, call.dispatcher,
-                                                       call.number, time.monotonic())
+                self._ended[m.stream_sequence] = Ended(
+                    kind, reason, m.consumer_sequence, call.dispatcher, call.number, time.monotonic()
+                )
         elif isinstance(error, SupersededError):
             outcome = pool.Outcome("dropped", reason="superseded")
         elif error is not None or call.nak is not None:
@@ -484,9 +515,8 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             return
         if body == b"+WPI":
             await self._send(call, {"ack": "progress"})
-        elif body == b"+ACK" or body.startswith(b"+TERM"):
-            if not self.superseded(call.msg):
-                call.want = ("ack", "") if body == b"+ACK" else ("term", body[6:].decode(errors="replace"))
+        elif (body == b"+ACK" or body.startswith(b"+TERM")) and not self.superseded(call.msg):
+            call.want = ("ack", "") if body == b"+ACK" else ("term", body[6:].decode(errors="replace"))
 
     async def _ack_sync(self, subject: str, timeout: float) -> None:
         """``ack_sync()``: the call's dispatcher acks and answers with what JetStream answered. Asked again of the
@@ -494,8 +524,10 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         acked). A timeout leaves the ack to be sent with the call's outcome."""
         call = self._by_reply.get(subject)
         if call is None or self.superseded(call.msg):
-            raise SupersededError(f"message {ack_numbers(subject)[1]} was not acked: it was taken back, or this "
-                                  "worker lost contact with its dispatchers")
+            raise SupersededError(
+                f"message {ack_numbers(subject)[1]} was not acked: it was taken back, or this "
+                "worker lost contact with its dispatchers"
+            )
         call.sync += 1
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         call.waiting = (call.sync, fut)
@@ -505,7 +537,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
             while not fut.done():
                 if call.revoked:
                     raise SupersededError(f"message {call.msg.stream_sequence} was not acked: it was taken back")
-                if call.reply != sent_to:   # first, or adopted by another dispatcher since
+                if call.reply != sent_to:  # first, or adopted by another dispatcher since
                     sent_to = call.reply
                     await self._send(call, {"ack": "ack", "sync": call.sync})
                 left = deadline - time.monotonic()
@@ -550,10 +582,20 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
     _started = 0.0
 
 
-def serve_worker(nc: Client, flavour: str, stream: str, group: str, handler: Handler, *,
-                 name: str | None = None, capacity: int = 1, ack_wait: float = DEFAULT_ACK_WAIT,
-                 auto_in_progress: bool = True, on_event: EventCallback | None = None,
-                 tracing: Tracing | None = None) -> Starting[WorkerInstance]:
+def serve_worker(
+    nc: Client,
+    flavour: str,
+    stream: str,
+    group: str,
+    handler: Handler,
+    *,
+    name: str | None = None,
+    capacity: int = 1,
+    ack_wait: float = DEFAULT_ACK_WAIT,
+    auto_in_progress: bool = True,
+    on_event: EventCallback | None = None,
+    tracing: Tracing | None = None,
+) -> Starting[WorkerInstance]:
     """Run a worker of ``group``'s pool (``flavour`` ``"static"`` or ``"elastic"``): up to ``capacity`` calls of
     ``handler`` at once on what the group's dispatching members offer (see the module docstring).
 
@@ -567,13 +609,37 @@ def serve_worker(nc: Client, flavour: str, stream: str, group: str, handler: Han
     the dispatching member's, ``pcgroups.worker`` this worker's name), continuing the producer's trace from the
     message's headers.
     """
-    return Starting(_serve(nc, flavour, stream, group, handler, name=name, capacity=capacity, ack_wait=ack_wait,
-                           auto_in_progress=auto_in_progress, on_event=on_event, tracing=tracing))
+    return Starting(
+        _serve(
+            nc,
+            flavour,
+            stream,
+            group,
+            handler,
+            name=name,
+            capacity=capacity,
+            ack_wait=ack_wait,
+            auto_in_progress=auto_in_progress,
+            on_event=on_event,
+            tracing=tracing,
+        )
+    )
 
 
-async def _serve(nc: Client, flavour: str, stream: str, group: str, handler: Handler, *, name: str | None,
-                 capacity: int, ack_wait: float, auto_in_progress: bool,
-                 on_event: EventCallback | None, tracing: Tracing | None) -> WorkerInstance:
+async def _serve(
+    nc: Client,
+    flavour: str,
+    stream: str,
+    group: str,
+    handler: Handler,
+    *,
+    name: str | None,
+    capacity: int,
+    ack_wait: float,
+    auto_in_progress: bool,
+    on_event: EventCallback | None,
+    tracing: Tracing | None,
+) -> WorkerInstance:
     if flavour not in ("static", "elastic"):
         raise ConfigError(f"invalid flavour {flavour!r}: static or elastic")
     name = name or default_worker_name()
@@ -582,8 +648,19 @@ async def _serve(nc: Client, flavour: str, stream: str, group: str, handler: Han
         raise ConfigError(f"capacity must be >= 1, got {capacity}")
     if ack_wait <= 0:
         raise ConfigError(f"ack_wait must be positive, got {ack_wait}")
-    worker = WorkerInstance(nc, flavour, stream, group, handler, name=name, capacity=capacity,
-                            ack_wait=ack_wait, auto_in_progress=auto_in_progress, on_event=on_event, tracing=tracing)
+    worker = WorkerInstance(
+        nc,
+        flavour,
+        stream,
+        group,
+        handler,
+        name=name,
+        capacity=capacity,
+        ack_wait=ack_wait,
+        auto_in_progress=auto_in_progress,
+        on_event=on_event,
+        tracing=tracing,
+    )
     worker._started = time.monotonic()
     await worker._start()
     return worker

@@ -22,17 +22,19 @@ from typing import Any
 
 FORMAT = "pcgroups"
 
-__all__ = ["FORMAT", "register", "PcgroupsDataSource", "SCHEMA"]
+__all__ = ["FORMAT", "SCHEMA", "PcgroupsDataSource", "register"]
 
 
 def register(spark: Any) -> None:
     """Register the ``pcgroups`` format with ``spark`` (a SparkSession)."""
     from .source import PcgroupsDataSource
+
     spark.dataSource.register(PcgroupsDataSource)
 
 
 def __getattr__(name: str) -> Any:
     if name in ("PcgroupsDataSource", "SCHEMA", "PublishStats", "NatsRange"):
         from . import source
+
         return getattr(source, name)
     raise AttributeError(f"module 'pcgroups.spark' has no attribute {name!r}")

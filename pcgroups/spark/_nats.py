@@ -26,19 +26,28 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from ..connect import ResolvedConnection
-from ..jetstream._compat import tolerate_undecodable
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import ELASTIC, STATIC, work_queue_name
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND
-from ..partitions import tokens_match
+from ..jetstream._compat import tolerate_undecodable
 from ..jetstream._connection import Connection
+from ..partitions import tokens_match
 from ._offsets import Layout, StreamState
 from ._options import DEFAULT_FETCH_MAX_BYTES, ConnectionOptions, SourceOptions
 
-
 #: headers the server adds to direct-get replies; not part of the stored message
-BOOKKEEPING_HEADERS = frozenset({"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp",
-                                 "Nats-Num-Pending", "Nats-Last-Sequence", "Status", "Description"})
+BOOKKEEPING_HEADERS = frozenset(
+    {
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+        "Status",
+        "Description",
+    }
+)
 
 
 _WHITESPACE = re.compile(r"\s")
@@ -68,18 +77,34 @@ class Client(NATS):
 async def connect(conn: ConnectionOptions, *, name: str = "pcgroups-spark", reconnect: bool = True) -> NATS:
     """A connection with the library's credentials and TLS handling (:mod:`pcgroups.connect`), quiet and with
     few reconnects: errors surface through the calls that fail, not in executor logs."""
-    rc = ResolvedConnection(servers=list(conn.servers), user=conn.user, password=conn.password, token=conn.token,
-                            creds=conn.creds, nkey=conn.nkey, tls_ca=conn.tls_ca, tls_cert=conn.tls_cert,
-                            tls_key=conn.tls_key, name=name,
-                            # at least 1: nats-py's first connect retries a refusing server forever with 0
-                            timeout=max(1, int(conn.timeout)))
+    rc = ResolvedConnection(
+        servers=list(conn.servers),
+        user=conn.user,
+        password=conn.password,
+        token=conn.token,
+        creds=conn.creds,
+        nkey=conn.nkey,
+        tls_ca=conn.tls_ca,
+        tls_cert=conn.tls_cert,
+        tls_key=conn.tls_key,
+        name=name,
+        # at least 1: nats-py's first connect retries a refusing server forever with 0
+        timeout=max(1, int(conn.timeout)),
+    )
 
     async def quiet(*_args: object) -> None:
         pass
 
     kwargs = rc.connect_kwargs()
-    kwargs.update(allow_reconnect=reconnect, max_reconnect_attempts=3 if reconnect else 1, reconnect_time_wait=0.5,
-                  error_cb=quiet, disconnected_cb=quiet, reconnected_cb=quiet, closed_cb=quiet)
+    kwargs.update(
+        allow_reconnect=reconnect,
+        max_reconnect_attempts=3 if reconnect else 1,
+        reconnect_time_wait=0.5,
+        error_cb=quiet,
+        disconnected_cb=quiet,
+        reconnected_cb=quiet,
+        closed_cb=quiet,
+    )
     try:
         nc = Client()
         tolerate_undecodable(nc)
@@ -110,8 +135,9 @@ async def api(nc: NATS, conn: ConnectionOptions, subject: str, body: dict[str, A
     resp: dict[str, Any] = json.loads(msg.data)
     err = resp.get("error")
     if err:
-        raise JetStreamAPIError(err.get("description", "error"), code=err.get("code", 0),
-                                err_code=err.get("err_code", 0), subject=full)
+        raise JetStreamAPIError(
+            err.get("description", "error"), code=err.get("code", 0), err_code=err.get("err_code", 0), subject=full
+        )
     return resp
 
 
@@ -131,7 +157,7 @@ async def kv_get_json(nc: NATS, conn: ConnectionOptions, bucket: str, key: str) 
     (docs/SECURITY.md); a bucket without direct gets is read with ``STREAM.MSG.GET``."""
     try:
         msg = await _request(nc, conn, f"{conn.api_prefix}.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}")
-    except _NoResponders:   # no such bucket, or one without direct gets
+    except _NoResponders:  # no such bucket, or one without direct gets
         return await _kv_get_json_by_msg_get(nc, conn, bucket, key)
     headers = msg.headers or {}
     if headers.get("Status") == "404" or headers.get("KV-Operation") in ("DEL", "PURGE"):
@@ -166,7 +192,7 @@ class ReadPlan:
     """The resolved read: layout, read mode and the stream's state when it was resolved."""
 
     layout: Layout
-    mode: str          # "direct" | "consumer"
+    mode: str  # "direct" | "consumer"
     state: StreamState
 
 
@@ -177,14 +203,17 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
         bucket = (STATIC if opts.group_type == "static" else ELASTIC).bucket
         cfg = await kv_get_json(nc, opts.conn, bucket, f"{opts.stream}.{opts.group}")
         if cfg is None:
-            raise NotFoundError(f"{opts.group_type} consumer group {opts.group!r} of stream {opts.stream!r} not "
-                                f"found (no key {opts.stream}.{opts.group} in KV bucket {bucket})")
+            raise NotFoundError(
+                f"{opts.group_type} consumer group {opts.group!r} of stream {opts.stream!r} not "
+                f"found (no key {opts.stream}.{opts.group} in KV bucket {bucket})"
+            )
         n = cfg.get("max_members")
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"group {opts.group!r}: invalid max_members {n!r} in its config")
         if count is not None and count != n:
-            raise ConfigError(f"option partitionCount={count} disagrees with group {opts.group!r}, which has "
-                              f"{n} partitions")
+            raise ConfigError(
+                f"option partitionCount={count} disagrees with group {opts.group!r}, which has {n} partitions"
+            )
         count = n
         if opts.group_type == "static":
             # what the group's members see (docs/DESIGN.md, *Wire contract*): balanced members filter on <p>.<filter>,
@@ -197,24 +226,30 @@ async def resolve(nc: NATS, opts: SourceOptions) -> ReadPlan:
     parts = opts.assign if opts.assign is not None else tuple(range(count))
     bad = [p for p in parts if p >= count]
     if bad:
-        raise ConfigError(f"option assign names partitions {bad}, but the stream has {count} partitions "
-                          f"(0..{count - 1})")
+        raise ConfigError(
+            f"option assign names partitions {bad}, but the stream has {count} partitions (0..{count - 1})"
+        )
     info = await stream_info(nc, opts.conn, stream)
     state = StreamState.from_info(info)
     if state.retention != "limits" and opts.fail_on_data_loss:
         raise ConfigError(
             f"stream {stream!r} has {state.retention} retention: messages disappear once consumers ack them, "
             f"so Spark ranges are not replayable and messages may be gone before Spark reads them. "
-            f"Set failOnDataLoss=false to read it anyway (best effort: rows that are still stored)")
+            f"Set failOnDataLoss=false to read it anyway (best effort: rows that are still stored)"
+        )
     mode = opts.read_mode
     if mode == "auto":
         mode = "direct" if state.allow_direct else "consumer"
     if mode == "direct" and not state.allow_direct:
-        raise ConfigError(f"readMode=direct needs allow_direct on stream {stream!r}; use readMode=consumer "
-                          f"(an ephemeral consumer per task) or enable allow_direct")
+        raise ConfigError(
+            f"readMode=direct needs allow_direct on stream {stream!r}; use readMode=consumer "
+            f"(an ephemeral consumer per task) or enable allow_direct"
+        )
     if mode == "consumer" and state.retention == "workqueue":
-        raise ConfigError(f"stream {stream!r} is a work-queue: a reader consumer would take messages from the "
-                          f"group; use readMode=direct (the stream needs allow_direct)")
+        raise ConfigError(
+            f"stream {stream!r} is a work-queue: a reader consumer would take messages from the "
+            f"group; use readMode=direct (the stream needs allow_direct)"
+        )
     return ReadPlan(Layout(stream, count, tuple(parts), filters), mode, state)
 
 
@@ -222,6 +257,7 @@ async def seq_at_time(nc: NATS, conn: ConnectionOptions, stream: str, ts_ms: int
     """The first sequence stored at or after ``ts_ms`` (ms since epoch), or ``last + 1`` if none."""
     secs, ms = divmod(ts_ms, 1000)
     import time as _time
+
     start = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(secs)) + f".{ms:03d}Z"
     try:
         resp = await api(nc, conn, f"STREAM.MSG.GET.{stream}", {"start_time": start, "next_by_subj": ">"})
@@ -245,8 +281,9 @@ def parse_ts_micros(ts: str) -> int:
     base = ts[:19]
     secs = _epoch_cache.get(base)
     if secs is None:
-        secs = calendar.timegm((int(ts[0:4]), int(ts[5:7]), int(ts[8:10]), int(ts[11:13]), int(ts[14:16]),
-                                int(ts[17:19]), 0, 0, 0))
+        secs = calendar.timegm(
+            (int(ts[0:4]), int(ts[5:7]), int(ts[8:10]), int(ts[11:13]), int(ts[14:16]), int(ts[17:19]), 0, 0, 0)
+        )
         if len(_epoch_cache) > 4096:
             _epoch_cache.clear()
         _epoch_cache[base] = secs
@@ -261,6 +298,7 @@ def parse_ts_micros(ts: str) -> int:
     if rest not in ("Z", "", "+00:00"):
         # not UTC: fall back to the general parser
         import datetime as _dt
+
         d = _dt.datetime.fromisoformat(ts[:26] + rest if len(ts) > 26 else ts)
         return int(d.timestamp()) * 1_000_000 + d.microsecond
     return secs * 1_000_000 + micros
@@ -275,7 +313,7 @@ def subject_matches(subject: str, filters: tuple[str, ...]) -> bool:
 class Columns:
     """Rows of one partition, column by column (cheap to turn into an Arrow record batch)."""
 
-    __slots__ = ("subject", "data", "headers", "sequence", "timestamp")
+    __slots__ = ("data", "headers", "sequence", "subject", "timestamp")
 
     def __init__(self) -> None:
         self.subject: list[str] = []
@@ -295,8 +333,19 @@ class Columns:
 class RangeReader:
     """Reads one partition's messages with sequences in ``[start, end)``, in stream order."""
 
-    def __init__(self, nc: NATS, conn: ConnectionOptions, stream: str, partition: int, start: int, end: int,
-                 filter_subjects: tuple[str, ...], *, batch: int, include_headers: bool):
+    def __init__(
+        self,
+        nc: NATS,
+        conn: ConnectionOptions,
+        stream: str,
+        partition: int,
+        start: int,
+        end: int,
+        filter_subjects: tuple[str, ...],
+        *,
+        batch: int,
+        include_headers: bool,
+    ):
         self.nc, self.conn, self.stream = nc, conn, stream
         self.partition, self.next, self.end = partition, start, end
         self.filter_subjects = filter_subjects
@@ -327,8 +376,7 @@ class DirectRangeReader(RangeReader):
         self.inbox = self.nc.new_inbox()
         self.msgs: list[Msg] = []
         self.waiter: asyncio.Future[dict[str, str]] | None = None
-        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1,
-                                           pending_bytes_limit=-1)
+        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
         self.subject = f"{self.conn.api_prefix}.DIRECT.GET.{self.stream}"
         await self._request()
 
@@ -345,8 +393,7 @@ class DirectRangeReader(RangeReader):
             self.waiter = None
             return
         k = min(self.batch, self.end - self.next)
-        body = {"seq": self.next, "next_by_subj": self.next_by_subj, "batch": k,
-                "max_bytes": DEFAULT_FETCH_MAX_BYTES}
+        body = {"seq": self.next, "next_by_subj": self.next_by_subj, "batch": k, "max_bytes": DEFAULT_FETCH_MAX_BYTES}
         self.msgs = []
         self.waiter = asyncio.get_running_loop().create_future()
         await self.nc.publish(self.subject, json.dumps(body).encode(), reply=self.inbox)
@@ -356,9 +403,11 @@ class DirectRangeReader(RangeReader):
             return None
         try:
             status = await asyncio.wait_for(self.waiter, self.conn.timeout)
-        except asyncio.TimeoutError:
-            raise PCGroupsError(f"direct get on stream {self.stream!r} ({self.next_by_subj} from sequence "
-                                f"{self.next}) timed out after {self.conn.timeout}s") from None
+        except TimeoutError:
+            raise PCGroupsError(
+                f"direct get on stream {self.stream!r} ({self.next_by_subj} from sequence "
+                f"{self.next}) timed out after {self.conn.timeout}s"
+            ) from None
         msgs, code = self.msgs, status.get("Status")
         out = Columns()
         last = None
@@ -386,17 +435,18 @@ class DirectRangeReader(RangeReader):
             if status.get("Nats-Num-Pending") == "0":
                 self.done = True  # nothing more for this filter in the whole stream
         elif code == "404":
-            self.done = True      # no message at or after `next`
+            self.done = True  # no message at or after `next`
         else:
-            raise PCGroupsError(f"direct get on stream {self.stream!r} failed: status {code} "
-                                f"{status.get('Description', '')}".strip())
+            raise PCGroupsError(
+                f"direct get on stream {self.stream!r} failed: status {code} {status.get('Description', '')}".strip()
+            )
         if last is not None:
             self.next = last + 1
         elif not self.done and not msgs:
             self.done = True
         if self.next >= self.end:
             self.done = True
-        await self._request()   # prefetch the next batch while Spark handles this one
+        await self._request()  # prefetch the next batch while Spark handles this one
         return out
 
     async def close(self) -> None:
@@ -411,25 +461,35 @@ class ConsumerRangeReader(RangeReader):
     on the partition; deleted when the task ends (the inactive threshold reaps it after a crash)."""
 
     async def open(self) -> None:
-        cfg = {"deliver_policy": "by_start_sequence", "opt_start_seq": self.next, "ack_policy": "none",
-               "mem_storage": True, "num_replicas": 1, "inactive_threshold": int(60e9),
-               "max_waiting": 8, "description": "pcgroups spark reader (ephemeral)"}
+        cfg = {
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": self.next,
+            "ack_policy": "none",
+            "mem_storage": True,
+            "num_replicas": 1,
+            "inactive_threshold": int(60e9),
+            "max_waiting": 8,
+            "description": "pcgroups spark reader (ephemeral)",
+        }
         if len(self.filter_subjects) == 1:
             cfg["filter_subject"] = self.filter_subjects[0]
         else:
             cfg["filter_subjects"] = list(self.filter_subjects)
         self.name = None
         try:
-            resp = await api(self.nc, self.conn, f"CONSUMER.CREATE.{self.stream}",
-                             {"stream_name": self.stream, "config": cfg, "action": "create"})
+            resp = await api(
+                self.nc,
+                self.conn,
+                f"CONSUMER.CREATE.{self.stream}",
+                {"stream_name": self.stream, "config": cfg, "action": "create"},
+            )
         except JetStreamAPIError as e:
             raise PCGroupsError(f"cannot create a reader consumer on stream {self.stream!r}: {e}") from None
         self.name = resp["name"]
         self.inbox = self.nc.new_inbox()
-        self.msgs: list[tuple[Msg, int, int, int]] = []   # (message, stream sequence, time ns, pending)
+        self.msgs: list[tuple[Msg, int, int, int]] = []  # (message, stream sequence, time ns, pending)
         self.waiter: asyncio.Future[str | None] | None = None
-        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1,
-                                           pending_bytes_limit=-1)
+        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
         if resp.get("num_pending", 0) == 0:
             self.done = True
         await self._pull()
@@ -441,13 +501,16 @@ class ConsumerRangeReader(RangeReader):
                 self.waiter.set_result(h.get("Status") if h else "?")
             return
         t = msg.reply.split(".")
-        if len(t) == 9:       # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
             seq, ts, pending = int(t[5]), int(t[7]), int(t[8])
-        else:                 # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.…
+        else:  # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.…
             seq, ts, pending = int(t[7]), int(t[9]), int(t[10])
         self.msgs.append((msg, seq, ts, pending))
-        if (len(self.msgs) >= self.want or pending == 0 or seq >= self.end - 1) and \
-                self.waiter is not None and not self.waiter.done():
+        if (
+            (len(self.msgs) >= self.want or pending == 0 or seq >= self.end - 1)
+            and self.waiter is not None
+            and not self.waiter.done()
+        ):
             self.waiter.set_result("full" if len(self.msgs) >= self.want else "caught-up")
 
     async def _pull(self) -> None:
@@ -458,16 +521,18 @@ class ConsumerRangeReader(RangeReader):
         self.msgs = []
         self.waiter = asyncio.get_running_loop().create_future()
         expires = max(0.5, self.conn.timeout / 2)
-        await self.nc.publish(f"{self.conn.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.name}",
-                              json.dumps({"batch": self.want, "expires": int(expires * 1e9)}).encode(),
-                              reply=self.inbox)
+        await self.nc.publish(
+            f"{self.conn.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.name}",
+            json.dumps({"batch": self.want, "expires": int(expires * 1e9)}).encode(),
+            reply=self.inbox,
+        )
 
     async def next_batch(self) -> Columns | None:
         if self.waiter is None:
             return None
         try:
             status = await asyncio.wait_for(self.waiter, self.conn.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise PCGroupsError(f"reading stream {self.stream!r} partition {self.partition} timed out") from None
         if status not in ("full", "caught-up", "404", "408"):
             raise PCGroupsError(f"pull from reader consumer on stream {self.stream!r} failed: status {status}")
@@ -511,7 +576,14 @@ class ConsumerRangeReader(RangeReader):
 # publishing (run in Spark tasks)
 
 
-async def publish_all(js: Any, rows: Iterable[tuple[str, bytes, dict[str, str] | None]], *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
+async def publish_all(
+    js: Any,
+    rows: Iterable[tuple[str, bytes, dict[str, str] | None]],
+    *,
+    window: int,
+    timeout: float,
+    expected_stream: str | None,
+) -> tuple[int, int]:
     """Publish ``(subject, data, headers)`` rows with acks, at most ``window`` un-acked at a time.
 
     Returns ``(published, duplicates)``: duplicates are messages the stream dropped because their
@@ -520,16 +592,26 @@ async def publish_all(js: Any, rows: Iterable[tuple[str, bytes, dict[str, str] |
     # the subjects published last (a refusal comes within a window of publishes after its own): it names one
     subjects: deque[str] = deque(maxlen=4 * max(window, 1) + 64)
 
-    def seen(rows: Iterable[tuple[str, bytes, dict[str, str] | None]]
-             ) -> Iterator[tuple[str, bytes, dict[str, str] | None]]:
+    def seen(
+        rows: Iterable[tuple[str, bytes, dict[str, str] | None]],
+    ) -> Iterator[tuple[str, bytes, dict[str, str] | None]]:
         for row in rows:
             subjects.append(row[0])
             yield row
+
     return await Connection.of(js._nc).permissions.call(
-        _publish_all(js, seen(rows), window=window, timeout=timeout, expected_stream=expected_stream), subjects)
+        _publish_all(js, seen(rows), window=window, timeout=timeout, expected_stream=expected_stream), subjects
+    )
 
 
-async def _publish_all(js: Any, rows: Iterable[tuple[str, bytes, dict[str, str] | None]], *, window: int, timeout: float, expected_stream: str | None) -> tuple[int, int]:
+async def _publish_all(
+    js: Any,
+    rows: Iterable[tuple[str, bytes, dict[str, str] | None]],
+    *,
+    window: int,
+    timeout: float,
+    expected_stream: str | None,
+) -> tuple[int, int]:
     sent = dups = 0
     if window <= 1:
         for subject, data, headers in rows:

@@ -44,21 +44,25 @@ class StreamState:
         return self.last_seq + 1
 
     @classmethod
-    def from_info(cls, info: dict[str, Any]) -> "StreamState":
+    def from_info(cls, info: dict[str, Any]) -> StreamState:
         cfg, state = info.get("config", {}), info.get("state", {})
-        return cls(name=cfg.get("name", ""), first_seq=int(state.get("first_seq", 0)),
-                   last_seq=int(state.get("last_seq", 0)), retention=cfg.get("retention", "limits"),
-                   allow_direct=bool(cfg.get("allow_direct", False)))
+        return cls(
+            name=cfg.get("name", ""),
+            first_seq=int(state.get("first_seq", 0)),
+            last_seq=int(state.get("last_seq", 0)),
+            retention=cfg.get("retention", "limits"),
+            allow_direct=bool(cfg.get("allow_direct", False)),
+        )
 
 
 @dataclass(frozen=True)
 class Layout:
     """The partitions a query reads: resolved once on the driver from the options and the group."""
 
-    stream: str                       # the stream the messages are read from
+    stream: str  # the stream the messages are read from
     partition_count: int
-    partitions: tuple[int, ...]       # the partitions read (all, or `assign`)
-    filters: tuple[str, ...] = ()     # the group's filters, matched after the partition token
+    partitions: tuple[int, ...]  # the partitions read (all, or `assign`)
+    filters: tuple[str, ...] = ()  # the group's filters, matched after the partition token
 
     def filter_subjects(self, p: int) -> tuple[str, ...]:
         return tuple(f"{p}.{f}" for f in self.filters) if self.filters else (f"{p}.>",)
@@ -72,33 +76,44 @@ def from_json(layout: Layout, offsets: dict[str, Any]) -> dict[int, int]:
     """Offsets as Spark hands them back (from our own :func:`to_json`, possibly out of a checkpoint)."""
     if not isinstance(offsets, dict) or len(offsets) != 1:
         raise ConfigError(f"not a pcgroups offset: {offsets!r}")
-    (stream, seqs), = offsets.items()
+    ((stream, seqs),) = offsets.items()
     if stream != layout.stream:
-        raise ConfigError(f"the checkpoint's offsets are for stream {stream!r}, but this source reads stream "
-                          f"{layout.stream!r}: use a new checkpoint location")
+        raise ConfigError(
+            f"the checkpoint's offsets are for stream {stream!r}, but this source reads stream "
+            f"{layout.stream!r}: use a new checkpoint location"
+        )
     out = {int(p): int(s) for p, s in seqs.items()}
     if set(out) != set(layout.partitions):
         raise ConfigError(
             f"the checkpoint's offsets cover partitions {sorted(out)} of stream {stream!r}, but the source now "
             f"reads partitions {list(layout.partitions)} (did the group's partition count or `assign` change? "
             f"keys move between partitions when the count changes, so order per key cannot carry over): "
-            f"use a new checkpoint location")
+            f"use a new checkpoint location"
+        )
     return out
 
 
-def resolve_start(spec: str | dict[int, int] | None, state: StreamState, partitions: tuple[int, ...], *,
-                  timestamp_seq: int | None = None, default: str = "earliest") -> dict[int, int]:
+def resolve_start(
+    spec: str | dict[int, int] | None,
+    state: StreamState,
+    partitions: tuple[int, ...],
+    *,
+    timestamp_seq: int | None = None,
+    default: str = "earliest",
+) -> dict[int, int]:
     """Starting offsets from ``startingOffsets`` (or ``startingTimestamp``, resolved to a sequence)."""
     if timestamp_seq is not None:
         return {p: max(timestamp_seq, state.earliest) for p in partitions}
     spec = default if spec is None else spec
-    if isinstance(spec, str):   # earliest or latest (_options.parse_offsets)
-        return {p: state.earliest if spec == "earliest" else state.latest for p in partitions}
+    if isinstance(spec, str):  # earliest or latest (_options.parse_offsets)
+        return dict.fromkeys(partitions, state.earliest if spec == "earliest" else state.latest)
     missing = [p for p in partitions if p not in spec]
     extra = sorted(set(spec) - set(partitions))
     if missing or extra:
-        raise ConfigError(f"startingOffsets must give every partition read, {list(partitions)}: "
-                          + (f"missing {missing}" if missing else f"unknown {extra}"))
+        raise ConfigError(
+            f"startingOffsets must give every partition read, {list(partitions)}: "
+            + (f"missing {missing}" if missing else f"unknown {extra}")
+        )
     out = {}
     for p in partitions:
         s = spec[p]
@@ -108,8 +123,8 @@ def resolve_start(spec: str | dict[int, int] | None, state: StreamState, partiti
 
 def resolve_end(spec: str | dict[int, int], state: StreamState, partitions: tuple[int, ...]) -> dict[int, int]:
     """Batch ending offsets (exclusive) from ``endingOffsets``."""
-    if isinstance(spec, str):   # latest (_options.parse_offsets; earliest is refused there)
-        return {p: state.latest for p in partitions}
+    if isinstance(spec, str):  # latest (_options.parse_offsets; earliest is refused there)
+        return dict.fromkeys(partitions, state.latest)
     missing = [p for p in partitions if p not in spec]
     if missing:
         raise ConfigError(f"endingOffsets must give every partition read, {list(partitions)}: missing {missing}")
@@ -124,25 +139,31 @@ def check_data_loss(start: dict[int, int], state: StreamState, fail: bool) -> di
     out = dict(start)
     for p, s in sorted(start.items()):
         if s < state.earliest and state.first_seq > 0:
-            msg = (f"stream {state.name!r} partition {p}: messages with sequences {s}..{state.earliest - 1} were "
-                   f"removed (retention or purge) before they were read")
+            msg = (
+                f"stream {state.name!r} partition {p}: messages with sequences {s}..{state.earliest - 1} were "
+                f"removed (retention or purge) before they were read"
+            )
             if fail:
                 raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
             log.warning("%s; skipping them (failOnDataLoss=false)", msg)
             out[p] = state.earliest
         elif s > state.latest:
-            msg = (f"stream {state.name!r} partition {p}: the query's offset {s} is past the stream's last sequence "
-                   f"{state.last_seq} (was the stream deleted and created again?)")
+            msg = (
+                f"stream {state.name!r} partition {p}: the query's offset {s} is past the stream's last sequence "
+                f"{state.last_seq} (was the stream deleted and created again?)"
+            )
             if fail:
-                raise DataLossError(msg + "; use a new checkpoint or set failOnDataLoss=false to start again "
-                                          "from the earliest message")
+                raise DataLossError(
+                    msg + "; use a new checkpoint or set failOnDataLoss=false to start again from the earliest message"
+                )
             log.warning("%s; reading from the earliest message (failOnDataLoss=false)", msg)
             out[p] = state.earliest
     return out
 
 
-def next_end(start: dict[int, int], latest: int, max_rows: int | None = None,
-             target: int | None = None) -> dict[int, int]:
+def next_end(
+    start: dict[int, int], latest: int, max_rows: int | None = None, target: int | None = None
+) -> dict[int, int]:
     """The end of the next micro-batch.
 
     ``latest`` is one past the stream's last sequence, capped at ``target`` (the AvailableNow target).

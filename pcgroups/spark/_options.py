@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ..connect import parse_duration as go_duration
 from ..errors import ConfigError, PCGroupsError
@@ -22,13 +22,36 @@ DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 10.0
 
 #: option names as documented (Spark lower-cases keys; we match case-insensitively)
-CONNECTION_OPTIONS = ("servers", "user", "password", "token", "creds", "nkey", "tlsCa", "tlsCert", "tlsKey",
-                      "jsDomain", "requestTimeout")
-SOURCE_OPTIONS = CONNECTION_OPTIONS + (
-    "stream", "group", "groupType", "partitionCount", "assign", "startingOffsets", "startingTimestamp",
-    "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "fetchBatchSize", "readMode")
-SINK_OPTIONS = CONNECTION_OPTIONS + (
-    "subject", "includeHeaders", "maxPendingAcks", "msgIdPrefix", "expectedStream")
+CONNECTION_OPTIONS = (
+    "servers",
+    "user",
+    "password",
+    "token",
+    "creds",
+    "nkey",
+    "tlsCa",
+    "tlsCert",
+    "tlsKey",
+    "jsDomain",
+    "requestTimeout",
+)
+SOURCE_OPTIONS = (
+    *CONNECTION_OPTIONS,
+    "stream",
+    "group",
+    "groupType",
+    "partitionCount",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "includeHeaders",
+    "fetchBatchSize",
+    "readMode",
+)
+SINK_OPTIONS = (*CONNECTION_OPTIONS, "subject", "includeHeaders", "maxPendingAcks", "msgIdPrefix", "expectedStream")
 #: keys Spark itself may put into a data source's options
 SPARK_INTERNAL_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")
 
@@ -44,8 +67,9 @@ def _check_known(opts: dict[str, str], allowed: tuple[str, ...], what: str) -> N
     known = {a.lower() for a in allowed} | {a.lower() for a in SPARK_INTERNAL_OPTIONS}
     unknown = sorted(k for k in opts if k not in known)
     if unknown:
-        raise ConfigError(f"unknown {what} option(s) {', '.join(unknown)}; the {what} options are: "
-                          f"{', '.join(allowed)}")
+        raise ConfigError(
+            f"unknown {what} option(s) {', '.join(unknown)}; the {what} options are: {', '.join(allowed)}"
+        )
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -102,20 +126,29 @@ class ConnectionOptions:
         return f"$JS.{self.js_domain}.API" if self.js_domain else "$JS.API"
 
     @classmethod
-    def parse(cls, opts: dict[str, str]) -> "ConnectionOptions":
+    def parse(cls, opts: dict[str, str]) -> ConnectionOptions:
         servers = opts.get("servers") or os.environ.get("NATS_URL") or DEFAULT_SERVER
         urls = tuple(s.strip() for s in servers.split(",") if s.strip())
         if not urls:
             raise ConfigError("option servers is empty")
-        timeout = parse_duration("requestTimeout", opts["requesttimeout"]) if opts.get("requesttimeout") \
-            else DEFAULT_TIMEOUT
+        timeout = (
+            parse_duration("requestTimeout", opts["requesttimeout"]) if opts.get("requesttimeout") else DEFAULT_TIMEOUT
+        )
         if bool(opts.get("tlscert")) != bool(opts.get("tlskey")):
             raise ConfigError("options tlsCert and tlsKey go together")
-        return cls(servers=urls, user=opts.get("user") or None, password=opts.get("password") or None,
-                   token=opts.get("token") or None, creds=opts.get("creds") or None,
-                   nkey=opts.get("nkey") or None, tls_ca=opts.get("tlsca") or None,
-                   tls_cert=opts.get("tlscert") or None, tls_key=opts.get("tlskey") or None,
-                   js_domain=opts.get("jsdomain") or None, timeout=timeout)
+        return cls(
+            servers=urls,
+            user=opts.get("user") or None,
+            password=opts.get("password") or None,
+            token=opts.get("token") or None,
+            creds=opts.get("creds") or None,
+            nkey=opts.get("nkey") or None,
+            tls_ca=opts.get("tlsca") or None,
+            tls_cert=opts.get("tlscert") or None,
+            tls_key=opts.get("tlskey") or None,
+            js_domain=opts.get("jsdomain") or None,
+            timeout=timeout,
+        )
 
     def __repr__(self) -> str:  # never print secrets in Spark plans or logs
         return f"ConnectionOptions(servers={self.servers!r}, js_domain={self.js_domain!r})"
@@ -134,7 +167,7 @@ def parse_offsets(name: str, value: str, stream: str) -> str | dict[int, int]:
     if not isinstance(data, dict):
         raise ConfigError(f"option {name}: JSON must be an object, got {value!r}")
     if len(data) == 1 and isinstance(next(iter(data.values())), dict):
-        (key, inner), = data.items()
+        ((key, inner),) = data.items()
         if key != stream:
             raise ConfigError(f"option {name} names stream {key!r}, but the source reads stream {stream!r}")
         data = inner
@@ -145,8 +178,9 @@ def parse_offsets(name: str, value: str, stream: str) -> str | dict[int, int]:
         except ValueError:
             raise ConfigError(f"option {name}: partition keys must be numbers, got {k!r}") from None
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < -2:
-            raise ConfigError(f"option {name}: partition {p} needs a stream sequence, -2 (earliest) or "
-                              f"-1 (latest), got {seq!r}")
+            raise ConfigError(
+                f"option {name}: partition {p} needs a stream sequence, -2 (earliest) or -1 (latest), got {seq!r}"
+            )
         out[p] = seq
     return out
 
@@ -159,7 +193,7 @@ class SourceOptions:
     group_type: str = "static"
     partition_count: int | None = None
     assign: tuple[int, ...] | None = None
-    starting: str | dict[int, int] | None = None   # None: the mode's default
+    starting: str | dict[int, int] | None = None  # None: the mode's default
     starting_timestamp_ms: int | None = None
     ending: str | dict[int, int] = "latest"
     max_offsets_per_trigger: int | None = None
@@ -171,7 +205,7 @@ class SourceOptions:
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = _lower(options)
         _check_known(opts, SOURCE_OPTIONS, "source")
         stream = opts.get("stream", "").strip()
@@ -187,36 +221,55 @@ class SourceOptions:
             raise ConfigError("option groupType needs option group")
         count = parse_int("partitionCount", opts["partitioncount"], 1) if opts.get("partitioncount") else None
         if group is None and count is None:
-            raise ConfigError("give option group (a consumer group of the stream, whose config holds the "
-                              "partition count) or option partitionCount")
+            raise ConfigError(
+                "give option group (a consumer group of the stream, whose config holds the "
+                "partition count) or option partitionCount"
+            )
         assign = None
         if opts.get("assign", "").strip():
             assign = _parse_assign(opts["assign"])
-        starting = parse_offsets("startingOffsets", opts["startingoffsets"], stream) \
-            if opts.get("startingoffsets") else None
+        starting = (
+            parse_offsets("startingOffsets", opts["startingoffsets"], stream) if opts.get("startingoffsets") else None
+        )
         ts = parse_int("startingTimestamp", opts["startingtimestamp"], 0) if opts.get("startingtimestamp") else None
         if ts is not None and starting is not None:
             raise ConfigError("give startingOffsets or startingTimestamp, not both")
-        ending = parse_offsets("endingOffsets", opts["endingoffsets"], stream) if opts.get("endingoffsets") \
-            else "latest"
+        ending = (
+            parse_offsets("endingOffsets", opts["endingoffsets"], stream) if opts.get("endingoffsets") else "latest"
+        )
         if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
             raise ConfigError("endingOffsets cannot be earliest")
-        mopt = parse_int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"], 1) \
-            if opts.get("maxoffsetspertrigger") else None
+        mopt = (
+            parse_int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"], 1)
+            if opts.get("maxoffsetspertrigger")
+            else None
+        )
         read_mode = (opts.get("readmode") or "auto").strip().lower()
         if read_mode not in ("auto", "direct", "consumer"):
             raise ConfigError(f"option readMode must be auto, direct or consumer, got {read_mode!r}")
         return cls(
-            conn=ConnectionOptions.parse(opts), stream=stream, group=group, group_type=group_type,
-            partition_count=count, assign=assign, starting=starting, starting_timestamp_ms=ts, ending=ending,
+            conn=ConnectionOptions.parse(opts),
+            stream=stream,
+            group=group,
+            group_type=group_type,
+            partition_count=count,
+            assign=assign,
+            starting=starting,
+            starting_timestamp_ms=ts,
+            ending=ending,
             max_offsets_per_trigger=mopt,
             fail_on_data_loss=parse_bool("failOnDataLoss", opts["failondataloss"])
-            if opts.get("failondataloss") else True,
+            if opts.get("failondataloss")
+            else True,
             include_headers=parse_bool("includeHeaders", opts["includeheaders"])
-            if opts.get("includeheaders") else True,
-            fetch_batch=parse_int("fetchBatchSize", opts["fetchbatchsize"], 1) if opts.get("fetchbatchsize")
+            if opts.get("includeheaders")
+            else True,
+            fetch_batch=parse_int("fetchBatchSize", opts["fetchbatchsize"], 1)
+            if opts.get("fetchbatchsize")
             else DEFAULT_FETCH_BATCH,
-            read_mode=read_mode, ending_given=bool(opts.get("endingoffsets")))
+            read_mode=read_mode,
+            ending_given=bool(opts.get("endingoffsets")),
+        )
 
 
 def _parse_assign(value: str) -> tuple[int, ...]:
@@ -246,7 +299,7 @@ class SinkOptions:
     expected_stream: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         opts = _lower(options)
         _check_known(opts, SINK_OPTIONS, "sink")
         subject = opts.get("subject", "").strip() or None
@@ -254,9 +307,14 @@ class SinkOptions:
             raise ConfigError(f"option subject must be a literal subject, got {subject!r}")
         prefix = opts.get("msgidprefix", "").strip() or None
         return cls(
-            conn=ConnectionOptions.parse(opts), subject=subject,
+            conn=ConnectionOptions.parse(opts),
+            subject=subject,
             include_headers=parse_bool("includeHeaders", opts["includeheaders"])
-            if opts.get("includeheaders") else True,
+            if opts.get("includeheaders")
+            else True,
             max_pending_acks=parse_int("maxPendingAcks", opts["maxpendingacks"], 1)
-            if opts.get("maxpendingacks") else 1,
-            msg_id_prefix=prefix, expected_stream=opts.get("expectedstream", "").strip() or None)
+            if opts.get("maxpendingacks")
+            else 1,
+            msg_id_prefix=prefix,
+            expected_stream=opts.get("expectedstream", "").strip() or None,
+        )

@@ -14,14 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
-    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                        DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
-                                        WriterCommitMessage)
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamArrowWriter,
+        DataSourceStreamReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
     from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 except ImportError as e:  # pragma: no cover - depends on the installed pyspark
@@ -39,8 +45,7 @@ log = logging.getLogger("pcgroups.spark")
 T = TypeVar("T")
 
 FORMAT = "pcgroups"
-SCHEMA = ("partition INT, subject STRING, data BINARY, headers MAP<STRING,STRING>, sequence LONG, "
-          "timestamp TIMESTAMP")
+SCHEMA = "partition INT, subject STRING, data BINARY, headers MAP<STRING,STRING>, sequence LONG, timestamp TIMESTAMP"
 _COLUMNS = ("partition", "subject", "data", "headers", "sequence", "timestamp")
 
 
@@ -54,16 +59,16 @@ class PcgroupsDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def reader(self, schema: StructType) -> "PcgroupsBatchReader":
+    def reader(self, schema: StructType) -> PcgroupsBatchReader:
         return PcgroupsBatchReader(SourceOptions.parse(self.options), schema)
 
-    def streamReader(self, schema: StructType) -> "PcgroupsStreamReader":
+    def streamReader(self, schema: StructType) -> PcgroupsStreamReader:
         return PcgroupsStreamReader(SourceOptions.parse(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> "PcgroupsBatchWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> PcgroupsBatchWriter:
         return PcgroupsBatchWriter(SinkOptions.parse(self.options), schema, overwrite)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> "PcgroupsStreamWriter":
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PcgroupsStreamWriter:
         return PcgroupsStreamWriter(SinkOptions.parse(self.options), schema, overwrite)
 
 
@@ -144,13 +149,14 @@ async def _plan_and_state(nc: Client, opts: SourceOptions) -> tuple[_nats.ReadPl
     plan = await _nats.resolve(nc, opts)
     ts_seq = None
     if opts.starting_timestamp_ms is not None:
-        ts_seq = await _nats.seq_at_time(nc, opts.conn, plan.layout.stream, opts.starting_timestamp_ms,
-                                         plan.state.allow_direct)
+        ts_seq = await _nats.seq_at_time(
+            nc, opts.conn, plan.layout.stream, opts.starting_timestamp_ms, plan.state.allow_direct
+        )
     return plan, ts_seq
 
 
 def _loss_checked(start: dict[int, int], state: StreamState, opts: SourceOptions) -> dict[int, int]:
-    if state.retention != "limits":   # messages vanish on ack there: only a recreated stream is noticed
+    if state.retention != "limits":  # messages vanish on ack there: only a recreated stream is noticed
         return {p: (state.earliest if s > state.latest else s) for p, s in start.items()}
     return _offsets.check_data_loss(start, state, opts.fail_on_data_loss)
 
@@ -174,8 +180,17 @@ def _read_range(opts: SourceOptions, schema: StructType, part: NatsRange) -> Ite
             if state.retention == "limits":
                 _offsets.check_data_loss({part.partition: part.start}, state, True)
         cls = _nats.DirectRangeReader if part.mode == "direct" else _nats.ConsumerRangeReader
-        reader = cls(nc, opts.conn, part.stream, part.partition, part.start, part.end,
-                     tuple(part.filter_subjects), batch=opts.fetch_batch, include_headers=opts.include_headers)
+        reader = cls(
+            nc,
+            opts.conn,
+            part.stream,
+            part.partition,
+            part.start,
+            part.end,
+            tuple(part.filter_subjects),
+            batch=opts.fetch_batch,
+            include_headers=opts.include_headers,
+        )
         loop.run_until_complete(reader.open())
         while True:
             cols = loop.run_until_complete(reader.next_batch())
@@ -184,14 +199,17 @@ def _read_range(opts: SourceOptions, schema: StructType, part: NatsRange) -> Ite
             n = len(cols)
             if not n:
                 continue
-            yield pa.RecordBatch.from_arrays([
-                pa.array([part.partition] * n, type=types[0]),
-                pa.array(cols.subject, type=types[1]),
-                pa.array(cols.data, type=types[2]),
-                pa.array(cols.headers, type=types[3]),
-                pa.array(cols.sequence, type=types[4]),
-                pa.array(cols.timestamp, type=types[5]),
-            ], schema=pa_schema)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([part.partition] * n, type=types[0]),
+                    pa.array(cols.subject, type=types[1]),
+                    pa.array(cols.data, type=types[2]),
+                    pa.array(cols.headers, type=types[3]),
+                    pa.array(cols.sequence, type=types[4]),
+                    pa.array(cols.timestamp, type=types[5]),
+                ],
+                schema=pa_schema,
+            )
     finally:
         try:
             if reader is not None:
@@ -220,8 +238,9 @@ class PcgroupsBatchReader(DataSourceReader):
         opts = self.opts
         plan, ts_seq = _once(opts, lambda nc: _plan_and_state(nc, opts))
         layout, state = plan.layout, plan.state
-        start = _offsets.resolve_start(opts.starting, state, layout.partitions, timestamp_seq=ts_seq,
-                                       default="earliest")
+        start = _offsets.resolve_start(
+            opts.starting, state, layout.partitions, timestamp_seq=ts_seq, default="earliest"
+        )
         start = _loss_checked(start, state, opts)
         end = _offsets.resolve_end(opts.ending, state, layout.partitions)
         parts = _to_partitions(layout, plan.mode, _offsets.ranges(start, end))
@@ -231,7 +250,7 @@ class PcgroupsBatchReader(DataSourceReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, NatsRange), partition   # what partitions() planned
+        assert isinstance(partition, NatsRange), partition  # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
 
@@ -281,8 +300,9 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         at = self.opts.starting_timestamp_ms
         if at is not None:
             ts_seq = self._run(lambda nc: _nats.seq_at_time(nc, self.opts.conn, layout.stream, at, state.allow_direct))
-        start = _offsets.resolve_start(self.opts.starting, state, layout.partitions, timestamp_seq=ts_seq,
-                                       default="latest")
+        start = _offsets.resolve_start(
+            self.opts.starting, state, layout.partitions, timestamp_seq=ts_seq, default="latest"
+        )
         return _offsets.to_json(layout.stream, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -304,7 +324,7 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if self._plan is None or self._latest is None:
             return None
-        return _offsets.to_json(self._plan.layout.stream, {p: self._latest for p in self._plan.layout.partitions})
+        return _offsets.to_json(self._plan.layout.stream, dict.fromkeys(self._plan.layout.partitions, self._latest))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[NatsRange]:
         plan = self._resolved()
@@ -315,7 +335,7 @@ class PcgroupsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _to_partitions(layout, plan.mode, _offsets.ranges(s, e))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, NatsRange), partition   # what partitions() planned
+        assert isinstance(partition, NatsRange), partition  # what partitions() planned
         return _read_range(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -345,8 +365,9 @@ def _check_sink_schema(opts: SinkOptions, schema: StructType) -> None:
     if opts.subject is None and not isinstance(fields.get("subject"), StringType):
         raise ConfigError("the pcgroups sink needs a string column subject, or the option subject")
     h = fields.get("headers")
-    if h is not None and not (isinstance(h, MapType) and isinstance(h.keyType, StringType)
-                              and isinstance(h.valueType, StringType)):
+    if h is not None and not (
+        isinstance(h, MapType) and isinstance(h.keyType, StringType) and isinstance(h.valueType, StringType)
+    ):
         raise ConfigError("the column headers must be a map<string,string>")
     m = fields.get("msg_id")
     if m is not None and not isinstance(m, StringType):
@@ -366,8 +387,11 @@ class _Publisher:
         i = 0
         fixed = self.opts.subject
         for rb in batches:
-            cols = {name: rb.column(name).to_pylist() for name in rb.schema.names
-                    if name in ("subject", "data", "headers", "msg_id")}
+            cols = {
+                name: rb.column(name).to_pylist()
+                for name in rb.schema.names
+                if name in ("subject", "data", "headers", "msg_id")
+            }
             data = cols["data"]
             subjects = cols.get("subject") if self.has_subject else None
             headers = cols.get("headers") if self.has_headers else None
@@ -393,11 +417,16 @@ class _Publisher:
         nc = None
         try:
             nc = loop.run_until_complete(_nats.connect(opts.conn, name="pcgroups-spark-sink", reconnect=False))
-            js = nc.jetstream(timeout=opts.conn.timeout,
-                              publish_async_max_pending=max(opts.max_pending_acks, 1))
-            sent, dups = loop.run_until_complete(_nats.publish_all(
-                js, self._rows(batches, id_base), window=opts.max_pending_acks, timeout=opts.conn.timeout,
-                expected_stream=opts.expected_stream))
+            js = nc.jetstream(timeout=opts.conn.timeout, publish_async_max_pending=max(opts.max_pending_acks, 1))
+            sent, dups = loop.run_until_complete(
+                _nats.publish_all(
+                    js,
+                    self._rows(batches, id_base),
+                    window=opts.max_pending_acks,
+                    timeout=opts.conn.timeout,
+                    expected_stream=opts.expected_stream,
+                )
+            )
             return PublishStats(partition, sent, dups)
         finally:
             if nc is not None:
@@ -410,6 +439,7 @@ class _Publisher:
 
 def _task_context() -> Any:
     from pyspark import TaskContext
+
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - write() always runs in a task
         raise PCGroupsError("the pcgroups sink must run inside a Spark task")
@@ -424,8 +454,7 @@ class PcgroupsBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
-            raise ConfigError("the pcgroups sink only appends (publishing cannot overwrite a stream); "
-                              "use mode append")
+            raise ConfigError("the pcgroups sink only appends (publishing cannot overwrite a stream); use mode append")
         self.pub = _Publisher(opts, schema)
         self.prefix = opts.msg_id_prefix or uuid.uuid4().hex
 
@@ -469,12 +498,18 @@ class PcgroupsStreamWriter(DataSourceStreamArrowWriter):
         _log_stats(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("pcgroups sink: batch %s aborted; messages already published stay in the stream (a replay "
-                    "publishes the same message ids, which the stream drops as duplicates)", batchId)
+        log.warning(
+            "pcgroups sink: batch %s aborted; messages already published stay in the stream (a replay "
+            "publishes the same message ids, which the stream drops as duplicates)",
+            batchId,
+        )
 
 
 def _log_stats(messages: Iterable[WriterCommitMessage | None], batch_id: int | None) -> None:
     stats = [m for m in messages if isinstance(m, PublishStats)]
-    log.info("pcgroups sink%s: published %d messages (%d duplicates dropped by the stream)",
-             "" if batch_id is None else f" batch {batch_id}", sum(s.published for s in stats),
-             sum(s.duplicates for s in stats))
+    log.info(
+        "pcgroups sink%s: published %d messages (%d duplicates dropped by the stream)",
+        "" if batch_id is None else f" batch {batch_id}",
+        sum(s.published for s in stats),
+        sum(s.duplicates for s in stats),
+    )

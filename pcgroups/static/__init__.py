@@ -7,13 +7,27 @@
 from typing import TYPE_CHECKING
 
 from .._moved import fallback
-from ._admin import (create_static, create_static_consumers, delete_static, get_static_config,
-                     list_static_active_members, list_static_groups, static_member_step_down)
+from ._admin import (
+    create_static,
+    create_static_consumers,
+    delete_static,
+    get_static_config,
+    list_static_active_members,
+    list_static_groups,
+    static_member_step_down,
+)
 from ._instance import StaticInstance, static_consume
 
 __all__ = [
-    "StaticInstance", "create_static", "create_static_consumers", "delete_static", "get_static_config",
-    "list_static_active_members", "list_static_groups", "static_consume", "static_member_step_down",
+    "StaticInstance",
+    "create_static",
+    "create_static_consumers",
+    "delete_static",
+    "get_static_config",
+    "list_static_active_members",
+    "list_static_groups",
+    "static_consume",
+    "static_member_step_down",
 ]
 
 if not TYPE_CHECKING:  # a misspelt name stays an error for type checkers

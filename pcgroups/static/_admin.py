@@ -13,13 +13,12 @@ from nats.aio.client import Client
 
 from .. import flavour
 from ..config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
-from ..errors import (ConfigError, GroupExistsError, JetStreamAPIError,
-                      NotFoundError)
+from ..consume._instance import KEPT_SETTINGS, member_template, setting_differences, with_priority_group
+from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError
 from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
-from ..consume._instance import (KEPT_SETTINGS, member_template, setting_differences, with_priority_group)
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi
-from ..partitions import check_member_filters, static_member_filters
 from ..jetstream._store import group_entry, group_key, kv_call, open_or_create_bucket, read
+from ..partitions import check_member_filters, static_member_filters
 
 log = logging.getLogger("pcgroups")
 
@@ -29,16 +28,22 @@ def stored_config(stream: str, group: str, value: bytes) -> StaticConfig:
     return flavour.stored_config(STATIC, stream, group, value)
 
 
-async def get_static_config(nc: Client, stream: str, group: str, *,
-                            api: JetStreamApi | None = None) -> StaticConfig:
+async def get_static_config(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> StaticConfig:
     """The group's config, validated."""
     return await flavour.get_config(STATIC, nc, stream, group, api=api)
 
 
-async def create_static(nc: Client, stream: str, group: str, max_members: int, *,
-                        filters: list[str] | None = None, members: list[str] | None = None,
-                        member_mappings: list[MemberMapping] | None = None,
-                        api: JetStreamApi | None = None) -> StaticConfig:
+async def create_static(
+    nc: Client,
+    stream: str,
+    group: str,
+    max_members: int,
+    *,
+    filters: list[str] | None = None,
+    members: list[str] | None = None,
+    member_mappings: list[MemberMapping] | None = None,
+    api: JetStreamApi | None = None,
+) -> StaticConfig:
     """Create a static group (idempotent: the same config again succeeds; a different one fails).
 
     No consumers are created here: each member instance creates its own when it joins.
@@ -47,8 +52,12 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     check_names(stream, group)
     for m in list(members or []) + [mm.member for mm in member_mappings or []]:
         validate_name("member", m)
-    cfg = StaticConfig(max_members=max_members, filters=list(filters or []), members=list(members or []),
-                       member_mappings=list(member_mappings or []))
+    cfg = StaticConfig(
+        max_members=max_members,
+        filters=list(filters or []),
+        members=list(members or []),
+        member_mappings=list(member_mappings or []),
+    )
     try:
         validate_partition_count(max_members)
         cfg.validate()
@@ -56,8 +65,9 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
     info = await consumer_stream_info(STATIC, api, stream, group)
-    kv = await open_or_create_bucket(api, STATIC.bucket, group_key(stream, group),
-                                     replicas=info["config"].get("num_replicas", 1))
+    kv = await open_or_create_bucket(
+        api, STATIC.bucket, group_key(stream, group), replicas=info["config"].get("num_replicas", 1)
+    )
     key = group_key(stream, group)
     existing = await read(kv, key)
     if existing is None:
@@ -71,17 +81,23 @@ async def create_static(nc: Client, stream: str, group: str, max_members: int, *
     try:
         current = parse_static_config(existing.value)
     except ConfigError as e:
-        raise GroupExistsError(f"static consumer group {group} on stream {stream} already exists with an invalid "
-                               f"config ({e}): delete it first") from None
+        raise GroupExistsError(
+            f"static consumer group {group} on stream {stream} already exists with an invalid "
+            f"config ({e}): delete it first"
+        ) from None
     if current != cfg:
-        raise GroupExistsError("the existing static consumer group config doesn't match ours ("
-                               + "; ".join(_differences(current, cfg)) + "), please delete the existing static "
-                               "consumer group and create a new one")
+        raise GroupExistsError(
+            "the existing static consumer group config doesn't match ours ("
+            + "; ".join(_differences(current, cfg))
+            + "), please delete the existing static "
+            "consumer group and create a new one"
+        )
     return current
 
 
-async def create_static_consumers(nc: Client, stream: str, group: str, *, config: ConsumerTemplate | None = None,
-                                  api: JetStreamApi | None = None) -> list[str]:
+async def create_static_consumers(
+    nc: Client, stream: str, group: str, *, config: ConsumerTemplate | None = None, api: JetStreamApi | None = None
+) -> list[str]:
     """Create every member's consumer as its first instance would with the consumer template ``config`` (give
     the one the instances will use: AckWait, max_ack_pending); returns their names. Idempotent; a consumer
     that exists with other settings is a :class:`ConfigError` naming them. Instances then attach without
@@ -101,9 +117,11 @@ async def create_static_consumers(nc: Client, stream: str, group: str, *, config
                 raise
             have = (await api.consumer_info(stream, wanted.durable_name)).get("config", {})
             differences = setting_differences(have, wanted.to_wire(), only=set(wanted.to_wire()) - KEPT_SETTINGS)
-            raise ConfigError(f"member {member}'s consumer {wanted.durable_name} exists with other settings "
-                              f"({there_asked(differences)}): give the settings it has, or delete it first "
-                              "(its position is lost)") from None
+            raise ConfigError(
+                f"member {member}'s consumer {wanted.durable_name} exists with other settings "
+                f"({there_asked(differences)}): give the settings it has, or delete it first "
+                "(its position is lost)"
+            ) from None
         names.append(wanted.durable_name)
     return names
 
@@ -117,14 +135,19 @@ def member_consumer(group: str, member: str, template: ConsumerConfig, filters: 
 
 def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
     """What differs between two static configs, as ``what: <now> now, <asked> asked``."""
+
     def words(items: list[str]) -> str:
         return " ".join(items) or "none"
 
     def mappings(cfg: StaticConfig) -> str:
         return words([f"{m.member}:{','.join(map(str, m.partitions))}" for m in cfg.member_mappings])
 
-    shown = {"partitions": lambda c: str(c.max_members), "filters": lambda c: words(c.filters),
-             "members": lambda c: words(c.members), "member mappings": mappings}
+    shown = {
+        "partitions": lambda c: str(c.max_members),
+        "filters": lambda c: words(c.filters),
+        "members": lambda c: words(c.members),
+        "member mappings": mappings,
+    }
     return [f"{what}: {show(now)} now, {show(asked)} asked" for what, show in shown.items() if show(now) != show(asked)]
 
 
@@ -150,8 +173,13 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         names = StaticConfig.from_json(entry.value).membership()
     except ConfigError as e:
         names = []  # nothing says which consumers are its members': running instances delete their own
-        log.warning("static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
-                    "members' consumers", group, stream, e)
+        log.warning(
+            "static consumer group %s on stream %s has an invalid config (%s): deleting it without its "
+            "members' consumers",
+            group,
+            stream,
+            e,
+        )
     for member in names:
         await api.check_delete(f"CONSUMER.DELETE.{stream}.{static_consumer_name(group, member)}")
     await kv_call(kv, kv.delete(key), key)
@@ -164,14 +192,16 @@ async def list_static_groups(nc: Client, stream: str, *, api: JetStreamApi | Non
     return await flavour.list_groups(STATIC, nc, stream, api=api)
 
 
-async def list_static_active_members(nc: Client, stream: str, group: str, *,
-                                     api: JetStreamApi | None = None) -> list[str]:
+async def list_static_active_members(
+    nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None
+) -> list[str]:
     """Members whose consumer exists and has an instance pulling, in membership order."""
     return await flavour.list_active_members(STATIC, nc, stream, group, api=api)
 
 
-async def static_member_step_down(nc: Client, stream: str, group: str, member: str, *,
-                                  api: JetStreamApi | None = None) -> None:
+async def static_member_step_down(
+    nc: Client, stream: str, group: str, member: str, *, api: JetStreamApi | None = None
+) -> None:
     """Unpin the member's consumer: another of its instances takes over at once."""
     await flavour.member_step_down(STATIC, nc, stream, group, member, api=api)
 

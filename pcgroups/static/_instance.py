@@ -22,37 +22,55 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from ..config import parse_static_config
-from ..errors import (ConfigChangedError, ConfigError, ConsumerGoneError, JetStreamAPIError,
-                      NotAMemberError, NotFoundError)
+from ..consume._dispatchers import Handler
+from ..consume._instance import KEPT_SETTINGS, ConsumerInstance, setting_differences, startable
+from ..consume._keys import KeyFunc
+from ..consume._loop import CONTINUE, ConsumeContext, Outcome
+from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options
+from ..consume._retry import RetryPolicy
+from ..errors import (
+    ConfigChangedError,
+    ConfigError,
+    ConsumerGoneError,
+    JetStreamAPIError,
+    NotAMemberError,
+    NotFoundError,
+)
 from ..events import EventCallback, PartitionsHook
 from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name, stream_gone
-from ..consume._instance import (KEPT_SETTINGS, ConsumerInstance, setting_differences, startable)
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi, pinned_client_id
-from ..consume._loop import CONTINUE, Outcome
-from ..partitions import member_partitions, static_member_filters
-from ..consume._keys import KeyFunc
-from ..consume._retry import RetryPolicy
-from ..consume._dispatchers import Handler
-from ..consume._loop import ConsumeContext
-from ..consume._options import DEFAULT_BATCH, ConsumeOptions, consume_options
-from ..pool._dispatcher import WorkerPool
 from ..jetstream._store import Watch, group_entry, group_key, read, stop_watch
+from ..partitions import member_partitions, static_member_filters
+from ..pool._dispatcher import WorkerPool
 from ..tracing import Tracing
-
 from ._admin import member_consumer, stored_config, there_asked
 
 log = logging.getLogger("pcgroups")
 
 
 @startable
-async def static_consume(nc: Client, stream: str, group: str, member: str, handler: Handler | None = None, *,
-                         config: ConsumerTemplate | None = None, batch: int = DEFAULT_BATCH,
-                         auto_in_progress: bool = True, concurrency: int = 1, key: KeyFunc | None = None,
-                         retry: RetryPolicy | None = None, api: JetStreamApi | None = None,
-                         on_assigned: PartitionsHook | None = None, on_revoked: PartitionsHook | None = None,
-                         on_event: EventCallback | None = None, dispatch: bool = False,
-                         max_in_flight: int = 0, tracing: Tracing | None = None,
-                         options: ConsumeOptions | None = None) -> ConsumeContext:
+async def static_consume(
+    nc: Client,
+    stream: str,
+    group: str,
+    member: str,
+    handler: Handler | None = None,
+    *,
+    config: ConsumerTemplate | None = None,
+    batch: int = DEFAULT_BATCH,
+    auto_in_progress: bool = True,
+    concurrency: int = 1,
+    key: KeyFunc | None = None,
+    retry: RetryPolicy | None = None,
+    api: JetStreamApi | None = None,
+    on_assigned: PartitionsHook | None = None,
+    on_revoked: PartitionsHook | None = None,
+    on_event: EventCallback | None = None,
+    dispatch: bool = False,
+    max_in_flight: int = 0,
+    tracing: Tracing | None = None,
+    options: ConsumeOptions | None = None,
+) -> ConsumeContext:
     """Join a static group as ``member``: only the pinned instance of a member gets messages.
 
     ``config`` is the consumer template (max_ack_pending=1 for strict order); AckWait defaults to 5 s.
@@ -65,14 +83,33 @@ async def static_consume(nc: Client, stream: str, group: str, member: str, handl
     none of them apart). Await the result for the instance (a :class:`StaticInstance`), or use it
     directly: ``async with static_consume(...) as inst``.
     """
-    options = consume_options(options, handler=handler, config=config, batch=batch,
-                              auto_in_progress=auto_in_progress, concurrency=concurrency, key=key, retry=retry,
-                              on_assigned=on_assigned, on_revoked=on_revoked, on_event=on_event, tracing=tracing,
-                              dispatch=dispatch, max_in_flight=max_in_flight)
+    options = consume_options(
+        options,
+        handler=handler,
+        config=config,
+        batch=batch,
+        auto_in_progress=auto_in_progress,
+        concurrency=concurrency,
+        key=key,
+        retry=retry,
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+        on_event=on_event,
+        tracing=tracing,
+        dispatch=dispatch,
+        max_in_flight=max_in_flight,
+    )
     api = api_of(nc, api)
     check_names(stream, group, member)
-    inst = StaticInstance(nc, api, stream=stream, group=group, member=member, options=options,
-                          remote=WorkerPool(options.max_in_flight) if options.dispatch else None)
+    inst = StaticInstance(
+        nc,
+        api,
+        stream=stream,
+        group=group,
+        member=member,
+        options=options,
+        remote=WorkerPool(options.max_in_flight) if options.dispatch else None,
+    )
     await inst._setup()
     return inst
 
@@ -89,7 +126,7 @@ class StaticInstance(ConsumerInstance):
             try:
                 await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
             except NotFoundError:
-                raise e from None   # no stream, no group: the stream is what is missing first
+                raise e from None  # no stream, no group: the stream is what is missing first
             raise stream_gone(STATIC, self.stream_name, self.group_name) from None
         kv, entry = await group_entry(self.api, STATIC.bucket, STATIC.name, self.stream_name, self.group_name)
         self._kv = kv
@@ -98,8 +135,10 @@ class StaticInstance(ConsumerInstance):
         watcher = await Watch.start(kv, self._key)
         try:
             if not self.config.is_in_membership(self.member_name):
-                raise NotAMemberError(f"{self.member_name} is not a member of static consumer group {self.group_name} "
-                                      f"(members: {', '.join(self.config.membership()) or 'none'})")
+                raise NotAMemberError(
+                    f"{self.member_name} is not a member of static consumer group {self.group_name} "
+                    f"(members: {', '.join(self.config.membership()) or 'none'})"
+                )
             self.consumer_name = static_consumer_name(self.group_name, self.member_name)
             filters = static_member_filters(self.config, self.member_name)
             if filters:
@@ -117,8 +156,9 @@ class StaticInstance(ConsumerInstance):
     def partitions(self) -> list[int]:
         """The partitions this instance's member owns (fixed: the membership of a static group is)."""
         c = self.config
-        return member_partitions(max_members=c.max_members, members=c.members, member_mappings=c.member_mappings,
-                                 member=self.member_name)
+        return member_partitions(
+            max_members=c.max_members, members=c.members, member_mappings=c.member_mappings, member=self.member_name
+        )
 
     async def _join(self, filters: list[str]) -> None:
         cfg = member_consumer(self.group_name, self.member_name, self.template, filters)
@@ -127,8 +167,12 @@ class StaticInstance(ConsumerInstance):
                 await self.api.create_consumer(self.stream_name, cfg)
             except JetStreamAPIError as e:
                 if e.err_code != ERR_CONSUMER_EXISTS:
-                    raise JetStreamAPIError(f"error creating our member's consumer: {e.description}", code=e.code,
-                                            err_code=e.err_code, subject=e.subject) from None
+                    raise JetStreamAPIError(
+                        f"error creating our member's consumer: {e.description}",
+                        code=e.code,
+                        err_code=e.err_code,
+                        subject=e.subject,
+                    ) from None
                 await self._adopt(cfg)
         await self._start_session(self.consumer_name)
 
@@ -141,34 +185,43 @@ class StaticInstance(ConsumerInstance):
             return False
         want = cfg.to_wire()
         return have.get("filter_subjects") == want["filter_subjects"] and not setting_differences(
-            have, want, only=set(want) - KEPT_SETTINGS)
+            have, want, only=set(want) - KEPT_SETTINGS
+        )
 
     async def _adopt(self, cfg: ConsumerConfig) -> None:
         """Our consumer exists with other settings: update it to ours when no other instance runs."""
         try:
             info = await self._unused_consumer()
-        except NotFoundError:   # deleted meanwhile (the group changed): create it as the first instance
+        except NotFoundError:  # deleted meanwhile (the group changed): create it as the first instance
             await self.api.create_consumer(self.stream_name, cfg)
             return
         have, want = info.get("config", {}), cfg.to_wire()
         member, name = self.member_name, self.consumer_name
         if have.get("filter_subjects") != want["filter_subjects"]:
             theirs, ours = " ".join(have.get("filter_subjects") or []), " ".join(want["filter_subjects"])
-            raise ConsumerGoneError(f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
-                                    f"{ours}): it is not this group's, delete it from stream {self.stream_name}")
+            raise ConsumerGoneError(
+                f"member {member}'s consumer {name} exists with other filters ({theirs}, not "
+                f"{ours}): it is not this group's, delete it from stream {self.stream_name}"
+            )
         differences = setting_differences(have, want, only=set(want) - KEPT_SETTINGS)
         if info.get("num_waiting") or pinned_client_id(info):
             said = there_asked(differences) or "settings the server shows differently"
-            raise ConfigError(f"another instance of member {member} is running with other consumer settings "
-                              f"({said}): stop the other instances of {member}, or start this one with the "
-                              "same settings (cg: the same --concurrency and --max-ack-pending)")
+            raise ConfigError(
+                f"another instance of member {member} is running with other consumer settings "
+                f"({said}): stop the other instances of {member}, or start this one with the "
+                "same settings (cg: the same --concurrency and --max-ack-pending)"
+            )
         try:
             updated = await self.api.create_consumer(self.stream_name, cfg, action="update")
         except JetStreamAPIError as e:
-            raise JetStreamAPIError(f"error updating our member's consumer {name} to this instance's settings "
-                                    f"({_changes(differences)}): {e.description}; start this one with the same "
-                                    "settings, or delete the consumer first (its position is lost)", code=e.code,
-                                    err_code=e.err_code, subject=e.subject) from None
+            raise JetStreamAPIError(
+                f"error updating our member's consumer {name} to this instance's settings "
+                f"({_changes(differences)}): {e.description}; start this one with the same "
+                "settings, or delete the consumer first (its position is lost)",
+                code=e.code,
+                err_code=e.err_code,
+                subject=e.subject,
+            ) from None
         changed = setting_differences(have, updated.get("config", {})) or differences
         log.warning("member %s's consumer: %s (updated: no other instance was running)", member, _changes(changed))
 
@@ -217,11 +270,14 @@ class StaticInstance(ConsumerInstance):
         try:
             cfg = parse_static_config(value)
         except ConfigError as e:
-            return ConfigError(f"the config of static consumer group {self.group_name} on stream "
-                               f"{self.stream_name} is no longer valid: {e}")
+            return ConfigError(
+                f"the config of static consumer group {self.group_name} on stream "
+                f"{self.stream_name} is no longer valid: {e}"
+            )
         if cfg != self.config:
-            return ConfigChangedError("static consumer group config watcher received a change in the "
-                                      "configuration, terminating")
+            return ConfigChangedError(
+                "static consumer group config watcher received a change in the configuration, terminating"
+            )
         return None
 
     async def _leave(self) -> None:

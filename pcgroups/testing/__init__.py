@@ -10,6 +10,17 @@ from ._cluster import ClusterNode, EmbeddedCluster, stream_leader
 from ._server import EmbeddedServer, PortInUseError, free_port, free_ports, nats_server_binary, on_fresh_ports
 
 __all__ = [
-    "ClusterNode", "EmbeddedCluster", "EmbeddedServer", "PortInUseError", "Recorder", "Report", "event_line",
-    "free_port", "free_ports", "nats_server_binary", "on_fresh_ports", "origin_of", "stream_leader",
+    "ClusterNode",
+    "EmbeddedCluster",
+    "EmbeddedServer",
+    "PortInUseError",
+    "Recorder",
+    "Report",
+    "event_line",
+    "free_port",
+    "free_ports",
+    "nats_server_binary",
+    "on_fresh_ports",
+    "origin_of",
+    "stream_leader",
 ]

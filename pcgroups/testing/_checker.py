@@ -28,6 +28,7 @@ after the recorded end.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -35,7 +36,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Call", "Recorder", "Report", "Violation", "event_line", "SOURCE_HEADER", "origin_of"]
+__all__ = ["SOURCE_HEADER", "Call", "Recorder", "Report", "Violation", "event_line", "origin_of"]
 
 SOURCE_HEADER = "Nats-Stream-Source"
 ACK = "ack"
@@ -52,12 +53,12 @@ class Call:
     member: str
     instance: str
     partition: int
-    key: Hashable            # the message's identity: a message id, or its origin stream sequence
-    order: int               # publish order within the partition (default: the origin stream sequence)
+    key: Hashable  # the message's identity: a message id, or its origin stream sequence
+    order: int  # publish order within the partition (default: the origin stream sequence)
     start: float
     end: float | None = None
-    outcome: str | None = None   # ack, nak, error, killed; None while running
-    seq: int = 0             # the stream sequence it was delivered with (informative)
+    outcome: str | None = None  # ack, nak, error, killed; None while running
+    seq: int = 0  # the stream sequence it was delivered with (informative)
     subject: str = ""
     deliveries: int = 1
 
@@ -69,15 +70,17 @@ class Call:
         end = f"{self.end:.3f}" if self.end is not None else "running"
         extra = f" seq {self.seq}" if self.seq and self.seq != self.key else ""
         extra += f" delivery {self.deliveries}" if self.deliveries > 1 else ""
-        return (f"{self.member}/{self.instance} p{self.partition} #{self.key}{extra} "
-                f"[{self.start:.3f}..{end}] {self.outcome or 'open'}")
+        return (
+            f"{self.member}/{self.instance} p{self.partition} #{self.key}{extra} "
+            f"[{self.start:.3f}..{end}] {self.outcome or 'open'}"
+        )
 
 
 @dataclass
 class Violation:
     """An offending example: what went wrong and the calls involved."""
 
-    kind: str                 # lost, order, overlap, redelivery
+    kind: str  # lost, order, overlap, redelivery
     message: str
     calls: list[Call] = field(default_factory=list)
 
@@ -89,20 +92,20 @@ class Violation:
 class Report:
     """What :meth:`Recorder.check` found. ``ok`` is True when every check passed."""
 
-    calls: int = 0                  # handler calls recorded
-    processed: int = 0              # distinct messages acked at least once
-    expected: int | None = None     # messages expected (None: no-loss not checked)
-    lost: int = 0                   # expected messages never acked
-    redelivered: int = 0            # calls beyond the first per message
-    duplicates: int = 0             # messages acked more than once
+    calls: int = 0  # handler calls recorded
+    processed: int = 0  # distinct messages acked at least once
+    expected: int | None = None  # messages expected (None: no-loss not checked)
+    lost: int = 0  # expected messages never acked
+    redelivered: int = 0  # calls beyond the first per message
+    duplicates: int = 0  # messages acked more than once
     redelivery_bound: int | None = None
-    overlaps: int = 0               # pairs of calls overlapping on one partition
-    order_violations: int = 0       # first successes out of publish order
-    open_calls: int = 0             # calls still running (counted as running until the end of the record)
+    overlaps: int = 0  # pairs of calls overlapping on one partition
+    order_violations: int = 0  # first successes out of publish order
+    open_calls: int = 0  # calls still running (counted as running until the end of the record)
     partitions: int = 0
-    by_instance: dict[str, int] = field(default_factory=dict)   # acked calls per instance
+    by_instance: dict[str, int] = field(default_factory=dict)  # acked calls per instance
     lost_examples: list[Hashable] = field(default_factory=list)
-    examples: list[Violation] = field(default_factory=list)     # the first few offending examples per kind
+    examples: list[Violation] = field(default_factory=list)  # the first few offending examples per kind
 
     @property
     def redeliveries_ok(self) -> bool:
@@ -126,7 +129,7 @@ class Report:
             out.append(f"{self.redelivered} redeliveries, more than the bound of {self.redelivery_bound}")
         return out
 
-    def assert_ok(self) -> "Report":
+    def assert_ok(self) -> Report:
         """Raise AssertionError naming every failed check and the first offending calls (for tests)."""
         if not self.ok:
             lines = self.failures + [f"  {v.kind}: {v.message}" for v in self.examples]
@@ -160,12 +163,30 @@ def origin_of(msg: Any) -> tuple[str, int]:
     return msg.subject, msg.metadata.sequence.stream
 
 
-def event_line(ev: str, *, member: str, instance: str, partition: int, key: Any, order: int | None = None,
-               seq: int = 0, subject: str = "", outcome: str | None = None, deliveries: int = 1,
-               t: float | None = None) -> str:
+def event_line(
+    ev: str,
+    *,
+    member: str,
+    instance: str,
+    partition: int,
+    key: Any,
+    order: int | None = None,
+    seq: int = 0,
+    subject: str = "",
+    outcome: str | None = None,
+    deliveries: int = 1,
+    t: float | None = None,
+) -> str:
     """A JSON line another process prints for :meth:`Recorder.feed` (``ev``: ``start`` or ``end``)."""
-    obj: dict[str, Any] = {"ev": ev, "member": member, "instance": instance, "partition": partition, "key": key,
-                           "seq": seq, "t": time.time() if t is None else t}
+    obj: dict[str, Any] = {
+        "ev": ev,
+        "member": member,
+        "instance": instance,
+        "partition": partition,
+        "key": key,
+        "seq": seq,
+        "t": time.time() if t is None else t,
+    }
     if order is not None:
         obj["order"] = order
     if subject:
@@ -183,16 +204,36 @@ class Recorder:
     def __init__(self, clock: Callable[[], float] = time.time):
         self.calls: list[Call] = []
         self.clock = clock
-        self._open: dict[tuple[str, Hashable], Call] = {}   # (instance, key) -> running call (for feed)
+        self._open: dict[tuple[str, Hashable], Call] = {}  # (instance, key) -> running call (for feed)
 
     # --- recording ------------------------------------------------------------------------
-    def start(self, member: str, instance: str, partition: int, key: Hashable, *, order: int | None = None,
-              seq: int = 0, subject: str = "", deliveries: int = 1, t: float | None = None) -> Call:
+    def start(
+        self,
+        member: str,
+        instance: str,
+        partition: int,
+        key: Hashable,
+        *,
+        order: int | None = None,
+        seq: int = 0,
+        subject: str = "",
+        deliveries: int = 1,
+        t: float | None = None,
+    ) -> Call:
         """Record the start of a call; ``order`` defaults to ``key`` when it is an int, else ``seq``."""
         if order is None:
             order = key if isinstance(key, int) else seq
-        call = Call(member, instance, partition, key, order, self.clock() if t is None else t, seq=seq,
-                    subject=subject, deliveries=deliveries)
+        call = Call(
+            member,
+            instance,
+            partition,
+            key,
+            order,
+            self.clock() if t is None else t,
+            seq=seq,
+            subject=subject,
+            deliveries=deliveries,
+        )
         self.calls.append(call)
         self._open[(instance, key)] = call
         return call
@@ -205,31 +246,68 @@ class Recorder:
             del self._open[(call.instance, call.key)]
         return call
 
-    def record(self, member: str, instance: str, partition: int, key: Hashable, start: float, end: float | None,
-               outcome: str | None = ACK, *, order: int | None = None, seq: int = 0, subject: str = "",
-               deliveries: int = 1) -> Call:
+    def record(
+        self,
+        member: str,
+        instance: str,
+        partition: int,
+        key: Hashable,
+        start: float,
+        end: float | None,
+        outcome: str | None = ACK,
+        *,
+        order: int | None = None,
+        seq: int = 0,
+        subject: str = "",
+        deliveries: int = 1,
+    ) -> Call:
         """Record a whole call at once."""
         if order is None:
             order = key if isinstance(key, int) else seq
-        call = Call(member, instance, partition, key, order, start, end, outcome if end is not None else None,
-                    seq=seq, subject=subject, deliveries=deliveries)
+        call = Call(
+            member,
+            instance,
+            partition,
+            key,
+            order,
+            start,
+            end,
+            outcome if end is not None else None,
+            seq=seq,
+            subject=subject,
+            deliveries=deliveries,
+        )
         self.calls.append(call)
         return call
 
-    def start_msg(self, member: str, instance: str, msg: Any, *, key: Hashable | None = None,
-                  order: int | None = None) -> Call:
+    def start_msg(
+        self, member: str, instance: str, msg: Any, *, key: Hashable | None = None, order: int | None = None
+    ) -> Call:
         """Record the start of a call on a pcgroups message (key: the origin stream sequence by default)."""
         subject, origin_seq = origin_of(msg)
         try:
             deliveries = msg.metadata.num_delivered or 1
         except Exception:
             deliveries = 1
-        return self.start(member, instance, msg.partition, origin_seq if key is None else key,
-                          order=order if order is not None else origin_seq, seq=origin_seq, subject=subject,
-                          deliveries=deliveries)
+        return self.start(
+            member,
+            instance,
+            msg.partition,
+            origin_seq if key is None else key,
+            order=order if order is not None else origin_seq,
+            seq=origin_seq,
+            subject=subject,
+            deliveries=deliveries,
+        )
 
-    def handler(self, member: str, instance: str, work: Callable[[Any], Awaitable[None] | None] | None = None,
-                *, key: Callable[[Any], Hashable] | None = None) -> Callable[[Any], Awaitable[None]]:
+    def handler(
+        self,
+        member: str,
+        instance: str,
+        work: Callable[[Any], Awaitable[None] | None] | None = None,
+        *,
+        key: Callable[[Any], Hashable] | None = None,
+    ) -> Callable[[Any], Awaitable[None]]:
         """An async handler that records the call, runs ``work(msg)`` (if any), acks, and records the end.
 
         ``key(msg)`` gives the message id (default: the origin stream sequence). A failing ``work``
@@ -277,12 +355,22 @@ class Recorder:
         order = event.get("order")
         seq = int(event.get("seq") or 0)
         if ev == "start":
-            return self.start(member, instance, partition, key, order=order, seq=seq,
-                              subject=event.get("subject", ""), deliveries=int(event.get("deliveries", 1)), t=t)
+            return self.start(
+                member,
+                instance,
+                partition,
+                key,
+                order=order,
+                seq=seq,
+                subject=event.get("subject", ""),
+                deliveries=int(event.get("deliveries", 1)),
+                t=t,
+            )
         call = self._open.get((instance, key))
         if call is None:
-            call = self.record(member, instance, partition, key, t, t, order=order, seq=seq,
-                               subject=event.get("subject", ""))
+            call = self.record(
+                member, instance, partition, key, t, t, order=order, seq=seq, subject=event.get("subject", "")
+            )
         return self.end(call, event.get("outcome") or ACK, t=t)
 
     def close_instance(self, instance: str, *, t: float | None = None, outcome: str = KILLED) -> int:
@@ -310,17 +398,41 @@ class Recorder:
             calls.sort(key=lambda c: c.start)
         return dict(out)
 
-    def count(self, *, member: str | None = None, instance: str | None = None, partition: int | None = None,
-              acked: bool = True, since: float = float("-inf")) -> int:
-        return sum(1 for c in list(self.calls)
-                   if (member is None or c.member == member) and (instance is None or c.instance == instance)
-                   and (partition is None or c.partition == partition) and (c.acked or not acked)
-                   and c.start >= since)
+    def count(
+        self,
+        *,
+        member: str | None = None,
+        instance: str | None = None,
+        partition: int | None = None,
+        acked: bool = True,
+        since: float = float("-inf"),
+    ) -> int:
+        return sum(
+            1
+            for c in list(self.calls)
+            if (member is None or c.member == member)
+            and (instance is None or c.instance == instance)
+            and (partition is None or c.partition == partition)
+            and (c.acked or not acked)
+            and c.start >= since
+        )
 
-    def first_start(self, *, after: float = float("-inf"), member: str | None = None, instance: str | None = None,
-                    partition: int | None = None) -> float | None:
-        starts = [c.start for c in list(self.calls) if c.start > after and (member is None or c.member == member)
-                  and (instance is None or c.instance == instance) and (partition is None or c.partition == partition)]
+    def first_start(
+        self,
+        *,
+        after: float = float("-inf"),
+        member: str | None = None,
+        instance: str | None = None,
+        partition: int | None = None,
+    ) -> float | None:
+        starts = [
+            c.start
+            for c in list(self.calls)
+            if c.start > after
+            and (member is None or c.member == member)
+            and (instance is None or c.instance == instance)
+            and (partition is None or c.partition == partition)
+        ]
         return min(starts) if starts else None
 
     def owners(self, partition: int, *, since: float = float("-inf")) -> list[str]:
@@ -331,17 +443,34 @@ class Recorder:
                 seen.setdefault(c.member, None)
         return list(seen)
 
-    def longest_pause(self, *, partitions: Iterable[int] | None = None, member: str | None = None,
-                      since: float = float("-inf"), until: float = float("inf")) -> float:
+    def longest_pause(
+        self,
+        *,
+        partitions: Iterable[int] | None = None,
+        member: str | None = None,
+        since: float = float("-inf"),
+        until: float = float("inf"),
+    ) -> float:
         """The longest time between consecutive call starts in [since, until] (calls filtered)."""
         wanted = set(partitions) if partitions is not None else None
-        starts = sorted(c.start for c in list(self.calls) if since <= c.start <= until
-                        and (wanted is None or c.partition in wanted) and (member is None or c.member == member))
-        return max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
+        starts = sorted(
+            c.start
+            for c in list(self.calls)
+            if since <= c.start <= until
+            and (wanted is None or c.partition in wanted)
+            and (member is None or c.member == member)
+        )
+        return max((b - a for a, b in itertools.pairwise(starts)), default=0.0)
 
     # --- checks ---------------------------------------------------------------------------
-    def check(self, expected: Iterable[Hashable] | None = None, *, redelivery_bound: int | None = None,
-              now: float | None = None, examples: int = EXAMPLES) -> Report:
+    def check(
+        self,
+        expected: Iterable[Hashable] | None = None,
+        *,
+        redelivery_bound: int | None = None,
+        now: float | None = None,
+        examples: int = EXAMPLES,
+    ) -> Report:
         """Check the record. ``expected``: the keys that must have been acked (None: skip no-loss).
 
         ``redelivery_bound``: the most calls beyond the first per message the run may make (None:
@@ -368,8 +497,12 @@ class Recorder:
             report.lost = len(missing)
             report.lost_examples = sorted(missing, key=_sort_key)[:examples]
             if missing:
-                found["lost"].append(Violation("lost", f"{len(missing)} of {len(expected_set)} messages never "
-                                                       f"acked, e.g. {report.lost_examples}"))
+                found["lost"].append(
+                    Violation(
+                        "lost",
+                        f"{len(missing)} of {len(expected_set)} messages never acked, e.g. {report.lost_examples}",
+                    )
+                )
 
         # redeliveries and duplicate successes
         calls_per_key: dict[Hashable, list[Call]] = defaultdict(list)
@@ -381,8 +514,11 @@ class Recorder:
                 report.duplicates += 1
             if len(cs) > 1 and len(found["redelivery"]) < examples:
                 cs = sorted(cs, key=lambda c: c.start)
-                found["redelivery"].append(Violation(
-                    "redelivery", f"#{key} handled {len(cs)} times: " + ", then ".join(c.show() for c in cs), cs))
+                found["redelivery"].append(
+                    Violation(
+                        "redelivery", f"#{key} handled {len(cs)} times: " + ", then ".join(c.show() for c in cs), cs
+                    )
+                )
 
         # exclusivity and order, per partition
         parts = self.by_partition()
@@ -394,8 +530,11 @@ class Recorder:
                 if latest is not None and c.start < latest_end:
                     report.overlaps += 1
                     if len(found["overlap"]) < examples:
-                        found["overlap"].append(Violation(
-                            "overlap", f"partition {partition}: {latest.show()} overlaps {c.show()}", [latest, c]))
+                        found["overlap"].append(
+                            Violation(
+                                "overlap", f"partition {partition}: {latest.show()} overlaps {c.show()}", [latest, c]
+                            )
+                        )
                 c_end = c.end if c.end is not None else end_of_open
                 if latest is None or c_end > latest_end:
                     latest = c
@@ -408,9 +547,13 @@ class Recorder:
                 if highest is not None and c.order < highest.order:
                     report.order_violations += 1
                     if len(found["order"]) < examples:
-                        found["order"].append(Violation(
-                            "order", f"partition {partition}: {c.show()} succeeded after {highest.show()}",
-                            [highest, c]))
+                        found["order"].append(
+                            Violation(
+                                "order",
+                                f"partition {partition}: {c.show()} succeeded after {highest.show()}",
+                                [highest, c],
+                            )
+                        )
                 if highest is None or c.order > highest.order:
                     highest = c
 

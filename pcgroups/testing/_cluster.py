@@ -84,14 +84,14 @@ class EmbeddedCluster:
                 return n
         raise KeyError(name_or_port)
 
-    def start(self, timeout: float = 30.0) -> "EmbeddedCluster":
+    def start(self, timeout: float = 30.0) -> EmbeddedCluster:
         """Start every node, then wait until JetStream has a meta leader that all nodes agree on. When another
         process took one of the picked ports first, the whole cluster starts again on fresh ports."""
         if self.nodes:
             raise PCGroupsError("cluster already started")
         return on_fresh_ports(lambda: self._start(timeout))
 
-    def _start(self, timeout: float) -> "EmbeddedCluster":
+    def _start(self, timeout: float) -> EmbeddedCluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="pcg-cluster-")
         picked = free_ports(3 * self.size)
         ports = self.ports or [(picked[i], picked[i + 1], picked[i + 2]) for i in range(0, len(picked), 3)]
@@ -102,8 +102,19 @@ class EmbeddedCluster:
             name = f"n{i}"
             store = os.path.join(self._tmp.name, name)
             os.makedirs(store)
-            args = ["-n", name, "--cluster_name", self.name, "--cluster", f"nats://127.0.0.1:{cport}",
-                    "--routes", routes[i - 1], "-m", str(hport), *self.extra_args]
+            args = [
+                "-n",
+                name,
+                "--cluster_name",
+                self.name,
+                "--cluster",
+                f"nats://127.0.0.1:{cport}",
+                "--routes",
+                routes[i - 1],
+                "-m",
+                str(hport),
+                *self.extra_args,
+            ]
             server = EmbeddedServer(port=port, store_dir=store, extra_args=args, ready_marks=NODE_READY)
             self.nodes.append(ClusterNode(name, port, cport, hport, server))
         try:
@@ -169,14 +180,14 @@ class EmbeddedCluster:
         for n in self.nodes:
             try:
                 n.server.stop()
-            except Exception:  # noqa: BLE001 - stop the others anyway
+            except Exception:
                 n.server.kill()
         self.nodes = []
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> "EmbeddedCluster":
+    def __enter__(self) -> EmbeddedCluster:
         return self.start() if not self.nodes else self
 
     def __exit__(self, *exc: object) -> None:

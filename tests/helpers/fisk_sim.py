@@ -15,18 +15,68 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-NATS_GLOBALS = frozenset({
-    "server", "user", "password", "token", "connection-name", "creds", "nkey", "jwt", "seed",
-    "tlscert", "tlskey", "tlsca", "tlsfirst", "tls-first", "timeout", "socks-proxy",
-    "js-api-prefix", "js-event-prefix", "js-domain", "domain", "inbox-prefix", "colors",
-    "context", "trace", "no-context",
-})
+NATS_GLOBALS = frozenset(
+    {
+        "server",
+        "user",
+        "password",
+        "token",
+        "connection-name",
+        "creds",
+        "nkey",
+        "jwt",
+        "seed",
+        "tlscert",
+        "tlskey",
+        "tlsca",
+        "tlsfirst",
+        "tls-first",
+        "timeout",
+        "socks-proxy",
+        "js-api-prefix",
+        "js-event-prefix",
+        "js-domain",
+        "domain",
+        "inbox-prefix",
+        "colors",
+        "context",
+        "trace",
+        "no-context",
+    }
+)
 NATS_SHORTS = frozenset({ord("s"), ord("h")})
-NATS_COMMANDS = frozenset({
-    "account", "auth", "bench", "cheat", "context", "errors", "events", "kv", "latency", "micro",
-    "object", "pub", "publish", "request", "reply", "rtt", "schema", "server", "service", "stream",
-    "consumer", "sub", "subscribe", "trafic", "traffic", "plugins", "help", "completion",
-})
+NATS_COMMANDS = frozenset(
+    {
+        "account",
+        "auth",
+        "bench",
+        "cheat",
+        "context",
+        "errors",
+        "events",
+        "kv",
+        "latency",
+        "micro",
+        "object",
+        "pub",
+        "publish",
+        "request",
+        "reply",
+        "rtt",
+        "schema",
+        "server",
+        "service",
+        "stream",
+        "consumer",
+        "sub",
+        "subscribe",
+        "trafic",
+        "traffic",
+        "plugins",
+        "help",
+        "completion",
+    }
+)
 
 Value = str | bool | Sequence[str]
 
@@ -57,8 +107,9 @@ def check_fisk_model(model: Mapping[str, Any]) -> None:
             for key in ("boolean", "negatable", "cumulative", "required", "hidden"):
                 if key in f and not isinstance(f[key], bool):
                     problems.append(f"{where}: --{name}: {key} must be a bool")
-            if "default" in f and not (isinstance(f["default"], list)
-                                       and all(isinstance(v, str) for v in f["default"])):
+            if "default" in f and not (
+                isinstance(f["default"], list) and all(isinstance(v, str) for v in f["default"])
+            ):
                 problems.append(f"{where}: --{name}: default must be a list of strings")
             if f.get("negatable") and not f.get("boolean"):
                 problems.append(f"{where}: --{name}: negatable but not boolean")
@@ -167,8 +218,13 @@ def _global_token(name: str, value: Value) -> str:
     return f"--{name}={value}"
 
 
-def _parts(model: Mapping[str, Any], command_path: Sequence[str], positionals: Sequence[str],
-           flags: Mapping[str, Value] | None, globals: Mapping[str, Value] | None):
+def _parts(
+    model: Mapping[str, Any],
+    command_path: Sequence[str],
+    positionals: Sequence[str],
+    flags: Mapping[str, Value] | None,
+    globals: Mapping[str, Value] | None,
+):
     names, chain = _resolve_path(model, command_path)
     leaf = chain[-1]
     args = leaf.get("args") or []
@@ -201,14 +257,21 @@ def _parts(model: Mapping[str, Any], command_path: Sequence[str], positionals: S
         flag_tokens.append(_flag_tokens(leaf_flags[name], value))
 
     declared = {f["name"] for c in chain for f in c.get("flags") or [] if f["name"] in NATS_GLOBALS}
-    global_tokens = [_global_token(n, v) for n, v in (globals or {}).items()
-                     if n in declared]  # undeclared globals are lost
+    global_tokens = [
+        _global_token(n, v) for n, v in (globals or {}).items() if n in declared
+    ]  # undeclared globals are lost
     return names, plain, flag_tokens, global_tokens, cumulative
 
 
-def nats_argv(model: Mapping[str, Any], command_path: Sequence[str], positionals: Sequence[str] = (),
-              flags: Mapping[str, Value] | None = None, globals: Mapping[str, Value] | None = None,
-              *, rng: random.Random | None = None) -> list[str]:
+def nats_argv(
+    model: Mapping[str, Any],
+    command_path: Sequence[str],
+    positionals: Sequence[str] = (),
+    flags: Mapping[str, Value] | None = None,
+    globals: Mapping[str, Value] | None = None,
+    *,
+    rng: random.Random | None = None,
+) -> list[str]:
     """The argv ``nats <name> <command_path> <positionals> <flags> <globals>`` runs the plugin with.
 
     ``flags`` are leaf flags as typed (bool for booleans, list for cumulative ones); ``globals``
@@ -216,24 +279,25 @@ def nats_argv(model: Mapping[str, Any], command_path: Sequence[str], positionals
     come in a random order, as Go map iteration gives them.
     """
     rng = rng or random.Random()
-    names, plain, flag_tokens, global_tokens, cumulative = _parts(
-        model, command_path, positionals, flags, globals)
+    names, plain, flag_tokens, global_tokens, cumulative = _parts(model, command_path, positionals, flags, globals)
     rng.shuffle(plain)
     rng.shuffle(flag_tokens)
     rng.shuffle(global_tokens)
     return [*names, *plain, *itertools.chain.from_iterable(flag_tokens), *global_tokens, *cumulative]
 
 
-def all_nats_argvs(model: Mapping[str, Any], command_path: Sequence[str],
-                   positionals: Sequence[str] = (), flags: Mapping[str, Value] | None = None,
-                   globals: Mapping[str, Value] | None = None) -> Iterator[list[str]]:
+def all_nats_argvs(
+    model: Mapping[str, Any],
+    command_path: Sequence[str],
+    positionals: Sequence[str] = (),
+    flags: Mapping[str, Value] | None = None,
+    globals: Mapping[str, Value] | None = None,
+) -> Iterator[list[str]]:
     """Every argv nats could build (all orders of the plain positionals; flags in typed order)."""
-    names, plain, flag_tokens, global_tokens, cumulative = _parts(
-        model, command_path, positionals, flags, globals)
+    names, plain, flag_tokens, global_tokens, cumulative = _parts(model, command_path, positionals, flags, globals)
     seen: set[tuple[str, ...]] = set()
     for perm in itertools.permutations(plain):
-        argv = [*names, *perm, *itertools.chain.from_iterable(flag_tokens), *global_tokens,
-                *cumulative]
+        argv = [*names, *perm, *itertools.chain.from_iterable(flag_tokens), *global_tokens, *cumulative]
         if tuple(argv) not in seen:
             seen.add(tuple(argv))
             yield argv

@@ -10,8 +10,13 @@ from pcgroups import create_static
 
 
 async def one_partition_group(js, nc, stream: str) -> None:
-    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"],
-                                     subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}")))
+    await js.add_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.>"],
+            subject_transform=SubjectTransform(src=f"{stream}.*", dest="0.{{wildcard(1)}}"),
+        )
+    )
     await create_static(nc, stream, "g", 1, members=["m"])
 
 

@@ -19,7 +19,7 @@ def probe(port: int, path: str) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-    except (ConnectionError, TimeoutError, urllib.error.URLError):   # nothing listens, or no answer in time
+    except (ConnectionError, TimeoutError, urllib.error.URLError):  # nothing listens, or no answer in time
         return 0, {}
 
 

@@ -46,7 +46,7 @@ class HubAndLeaf:
     passwords: dict[str, str] = field(default_factory=dict)
     _tmp: tempfile.TemporaryDirectory | None = None
 
-    def start(self, timeout: float = 20.0) -> "HubAndLeaf":
+    def start(self, timeout: float = 20.0) -> HubAndLeaf:
         self.passwords = {u: secrets.token_urlsafe(12) for u in ("app", "leaf", *self.extra_names)}
         try:
             on_fresh_ports(lambda: self._start(timeout))
@@ -63,8 +63,11 @@ class HubAndLeaf:
         if self.extra_users:
             hub_conf = hub_conf.replace("users = [", "users = [" + self.extra_users, 1)
         variables = "".join(f'{u.upper()}_PASSWORD: "{p}"\n' for u, p in self.passwords.items())
-        leaf_conf = (documented_conf("leaf.conf").replace(DOCUMENTED_LEAF_PORT, str(leaf_port))
-                     .replace("CHANGE-ME", self.passwords["leaf"]))
+        leaf_conf = (
+            documented_conf("leaf.conf")
+            .replace(DOCUMENTED_LEAF_PORT, str(leaf_port))
+            .replace("CHANGE-ME", self.passwords["leaf"])
+        )
         self.hub = self._server("hub", variables + hub_conf, hub_port)
         self.hub.start(timeout)
         self.leaf = self._server("leaf", leaf_conf, leaf_client_port)
@@ -114,7 +117,7 @@ class HubAndLeaf:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> "HubAndLeaf":
+    def __enter__(self) -> HubAndLeaf:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

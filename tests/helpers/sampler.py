@@ -37,8 +37,9 @@ def open_fds(pid: int | str = "self") -> int:
     return len(os.listdir(f"/proc/{pid}/fd")) - (1 if pid == "self" else 0)
 
 
-async def sample_forever(every: float, emit: Callable[[str], None], *, tick: float = 0.1,
-                         state: Callable[[], str] | None = None) -> None:
+async def sample_forever(
+    every: float, emit: Callable[[str], None], *, tick: float = 0.1, state: Callable[[], str] | None = None
+) -> None:
     """Print a sample line every ``every`` seconds until cancelled."""
     loop = asyncio.get_running_loop()
     lags: list[float] = []
@@ -50,9 +51,15 @@ async def sample_forever(every: float, emit: Callable[[str], None], *, tick: flo
         if loop.time() < due:
             continue
         due += every
-        line = {"ev": "sample", "t": time.time(), "rss_kb": rss_kb(), "fds": open_fds(),
-                "tasks": len(asyncio.all_tasks()), "lag_max_ms": round(max(lags) * 1000, 1),
-                "lag_mean_ms": round(sum(lags) / len(lags) * 1000, 2)}
+        line = {
+            "ev": "sample",
+            "t": time.time(),
+            "rss_kb": rss_kb(),
+            "fds": open_fds(),
+            "tasks": len(asyncio.all_tasks()),
+            "lag_max_ms": round(max(lags) * 1000, 1),
+            "lag_mean_ms": round(sum(lags) / len(lags) * 1000, 2),
+        }
         if state is not None:
             line["state"] = state()
         emit(json.dumps(line))

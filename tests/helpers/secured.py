@@ -16,21 +16,30 @@ from nats.js.api import StreamConfig, SubjectTransform
 from pcgroups import PartitioningFilter, add_members, create_elastic, create_static
 from pcgroups.connect import ConnectionOptions, connect
 from pcgroups.testing import EmbeddedServer
-
 from tests.helpers.cli import run_cg
-
 
 SECURITY = Path(__file__).resolve().parents[2] / "docs" / "SECURITY.md"
 
 
-TIMEOUT = 20.0        # request timeout: a refusal must come long before it
+TIMEOUT = 20.0  # request timeout: a refusal must come long before it
 
 
-FAST = 5.0            # how long a refusal may take (it takes milliseconds; the machine may be loaded)
+FAST = 5.0  # how long a refusal may take (it takes milliseconds; the machine may be loaded)
 
 
-ROLES = ("admin", "shipping-m1", "shipping-m2", "shipping-dispatcher", "shipping-worker", "shipping-w1",
-         "billing-member", "audit-member", "observer", "spark-reader", "spark-writer")
+ROLES = (
+    "admin",
+    "shipping-m1",
+    "shipping-m2",
+    "shipping-dispatcher",
+    "shipping-worker",
+    "shipping-w1",
+    "billing-member",
+    "audit-member",
+    "observer",
+    "spark-reader",
+    "spark-writer",
+)
 
 
 # the workers' own inbox prefixes (their roles may not read _INBOX.>: the dispatcher's pulled messages come there)
@@ -71,14 +80,16 @@ def documented_allow(user: str, operation: str = "publish") -> list[str]:
     block = documented_config()
     start = block.index(f"{{ user: {user},")
     start = block.index(f"{operation}:", start)
-    body = block[start:block.index("]", block.index("allow: [", start))]
+    body = block[start : block.index("]", block.index("allow: [", start))]
     return re.findall(r'"([^"]+)"', body)
 
 
 def extra_users() -> str:
     """EXTRA_USERS with their lists."""
+
     def quoted(subjects: list[str]) -> str:
         return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+
     noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
     p = AUDIT_POOL
     audit = [*documented_allow("audit-member"), f"{p}.HELLO", f"{p}.W.*.*.work", f"{p}.W.*.*.hb", "_INBOX.>"]
@@ -101,30 +112,55 @@ class Secured:
         return self.server.url
 
     async def connect(self, user: str):
-        return await connect(ConnectionOptions(server=self.url, user=user, password=self.passwords[user],
-                                               timeout=TIMEOUT, no_context=True, inbox_prefix=INBOXES.get(user)))
+        return await connect(
+            ConnectionOptions(
+                server=self.url,
+                user=user,
+                password=self.passwords[user],
+                timeout=TIMEOUT,
+                no_context=True,
+                inbox_prefix=INBOXES.get(user),
+            )
+        )
 
     def cli(self, user: str) -> list[str]:
         inbox = ["--inbox-prefix", INBOXES[user]] if user in INBOXES else []
-        return ["--server", self.url, "--user", user, "--password", self.passwords[user], "--timeout", f"{TIMEOUT:g}s",
-                *inbox]
+        return [
+            "--server",
+            self.url,
+            "--user",
+            user,
+            "--password",
+            self.passwords[user],
+            "--timeout",
+            f"{TIMEOUT:g}s",
+            *inbox,
+        ]
 
 
 async def set_up(s: Secured) -> None:
     """root makes the streams; admin makes the groups (the admin role's create, tested here)."""
     root = await nats.connect(s.url, user="root", password=s.passwords["root"])
     js = root.jetstream()
-    await js.add_stream(StreamConfig(name="ORDERS", subjects=["orders.*"], allow_direct=True,
-                                     subject_transform=SubjectTransform(
-                                         src="orders.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}")))
+    await js.add_stream(
+        StreamConfig(
+            name="ORDERS",
+            subjects=["orders.*"],
+            allow_direct=True,
+            subject_transform=SubjectTransform(
+                src="orders.*", dest=f"{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}"
+            ),
+        )
+    )
     await js.add_stream(StreamConfig(name="EVENTS", subjects=["events.*"]))
     await root.close()
     nc = await s.connect("admin")
     try:
         await create_static(nc, "ORDERS", "shipping", PARTITIONS, members=["m1", "m2"])
         for group in ("billing", "audit"):
-            await create_elastic(nc, "EVENTS", group, PARTITIONS,
-                                 partitioning_filters=[PartitioningFilter("events.*", [1])])
+            await create_elastic(
+                nc, "EVENTS", group, PARTITIONS, partitioning_filters=[PartitioningFilter("events.*", [1])]
+            )
         await add_members(nc, "EVENTS", "billing", ["m1", "m2"])
     finally:
         await nc.close()

@@ -30,8 +30,9 @@ def run(coro, timeout: float = 60):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def make_stream(url: str, name: str, prefix: str, partitions: int, *, allow_direct: bool = True,
-                      tokens: int = 1, **cfg) -> None:
+async def make_stream(
+    url: str, name: str, prefix: str, partitions: int, *, allow_direct: bool = True, tokens: int = 1, **cfg
+) -> None:
     """Stream ``name`` on ``<prefix>.*`` stored as ``<p>.<prefix>.<key>`` (tokens=1), or on
     ``<prefix>.*.*`` stored as ``<p>.<prefix>.<kind>.<key>``, partitioned by the key (tokens=2)."""
     nc = await nats.connect(url)
@@ -42,9 +43,15 @@ async def make_stream(url: str, name: str, prefix: str, partitions: int, *, allo
         else:
             subjects, src = [f"{prefix}.*.*"], f"{prefix}.*.*"
             dest = f"{{{{partition({partitions},2)}}}}.{prefix}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}"
-        await nc.jetstream().add_stream(StreamConfig(
-            name=name, subjects=subjects, allow_direct=allow_direct,
-            subject_transform=SubjectTransform(src=src, dest=dest), **cfg))
+        await nc.jetstream().add_stream(
+            StreamConfig(
+                name=name,
+                subjects=subjects,
+                allow_direct=allow_direct,
+                subject_transform=SubjectTransform(src=src, dest=dest),
+                **cfg,
+            )
+        )
     finally:
         await nc.close()
 
@@ -90,9 +97,11 @@ async def read_stream(url: str, name: str, filter_subject: str = ">") -> list[tu
         out = []
         if total == 0:
             return out
-        sub = await js.pull_subscribe(filter_subject, stream=name,
-                                      config=nats.js.api.ConsumerConfig(ack_policy="none", mem_storage=True,
-                                                                        inactive_threshold=10))
+        sub = await js.pull_subscribe(
+            filter_subject,
+            stream=name,
+            config=nats.js.api.ConsumerConfig(ack_policy="none", mem_storage=True, inactive_threshold=10),
+        )
         while True:
             try:
                 msgs = await sub.fetch(500, timeout=1)
@@ -138,11 +147,12 @@ class StandaloneCluster:
 
     def __init__(self, workdir: str, *, workers: int = 2, cores: int = 1, memory: str = "1g"):
         import pyspark
+
         self.home = os.path.dirname(pyspark.__file__)
         self.workdir, self.workers, self.cores, self.memory = workdir, workers, cores, memory
         self.procs: list[subprocess.Popen] = []
         self.port = self.ui_port = 0
-        os.makedirs(os.path.join(workdir, "conf"), exist_ok=True)   # an empty conf dir: no user's defaults
+        os.makedirs(os.path.join(workdir, "conf"), exist_ok=True)  # an empty conf dir: no user's defaults
 
     @property
     def url(self) -> str:
@@ -150,44 +160,83 @@ class StandaloneCluster:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-        env.update(SPARK_HOME=self.home, SPARK_CONF_DIR=os.path.join(self.workdir, "conf"),
-                   SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)
+        env.update(
+            SPARK_HOME=self.home,
+            SPARK_CONF_DIR=os.path.join(self.workdir, "conf"),
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_DAEMON_MEMORY="256m",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+        )
         return env
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(os.path.join(self.workdir, f"{name}.log"), "w")
-        proc = subprocess.Popen([os.path.join(self.home, "bin", "spark-class"), *args], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(), cwd=self.workdir,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [os.path.join(self.home, "bin", "spark-class"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            cwd=self.workdir,
+            start_new_session=True,
+        )
         log.close()
         self.procs.append(proc)
         return proc
 
-    def start(self, timeout: float = 90.0) -> "StandaloneCluster":
+    def start(self, timeout: float = 90.0) -> StandaloneCluster:
         from pcgroups.testing._server import free_ports
+
         self.port, self.ui_port = free_ports(2)
-        self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                               str(self.port), "--webui-port", str(self.ui_port)])
+        self._spawn(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.ui_port),
+            ],
+        )
         for i in range(self.workers):
             work = os.path.join(self.workdir, f"worker{i}")
             os.makedirs(work, exist_ok=True)
             [ui] = free_ports(1)
-            self._spawn(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
-                                       str(ui), "--cores", str(self.cores), "--memory", self.memory, "--work-dir",
-                                       work, self.url])
+            self._spawn(
+                f"worker{i}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--webui-port",
+                    str(ui),
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--work-dir",
+                    work,
+                    self.url,
+                ],
+            )
         deadline = time.monotonic() + timeout
         while len(self.alive_workers()) < self.workers:
             dead = [p.args[1] for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"the Spark cluster did not start ({'ended: ' + ', '.join(dead) if dead else 'slow'})"
-                                   f": {self.tail('master')}")
+                raise RuntimeError(
+                    f"the Spark cluster did not start ({'ended: ' + ', '.join(dead) if dead else 'slow'})"
+                    f": {self.tail('master')}"
+                )
             time.sleep(0.5)
         return self
 
     def state(self) -> dict:
         """The master's JSON status (its web UI's ``/json/``)."""
         import urllib.request
+
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
             return json.loads(r.read())
 
@@ -208,14 +257,42 @@ class StandaloneCluster:
         """``spark-submit`` ``script`` to the cluster (a driver of its own, in a session of its own), its stdout
         to ``out``: 2 executors of 1 core, the package shipped with ``--py-files``."""
         log, err = open(out, "w"), open(out + ".err", "w")
-        cmd = [os.path.join(self.home, "bin", "spark-submit"), "--master", self.url, "--py-files", py_files,
-               "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=512m",
-               "--conf", "spark.driver.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-               "--conf", "spark.sql.shuffle.partitions=2", "--conf", f"spark.pyspark.python={sys.executable}",
-               script, *args]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=err, stdin=subprocess.DEVNULL, env=self.env(),
-                                cwd=self.workdir, start_new_session=True)
+        cmd = [
+            os.path.join(self.home, "bin", "spark-submit"),
+            "--master",
+            self.url,
+            "--py-files",
+            py_files,
+            "--conf",
+            "spark.executor.cores=1",
+            "--conf",
+            "spark.cores.max=2",
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.driver.memory=512m",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.ui.showConsoleProgress=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            script,
+            *args,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            cwd=self.workdir,
+            start_new_session=True,
+        )
         log.close()
         err.close()
         self.procs.append(proc)

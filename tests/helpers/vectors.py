@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from pcgroups.config import ElasticConfig, PartitioningFilter, StaticConfig, parse_mapping
-
 from tests.helpers.support import WIRE_VECTORS
 
-VECTORS = WIRE_VECTORS   # observed from the Go reference (tests/data/wire-vectors.json)
-
+VECTORS = WIRE_VECTORS  # observed from the Go reference (tests/data/wire-vectors.json)
 
 
 ADDED = ["m2", "m1", "m3"]  # the member order of every `kv_after_add`
