@@ -99,7 +99,7 @@ def _show(value: Any) -> str:
 
 
 def _fields(value: Any, path: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """The known fields of a JSON object, matched case-insensitively as Go does ('ſ' is s); others ignored."""
+    """The known fields of a JSON object, matched case-insensitively as Go does ('ſ' is s); others ignored."""  # noqa: RUF002 - the long s, as Go folds it
     if not isinstance(value, _Obj):
         raise _BadJSON(f"{path} must be an object, got {_show(value)}")
     found: dict[str, Any] = {}

@@ -285,7 +285,7 @@ class _Spans(InstanceTracing):
 
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         call = self.handling
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
 
             @wraps(handler)
             async def traced_async(msg: Any) -> Any:

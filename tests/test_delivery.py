@@ -8,6 +8,7 @@ suites (test_static, test_scheduler, test_elastic, test_chaos)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 import time
@@ -418,6 +419,20 @@ async def test_a_sync_handler_runs_in_a_worker_thread():
     await wait_for(lambda: d.last_acked() == 1, 2, what="acked from the worker thread")
     assert threads and threads[0] != threading.get_ident()
     await stopped(d, task)
+
+
+def test_a_callable_object_is_async_when_its_call_method_is():
+    from pcgroups.consume._dispatchers import as_handle
+
+    class Async:
+        async def __call__(self, m: Msg) -> None: ...
+
+    class Sync:
+        def __call__(self, m: Msg) -> None: ...
+
+    a, s = Async(), Sync()
+    assert as_handle(a) is a
+    assert as_handle(s) is not s and inspect.iscoroutinefunction(as_handle(s))
 
 
 # --- the keyed dispatcher --------------------------------------------------------------------

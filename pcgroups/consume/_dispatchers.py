@@ -53,7 +53,7 @@ Handle = Callable[[Msg], Awaitable[None]]  # the handler, sync ones already wrap
 
 def as_handle(handler: Handler) -> Handle:
     """The handler as a coroutine function: an ``async`` one as it is, a sync one run in a worker thread."""
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
         return handler  # type: ignore[return-value]
 
     async def in_thread(m: Msg) -> None:

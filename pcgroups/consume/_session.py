@@ -207,6 +207,7 @@ class PullSession:
         self._sub: Any = None
         self._keepalive_sub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._naks: set[asyncio.Task[None]] = set()  # naks of dropped messages, held until sent
         self._pull_subject = api.pull_subject(stream, consumer)
         # No pull carried the pin for this long (a SIGSTOP, a blocked loop): the server may have moved
         # it (it unpins PinnedTTL after the last pull), so no handler starts before consumer info confirms it.
@@ -566,7 +567,9 @@ class PullSession:
         """Forget buffered messages no handler started; nak them so they come back at once."""
         for m in self._take_buffered():
             if not self.nc.is_closed:
-                asyncio.ensure_future(self.delivery.nak_quietly(m))
+                nak = asyncio.ensure_future(self.delivery.nak_quietly(m))
+                self._naks.add(nak)
+                nak.add_done_callback(self._naks.discard)
 
     # --- pulling --------------------------------------------------------------------------
     async def _pull_loop(self) -> None:

@@ -437,7 +437,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """Wait until the group's config holds the membership of the live leases (including this one)."""
 
         async def poll() -> None:
-            while not self.settled:
+            while not self.settled:  # noqa: ASYNC110 - settled is computed from what several watchers change
                 await asyncio.sleep(0.02)
 
         try:

@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Union
+from typing import Any
 
 import nats.errors
 import nats.js.api
@@ -172,7 +172,7 @@ class ConsumerConfig:
 
 
 #: What ``config=`` of the consume entry points takes: pcgroups' :class:`ConsumerConfig` or nats-py's.
-ConsumerTemplate = Union[ConsumerConfig, nats.js.api.ConsumerConfig]
+ConsumerTemplate = ConsumerConfig | nats.js.api.ConsumerConfig
 
 
 @dataclass
@@ -293,6 +293,7 @@ class JetStreamApi:
         self.permissions = connection.permissions
         self._answered = time.monotonic()  # JetStream's last answer to a request
         self._reconnected = 0.0  # the last reconnect away from a silent server
+        self._reconnecting: set[asyncio.Future[None]] = set()  # held until done (the loop keeps weak references)
 
     @classmethod
     def bind(
@@ -338,7 +339,9 @@ class JetStreamApi:
             f"{url.hostname}:{url.port}" if url else "the server",
             now - answered,
         )
-        asyncio.ensure_future(self.nc.force_reconnect())
+        reconnect = asyncio.ensure_future(self.nc.force_reconnect())
+        self._reconnecting.add(reconnect)
+        reconnect.add_done_callback(self._reconnecting.discard)
         return True
 
     async def request(

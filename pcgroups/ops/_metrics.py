@@ -141,7 +141,7 @@ class InstanceMetrics:
 
     def wrap(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``handler`` counted and timed; async stays async, plain stays plain."""
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
 
             @wraps(handler)
             async def counted_async(msg: Any) -> Any:

@@ -382,7 +382,7 @@ class Roster:
         "" when sent (or settled already), :data:`LOST` when ``m`` was lost meanwhile (nothing sent), else the
         error. ``sync``: a double ack (the worker waits for JetStream's answer)."""
         d = self._delivery
-        while not d.lost(m) and (d.pin_doubtful() or not self._connected()):
+        while not d.lost(m) and (d.pin_doubtful() or not self._connected()):  # noqa: ASYNC110 - three states and no event for them
             await asyncio.sleep(WAIT_POLL)
         if d.lost(m):
             return LOST

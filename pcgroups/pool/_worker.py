@@ -554,9 +554,13 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
 
     def _sync_answered(self, obj: dict[str, Any]) -> None:
         call = next((c for c in self._calls.values() if c.reply.endswith("." + str(obj.get("token")))), None)
-        if call is not None and call.waiting is not None and call.waiting[0] == obj.get("sync"):
-            if not call.waiting[1].done():
-                call.waiting[1].set_result(str(obj.get("error") or ""))
+        if (
+            call is not None
+            and call.waiting is not None
+            and call.waiting[0] == obj.get("sync")
+            and not call.waiting[1].done()
+        ):
+            call.waiting[1].set_result(str(obj.get("error") or ""))
 
     async def _send(self, call: Call, body: dict[str, Any]) -> None:
         try:

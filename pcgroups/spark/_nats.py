@@ -538,8 +538,9 @@ class ConsumerRangeReader(RangeReader):
             raise PCGroupsError(f"pull from reader consumer on stream {self.stream!r} failed: status {status}")
         out = Columns()
         last = None
-        pending = None
-        for m, seq, ts, pending in self.msgs:
+        pending = None  # the pending count of the last message looked at
+        for m, seq, ts, left in self.msgs:
+            pending = left
             if seq >= self.end:
                 self.done = True
                 break
