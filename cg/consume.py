@@ -254,7 +254,7 @@ async def precise_sleep(seconds: float) -> None:
         await asyncio.sleep(seconds - SLEEP_TAIL)
     left = deadline - time.monotonic()
     if left > SLEEP_SPIN:
-        time.sleep(left - SLEEP_SPIN)
+        time.sleep(left - SLEEP_SPIN)  # noqa: ASYNC251 - holds the loop on purpose, at most SLEEP_TAIL (above)
     while time.monotonic() < deadline:
         pass
 

@@ -455,7 +455,7 @@ def _status(flavour: Flavour) -> tuple[Fn, str]:
 
     if flavour.per_partition_status:
 
-        def status(
+        def status_per_partition(
             ctx: typer.Context,
             stream: Stream,
             name: Group,
@@ -465,17 +465,18 @@ def _status(flavour: Flavour) -> tuple[Fn, str]:
             per_partition: PerPartition = False,
         ) -> None:
             show(ctx, stream, name, json, watch, interval, per_partition=per_partition)
-    else:
 
-        def status(
-            ctx: typer.Context,
-            stream: Stream,
-            name: Group,
-            json: StatusJson = False,  # type: ignore[misc]
-            watch: Watch = False,
-            interval: Interval = "2s",
-        ) -> None:
-            show(ctx, stream, name, json, watch, interval)
+        return status_per_partition, STATUS_HELP
+
+    def status(
+        ctx: typer.Context,
+        stream: Stream,
+        name: Group,
+        json: StatusJson = False,
+        watch: Watch = False,
+        interval: Interval = "2s",
+    ) -> None:
+        show(ctx, stream, name, json, watch, interval)
 
     return status, STATUS_HELP
 

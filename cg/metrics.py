@@ -42,7 +42,7 @@ INSTALL_HINT = "the Prometheus client is not installed: pip install 'pcgroups[me
 def require_client() -> None:
     """The ``metrics`` extra is installed, else a :class:`CLIError` saying how to install it."""
     try:
-        import prometheus_client  # noqa: F401
+        import prometheus_client  # noqa: F401 - imported to learn whether it is installed
     except ImportError:
         raise CLIError(INSTALL_HINT) from None
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -138,7 +138,7 @@ def _unassigned_text(status: GroupStatus) -> str:
 #: The member columns: (header, plain header, justify). A narrow terminal loses columns in the order of
 #: :data:`DROPPABLE` (the widest and least telling first) before a number would be cut, and the footer
 #: names what it lost.
-MEMBER_COLUMNS = [
+MEMBER_COLUMNS: list[tuple[str, str, JustifyMethod]] = [
     ("member", "MEMBER", "left"),
     ("partitions", "PARTITIONS", "left"),
     ("pinned for", "PINNED-FOR", "right"),
@@ -149,6 +149,7 @@ MEMBER_COLUMNS = [
 ]
 DROPPABLE = ["acked to seq", "unacked", "redelivered"]
 LEASE_COLUMNS = ["MEMBER", "INSTANCE", "HOST", "PID", "HOLDS-PIN", "EXPIRES-IN"]
+LEASE_JUSTIFY: list[JustifyMethod] = ["left", "left", "left", "right", "left", "right"]
 
 
 def _member_cells(m: MemberStatus, now: datetime) -> list[str]:
@@ -172,7 +173,7 @@ def _members_table(status: GroupStatus, now: datetime, drop: set[str]) -> Table:
         table.add_column(
             name,
             justify=justify,
-            no_wrap=not wraps,  # type: ignore[arg-type]
+            no_wrap=not wraps,
             overflow="fold" if wraps else "ellipsis",
             min_width=len(name) if not wraps else None,
         )
@@ -221,12 +222,12 @@ def _pins_table(status: GroupStatus, instances: Mapping[str, str] | None, now: d
 
 def _leases_table(status: GroupStatus) -> Table:
     table = new_table("leases (automatic membership)")
-    for name, justify in zip(LEASE_COLUMNS, ("left", "left", "left", "right", "left", "right"), strict=False):
+    for name, justify in zip(LEASE_COLUMNS, LEASE_JUSTIFY, strict=True):
         wraps = name in ("MEMBER", "HOST")
         table.add_column(
             name.lower().replace("-", " "),
             justify=justify,
-            no_wrap=not wraps,  # type: ignore[arg-type]
+            no_wrap=not wraps,
             overflow="fold" if wraps else "ellipsis",
         )
     for row in _lease_rows(status):

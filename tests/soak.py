@@ -491,7 +491,7 @@ async def main(argv: list[str]) -> int:
         p.error(f"--minutes {args.minutes:g}: the soak needs at least 2 (an instance's first minute is warm-up)")
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401 - imported to learn whether it is installed
         except ImportError:
             p.error("--plot needs matplotlib: pip install -e '.[plot]'")
     info = machine()

@@ -255,7 +255,10 @@ async def test_bad_invocations_exit_1_with_one_error_line(nats_server, js, nc, u
 async def test_stream_setup_and_traffic_scripts(nats_server, js, uniq):
     """The reference's demo scripts, without the nats CLI."""
     env = cg_env(nats_server.url)
-    run = lambda *a: subprocess.run(a, capture_output=True, text=True, timeout=30, env=env)  # noqa: E731
+
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(a, capture_output=True, text=True, timeout=30, env=env)
+
     p = run(str(SCRIPTS / "static_stream_setup.sh"), "--stream", uniq)
     assert p.returncode == 0, p.stderr
     info = await js.stream_info(uniq)

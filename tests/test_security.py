@@ -474,7 +474,10 @@ async def test_workers_take_their_offers_and_ack_them(secured, pool):
     await publish(secured, subjects[:1])  # first: its worker is busy with it, the other takes the rest
     await wait_for(lambda: subjects[0] in pool.started, 10, what="the slow call started")
     await publish(secured, subjects[1:])
-    mine = lambda: [(w, s, d) for w, s, d in pool.handled if s in subjects]  # noqa: E731 - earlier tests' come too
+
+    def mine() -> list[tuple[str, str, int]]:  # earlier tests' calls come too
+        return [(w, s, d) for w, s, d in pool.handled if s in subjects]
+
     await wait_for(lambda: len(mine()) >= len(subjects), 20, what="every message handled")
     assert sorted(s for _, s, _ in mine()) == sorted(subjects)
     assert {w for w, _, _ in mine()} == {"w1", "wx"}

@@ -19,6 +19,8 @@ from .script import ELASTIC_GROUP, ELASTIC_STREAM, STATIC_GROUP, STATIC_STREAM, 
 if TYPE_CHECKING:
     from pcgroups.testing import Recorder
 
+ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the tree cg is in: the workers import the same
+
 
 class Tally(Protocol):
     """What the instances report to (the demo's run): each flavour's record, the acks, who holds which pin."""
@@ -58,11 +60,10 @@ class Worker:
 
     async def start(self, url: str, log_dir: str, plan: Plan) -> None:
         stream, group = (STATIC_STREAM, STATIC_GROUP) if self.flavour == "static" else (ELASTIC_STREAM, ELASTIC_GROUP)
-        root = str(Path(__file__).resolve().parent.parent.parent)
         env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.pop("CG_PRETTY", None)
-        with open(os.path.join(log_dir, f"{self.name}.log"), "wb") as log:
+        with open(os.path.join(log_dir, f"{self.name}.log"), "wb") as log:  # noqa: ASYNC230 - a local log file, once per start
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",

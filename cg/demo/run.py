@@ -288,9 +288,13 @@ class Demo:
             calls = rec.calls[seen:]
             seen += len(calls)
             for c in calls:
-                if c.start > take.at and c.instance not in exclude and c.member == member:
-                    if first is None or c.start < first.start:
-                        first = c
+                if (
+                    c.start > take.at
+                    and c.instance not in exclude
+                    and c.member == member
+                    and (first is None or c.start < first.start)
+                ):
+                    first = c
             if first is not None:
                 take.after = first.start - take.at
                 take.by = first.instance
@@ -449,7 +453,7 @@ class Demo:
             f"{len(self.expected['elastic'])} to {ELASTIC_STREAM}; waiting for the groups to catch up"
         )
         deadline = t0 + plan.span + plan.grace
-        while not self.caught_up() and time.monotonic() < deadline:
+        while not self.caught_up() and time.monotonic() < deadline:  # noqa: ASYNC110 - the readers of the instances fill the records
             await asyncio.sleep(0.1)
         if self.caught_up():
             self.event(f"caught up {time.monotonic() - t0 - plan.stop_traffic:.2f}s after the traffic stopped", "green")

@@ -165,7 +165,7 @@ class View:
                 style = "green" if i < current else "bold reverse" if i == current else "dim"
                 steps.append(f" {name} ", style=style)
                 if i < len(phases) - 1:
-                    steps.append("›", style="dim")
+                    steps.append("›", style="dim")  # noqa: RUF001 - the separator, as meant
         wide = width >= 150
         groups: RenderableType
         if wide:
