@@ -42,6 +42,11 @@ from .errors import CLIError, warn
 from .output import go_duration, line_buffered_stdout, out, ranges
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from pcgroups.consume import ConsumeContext
+    from pcgroups.jetstream import JetStreamApi
+
     from .runtime import Runtime
 
 ACK_WAIT = 2.0  # the reference cg's consumer template: AckWait 2s, MaxAckPending 1, explicit
@@ -333,8 +338,8 @@ class Run:
     def __init__(self, printer: Printer) -> None:
         self.printer = printer
         self.stop_requested = asyncio.Event()
-        self.inst: Any = None
-        self.nc: Any = None  # the connection setup() made (closed at the end)
+        self.inst: ConsumeContext | None = None
+        self.nc: Client | None = None  # the connection setup() made (closed at the end)
         self.on_stop: list[Callable[[], None]] = []  # told when a stop is asked (the health probes)
         self._received: set[int] = set()
 
@@ -575,7 +580,7 @@ async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:
         await asyncio.sleep(RECONNECT_TIME_WAIT)
 
 
-async def _group_there(nc: Any, api: Any, kind: str, stream: str, group: str) -> None:
+async def _group_there(nc: Client, api: JetStreamApi, kind: str, stream: str, group: str) -> None:
     """A worker of a group that does not exist would wait for a dispatcher for ever: one error line instead. A
     worker's role may not read configs (docs/SECURITY.md): then it is not checked."""
     from pcgroups.elastic import get_elastic_config
@@ -591,12 +596,14 @@ async def _group_there(nc: Any, api: Any, kind: str, stream: str, group: str) ->
         pass
 
 
-async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:
-    """Whether the group is gone (when it can't be told: no)."""
+async def _group_deleted(nc: Client | None, kind: str, stream: str, group: str) -> bool:
+    """Whether the group is gone (when it can't be told, or not connected yet: no)."""
     from pcgroups.elastic import get_elastic_config
     from pcgroups.errors import NotFoundError
     from pcgroups.static import get_static_config
 
+    if nc is None:
+        return False
     try:
         await (get_static_config if kind == "static" else get_elastic_config)(nc, stream, group)
     except NotFoundError:
@@ -606,7 +613,9 @@ async def _group_deleted(nc: Any, kind: str, stream: str, group: str) -> bool:
     return False
 
 
-async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: str, positions: tuple[int, ...]) -> None:
+async def _check_key_tokens(
+    nc: Client, api: JetStreamApi, kind: str, stream: str, group: str, positions: tuple[int, ...]
+) -> None:
     """Warn once (``cg: warning:``) when ``--key-tokens`` names a token past the subjects the handler sees: the
     group's filters, or without filters its streams' subjects (static: as the stream's transform writes them,
     the partition token stripped); a group not readable yet (created by ``--create``, a broken config) is
@@ -624,7 +633,7 @@ async def _check_key_tokens(nc: Any, api: Any, kind: str, stream: str, group: st
         warn(message)
 
 
-async def _handler_subjects(nc: Any, api: Any, kind: str, stream: str, group: str) -> list[str]:
+async def _handler_subjects(nc: Client, api: JetStreamApi, kind: str, stream: str, group: str) -> list[str]:
     """Patterns of the subjects a member's handler gets (the partition token stripped)."""
     if kind == "static":
         from pcgroups.static import get_static_config

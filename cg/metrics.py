@@ -32,6 +32,9 @@ import typer
 from .errors import CLIError, warn
 
 if TYPE_CHECKING:
+    from pcgroups.jetstream import JetStreamApi
+    from pcgroups.ops import GroupStatus
+
     from .runtime import Runtime
 
 DEFAULT_LISTEN = "127.0.0.1:9330"
@@ -161,7 +164,7 @@ def exporter_readiness(exporter: Any, interval: float) -> Any:
     return ready
 
 
-async def _unknown_streams(api: Any, streams: list[str], statuses: list[Any]) -> list[str]:
+async def _unknown_streams(api: JetStreamApi, streams: list[str], statuses: list[GroupStatus]) -> list[str]:
     """The streams named that neither exist nor have a group (a group's name need not be a stream: an
     elastic group over partition streams)."""
     from pcgroups.errors import NotFoundError

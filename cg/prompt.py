@@ -226,7 +226,7 @@ class SessionRuntime(Runtime):
     run_member = run  # the shell's loop, whatever it is
 
     async def connect(self, *, reconnect: bool = False) -> tuple[Client, JetStreamApi]:
-        return self.repl.nc, self.repl.api
+        return self.repl.connection()
 
     async def close(self, nc: Client) -> None:
         try:
@@ -293,7 +293,7 @@ class Names:
 
     async def streams(self) -> list[str]:
         async def fetch() -> list[str]:
-            api = self.repl.api
+            _, api = self.repl.connection()
             names: list[str] = []
             while True:
                 page = await api.request("STREAM.NAMES", {"offset": len(names)}, timeout=LOOKUP_TIMEOUT)
@@ -312,7 +312,8 @@ class Names:
                 from pcgroups.static import list_static_groups as list_groups
             else:
                 from pcgroups.elastic import list_elastic_groups as list_groups
-            return sorted(await list_groups(self.repl.nc, stream, api=self.repl.api))
+            nc, api = self.repl.connection()
+            return sorted(await list_groups(nc, stream, api=api))
 
         return await self._get(("groups", mode, stream), fetch)
 
@@ -321,7 +322,8 @@ class Names:
             from pcgroups.flavour import ELASTIC, STATIC, Flavour, get_config
 
             flavour: Flavour[Any] = STATIC if mode == "static" else ELASTIC
-            cfg = await get_config(flavour, self.repl.nc, stream, group, api=self.repl.api)
+            nc, api = self.repl.connection()
+            cfg = await get_config(flavour, nc, stream, group, api=api)
             return cfg.membership()
 
         return await self._get(("members", mode, stream, group), fetch)
@@ -418,8 +420,8 @@ class Repl:
         self.sleep: str | None = sleep  # consume's --sleep for the session (``cg static --sleep 50ms prompt``)
         self.names = Names(self)
         self.runner: asyncio.Runner | None = None
-        self.nc: Any = None
-        self.api: Any = None
+        self.nc: Client | None = None
+        self.api: JetStreamApi | None = None
         self._input = input
         self._output = output
         self._history_file = Path(history_file) if history_file is not None else None
@@ -462,6 +464,12 @@ class Repl:
             self.runner = None
             raise
         self.api = JetStreamApi(self.nc, domain=rc.js_domain, api_prefix=rc.js_api_prefix, timeout=rc.timeout)
+
+    def connection(self) -> tuple[Client, JetStreamApi]:
+        """The session's connection, which :meth:`start` made."""
+        if self.nc is None or self.api is None:
+            raise RuntimeError("the session is not started")
+        return self.nc, self.api
 
     def stop(self) -> None:
         if self.runner is None:

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,16 @@ from .errors import CLIError, expected, warn
 from .help import Command
 from .help import Group as CommandGroup
 from .runtime import runtime
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from nats.aio.client import Client
+    from nats.js import JetStreamContext
+
+    from pcgroups.jetstream import JetStreamApi
+
+    from .runtime import Runtime
 
 tools_app = typer.Typer(
     help="demo helpers (stream set-up and removal, traffic, clean-up)", add_completion=False, cls=CommandGroup
@@ -76,7 +86,7 @@ def stream_setup(
     if transform:
         config["subject_transform"] = {"src": transform[0], "dest": transform[1]}
 
-    async def body(_nc: Any, api: Any) -> None:
+    async def body(_nc: Client, api: JetStreamApi) -> None:
         from pcgroups.errors import JetStreamAPIError
 
         try:
@@ -101,7 +111,7 @@ def stream_rm(
     for stream in streams:
         check_names(stream=stream)
 
-    async def body(_nc: Any, api: Any) -> list[str]:
+    async def body(_nc: Client, api: JetStreamApi) -> list[str]:
         missing = []
         for stream in streams:
             if await api.delete_stream(stream):
@@ -123,7 +133,7 @@ def stream_rm(
 def clean(ctx: typer.Context) -> None:
     from .output import out
 
-    async def body(_nc: Any, api: Any) -> tuple[list[str], list[str]]:
+    async def body(_nc: Client, api: JetStreamApi) -> tuple[list[str], list[str]]:
         from pcgroups.elastic import LEASE_BUCKET
         from pcgroups.errors import NotFoundError
         from pcgroups.jetstream import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
@@ -217,7 +227,7 @@ class Publisher:
         self._run_id = ""
         self._last_progress = 0.0
 
-    async def run(self, rt: Any) -> int:
+    async def run(self, rt: Runtime) -> int:
         import asyncio
         import secrets
         import signal
@@ -252,7 +262,7 @@ class Publisher:
             await rt.close(nc)
         return self.sent
 
-    async def _watch_connection(self, nc: Any) -> None:
+    async def _watch_connection(self, nc: Client) -> None:
         """Say when the connection is lost (publishing waits) and when it is back."""
         import asyncio
         import time
@@ -270,7 +280,7 @@ class Publisher:
                 self._say(f"reconnected after {time.monotonic() - lost_at:.1f}s")
                 lost_at = None
 
-    async def _publish(self, js: Any, timeout: float, stop: Any) -> bool:
+    async def _publish(self, js: JetStreamContext, timeout: float, stop: asyncio.Event) -> bool:
         """Publish message number :attr:`sent` until the stream acks it (False: stopped first)."""
         import time
 
@@ -355,7 +365,7 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-async def _wait(stop: Any, seconds: float) -> bool:
+async def _wait(stop: asyncio.Event, seconds: float) -> bool:
     """Sleep ``seconds`` unless ``stop`` is set first; True when it was."""
     import asyncio
 

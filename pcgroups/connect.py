@@ -687,7 +687,7 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def enable_reconnect(nc: Any, *, time_wait: float = RECONNECT_TIME_WAIT) -> None:
+def enable_reconnect(nc: Client, *, time_wait: float = RECONNECT_TIME_WAIT) -> None:
     """Let a connected client reconnect without limit (for long-running consumers)."""
     nc.options["allow_reconnect"] = True
     nc.options["max_reconnect_attempts"] = -1
@@ -758,12 +758,12 @@ async def connect(
     return nc
 
 
-def _server_info(nc: Any) -> dict[str, Any]:
+def _server_info(nc: Client) -> dict[str, Any]:
     info = getattr(nc, "_server_info", None)
     return info if isinstance(info, dict) else {}
 
 
-async def _quiet_close(nc: Any) -> None:
+async def _quiet_close(nc: Client) -> None:
     """Close a client whose first connection failed.
 
     Bounded: after a failed TLS upgrade nats-py waits forever for the plain stream to close

@@ -128,7 +128,7 @@ class Msg:
         self.subject = rest if dot else msg.subject
         self.partition = int(token) if dot and token.isdigit() else -1
         self._done = False
-        self._meta: Any = None
+        self._meta: NatsMsg.Metadata | None = None
         #: when it was received (monotonic)
         self.received = time.monotonic() if now is None else now
         #: when a dispatcher last handed it to the handler (monotonic; 0.0 before that)
@@ -167,7 +167,7 @@ class Msg:
         return self._msg.reply
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> NatsMsg.Metadata:
         """JetStream metadata (stream and consumer sequences, deliveries, timestamp, pending)."""
         if self._meta is None:
             self._meta = self._msg.metadata

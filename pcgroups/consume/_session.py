@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
@@ -79,7 +80,7 @@ class AckReplies:
         self._prefix = ""
         self._count = 0
         self._waiting: dict[str, asyncio.Future[NatsMsg]] = {}
-        self._sub: Any = None
+        self._sub: Subscription | None = None
 
     async def start(self) -> None:
         self._prefix = self.nc.new_inbox() + "."
@@ -204,8 +205,8 @@ class PullSession:
         self._last_refill = 0.0  # the last pull that topped the batch up (not a keep-alive)
         self._wake = Waker()  # wakes the pull loop
         self._delivered = Waker()  # a message arrived during a take-over
-        self._sub: Any = None
-        self._keepalive_sub: Any = None
+        self._sub: Subscription | None = None
+        self._keepalive_sub: Subscription | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._naks: set[asyncio.Task[None]] = set()  # naks of dropped messages, held until sent
         self._pull_subject = api.pull_subject(stream, consumer)

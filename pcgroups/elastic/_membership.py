@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import nats.errors
 import nats.js.errors
@@ -183,7 +183,7 @@ class _Held:
         )
 
 
-def _parse_entry(prefix: str, entry: Any) -> _Held | None:
+def _parse_entry(prefix: str, entry: KeyValue.Entry) -> _Held | None:
     """The lease of a watch entry, None for deletes, purges, expiry markers and foreign keys."""
     if entry.operation is not None or not entry.value:
         return None
@@ -206,7 +206,7 @@ def _parse_entry(prefix: str, entry: Any) -> _Held | None:
         member,
         instance,
         ttl,
-        entry.created,
+        cast("datetime | None", entry.created),  # nats-py declares an int and gives the message's datetime
         entry.revision or 0,
         str(value.get("host", "")),
         pid if type(pid) is int else 0,
@@ -501,7 +501,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             self.lease_ttl,
         )
 
-    async def _pump(self, watcher: Any, which: str) -> None:
+    async def _pump(self, watcher: Watch, which: str) -> None:
         try:
             async for entry in watcher:
                 if which == "lease":
@@ -565,7 +565,7 @@ class AutoInstance(ControlLoop[AutoEvent]):
             if self._due is None and self._leases_ready and not self.settled:
                 self._due = now + self.debounce
 
-    def _apply_lease(self, entry: Any) -> bool:
+    def _apply_lease(self, entry: KeyValue.Entry | Restarted | None) -> bool:
         """Update the lease view; True when the membership (the set of live members) may have changed."""
         if entry is None:
             self._leases_ready = True

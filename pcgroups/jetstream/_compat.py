@@ -12,13 +12,19 @@ that nats-py still has each, so an upgrade that changes them fails loudly.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 log = logging.getLogger("pcgroups")
 
 #: the private attributes of nats-py's ``Client`` that pcgroups wraps
 PATCHED = ("_disconnected_cb", "_reconnected_cb", "_error_cb", "_build_message")
+
+_tolerant: weakref.WeakSet[Client] = weakref.WeakSet()  # the clients tolerate_undecodable has wrapped
 
 
 class ConnectionWatch:
@@ -30,7 +36,7 @@ class ConnectionWatch:
     A listener gets ``("disconnected" | "reconnected", url)``, the server's URL without credentials.
     """
 
-    def __init__(self, nc: Any):
+    def __init__(self, nc: Client):
         self._nc = nc
         self._listeners: list[Callable[[str, str], None]] = []
         self._url = _plain_url(nc.connected_url)
@@ -69,7 +75,7 @@ class ConnectionWatch:
             await self._forward_reconnected()
 
 
-def tolerate_undecodable(nc: Any) -> None:
+def tolerate_undecodable(nc: Client) -> None:
     """Let the client take messages whose subject (or reply subject) is not valid UTF-8 (idempotent).
 
     The server accepts any byte in a subject but ``\\r``, ``\\n``, space and tab; nats-py decodes subjects
@@ -80,7 +86,7 @@ def tolerate_undecodable(nc: Any) -> None:
     place of the invalid bytes (as nats-py decodes header values) and logged once, with its stream and
     sequence when it is a JetStream message. The handler gets it like any other.
     """
-    if getattr(nc, "_pcg_tolerant", False):
+    if nc in _tolerant:
         return
     build = nc._build_message
 
@@ -97,8 +103,8 @@ def tolerate_undecodable(nc: Any) -> None:
         )
         return build(sid, fixed, fixed_reply, data, headers)
 
-    nc._build_message = build_tolerantly
-    nc._pcg_tolerant = True
+    nc._build_message = build_tolerantly  # type: ignore[method-assign]  # this client's only
+    _tolerant.add(nc)
 
 
 def _undecodable_what(subject: bytes, reply: bytes) -> str:
@@ -126,7 +132,7 @@ def _plain_url(url: Any) -> str:
     return f"{url.scheme}://{host}:{url.port}" if url.port else f"{url.scheme}://{host}"
 
 
-def wrap_error_callback(nc: Any, on_error: Callable[[Exception], Awaitable[None]]) -> None:
+def wrap_error_callback(nc: Client, on_error: Callable[[Exception], Awaitable[None]]) -> None:
     """Call ``on_error`` for each error nats-py reports on ``nc``, before the callback the user gave (which
     still runs: ``on_error`` forwards to it)."""
     forward = nc._error_cb

@@ -16,11 +16,14 @@ Invariants:
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ._compat import ConnectionWatch, tolerate_undecodable
 from ._permissions import PermissionWatch
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 DEFAULT_API_PREFIX = "$JS.API"
 
@@ -59,7 +62,7 @@ def domain_of(prefix: str) -> str | None:
 class Connection:
     """What pcgroups keeps of one nats-py client (see the module docstring)."""
 
-    def __init__(self, nc: Any):
+    def __init__(self, nc: Client):
         self.nc = nc
         #: the JetStream API prefix of calls made without ``api=``
         self.prefix = DEFAULT_API_PREFIX
@@ -68,7 +71,7 @@ class Connection:
         self.permissions = PermissionWatch(nc)
 
     @classmethod
-    def of(cls, nc: Any) -> Connection:
+    def of(cls, nc: Client) -> Connection:
         """The client's ``Connection``, made on first use."""
         connection = _connections.get(nc)
         if connection is None:

@@ -30,11 +30,14 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PermissionDeniedError
 from ..partitions import tokens_match
 from ._compat import wrap_error_callback
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 __all__ = ["PermissionWatch", "Violation", "kv_subjects"]
 
@@ -128,7 +131,7 @@ class PermissionWatch:
     """The permission violations of one connection (see the module doc): its ``Connection``'s
     (``Connection.of(nc).permissions``)."""
 
-    def __init__(self, nc: Any):
+    def __init__(self, nc: Client):
         wrap_error_callback(nc, self._on_error)
         self._inbox = nc.new_inbox().rsplit(".", 1)[0].lower() + "."
         self._guards: list[_Guard] = []

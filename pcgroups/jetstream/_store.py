@@ -352,7 +352,7 @@ class Watch:
         self._kv, self._keys = kv, keys
         self._nc = kv._js._nc
         self._items: asyncio.Queue[Any] = asyncio.Queue()
-        self._watcher: Any = None
+        self._watcher: KeyValue.KeyWatcher | None = None
         self._pump: asyncio.Task[None] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] = lambda: None
@@ -390,14 +390,14 @@ class Watch:
         await _stop_quietly(watcher)
         self._items.put_nowait(_Ended(None))
 
-    def _open(self) -> Awaitable[Any]:
+    def _open(self) -> Awaitable[KeyValue.KeyWatcher]:
         return kv_call(self._kv, self._kv.watch(self._keys, inactive_threshold=WATCH_INACTIVE), self._keys)
 
-    def _follow(self, watcher: Any) -> None:
+    def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
         self._watcher = watcher
         self._pump = asyncio.create_task(self._forward(watcher), name=f"pcg-kv-watch-{self._keys}")
 
-    async def _forward(self, watcher: Any) -> None:
+    async def _forward(self, watcher: KeyValue.KeyWatcher) -> None:
         try:
             async for entry in watcher:
                 self._items.put_nowait(entry)
@@ -446,7 +446,7 @@ class Watch:
         self._follow(watcher)
 
 
-async def _stop_quietly(watcher: Any) -> None:
+async def _stop_quietly(watcher: KeyValue.KeyWatcher | None) -> None:
     """Stop a nats-py KeyWatcher (its subscription and heartbeat tasks) and delete its consumer
     (:func:`stop_watch`); disconnected or closed: never mind."""
     if watcher is None:

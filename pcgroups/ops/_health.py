@@ -43,10 +43,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ..events import InstanceEvent
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from ..consume import ConsumeContext
 
 __all__ = ["BEAT", "STALE", "Health", "InstanceReadiness", "serve"]
 
@@ -135,11 +140,11 @@ class InstanceReadiness:
 
     def __init__(self, member: str) -> None:
         self.member = member
-        self.nc: Any = None
-        self.instance: Any = None
+        self.nc: Client | None = None
+        self.instance: ConsumeContext | None = None
         self.membership: str | None = None  # the last membership event: not-a-member, added, partitions, dropped
 
-    def attach(self, nc: Any, instance: Any) -> None:
+    def attach(self, nc: Client, instance: ConsumeContext) -> None:
         self.nc, self.instance = nc, instance
 
     def on_event(self, event: InstanceEvent) -> None:
@@ -147,10 +152,10 @@ class InstanceReadiness:
             self.membership = event.kind
 
     def __call__(self) -> tuple[bool, dict[str, Any]]:
-        inst, body = self.instance, dict[str, Any](member=self.member)
-        if inst is None:
+        nc, inst, body = self.nc, self.instance, dict[str, Any](member=self.member)
+        if nc is None or inst is None:
             return False, {"reason": "starting: not attached to the group yet", **body}
-        connected, partitions = bool(self.nc.is_connected), list(inst.partitions)
+        connected, partitions = bool(nc.is_connected), list(inst.partitions)
         body.update(connected=connected, partitions=partitions)
         if not connected:
             reason = "disconnected from the server"

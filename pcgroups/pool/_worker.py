@@ -34,11 +34,13 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ..consume._dispatchers import Handler, _noop, as_handle
@@ -140,10 +142,10 @@ class WorkerHost:
     async def publish(self, subject: str, body: bytes) -> None:
         await self._worker._acked(subject, body)
 
-    async def request(self, subject: str, body: bytes, timeout: float) -> Any:
+    async def request(self, subject: str, body: bytes, timeout: float) -> None:
         return await self._worker._ack_sync(subject, timeout)
 
-    def call(self, coro: Any) -> Any:
+    def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         return call_in(self._loop, self._thread, coro)
 
     def acked(self, seq: int, epoch: int | None = None) -> None:
@@ -199,11 +201,11 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         self._enrolled = asyncio.Event()
         self._said_waiting = False
         self._lonely = False  # said that no dispatcher answers (after enrolling)
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._reporter = Reporter(name, on_event=on_event, on_failure=lambda e: self._post(Fatal(e)))
-        self._unlisten: Any = lambda: None
-        self._unwatch: Any = lambda: None
+        self._unlisten: Callable[[], None] = lambda: None
+        self._unwatch: Callable[[], None] = lambda: None
 
     # --- public surface ------------------------------------------------------------------------
     @property

@@ -24,6 +24,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from ..connect import ResolvedConnection
 from ..errors import ConfigError, JetStreamAPIError, NotFoundError, PCGroupsError
@@ -578,7 +579,7 @@ class ConsumerRangeReader(RangeReader):
 
 
 async def publish_all(
-    js: Any,
+    js: JetStreamContext,
     rows: Iterable[tuple[str, bytes, dict[str, str] | None]],
     *,
     window: int,
@@ -606,7 +607,7 @@ async def publish_all(
 
 
 async def _publish_all(
-    js: Any,
+    js: JetStreamContext,
     rows: Iterable[tuple[str, bytes, dict[str, str] | None]],
     *,
     window: int,
