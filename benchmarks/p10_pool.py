@@ -568,7 +568,7 @@ def main() -> None:
     print("body     mode     p50 ms  p99 ms  disp us  work us | drain msg/s  disp us  work us   (medians)")
     for (b, mode), runs in sorted(got.items()):
 
-        def med(f):
+        def med(f, runs=runs):
             return statistics.median(f(r) for r in runs)
 
         print(

@@ -98,7 +98,7 @@ async def run(size: Size) -> Result:
             for _ in range(size.p3_kills):
                 await asyncio.sleep(0.7)
                 victim = pinned(workers)
-                await wait_until(lambda: time.time() - victim.last_start < 0.1, 5, "messages flowing")
+                await wait_until(lambda victim=victim: time.time() - victim.last_start < 0.1, 5, "messages flowing")
                 t_kill = victim.kill()
                 failovers.append(await first_elsewhere(workers, victim, t_kill, 4 * ttl + 5))
                 await victim.proc.wait()

@@ -114,7 +114,7 @@ async def run(size: Size) -> Result:
                     else:
                         await delete_members(nc, STREAM, "g", ["m4"])
 
-                    def arrived():
+                    def arrived(t=t, new_owner=new_owner):
                         return next(
                             (s.t for s in starts if s.t >= t and s.partition == MOVED and s.member == new_owner), None
                         )

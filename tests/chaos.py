@@ -1030,7 +1030,7 @@ async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
         for _run in range(runs):
             parts = g.partitions_of("m1")
             key = await env.publish_slow(g, min(parts))
-            await wait_until(lambda: any(c.key == key for c in list(g.rec.calls)), 20, "the slow call to start")
+            await wait_until(lambda key=key: any(c.key == key for c in list(g.rec.calls)), 20, "the slow call to start")
             call = next(c for c in list(g.rec.calls) if c.key == key)
             victim = next(w for w in g.workers if w.name == call.instance)
             await asyncio.sleep(max(0.0, call.start + 0.1 - time.time()))
@@ -1039,7 +1039,7 @@ async def partition(flavour: str, runs: int, verbose: bool = False) -> Result:
             # take-over: the successor starts the partition's next call (m1's other partition waits behind the
             # 1.5 s call it then makes: max_ack_pending 1)
             takeover.append(await env.resumed(g, {call.partition}, t_cut, exclude=victim.name))
-            await wait_until(lambda: call.end is not None, 10, "the cut-off call to end")
+            await wait_until(lambda call=call: call.end is not None, 10, "the cut-off call to end")
             inflight.append(call)
             learnt.append(round(call.end - t_cut, 3))
             others = [o.start for o in list(g.rec.calls) if o.key == key and o is not call]
@@ -1203,7 +1203,7 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
             for g in groups:
                 takeover[g.flavour].append(await env.resumed(g, set(range(g.partitions)), t_cut, timeout=60))
 
-            def moved() -> list[float]:
+            def moved(on_n3: list[Any] = on_n3, t_cut: float = t_cut) -> list[float]:
                 return [
                     min(t for t in w.reconnected_at if t > t_cut) - t_cut
                     for w in on_n3
@@ -1211,7 +1211,7 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
                 ]
 
             try:
-                await wait_until(lambda: len(moved()) == len(on_n3), 60, "the instances on n3 to move")
+                await wait_until(lambda moved=moved, n=len(on_n3): len(moved()) == n, 60, "the instances on n3 to move")
             except AssertionError as e:
                 env.log(str(e))
             moves = moved()
@@ -1513,7 +1513,7 @@ async def stepdown_keyed(runs: int, verbose: bool = False, *, work: float = 0.2,
             for g in (gs, ge):
                 old = before[g.flavour]
                 await wait_until(
-                    lambda g=g, old=old: (
+                    lambda g=g, old=old, t=t: (
                         g.rec.first_start(after=t) is not None
                         and any(c.start > t and (old is None or c.instance != old.name) for c in list(g.rec.calls))
                     ),
@@ -1643,7 +1643,9 @@ async def pool_churn(runs: int, verbose: bool = False) -> Result:
             await env.wait_ready([new])
             ready = time.time()
             await wait_until(
-                lambda n=new.name: g.rec.first_start(after=ready, instance=n) is not None, 15, f"{new.name} handling"
+                lambda n=new.name, ready=ready: g.rec.first_start(after=ready, instance=n) is not None,
+                15,
+                f"{new.name} handling",
             )
             first_work.append(g.rec.first_start(after=ready, instance=new.name) - ready)
             old = live.pop(0)
@@ -1928,7 +1930,7 @@ async def wq_source_crash_evidence() -> list[str]:
                 before = await js.stream_info("W")
                 await asyncio.to_thread(srv.kill if how == "SIGKILL" else srv.stop)
                 await asyncio.to_thread(srv.start)
-                await wait_until(lambda: not nc.is_reconnecting and nc.is_connected, 20, "reconnected")
+                await wait_until(lambda nc=nc: not nc.is_reconnecting and nc.is_connected, 20, "reconnected")
                 await asyncio.sleep(2)
                 after = await bounded(js.stream_info("W"), 10, "stream info")
                 ci = await bounded(js.consumer_info("W", "c"), 10, "consumer info")

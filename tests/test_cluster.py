@@ -482,7 +482,7 @@ class Chaos:
         takeover, first = {}, {}
         for flavour, rec in self.recorders.items():
 
-            def resumed() -> bool:
+            def resumed(rec: Recorder = rec) -> bool:
                 self.check_publisher()
                 return all(rec.first_start(after=t0, partition=p) is not None for p in range(PARTITIONS))
 

@@ -359,12 +359,16 @@ async def test_wire_bytes_match_the_reference(fresh_nc, fresh_server):
                     await inst.start("src", group, m, counting({}, m))
                 api = JetStreamApi(nc)
 
-                async def filters_now():
+                async def filters_now(api=api, group=group):
                     return {
                         c["name"]: c["config"].get("filter_subjects") for c in await api.list_consumers(f"src-{group}")
                     }
 
-                await wait_for(lambda: _eq_async(filters_now, vector["consumers"]), 5, what=f"the consumers of {group}")
+                await wait_for(
+                    lambda filters_now=filters_now, want=vector["consumers"]: _eq_async(filters_now, want),
+                    5,
+                    what=f"the consumers of {group}",
+                )
             await delete_elastic(nc, "src", group)
     finally:
         await spy_nc.close()

@@ -443,7 +443,7 @@ async def test_the_pinned_event_comes_before_the_first_handler_with_on_event_alo
             nc, uniq, group, "m1", j.handler("m1"), config=FAST, on_event=j.hooks("m1")["on_event"]
         )
         try:
-            await wait_for(lambda: len(j.of("m1", "end")) >= 4, 10, what="4 handled")
+            await wait_for(lambda j=j: len(j.of("m1", "end")) >= 4, 10, what="4 handled")
         finally:
             await inst.stop()
         assert j.events("m1")[0] == ("pinned", (0, 1))

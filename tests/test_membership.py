@@ -136,7 +136,9 @@ async def flows_to(
         seqs[p] = (await js.publish(f"{stream}.k.{keys[p][0]}", b"probe")).seq
     for p, seq in seqs.items():
         await wait_for(
-            lambda: any(c.key == seq and c.acked for c in rec.calls), timeout, what=f"the probe of partition {p}"
+            lambda seq=seq: any(c.key == seq and c.acked for c in rec.calls),
+            timeout,
+            what=f"the probe of partition {p}",
         )
         who = {c.member for c in rec.calls if c.key == seq and c.acked}
         assert who == {owners[p]}, f"partition {p} processed by {who}, expected {owners[p]}"
@@ -168,7 +170,8 @@ async def test_sarama_walk_through_exact_assignment_at_each_step(nc, js, uniq):
             await insts[name].wait_settled(10)
             assert await assignment(nc, stream, group) == expected
             for m, inst in insts.items():
-                await wait_for(lambda: inst.partitions == expected.get(m, []), 5, what=f"{m}'s view")
+                want = expected.get(m, [])
+                await wait_for(lambda inst=inst, want=want: inst.partitions == want, 5, what=f"{m}'s view")
             await flows_to(js, rec, stream, keys, owners_of(expected))
             print(f"\n+{name}: {expected} settled and flowing in {time.monotonic() - t0:.2f}s")
         # d idles: a live lease, in no mapping, no consumer

@@ -526,7 +526,7 @@ async def test_cg_consume_otel_without_a_collector_says_so_once(js, nc, server_u
         err = ""
         for i in range(4):  # batches of their own, each failing
             await js.publish(f"{uniq}.k{i}", b"x")
-            await p.wait_output(lambda o: o.count("acked\n") == i + 1, what=f"{i + 1} acked")
+            await p.wait_output(lambda o, i=i: o.count("acked\n") == i + 1, what=f"{i + 1} acked")
             while i == 0 and said not in err:
                 err += (await asyncio.wait_for(p.proc.stderr.readline(), 15)).decode()
         p.signal(signal.SIGINT)
