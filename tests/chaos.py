@@ -1211,7 +1211,9 @@ async def cluster_partition(runs: int, verbose: bool = False, hold: float = 5.0)
                 ]
 
             try:
-                await wait_until(lambda moved=moved, n=len(on_n3): len(moved()) == n, 60, "the instances on n3 to move")
+                await wait_until(
+                    lambda moved=moved, on_n3=on_n3: len(moved()) == len(on_n3), 60, "the instances on n3 to move"
+                )
             except AssertionError as e:
                 env.log(str(e))
             moves = moved()
