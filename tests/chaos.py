@@ -530,39 +530,38 @@ class Env:
             proxy = await FaultProxy(self.server.port, name=name).start()
             self.proxies.append(proxy)
             url = proxy.url
-        err = open(self.log_path(g, name), "w")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.chaos",
-            "worker",
-            url or self.server.url,
-            g.flavour,
-            g.stream,
-            GROUP,
-            member,
-            name,
-            "--ack-wait",
-            str(ACK_WAIT),
-            "--work",
-            str(g.work),
-            "--slow",
-            str(g.slow),
-            "--window",
-            str(g.window),
-            "--progress",
-            g.progress,
-            "--concurrency",
-            str(g.concurrency),
-            "--sample",
-            str(g.sample),
-            *extra,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=err,
-            cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")},
-        )
-        err.close()
+        with open(self.log_path(g, name), "w") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.chaos",
+                "worker",
+                url or self.server.url,
+                g.flavour,
+                g.stream,
+                GROUP,
+                member,
+                name,
+                "--ack-wait",
+                str(ACK_WAIT),
+                "--work",
+                str(g.work),
+                "--slow",
+                str(g.slow),
+                "--window",
+                str(g.window),
+                "--progress",
+                g.progress,
+                "--concurrency",
+                str(g.concurrency),
+                "--sample",
+                str(g.sample),
+                *extra,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                cwd=ROOT,
+                env={k: v for k, v in os.environ.items() if not k.startswith("NATS_")},
+            )
         w = Worker(g, member, name, proc)
         w.proxy = proxy
         w.reader = asyncio.create_task(self._read(w))

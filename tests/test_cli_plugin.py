@@ -64,7 +64,7 @@ def make_app(calls: list):
         name: Annotated[str, typer.Argument(help="group name")],
         max_members: Annotated[int, typer.Argument(help="number of partitions")],
         members: Annotated[list[str], typer.Argument(help="member names")],
-        filter: Annotated[list[str], typer.Option("--filter", help="subject filters")] = [],
+        filter: Annotated[list[str], typer.Option("--filter", help="subject filters")] = [],  # noqa: B006 - Typer copies it
         force: Annotated[bool, typer.Option("--force/--no-force", "-f", help="no prompt")] = False,
     ):
         calls.append(

@@ -352,30 +352,31 @@ class Chaos:
         group = "sg" if flavour == "static" else "eg"
         # static instances connect through the multi-URL context, elastic ones with the URL list
         how = ["--context", self.context] if flavour == "static" else []
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.member_proc",
-                self.cluster.url,
-                flavour,
-                stream,
-                group,
-                member,
-                "--instance",
-                name,
-                "--ack-wait",
-                str(ACK_WAIT),
-                "--ack",
-                "plain",
-                *how,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=open(self._log(name), "w"),
-            text=True,
-            cwd=ROOT,
-            env=_clean_env(os.path.dirname(self.context)),
-        )
+        with open(self._log(name), "w") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.member_proc",
+                    self.cluster.url,
+                    flavour,
+                    stream,
+                    group,
+                    member,
+                    "--instance",
+                    name,
+                    "--ack-wait",
+                    str(ACK_WAIT),
+                    "--ack",
+                    "plain",
+                    *how,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                cwd=ROOT,
+                env=_clean_env(os.path.dirname(self.context)),
+            )
         inst = Instance(flavour, member, name, proc)
         inst.reader = asyncio.ensure_future(self._read(inst))
         self.instances.append(inst)

@@ -90,8 +90,8 @@ def test_mapping_json_shape():
 
 def test_decode_ignores_unknown_fields_and_folds_case():
     assert StaticConfig.from_json(b'{"max_members":2,"x":' + b"9" * 5000 + b"}") == StaticConfig(2)
-    cfg = StaticConfig.from_json('{"MAX_Members":3,"x":{"y":[1,2.5,null]},"Members":["a"],"memberſ":["b"]}')
-    assert cfg == StaticConfig(3, members=["b"])  # 'ſ' folds to 's' in Go; the last duplicate wins
+    cfg = StaticConfig.from_json('{"MAX_Members":3,"x":{"y":[1,2.5,null]},"Members":["a"],"memberſ":["b"]}')  # noqa: RUF001 - the long s
+    assert cfg == StaticConfig(3, members=["b"])  # 'ſ' folds to 's' in Go; the last duplicate wins  # noqa: RUF003 - the long s
     cfg = ElasticConfig.from_json(b'{"max_members":3,"MAX_BUFFERED_MSG":-1,"Max_Buffered_Bytes":7}')
     assert (cfg.max_buffered_msgs, cfg.max_buffered_bytes) == (-1, 7)
     assert ElasticConfig.from_json(b'{"max_members":3,"max_buffered_msgs":5}').max_buffered_msgs == 0
@@ -133,7 +133,7 @@ def test_decode_null_is_the_zero_value():
     ],
 )
 def test_static_decode_errors(data, message):
-    with pytest.raises(ConfigError, match="^invalid static consumer group config JSON: ") as err:
+    with pytest.raises(ConfigError, match=r"^invalid static consumer group config JSON: ") as err:
         StaticConfig.from_json(data)
     assert message in str(err.value)
 
@@ -152,7 +152,7 @@ def test_static_decode_errors(data, message):
     ],
 )
 def test_elastic_decode_errors(data, message):
-    with pytest.raises(ConfigError, match="^invalid elastic consumer group config JSON: ") as err:
+    with pytest.raises(ConfigError, match=r"^invalid elastic consumer group config JSON: ") as err:
         ElasticConfig.from_json(data)
     assert message in str(err.value)
 

@@ -562,7 +562,7 @@ def test_unknown_context_is_a_clear_error(cfg):
         load_context(None, env)
     assert resolve(ConnectionOptions(no_context=True), env).context is None
     (cfg / "nats" / "context" / "bad.json").write_text("{not json")
-    with pytest.raises(PCGroupsError, match="invalid context file .*bad.json"):
+    with pytest.raises(PCGroupsError, match=r"invalid context file .*bad\.json"):
         load_context("bad", env)
     (cfg / "nats" / "context" / "typed.json").write_text('{"url": 5}')
     with pytest.raises(PCGroupsError, match="url must be a string"):

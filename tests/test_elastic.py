@@ -382,7 +382,7 @@ async def _eq_async(fn, expected) -> bool:
 async def test_add_and_drop_under_traffic_no_loss_no_overlap(nc, js, uniq):
     """3-4 members (1-2 instances each), 8 partitions, ~300 msg/s: no loss, exclusivity, order."""
     stream, group, n = uniq, "g", 8
-    filter_, keys = await keyed_group(nc, js, stream, group, n)
+    _, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
 
     async def work(msg):
@@ -459,7 +459,7 @@ async def test_add_and_drop_under_traffic_no_loss_no_overlap(nc, js, uniq):
 async def test_unchanged_member_has_no_pause_during_add(nc, js, uniq):
     """4 partitions, m1 m2 m3 -> add m4: m2 [1] and m3 [2] keep theirs and must not pause; m1 hands 3 to m4."""
     stream, group, n = uniq, "g", 4
-    filter_, keys = await keyed_group(nc, js, stream, group, n)
+    _, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     async with Instances(nc) as inst:
         for m in ("m1", "m2", "m3", "m4"):
@@ -505,7 +505,7 @@ async def test_unchanged_member_has_no_pause_during_add(nc, js, uniq):
 # --- 5. mappings and concurrent adds ------------------------------------------------------------
 async def test_mappings_replace_members_and_back(nc, js, uniq):
     stream, group, n = uniq, "g", 4
-    filter_, keys = await keyed_group(nc, js, stream, group, n)
+    _, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     async with Instances(nc) as inst:
         for m in ("m1", "m2", "m3", "m4"):
@@ -587,7 +587,7 @@ async def test_small_buffer_pauses_and_resumes_sourcing(nc, js, uniq):
     """max_buffered_msg 20 with a backlog in the origin: sourcing pauses when the work queue is full
     and resumes when it drains; the work queue never holds more than 20; nothing lost, order kept."""
     stream, group, n = uniq, "g", 2
-    filter_, keys = await keyed_group(nc, js, stream, group, n, max_buffered_msgs=20)
+    _, keys = await keyed_group(nc, js, stream, group, n, max_buffered_msgs=20)
     info = await js.stream_info(f"{stream}-{group}")
     assert info.config.max_msgs == 20 and getattr(info.config.discard, "value", info.config.discard) == "new"
     published = []
@@ -639,7 +639,7 @@ async def _wq_msgs(js, name, pred) -> bool:
 # --- 7. instance lifecycle ------------------------------------------------------------------------
 async def test_instance_before_member_added_dropped_and_readded(nc, js, uniq):
     stream, group, n = uniq, "g", 2
-    filter_, keys = await keyed_group(nc, js, stream, group, n)
+    _, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     subject_of = round_robin(f"{stream}.k", keys)
     counter = iter(range(10**6))
@@ -723,7 +723,7 @@ async def test_stop_starts_no_new_handler(nc, js, uniq):
     """stop() lets the handler in flight finish and starts no other (docs/DESIGN.md, *The CLI contract*: exits after the handler in
     flight finishes)."""
     stream, group = uniq, "g"
-    filter_, keys = await keyed_group(nc, js, stream, group, 2)
+    _, keys = await keyed_group(nc, js, stream, group, 2)
     subject_of = round_robin(f"{stream}.k", keys)
     for i in range(200):
         await js.publish(subject_of(i), b"x")
@@ -794,7 +794,7 @@ async def test_purged_key_ends_instance_normally(nc, js, uniq):
 # --- 8. two instances of one member, step-down ---------------------------------------------------
 async def test_only_pinned_instance_receives_and_step_down_moves_pin(nc, js, uniq):
     stream, group, n = uniq, "g", 2
-    filter_, keys = await keyed_group(nc, js, stream, group, n)
+    _, keys = await keyed_group(nc, js, stream, group, n)
     rec = Recorder()
     subject_of = round_robin(f"{stream}.k", keys)
     counter = iter(range(10**6))

@@ -362,7 +362,7 @@ def test_the_options_domain_beats_the_contexts_and_a_context_domain_beats_its_pr
     assert resolve(env=ctx(jetstream_api_prefix="JS.x.API")).jetstream_kwargs() == {"prefix": "JS.x.API"}
     with pytest.raises(PCGroupsError, match="--js-domain and --js-api-prefix exclude each other"):
         resolve(ConnectionOptions(js_domain="a", js_api_prefix="JS.b.API"), env=env)
-    with pytest.raises(ConfigError, match="invalid JetStream domain 'a.b'"):
+    with pytest.raises(ConfigError, match=r"invalid JetStream domain 'a\.b'"):
         resolve(ConnectionOptions(js_domain="a.b", no_context=True), env={})
 
 

@@ -110,7 +110,7 @@ async def test_wait_returns_on_a_normal_end_and_raises_the_error():
 
 async def test_wait_for_consuming_returns_raises_the_end_or_times_out():
     toy = Toy()
-    with pytest.raises(asyncio.TimeoutError, match="toy did not start consuming within 0.05s"):
+    with pytest.raises(asyncio.TimeoutError, match=r"toy did not start consuming within 0\.05s"):
         await toy.wait_for_consuming(0.05)
     toy.attached.set()
     await asyncio.wait_for(toy.wait_for_consuming(), 2)

@@ -197,10 +197,8 @@ async def test_sarama_walk_through_exact_assignment_at_each_step(nc, js, uniq):
 # --- SIGKILL of every instance of a member ------------------------------------------------------
 def _spawn(url: str, stream: str, group: str, member: str) -> subprocess.Popen:
     logdir = os.environ.get("PCG_TEST_LOGDIR")  # keep the processes' logs for a post-mortem
-    stderr = (
-        open(os.path.join(logdir, f"{stream}-{member}-{time.time_ns()}.log"), "w") if logdir else subprocess.DEVNULL
-    )
-    try:
+    log = os.path.join(logdir, f"{stream}-{member}-{time.time_ns()}.log") if logdir else os.devnull
+    with open(log, "w") as stderr:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -223,9 +221,6 @@ def _spawn(url: str, stream: str, group: str, member: str) -> subprocess.Popen:
             text=True,
             cwd=ROOT,
         )
-    finally:
-        if logdir:
-            stderr.close()
 
 
 async def _read(proc: subprocess.Popen, rec: Recorder, ready: list) -> None:

@@ -550,8 +550,10 @@ async def _member_procs(url: str, stream: str, args: tuple[str, ...], tmp_path, 
     import json
     import subprocess
 
-    logs = [open(tmp_path / f"proc{i}.log", "w") for i in range(n)]
-    procs = [_spawn(url, stream, *args, stderr=f) for f in logs]
+    procs = []
+    for i in range(n):
+        with open(tmp_path / f"proc{i}.log", "w") as log:  # the process has its own copy
+            procs.append(_spawn(url, stream, *args, stderr=log))
     events: list[list[dict]] = [[] for _ in range(n)]
     loop = asyncio.get_running_loop()
 
@@ -577,8 +579,6 @@ async def _member_procs(url: str, stream: str, args: tuple[str, ...], tmp_path, 
                 p.kill()
         for r in readers:
             await asyncio.wait_for(r, 5)
-        for f in logs:
-            f.close()
 
 
 async def _processed(js, stream: str, events: list[list[dict]], victim: int, count: int) -> bool:

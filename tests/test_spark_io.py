@@ -54,11 +54,11 @@ def test_source_options_parse_and_refuse_unknown():
     assert o.starting == {0: 5, 1: -2} and o.max_offsets_per_trigger == 100 and not o.fail_on_data_loss
     assert o.conn.timeout == 0.5 and o.conn.servers == ("nats://a:1", "nats://b:2")
     assert SourceOptions.parse({"stream": "S", "group": "g"}).starting is None
-    with pytest.raises(ConfigError, match="unknown source option.*maxoffsetspertriger.*maxOffsetsPerTrigger"):
+    with pytest.raises(ConfigError, match=r"unknown source option.*maxoffsetspertriger.*maxOffsetsPerTrigger"):
         SourceOptions.parse({"stream": "S", "partitionCount": "2", "maxOffsetsPerTriger": "5"})
     with pytest.raises(ConfigError, match="option stream is required"):
         SourceOptions.parse({"partitionCount": "2"})
-    with pytest.raises(ConfigError, match="group .* or option partitionCount"):
+    with pytest.raises(ConfigError, match=r"group .* or option partitionCount"):
         SourceOptions.parse({"stream": "S"})
     with pytest.raises(ConfigError, match="names stream 'OTHER'"):
         SourceOptions.parse({"stream": "S", "partitionCount": "2", "startingOffsets": '{"OTHER": {"0": 1}}'})
@@ -72,7 +72,7 @@ def test_source_options_parse_and_refuse_unknown():
 def test_sink_options():
     o = SinkOptions.parse({"servers": "nats://x:1", "maxPendingAcks": "64", "msgIdPrefix": "job7"})
     assert o.max_pending_acks == 64 and o.msg_id_prefix == "job7" and o.subject is None
-    with pytest.raises(ConfigError, match="unknown sink option.*stream"):
+    with pytest.raises(ConfigError, match=r"unknown sink option.*stream"):
         SinkOptions.parse({"stream": "S"})
     with pytest.raises(ConfigError, match="literal subject"):
         SinkOptions.parse({"subject": "a.*"})
@@ -102,7 +102,7 @@ def test_resolve_start_end_and_data_loss():
         _offsets.resolve_start({0: 3}, state, parts)
     assert _offsets.resolve_end("latest", state, parts) == {0: 41, 1: 41}
     assert _offsets.resolve_end({0: 20, 1: -1}, state, parts) == {0: 20, 1: 41}
-    with pytest.raises(DataLossError, match="partition 0: messages with sequences 5..10"):
+    with pytest.raises(DataLossError, match=r"partition 0: messages with sequences 5\.\.10"):
         _offsets.check_data_loss({0: 5, 1: 20}, state, fail=True)
     assert _offsets.check_data_loss({0: 5, 1: 20}, state, fail=False) == {0: 11, 1: 20}
     with pytest.raises(DataLossError, match="deleted and created again"):
@@ -279,7 +279,7 @@ async def test_stream_kinds_and_read_modes(nats_server, uniq):
         assert (await _nats.resolve(nc, src(url, stream=uniq, partitionCount=2))).mode == "consumer"
         with pytest.raises(ConfigError, match="readMode=direct needs allow_direct"):
             await _nats.resolve(nc, src(url, stream=uniq, partitionCount=2, readMode="direct"))
-        with pytest.raises(ConfigError, match="workqueue retention.*failOnDataLoss=false"):
+        with pytest.raises(ConfigError, match=r"workqueue retention.*failOnDataLoss=false"):
             await _nats.resolve(nc, src(url, stream=uniq + "wq", partitionCount=2))
         plan = await _nats.resolve(nc, src(url, stream=uniq + "wq", partitionCount=2, failOnDataLoss="false"))
         assert plan.mode == "direct"
@@ -364,7 +364,7 @@ async def test_aggregate_and_partition_stream_groups_read_through_their_work_que
             )
             got: dict[str, list[int]] = {}
             for p in range(3):
-                for subject, _, headers, _, _ in await _read_all(nc, url, plan, p, 1, want + 1):
+                for _subject, _, headers, _, _ in await _read_all(nc, url, plan, p, 1, want + 1):
                     origin, seq = dict(headers)["Nats-Stream-Source"].split(" ")[:2]
                     got.setdefault(origin, []).append(int(seq))
                     if group == "ps":

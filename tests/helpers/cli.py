@@ -203,7 +203,9 @@ class Proc:
         except TimeoutError:
             self.kill()
             await self.proc.wait()
-            raise AssertionError(f"cg {' '.join(self.args)} did not exit within {timeout}s; stdout:\n{self.out}")
+            raise AssertionError(
+                f"cg {' '.join(self.args)} did not exit within {timeout}s; stdout:\n{self.out}"
+            ) from None
         await asyncio.wait_for(self._reader, 5)
         err = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
         return Result(code, self.out, err)

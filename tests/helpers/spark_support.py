@@ -171,17 +171,16 @@ class StandaloneCluster:
         return env
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(os.path.join(self.workdir, f"{name}.log"), "w")
-        proc = subprocess.Popen(
-            [os.path.join(self.home, "bin", "spark-class"), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env(),
-            cwd=self.workdir,
-            start_new_session=True,
-        )
-        log.close()
+        with open(os.path.join(self.workdir, f"{name}.log"), "w") as log:
+            proc = subprocess.Popen(
+                [os.path.join(self.home, "bin", "spark-class"), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
@@ -256,7 +255,6 @@ class StandaloneCluster:
     def submit(self, script: str, args: list[str], *, py_files: str, out: str) -> subprocess.Popen:
         """``spark-submit`` ``script`` to the cluster (a driver of its own, in a session of its own), its stdout
         to ``out``: 2 executors of 1 core, the package shipped with ``--py-files``."""
-        log, err = open(out, "w"), open(out + ".err", "w")
         cmd = [
             os.path.join(self.home, "bin", "spark-submit"),
             "--master",
@@ -284,17 +282,16 @@ class StandaloneCluster:
             script,
             *args,
         ]
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=self.env(),
-            cwd=self.workdir,
-            start_new_session=True,
-        )
-        log.close()
-        err.close()
+        with open(out, "w") as log, open(out + ".err", "w") as err:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
