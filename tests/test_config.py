@@ -91,7 +91,8 @@ def test_mapping_json_shape():
 def test_decode_ignores_unknown_fields_and_folds_case():
     assert StaticConfig.from_json(b'{"max_members":2,"x":' + b"9" * 5000 + b"}") == StaticConfig(2)
     cfg = StaticConfig.from_json('{"MAX_Members":3,"x":{"y":[1,2.5,null]},"Members":["a"],"memberſ":["b"]}')  # noqa: RUF001 - the long s
-    assert cfg == StaticConfig(3, members=["b"])  # 'ſ' folds to 's' in Go; the last duplicate wins  # noqa: RUF003 - the long s
+    # 'ſ' folds to 's' in Go; the last duplicate wins  # noqa: RUF003 - the long s
+    assert cfg == StaticConfig(3, members=["b"])
     cfg = ElasticConfig.from_json(b'{"max_members":3,"MAX_BUFFERED_MSG":-1,"Max_Buffered_Bytes":7}')
     assert (cfg.max_buffered_msgs, cfg.max_buffered_bytes) == (-1, 7)
     assert ElasticConfig.from_json(b'{"max_members":3,"max_buffered_msgs":5}').max_buffered_msgs == 0
