@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import time
@@ -141,7 +142,7 @@ def main() -> int:
         assert got == n, got
         report("read: pull consumer, ack none, fetch(500)", got, secs)
         for label, cls in (("direct", _nats.DirectRangeReader), ("consumer", _nats.ConsumerRangeReader)):
-            secs, got = timed(lambda cls=cls: asyncio.run(source_reader(url, parts, n, cls)))
+            secs, got = timed(functools.partial(asyncio.run, source_reader(url, parts, n, cls)))
             assert got == n, got
             report(f"read: the source's {label} reader, one process, no Spark", got, secs)
         w = args.sync_writes
@@ -176,8 +177,12 @@ def main() -> int:
                     .option("readMode", mode)
                     .load()
                 )
-                df.write.format("noop").mode("overwrite").save()  # warm-up
-                secs, _ = timed(lambda df=df: df.write.format("noop").mode("overwrite").save())
+
+                def read_all(df: Any = df) -> None:
+                    df.write.format("noop").mode("overwrite").save()
+
+                read_all()  # warm-up
+                secs, _ = timed(read_all)
                 report(f"read: spark.read pcgroups -> noop, readMode={mode}", n, secs)
 
             def gen(rows: int) -> Any:
@@ -200,7 +205,7 @@ def main() -> int:
                     )
 
                 write(f"warm{acks}", rows=2000)
-                secs, _ = timed(lambda write=write, acks=acks: write(f"run{acks}"))
+                secs, _ = timed(functools.partial(write, f"run{acks}"))
                 report(f"write: df.write pcgroups, maxPendingAcks={acks}", rows, secs)
         finally:
             spark.stop()
