@@ -5,7 +5,9 @@ Invariants:
 1. One stream per group: ``<stream>~<group>~<flavour>~dlq`` (:func:`dead_letter_stream`). No name a group makes
    can be it: a work queue is ``<stream>-<group>`` with a group name of letters, digits, ``-`` and ``_`` after its
    last ``-``, and this name has a ``~`` after its last ``-`` (or no ``-`` at all); a KV bucket's stream is
-   ``KV_<bucket>`` with no ``~`` in the bucket; consumers have names of their own, apart from streams.
+   ``KV_<bucket>`` with no ``~`` in the bucket; consumers have names of their own, apart from streams. Past the
+   server's 255 bytes for a stream name, the name keeps its first bytes and ends ``~<hash>~<flavour>~dlq`` (the
+   SHA-256 of flavour, stream and group): the same rule holds, and two groups still have two streams.
 2. Its subjects are ``$PCG.DLQ.<flavour>.<stream>.<group>.<lane>.<partition>.<key token>``
    (:func:`dead_letter_subject`): lane ``D`` (dead, waiting for an operator) or ``R`` (a replay asked for), the
    message's partition, and its key as one subject token (:func:`key_token`). So a key's entries are the messages
@@ -25,6 +27,7 @@ LANE_DEAD = "D"  # dead: waiting for an operator (replay or purge)
 LANE_REPLAY = "R"  # a replay was asked for: the member's pinned instance runs it
 KEY_TOKEN_LIMIT = 128  # longer keys are named by their SHA-256 (``~<hex>``)
 REASON_LIMIT = 1024  # bytes of the last failure's reason kept in a dead letter
+NAME_LIMIT = 255  # the server's limit for a stream name, in bytes
 
 HEADER_ORIGIN_STREAM = "Pcg-Origin-Stream"  # the stream the member consumed (a work queue for elastic groups)
 HEADER_ORIGIN_SEQ = "Pcg-Origin-Seq"  # its sequence there
@@ -36,11 +39,18 @@ HEADER_DELIVERIES = "Pcg-Deliveries"  # attempts made
 HEADER_REASON = "Pcg-Reason"  # the last failure: the exception's type and message (at most REASON_LIMIT bytes)
 HEADER_TIME = "Pcg-Time"  # when it was dead-lettered (RFC 3339, UTC)
 HEADER_PARKED = "Pcg-Parked"  # "1": it followed its parked key without running
+HEADER_REPLAYED = "Pcg-Replayed"  # on a replayed message as its handler gets it: the dead letter's sequence
 
 
 def dead_letter_stream(flavour: str, stream: str, group: str) -> str:
     """The group's dead-letter stream (invariant 1)."""
-    return f"{stream}~{group}~{flavour}~dlq"
+    name = f"{stream}~{group}~{flavour}~dlq"
+    if len(name.encode()) <= NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(f"{flavour}\0{stream}\0{group}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    tail = f"~{digest}~{flavour}~dlq"
+    head = f"{stream}~{group}".encode()[: NAME_LIMIT - len(tail)].decode("utf-8", "ignore")
+    return head + tail
 
 
 def dead_letter_subjects(flavour: str, stream: str, group: str) -> str:
