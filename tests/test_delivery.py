@@ -8,7 +8,6 @@ suites (test_static, test_scheduler, test_elastic, test_chaos)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from typing import Any

@@ -60,7 +60,7 @@ from ..deadletters._names import DLQ_ROOT
 from ..errors import JetStreamAPIError, NotFoundError, PermissionDeniedError
 from ..jetstream._api import JetStreamApi, parse_timestamp
 from ._delivery import Delivery
-from ._msg import Msg, NakPolicy, Publish, Request
+from ._msg import Msg, NakPolicy, Publish, Request, message_size
 
 log = logging.getLogger("pcgroups")
 
@@ -150,6 +150,11 @@ class DeadLetters:
             reason=reason,
             parked=parked,
         )
+        size = message_size(m.data, {**letter, "Nats-Msg-Id": msg_id})
+        if size > self.api.nc.max_payload:  # the server would close the connection
+            raise ValueError(
+                f"{size} bytes with the dead letter's headers, over the max payload ({self.api.nc.max_payload})"
+            )
         try:
             await publish(self.api, subject, m.data, letter, msg_id=msg_id)
         except JetStreamAPIError as e:
