@@ -235,21 +235,22 @@ async def test_a_message_that_always_fails_ends_no_instance_and_is_dead_lettered
     assert "after 3 deliveries" in dead.detail and dead.partitions == (0,)
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_parked_keys_follow_their_first_dead_letter_in_order_then_a_replay_frees_them(
-    nc, js, uniq, connections, mode
+    nc, js, uniq, connections, mode, flavour
 ):
     """park_keys: key a's messages after its dead letter do not run: they follow it into the dead-letter stream, in
     order, while b and c flow. The operator's replay (lane R) runs them in order, deletes them, and frees the key:
     its next message runs."""
-    await make_group(js, nc, "static", uniq)
-    m = Member("static", uniq, mode, RetryPolicy(max_deliver=2, backoff=0.05, park_keys=True))
+    await make_group(js, nc, flavour, uniq)
+    m = Member(flavour, uniq, mode, RetryPolicy(max_deliver=2, backoff=0.05, park_keys=True))
     await m.start(connections)
     try:
         await publish(js, uniq, TRAFFIC)
         await wait_for(lambda: len(m.acked) == 4, 20, what="a0 and the other keys")
         letters = await wait_for(
-            lambda: _having(entries(nc, "static", uniq), 3), 10, what="the dead letter and its two followers"
+            lambda: _having(entries(nc, flavour, uniq), 3), 10, what="the dead letter and its two followers"
         )
         assert [e.data for e in letters] == [b"poison", b"a1", b"a2"]
         assert [e.headers.get(HEADER_PARKED) for e in letters] == [None, "1", "1"]
@@ -261,13 +262,13 @@ async def test_parked_keys_follow_their_first_dead_letter_in_order_then_a_replay
 
         await publish(js, uniq, [("a", "a3"), ("b", "b2")])  # still parked: a3 follows, b2 runs
         await wait_for(lambda: m.done("b") == ["b0", "b1", "b2"], 10, what="b2")
-        await wait_for(lambda: _having(entries(nc, "static", uniq), 4), 10, what="a3 follows")
+        await wait_for(lambda: _having(entries(nc, flavour, uniq), 4), 10, what="a3 follows")
 
         m.failing.clear()  # fixed
-        moved = await replay(nc, "static", uniq)
+        moved = await replay(nc, flavour, uniq)
         assert len(moved) == 4
         await wait_for(lambda: m.done("a") == ["a0", "poison", "a1", "a2", "a3"], 20, what="the replay, in order")
-        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="the dead letters deleted")
+        await wait_for(lambda: _none(entries(nc, flavour, uniq)), 10, what="the dead letters deleted")
         await wait_for(lambda: m.kinds("unparked"), 5, what="unparked")
         await publish(js, uniq, [("a", "a4")])
         await wait_for(lambda: m.done("a")[-1:] == ["a4"], 10, what="the key flows again")

@@ -106,6 +106,8 @@ class DeadLetters:
         self.failing: dict[Msg, float] = {}
         self._parked: set[tuple[int, str]] = set()  # (partition, key token), invariant 2
         self._parked_for: tuple[str | None, int] | None = None  # (pin, epoch) the set was loaded for
+        self._loading = asyncio.Lock()  # one load at a time (every key's first message asks)
+        self._noted: set[tuple[int, str]] | None = None  # keys parked here while a load is under way
         self._inflight: Msg | None = None
         self._over = False  # the dispatcher is done with the message in flight
         self._deleted: set[int] = set()  # lane-R entries deleted (handled, or moved to lane D)
@@ -180,6 +182,8 @@ class DeadLetters:
 
     # --- parked keys (invariants 2, 3) --------------------------------------------------------------
     def note_parked(self, partition: int, token: str, key: str) -> None:
+        if self._noted is not None:  # an answer asked before this dead letter must not forget it
+            self._noted.add((partition, token))
         if (partition, token) not in self._parked:
             self._parked.add((partition, token))
             self.emit("parked", (partition,), f"key {key!r}: its later messages follow it into {self.stream}")
@@ -196,8 +200,10 @@ class DeadLetters:
         assert d is not None
         loaded_for = (d.pin_id, d.epoch)
         if self._parked_for != loaded_for:
-            await self._load()
-            self._parked_for = loaded_for
+            async with self._loading:
+                if self._parked_for != loaded_for:
+                    await self._load()
+                    self._parked_for = loaded_for
         token = key_token(key)
         if (m.partition, token) not in self._parked:
             return None
@@ -207,10 +213,13 @@ class DeadLetters:
         return lane
 
     async def _load(self) -> None:
-        counts = await subject_counts(
-            self.api, self.stream, f"{DLQ_ROOT}.{self.flavour}.{self.group_stream}.{self.group}.>"
-        )
-        self._parked = {(s[1], s[2]) for s in map(split_subject, counts) if s is not None}
+        self._noted = set()
+        try:
+            subjects = f"{DLQ_ROOT}.{self.flavour}.{self.group_stream}.{self.group}.>"
+            counts = await subject_counts(self.api, self.stream, subjects)
+            self._parked = {(s[1], s[2]) for s in map(split_subject, counts) if s is not None} | self._noted
+        finally:
+            self._noted = None
 
     async def _lane(self, partition: int, token: str) -> str | None:
         """Where a parked key's next message goes: ``D`` while it has entries there, else ``R`` while it has
