@@ -67,7 +67,7 @@ log = logging.getLogger("pcgroups")
 REPLAY_SEQ_BASE = 1 << 62  # invariant 5
 REPLAY_POLL = 1.0  # how often the pinned instance looks for lane-R entries
 REPLAY_CHECK = 0.05  # how often it looks at the replayed message it handed out
-ABSENT_POLL = 10.0  # ... while the group has no dead-letter stream, or the user may not read it
+ABSENT_POLL = 10.0  # ... while the group has no dead-letter stream
 Emit = Callable[[str, Iterable[int], str], None]
 
 
@@ -114,7 +114,6 @@ class DeadLetters:
         self._cursor = 1
         self._scope: tuple[str | None, frozenset[int]] | None = None  # (pin, owned) the cursor is for
         self._pinned: tuple[str | None, float] = (None, 0.0)  # the pin and since when it is held
-        self._absent_said = False
 
     def attach(self, delivery: Delivery) -> None:
         self.delivery = delivery
@@ -282,15 +281,12 @@ class DeadLetters:
             try:
                 if self._watch(busy()):
                     continue
-                if await self._feed(dispatcher, nc, grace):
-                    self._absent_said = False
+                await self._feed(dispatcher, nc, grace)
             except NotFoundError:
                 await asyncio.sleep(ABSENT_POLL)  # no dead-letter stream (yet)
-            except PermissionDeniedError as e:
-                if not self._absent_said:
-                    log.warning("%s: replays of dead letters can not run: %s", self.label, e)
-                    self._absent_said = True
-                await asyncio.sleep(ABSENT_POLL)
+            except PermissionDeniedError as e:  # a member's permissions do not change while it runs
+                log.warning("%s: replays of dead letters will not run here: %s", self.label, e)
+                return
             except Exception as e:  # disconnected, no leader: look again shortly
                 log.debug("%s: lane R: %s", self.label, e)
 
