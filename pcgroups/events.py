@@ -31,8 +31,8 @@ What happens to a message whose handler fails (every path, :mod:`pcgroups.consum
 the message's partition, ``detail`` names the message):
 
 ``failed``        an attempt failed (the handler raised, or called ``nak()``): ``detail`` says which attempt of how
-                  many, the reason (the exception's type and message) and when it is tried again. Said at each one;
-                  a message that failed is never reported acked;
+                  many, the reason (the exception's type and message) and when it is tried again (or ``given up``:
+                  the last one). Said at each one;
 ``dead-lettered`` a message was given up and is in a dead-letter stream (the group's, or ``dead_letter_subject``'s):
                   its PubAck came, and the message was terminated; also a message that followed its parked key;
 ``terminated``    a message was given up with ``RetryPolicy(drop=True)``: terminated, kept nowhere;

@@ -230,7 +230,8 @@ async def test_a_message_that_always_fails_ends_no_instance_and_is_dead_lettered
     assert h[HEADER_SUBJECT] == ("a" if flavour == "static" else f"{uniq}.a") and HEADER_PARKED not in h
     assert h[HEADER_PARTITIONED_SUBJECT].startswith("0.") and h[HEADER_TIME].endswith("Z")
     failed = m.kinds("failed")
-    assert len(failed) == 2 and all("ValueError: poison" in e.detail for e in failed)  # attempts 1 and 2 of 3
+    assert len(failed) == 3 and all("ValueError: poison" in e.detail for e in failed)
+    assert "attempt 3 of 3" in failed[-1].detail and failed[-1].detail.endswith("given up")
     [dead] = m.kinds("dead-lettered")
     assert "after 3 deliveries" in dead.detail and dead.partitions == (0,)
 

@@ -195,18 +195,17 @@ class Attempts:
         if self._dead is not None:
             self._dead.failing.setdefault(m, time.monotonic())
         most = self.retry.max_deliver
-        if most and deliveries >= most:
+        last = bool(most) and deliveries >= most
+        delay = retry if retry else self._backoff(attempt)
+        then = "given up" if last else f"tried again in {delay:.2f}s"
+        self._said(
+            "failed", m, f"{self._describe(m)} attempt {deliveries}{f' of {most}' if most else ''}: {reason}; {then}"
+        )
+        if last:
             await self._give_up(m, reason, deliveries)
             return False
-        delay = retry if retry else self._backoff(attempt)
         log.info(
             "%s: %s failed (%s), retry %d in %.2fs", self._consumer.label, self._describe(m), reason, attempt, delay
-        )
-        self._said(
-            "failed",
-            m,
-            f"{self._describe(m)} attempt {deliveries}{f' of {most}' if most else ''}: {reason}; "
-            f"tried again in {delay:.2f}s",
         )
         return await self._rest(m, delay)
 
