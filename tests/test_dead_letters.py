@@ -5,6 +5,7 @@ operator's replay writes it) runs them in order and frees the key; a failover ke
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,6 +362,51 @@ async def test_a_failover_keeps_a_key_parked(nc, js, uniq, connections, mode):
     finally:
         await m.stop()
     assert [e.data for e in letters] == [b"poison", b"a1"] and m.tries("a1") == 0
+
+
+async def test_each_member_replays_the_dead_letters_of_its_own_partitions(nc, js, uniq, connections):
+    """Two members, a partition each: a replay of both partitions' dead letters runs each entry once, at the member
+    that owns its partition (lane R is read by every member's pinned instance; each hands out only its own)."""
+    from pcgroups import partition_of_subject
+
+    await js.add_stream(
+        StreamConfig(
+            name=uniq,
+            subjects=[f"{uniq}.*"],
+            subject_transform=SubjectTransform(src=f"{uniq}.*", dest="{{partition(2,1)}}.{{wildcard(1)}}"),
+        )
+    )
+    await create_static(nc, uniq, "g", 2, members=["m1", "m2"])
+    keys = {partition_of_subject(f"{uniq}.k{i}", 2, [1], f"{uniq}.*"): f"k{i}" for i in range(20)}
+    ran: dict[str, list[str]] = {"m1": [], "m2": []}
+    fixed = asyncio.Event()
+
+    def handler_of(member: str):
+        async def handler(msg) -> None:
+            if not fixed.is_set():
+                raise ValueError("not yet")
+            ran[member].append(msg.data.decode())
+            await msg.ack()
+
+        return handler
+
+    retry = RetryPolicy(max_deliver=1)
+    config = ConsumerConfig(ack_wait=ACK_WAIT, max_ack_pending=1)
+    insts = [
+        await static_consume(await connections(), uniq, "g", m, handler_of(m), config=config, retry=retry)
+        for m in ("m1", "m2")
+    ]
+    try:
+        await js.publish(f"{uniq}.{keys[0]}", b"p0")
+        await js.publish(f"{uniq}.{keys[1]}", b"p1")
+        await wait_for(lambda: _having(entries(nc, "static", uniq), 2), 15, what="both dead-lettered")
+        fixed.set()
+        await replay(nc, "static", uniq)
+        await wait_for(lambda: ran == {"m1": ["p0"], "m2": ["p1"]}, 20, what="each replayed by its owner")
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="deleted")
+    finally:
+        for inst in insts:
+            await inst.stop()
 
 
 async def test_a_purged_key_flows_again(nc, js, uniq, connections):
