@@ -23,7 +23,7 @@ from nats.aio.client import Client
 
 from . import deadletters
 from .config import ElasticConfig, StaticConfig, parse_elastic_config, parse_static_config, validate_name
-from .errors import ConfigError, NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError
+from .errors import ConfigError, JetStreamAPIError, NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .jetstream._api import JetStreamApi
 from .jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, group_entry, keys_of_stream
 
@@ -177,11 +177,12 @@ async def member_step_down(
 
 async def make_dead_letters(api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str, replicas: int) -> bool:
     """The group's dead-letter stream, made with the group (``pcgroups.deadletters``); True when this call made it.
-    A user who may create the group but not that stream gets a warning: a member instance makes it on first need
-    when it may, else its dead letters are refused (the messages held) until an admin makes it."""
+    A user who may create the group but not that stream (or a server that refuses it: another stream takes its
+    subjects) gets a warning: a member instance makes it on first need when it may, else its dead letters are
+    refused (the messages held) until an admin makes it."""
     try:
         return await deadletters.ensure_stream(api, flavour.name, stream, group, replicas)
-    except PermissionDeniedError as e:
+    except (PermissionDeniedError, JetStreamAPIError) as e:  # refused, or its subjects are another stream's
         log.warning(
             "%s consumer group %s on stream %s: its dead-letter stream %s was not made: %s",
             flavour.name,

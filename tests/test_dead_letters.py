@@ -467,6 +467,24 @@ async def test_with_defaults_a_failing_message_is_held_until_the_dead_letter_str
     assert any("not dead-lettered" in r.getMessage() and name in r.getMessage() for r in caplog.records)
 
 
+async def test_a_dead_letter_another_stream_takes_is_refused_and_held(nc, js, uniq, connections, caplog):
+    """A stream of the user's takes the dead-letter subjects: the group's own can not be made (a warning at create),
+    and a dead letter that lands in the other stream does not count: refused, the message held, its key waiting."""
+    await js.add_stream(StreamConfig(name=f"{uniq}X", subjects=[f"$PCG.DLQ.static.{uniq}.>"]))
+    await make_group(js, nc, "static", uniq)
+    assert any("was not made" in r.getMessage() for r in caplog.records)
+    m = Member("static", uniq, "keyed", RetryPolicy(max_deliver=1, backoff=0.05, max_backoff=0.2))
+    await m.start(connections, n=1)
+    try:
+        await publish(js, uniq, [("a", "poison"), ("a", "a1"), ("b", "b0")])
+        await wait_for(lambda: len(m.kinds("dead-letter-refused")) >= 2, 15, what="refused")
+        assert f"stream {uniq}X took it" in m.kinds("dead-letter-refused")[-1].detail
+        await wait_for(lambda: m.done("b") == ["b0"], 10, what="the other key flows")
+        assert m.done("a") == [] and not m.kinds("dead-lettered")
+    finally:
+        await m.stop()
+
+
 async def test_drop_terminates_only_when_asked(nc, js, uniq, connections):
     await make_group(js, nc, "static", uniq)
     m = Member("static", uniq, "keyed", RetryPolicy(max_deliver=2, backoff=0.01, drop=True))

@@ -157,12 +157,14 @@ class DeadLetters:
                 f"{size} bytes with the dead letter's headers, over the max payload ({self.api.nc.max_payload})"
             )
         try:
-            await publish(self.api, subject, m.data, letter, msg_id=msg_id)
+            ack = await publish(self.api, subject, m.data, letter, msg_id=msg_id)
         except JetStreamAPIError as e:
             if e.code != 503:  # a stream refused it, or did not answer: not a missing stream
                 raise
             await self._ensure(e)
-            await publish(self.api, subject, m.data, letter, msg_id=msg_id)
+            ack = await publish(self.api, subject, m.data, letter, msg_id=msg_id)
+        if ack.get("stream") != self.stream:  # another stream takes the subjects (one of '>')
+            raise ValueError(f"stream {ack.get('stream')} took it, not {self.stream}: remove the overlap")
         if self.parking:
             self.note_parked(partition, token, key)
 
