@@ -68,7 +68,6 @@ def as_handle(handler: Handler) -> Handle:
     return in_thread
 
 
-dead_letter_headers = copied_headers  # a dead letter's copy of a message's headers (invariant 4)
 REST_POLL = 0.05  # how often a message waiting for its retry looks whether it is still ours
 
 
@@ -324,7 +323,7 @@ class Attempts:
 
     async def _dead_letter(self, m: Msg, subject: str, reason: str, deliveries: int) -> None:
         c = self._consumer
-        headers = dead_letter_headers(m.headers)
+        headers = copied_headers(m.headers)  # invariant 4
         headers.update(
             {
                 "Pcg-Dead-Reason": reason[:512],
