@@ -313,7 +313,9 @@ async def test_one_at_a_time_a_nak_is_retried_in_place_and_a_failure_is_dead_let
     assert retried.attributes["pcgroups.delivery_count"] == 2 and retried.status.status_code is StatusCode.UNSET
     assert "pcgroups.key" not in retried.attributes  # one at a time: no key
     assert [s.attributes["pcgroups.delivery_count"] for s in broken] == [1, 2]
-    assert all(s.status.status_code is StatusCode.ERROR and s.attributes["error.type"] == "RuntimeError" for s in broken)
+    assert all(
+        s.status.status_code is StatusCode.ERROR and s.attributes["error.type"] == "RuntimeError" for s in broken
+    )
 
 
 async def test_control_spans_take_over_rebalance_and_reset(js, nc, uniq):
