@@ -29,8 +29,8 @@ from ..config import (
     validate_name,
     validate_partition_count,
 )
-from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..deadletters import delete_stream as delete_dead_letter_stream
+from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError, PCGroupsError
 from ..flavour import (
     ELASTIC,
     api_of,

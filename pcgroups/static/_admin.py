@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from .. import flavour
 from ..config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
 from ..consume._instance import KEPT_SETTINGS, member_template, setting_differences, with_priority_group
-from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError
 from ..deadletters import delete_stream as delete_dead_letter_stream
+from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError
 from ..flavour import (
     STATIC,
     api_of,
