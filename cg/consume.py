@@ -232,6 +232,11 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         ),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
         "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
+        "failed": f"failed: {ev.detail}",
+        "dead-lettered": ev.detail,
+        "terminated": ev.detail,
+        "parked": f"parked {ev.detail}",
+        "unparked": f"unparked {ev.detail}",
     }
     return f"[{m}] {said[ev.kind]}"
 
@@ -506,6 +511,7 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
         if served is not None:
             served.readiness.attach(nc, inst)
             served.health.check()
+            served.metrics.watch_dead_letters(inst.dead_letter_status)
             if request.dispatch:
                 served.metrics.watch_pool(asyncio.get_running_loop(), inst.pool_status)
         return inst

@@ -7,8 +7,9 @@
   streams (the README's clean-up).
 - ``clean``: deletes pcgroups' own KV buckets (the groups' configs, the leases of automatic membership),
   each only when it holds nothing: a bucket with a group or a live lease is kept, and said so with the
-  way out. Nothing else is looked at: run it when no group is being created (a group written between
-  the look and the delete would go with its bucket).
+  way out; and the dead-letter streams of deleted groups that hold no dead letter (``delete`` keeps them). Nothing
+  else is looked at: run it when no group is being created (a group written between the look and the delete would
+  go with its bucket).
 - ``traffic``: publishes synchronously (waiting for each ack, then 10ms) to ``foo.<n>``, ``n`` cycling
   below 100, until Ctrl-C or ``--count`` messages (``nats bench js pub sync foo --multisubject
   --multisubjectmax 100 --sleep 10ms``); through a server restart it waits and publishes again
@@ -139,6 +140,13 @@ def clean(ctx: typer.Context) -> None:
         from pcgroups.jetstream import ELASTIC_BUCKET, STATIC_BUCKET, snapshot
 
         deleted, kept = [], []
+        groups: set[tuple[str, str]] = set()
+        for bucket, kind in ((STATIC_BUCKET, "static"), (ELASTIC_BUCKET, "elastic")):
+            try:
+                groups |= {(kind, entry.key) for entry in await snapshot(api, bucket)}
+            except NotFoundError:
+                pass
+        deleted += await _empty_dead_letter_streams(api, groups)
         for bucket, kind in ((STATIC_BUCKET, "static"), (ELASTIC_BUCKET, "elastic"), (LEASE_BUCKET, "")):
             try:
                 keys = [entry.key for entry in await snapshot(api, bucket)]
@@ -166,6 +174,30 @@ def clean(ctx: typer.Context) -> None:
         warn(line)
     if not deleted and not kept:
         out.line("no pcgroups KV bucket to delete")
+
+
+async def _empty_dead_letter_streams(api: JetStreamApi, groups: set[tuple[str, str]]) -> list[str]:
+    """Delete the dead-letter streams (``<stream>~<group>~<flavour>~dlq``) of groups not in ``groups`` ((flavour,
+    ``<stream>.<group>``)) that hold no dead letter; what was deleted."""
+    from pcgroups.deadletters import dead_letter_stream
+
+    names: list[str] = []
+    while True:
+        page = await api.request("STREAM.NAMES", {"offset": len(names)})
+        names += page.get("streams") or []
+        if not page.get("streams") or len(names) >= page.get("total", 0):
+            break
+    deleted = []
+    for name in names:
+        parts = name.rsplit("~", 3)
+        if len(parts) != 4 or parts[3] != "dlq" or parts[2] not in ("static", "elastic"):
+            continue
+        stream, group, kind = parts[:3]
+        if dead_letter_stream(kind, stream, group) != name or (kind, f"{stream}.{group}") in groups:
+            continue  # a long name (hashed), or its group is there
+        if (await api.stream_info(name)).get("state", {}).get("messages", 0) == 0 and await api.delete_stream(name):
+            deleted.append(f"dead-letter stream {name} deleted (its {kind} group {group} on {stream} is gone)")
+    return deleted
 
 
 @tools_app.command(

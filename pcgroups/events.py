@@ -26,9 +26,22 @@ Event kinds (``InstanceEvent.kind``), one of :data:`KINDS`:
 ``reconnected``   the connection is back, to ``detail``;
 ``unavailable``   at start: the server or JetStream does not answer (``detail`` says how); the start is
                   tried again until it does (``*_consume`` returns then) or is cancelled.
-``dead-letter-refused``  key-level concurrency: a message's dead letter was refused (``detail`` names the
-                  message, the subject and the server's reason); the message is held and its dead letter
-                  tried again (:mod:`pcgroups.consume._dispatchers`). Said at each refusal.
+
+What happens to a message whose handler fails (every path, :mod:`pcgroups.consume._dispatchers`; ``partitions`` is
+the message's partition, ``detail`` names the message):
+
+``failed``        an attempt failed (the handler raised, or called ``nak()``): ``detail`` says which attempt of how
+                  many, the reason (the exception's type and message) and when it is tried again (or ``given up``:
+                  the last one). Said at each one;
+``dead-lettered`` a message was given up and is in a dead-letter stream (the group's, or ``dead_letter_subject``'s):
+                  its PubAck came, and the message was terminated; also a message that followed its parked key;
+``terminated``    a message was given up with ``RetryPolicy(drop=True)``: terminated, kept nowhere;
+``dead-letter-refused``  a message's dead letter was refused (``detail`` names the message, the stream or subject
+                  and the server's reason); the message is held and its dead letter tried again. Said at each
+                  refusal;
+``parked``        ``park_keys``: a key was parked (``detail`` names it): its later messages follow it into the
+                  group's dead-letter stream, without running, until a replay frees it;
+``unparked``      a key is free again (its dead letters replayed, or purged): its messages run.
 
 A dispatching instance (``dispatch=True``, :mod:`pcgroups.pool._dispatcher`) also says:
 
@@ -61,6 +74,11 @@ KINDS = (
     "enrolled",
     "no-dispatcher",
     "dead-letter-refused",
+    "failed",
+    "dead-lettered",
+    "terminated",
+    "parked",
+    "unparked",
 )
 
 

@@ -14,16 +14,20 @@ pcgroups.static and pcgroups.elastic keep the reference's names (``get_static_co
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client
 
+from . import deadletters
 from .config import ElasticConfig, StaticConfig, parse_elastic_config, parse_static_config, validate_name
-from .errors import ConfigError, NotAMemberError, NotFoundError, PCGroupsError
+from .errors import ConfigError, JetStreamAPIError, NotAMemberError, NotFoundError, PCGroupsError, PermissionDeniedError
 from .jetstream._api import JetStreamApi
 from .jetstream._store import ELASTIC_BUCKET, STATIC_BUCKET, group_entry, keys_of_stream
+
+log = logging.getLogger("pcgroups")
 
 C = TypeVar("C", StaticConfig, ElasticConfig)
 
@@ -169,3 +173,27 @@ async def member_step_down(
     if not (await get_config(flavour, nc, stream, group, api=api)).is_in_membership(member):
         raise NotAMemberError(f"member {member} is not part of {flavour.name} consumer group {group}")
     await api.unpin(flavour.consumer_stream(stream, group), flavour.consumer_name(group, member))
+
+
+async def make_dead_letters(api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str, replicas: int) -> bool:
+    """The group's dead-letter stream, made with the group (``pcgroups.deadletters``); True when this call made it.
+    A user who may create the group but not that stream (or a server that refuses it: another stream takes its
+    subjects) gets a warning: a member instance makes it on first need when it may, else its dead letters are
+    refused (the messages held) until an admin makes it."""
+    try:
+        return await deadletters.ensure_stream(api, flavour.name, stream, group, replicas)
+    except (PermissionDeniedError, JetStreamAPIError) as e:  # refused, or its subjects are another stream's
+        log.warning(
+            "%s consumer group %s on stream %s: its dead-letter stream %s was not made: %s",
+            flavour.name,
+            group,
+            stream,
+            deadletters.dead_letter_stream(flavour.name, stream, group),
+            e,
+        )
+        return False
+
+
+async def check_delete_dead_letters(api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str) -> None:
+    """Refuse now (deleting nothing) when the user may not delete the group's dead-letter stream."""
+    await api.check_delete(f"STREAM.DELETE.{deadletters.dead_letter_stream(flavour.name, stream, group)}")

@@ -39,6 +39,9 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
 - ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
   (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
+- ``poison-static``, ``poison-elastic``: a message that always fails (strict path, park_keys, m1: 2 instances): the
+  pinned instance SIGKILLed while it retries it, then while it moves a parked key's message to the dead-letter
+  stream (between the PubAck and the +TERM); nothing lost, nothing dead-lettered twice, order kept (1 / 5).
 - ``pool-*``: the worker pool (a dispatching member, worker processes): a worker SIGKILLed, SIGSTOPped, started and
   stopped; the pinned dispatcher SIGKILLed (0.2 s and 2.5 s calls) or SIGSTOPped (one key, mid-burst); the server
   restarted under one or two dispatchers (docs/RELIABILITY.md, *Key-level step-downs and the worker pool*).
@@ -127,6 +130,16 @@ async def worker_main(argv: list[str]) -> None:
         default=0.0,
         help="every so many seconds a line of what the process costs (tests/helpers/sampler.py; 0: none)",
     )
+    p.add_argument("--fail", default="", help="the handler raises on a message whose data starts with this")
+    p.add_argument("--max-deliver", type=int, default=5, help="RetryPolicy.max_deliver")
+    p.add_argument("--backoff", type=float, default=0.1, help="RetryPolicy.backoff")
+    p.add_argument("--park-keys", action="store_true", help="RetryPolicy.park_keys")
+    p.add_argument(
+        "--store-pause",
+        type=float,
+        default=0.0,
+        help="seconds between a dead letter's PubAck and the +TERM of its message (a 'stored' line says when)",
+    )
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
     import logging
@@ -149,8 +162,13 @@ async def worker_main(argv: list[str]) -> None:
 
     keyed = args.concurrency > 1 or args.dispatch or args.pool_worker
 
+    failing = args.fail.encode()
+
     async def handler(msg) -> None:
         subject, origin = origin_of(msg)
+        if failing and msg.data.startswith(failing):
+            _emit(json.dumps({"ev": "failed", "data": msg.data.decode(), "t": time.time()}))
+            raise ValueError(msg.data.decode())
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
         unit = 1000 * msg.partition + int(subject.rsplit(".k", 1)[1]) if keyed else msg.partition
         ids = dict(
@@ -182,6 +200,18 @@ async def worker_main(argv: list[str]) -> None:
         # printed once the ack is handed to the client, before the server can see it
         _emit(event_line("end", **ids, outcome="ack"))
 
+    if args.store_pause:
+        from pcgroups.consume._dead import DeadLetters
+
+        store = DeadLetters.store
+
+        async def paused(self, m, key, reason, deliveries, *, lane, parked):  # type: ignore[no-untyped-def]
+            await store(self, m, key, reason, deliveries, lane=lane, parked=parked)
+            _emit(json.dumps({"ev": "stored", "data": m.data.decode(), "parked": parked, "t": time.time()}))
+            await asyncio.sleep(args.store_pause)  # stored, not yet terminated
+
+        DeadLetters.store = paused  # type: ignore[method-assign]
+
     if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
         # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
         from pcgroups.consume._delivery import Delivery
@@ -209,6 +239,8 @@ async def worker_main(argv: list[str]) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
         await inst.wait_for_consuming(30)
     else:
+        from pcgroups import RetryPolicy
+
         consume = static_consume if args.flavour == "static" else elastic_consume
         pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0, "on_event": said}
         inst = await consume(
@@ -219,6 +251,7 @@ async def worker_main(argv: list[str]) -> None:
             None if args.dispatch else handler,
             config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
             auto_in_progress=args.progress == "auto",
+            retry=RetryPolicy(max_deliver=args.max_deliver, backoff=args.backoff, park_keys=args.park_keys),
             **(pool if args.dispatch else {"concurrency": args.concurrency}),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
@@ -304,6 +337,7 @@ class Worker:
         self.started_at = time.time()
         self.reader: asyncio.Task | None = None
         self.proxy: Any = None  # its tests.helpers.faultproxy.FaultProxy, when it connects through one
+        self.marks: list[dict[str, Any]] = []  # its 'failed' and 'stored' lines (the poison scenario)
 
     @property
     def alive(self) -> bool:
@@ -602,6 +636,8 @@ class Env:
                 w.state = ev.get("kind")
             elif kind == "sample":
                 w.samples.append(ev)
+            elif kind in ("failed", "stored"):
+                w.marks.append(ev)
             elif kind == "reconnected":
                 w.reconnects += 1
                 w.reconnected_at.append(float(ev.get("t", 0.0)))
@@ -1976,6 +2012,8 @@ SIZES = {  # scenario -> (CI size, --long size)
     "slow-link": (1, 5),
     "server-closes": (2, 20),
     "cluster-partition": (1, 3),
+    "poison-static": (1, 5),
+    "poison-elastic": (1, 5),
 }
 EXTRA: dict[str, tuple[int, int]] = {}  # scenarios run only when named with --only
 LIMITS = {
@@ -1997,7 +2035,96 @@ LIMITS = {
     "slow-link": 15,
     "server-closes": 6,
     "cluster-partition": 60,
+    "poison": 40,
 }  # seconds allowed per run (plus setup)
+
+
+async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """A message that always fails, on the strict path with park_keys (m1: 2 instances, max_deliver 4): each run
+    SIGKILLs the pinned instance while it retries the failing message, then the next pinned one while it moves a
+    parked key's message to the dead-letter stream (between the PubAck and the +TERM), a replacement started each
+    time. Every other message is acked (the checker: lost, duplicates, order); the dead-letter stream holds the failing
+    message and its key's later ones, each once, in order; none of those ran; no instance ended."""
+    from pcgroups import JetStreamApi, work_queue_name
+    from pcgroups.deadletters import dead_letter_stream, next_entry
+
+    t_start = time.time()
+    extra = ("--fail", "poison", "--max-deliver", "4", "--backoff", "0.3", "--park-keys", "--store-pause", "1.0")
+    async with Env(f"poison-{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 0}, partitions=1)
+        await env.wait_ready([await env.spawn(g, "m1", extra=extra) for _ in range(2)])
+        js = env.nc.jetstream()
+        dead: list[int] = []  # stream sequences that must end in the dead-letter stream, in order
+
+        async def send(key: str, data: str, *, fails: bool = False) -> None:
+            ack = await js.publish(f"{g.stream}.{key}", data.encode(), timeout=5)
+            g.sent += 1
+            (dead.append if fails else g.expected.add)(ack.seq)
+
+        async def kill_on(mark: str, what: str) -> None:
+            def marked() -> Worker | None:
+                return next(
+                    (w for w in g.alive("m1") if any(m["ev"] == mark and what in m["data"] for m in w.marks)), None
+                )
+
+            await wait_until(lambda: marked() is not None, 30, f"a '{mark}' of {what}")
+            victim = marked()
+            assert victim is not None
+            await env.kill(victim)
+            env.log(f"killed {victim.name} on '{mark}' of {what}")
+            await env.wait_ready([await env.spawn(g, "m1", extra=extra)])
+
+        for run in range(runs):
+            bad, good = f"k{100 + 2 * run}", f"k{101 + 2 * run}"  # a key parked for good, and one that flows
+            await send(bad, f"poison-{run}", fails=True)
+            for i in range(2):
+                await send(bad, f"follows-{run}-{i}", fails=True)
+                await send(good, f"ok-{run}-{i}")
+            await kill_on("failed", f"poison-{run}")  # while it retries the failing message
+            await kill_on("stored", f"follows-{run}-0")  # while it moves a parked key's message
+            await env.progress(2, timeout=60)
+        await env.drained(timeout=60)
+        api = JetStreamApi(env.nc)
+        stream = g.stream if flavour == "static" else work_queue_name(g.stream, GROUP)
+
+        async def settled() -> bool:
+            infos = await api.list_consumers(stream)
+            return all(not c.get("num_ack_pending") and not c.get("num_pending") for c in infos)
+
+        deadline = time.monotonic() + 30
+        while not (done := await settled()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        letters: list[Any] = []
+        name, seq = dead_letter_stream(flavour, g.stream, GROUP), 1
+        while (e := await next_entry(api, name, f"$PCG.DLQ.{flavour}.{g.stream}.{GROUP}.>", seq)) is not None:
+            letters.append(e)
+            seq = e.seq + 1
+        stores = sum(1 for w in g.workers for m in w.marks if m["ev"] == "stored")
+        r = env.result(
+            f"poison-{flavour}",
+            g,
+            runs,
+            bound=2 * runs,
+            takeover=[],
+            t0=t_start,
+            dead_letters=len(letters),
+            stored_again=stores - len(letters),  # a killed holder's dead letter, published again by the next one
+        )
+        if stores - len(letters) < runs:
+            r.failures.append(f"{stores} dead letters stored for {len(letters)} entries: a kill missed its moment")
+        origins = [e.origin_seq for e in letters]  # the work queue's sequences on an elastic group
+        if len(set(origins)) != len(origins):
+            r.failures.append(f"dead-lettered twice: {origins}")
+        if len(letters) != len(dead) or origins != sorted(origins) or (flavour == "static" and origins != dead):
+            r.failures.append(f"dead letters {origins} (origin sequences); {dead} expected, in order")
+        if sum(1 for e in letters if e.headers.get("Pcg-Parked") == "1") != 2 * runs:
+            r.failures.append(f"{2 * runs} messages should have followed their parked key: {[e.data for e in letters]}")
+        ran = [c for c in g.rec.calls if c.key in dead]
+        if ran:
+            r.failures.append(f"messages of a parked key ran: {ran}")
+        if not done:
+            r.failures.append("messages still pending on the consumer after 30 s")
+        return r
 
 
 async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Result]:
@@ -2042,6 +2169,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = pool_sigstop_worker(size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
+    elif name.startswith("poison-"):
+        coro = poison(name.split("-", 1)[1], size, verbose)
     else:
         raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SIZES)}")
     per_run = LIMITS[max((k for k in LIMITS if name.startswith(k)), key=len)]

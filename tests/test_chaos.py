@@ -259,3 +259,16 @@ async def test_calls_running_when_their_dispatcher_dies_ack_through_its_successo
     _check_common(r)
     assert r.extra["inflight"] == r.extra["inflight_acked"] > 0 and r.extra["run_again"] == 0, r.failures
     assert r.duplicates == 0 and r.overlaps == 0 and r.order_violations == 0, r.examples
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+async def test_a_poison_message_survives_the_pinned_instance_killed_while_it_retries_and_dead_letters(flavour):
+    """A message that always fails (strict path, park_keys): SIGKILL of the pinned instance while it retries it, then of
+    the next one between a parked key's dead letter and its +TERM: every other message acked once, in order; the
+    failing message and its key's later ones in the dead-letter stream once each (the killed holder's dead letter,
+    published again by the next one, is one entry), in order; none of them ran."""
+    [r] = await _run(f"poison-{flavour}")
+    _check_common(r)
+    assert r.duplicates == 0 and r.order_violations == 0 and r.overlaps == 0, r.examples
+    assert r.extra["dead_letters"] == 3 * r.runs and r.extra["stored_again"] >= r.runs, r.extra

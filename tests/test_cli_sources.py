@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from pcgroups import get_elastic_config, get_elastic_layout, work_queue_name
+from pcgroups.deadletters import dead_letter_stream
 from tests.helpers.cli import acg, assert_cli_error, kv_value, message_lines, procs, run_cg
 from tests.helpers.support import wait_for
 
@@ -246,6 +247,7 @@ async def test_instances_started_together_with_create_join_one_group(fresh_serve
             "KV_pcgroups-leases",
             "ORDERS",
             work_queue_name("ORDERS", "billing"),
+            dead_letter_stream("elastic", "ORDERS", "billing"),  # made with the group
         ]
         assert all(len(message_lines(m.out)) >= 1 for m in members)
         r = await acg(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 import time
 from typing import Any
@@ -302,8 +301,17 @@ async def test_wait_for_work_wakes_on_a_delivery_a_release_and_a_close():
 # --- the serial dispatcher -------------------------------------------------------------------
 
 
-def serial(d: Delivery, handler: Any, fatal: list[BaseException] | None = None) -> SerialDispatcher:
-    return SerialDispatcher(d, handler, (fatal if fatal is not None else []).append)
+def serial(
+    d: Delivery, handler: Any, fatal: list[BaseException] | None = None, *, retry: RetryPolicy | None = None
+) -> SerialDispatcher:
+    return SerialDispatcher(
+        d,
+        handler,
+        Consumer(),
+        key=key_by_subject,
+        retry=retry or RetryPolicy(backoff=0.001),
+        on_fatal=(fatal if fatal is not None else []).append,
+    )
 
 
 async def test_serial_dispatcher_runs_one_at_a_time_in_order():
@@ -357,29 +365,102 @@ async def test_serial_dispatcher_starts_nothing_while_held_or_the_pin_is_in_doub
     await stopped(d, task)
 
 
-async def test_serial_nak_sends_nak_with_the_delay():
+async def test_a_serial_nak_is_retried_in_place_after_its_delay_and_nothing_goes_to_the_server():
+    """One at a time, ``nak(delay)`` is retried in place (the partition waits: the next message runs after it), as
+    with key-level concurrency; the server gets the ack only."""
     wire = Wire()
     d = delivery(wire)
-    disp = serial(d, None)
-    await msg(d, disp, 1).nak()
-    await msg(d, disp, 2).nak(1.5)
-    assert wire.bodies(1) == [b"-NAK"]
-    assert wire.bodies(2)[0].startswith(b"-NAK ") and json.loads(wire.bodies(2)[0][5:]) == {"delay": 1_500_000_000}
+    calls: list[tuple[int, float]] = []
+
+    async def handler(m: Msg) -> None:
+        calls.append((m.stream_sequence, time.monotonic()))
+        if len(calls) == 1:
+            await m.nak(0.2)
+            return
+        await m.ack()
+
+    disp = serial(d, handler)
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await d.deliver(msg(d, disp, 2))
+    await wait_for(lambda: len(calls) == 3, 2, what="the retry and the next message")
+    assert [seq for seq, _ in calls] == [1, 1, 2] and calls[1][1] - calls[0][1] >= 0.2
+    assert wire.bodies(1) == [b"+ACK"] and wire.bodies(2) == [b"+ACK"]
+    await stopped(d, task)
 
 
-async def test_a_failing_handler_naks_its_message_and_ends_the_serial_dispatcher():
+async def test_a_failing_serial_handler_is_retried_then_dead_lettered_and_the_dispatcher_goes_on():
+    """A handler that always raises does not end the serial dispatcher: its message is tried max_deliver times (the
+    partition waiting behind it), dead-lettered (the stream's acknowledgement first), then terminated; the next
+    message runs. While it waits for a retry it is held (busy, +WPI) but not running (a stop does not wait for it)."""
+    wire = Wire()
+    d = delivery(wire)
+    fatal: list[BaseException] = []
+    calls: list[int] = []
+    consumer = Consumer()
+
+    async def handler(m: Msg) -> None:
+        calls.append(m.stream_sequence)
+        if m.stream_sequence == 1:
+            raise ValueError("boom")
+        await m.ack()
+
+    disp = SerialDispatcher(
+        d,
+        handler,
+        consumer,
+        key=key_by_subject,
+        retry=RetryPolicy(max_deliver=3, backoff=0.3, dead_letter_subject="dlq"),
+        on_fatal=fatal.append,
+    )
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await d.deliver(msg(d, disp, 2))
+    await wait_for(lambda: calls == [1], 2, what="the first attempt")
+    await wait_for(lambda: disp.busy and not disp.running, 2, what="waiting for its retry")
+    assert disp.overdue(time.monotonic() + 10, 1.0)  # its +WPI goes on
+    await wait_for(lambda: calls == [1, 1, 1, 2], 5, what="three attempts, then the next message")
+    [(subject, data, headers)] = consumer.dead
+    assert subject == "dlq" and data == b"1" and headers["Pcg-Deliveries"] == "3"
+    assert headers["Pcg-Dead-Reason"] == "ValueError: boom"
+    assert wire.bodies(1) == [b"+TERM ValueError: boom"] and wire.bodies(2) == [b"+ACK"]
+    assert fatal == [] and not task.done()
+    await stopped(d, task)
+
+
+async def test_a_stop_gives_back_a_message_waiting_for_its_retry_at_once():
+    wire = Wire()
+    d = delivery(wire)
+
+    async def handler(m: Msg) -> None:
+        raise ValueError("boom")
+
+    disp = serial(d, handler, retry=RetryPolicy(backoff=30))
+    task = await running(disp.run())
+    await d.deliver(msg(d, disp, 1))
+    await wait_for(lambda: disp.busy and not disp.running, 2, what="waiting for its retry")
+    d.halt()
+    await wait_for(lambda: wire.bodies(1) == [b"-NAK"], 2, what="nak'd at once")
+    await wait_for(lambda: not disp.busy, 2, what="given back")
+    await stopped(d, task)
+
+
+async def test_an_error_that_is_not_an_exception_ends_the_serial_dispatcher():
+    class Leave(BaseException):
+        pass
+
     wire = Wire()
     d = delivery(wire)
     fatal: list[BaseException] = []
 
     async def handler(m: Msg) -> None:
-        raise ValueError("boom")
+        raise Leave
 
     disp = serial(d, handler, fatal)
     task = await running(disp.run())
     await d.deliver(msg(d, disp, 1))
     await asyncio.wait_for(task, 2)  # the dispatcher returns: the instance ends
-    assert [type(e) for e in fatal] == [ValueError] and wire.bodies(1) == [b"-NAK"] and not disp.running
+    assert [type(e) for e in fatal] == [Leave] and wire.bodies(1) == [b"-NAK"] and not disp.running
 
 
 async def test_serial_overdue_is_the_running_message_after_the_interval():

@@ -248,9 +248,8 @@ async def test_bad_pool_arguments_are_refused_before_anything_runs(nc, uniq):
 
 async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_key_moves_on(nc, js, uniq, connections):
     """The offer adds its Pcg-* headers: a message that fitted the stream can exceed the server's max payload.
-    It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then given up, here terminated (no
-    dead-letter subject: its dead letter would not fit either, and would be held); the next message of its key is
-    handled."""
+    It counts as a failed call (pcgroups.pool._dispatcher invariant 5): retried, then given up, here terminated
+    (``drop``: its dead letter would not fit either, and would be held); the next message of its key is handled."""
     await one_partition_group(js, nc, uniq)
     handled: list[int] = []
 
@@ -259,7 +258,7 @@ async def test_a_message_too_large_to_offer_is_retried_then_terminated_and_its_k
         await msg.ack()
 
     d = await static_consume(
-        await connections(), uniq, "g", "m", dispatch=True, retry=RetryPolicy(max_deliver=2, backoff=0.01)
+        await connections(), uniq, "g", "m", dispatch=True, retry=RetryPolicy(max_deliver=2, backoff=0.01, drop=True)
     )
     w = await serve_worker(await connections(), "static", uniq, "g", handler, name="w")
     try:

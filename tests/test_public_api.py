@@ -101,7 +101,7 @@ PUBLIC = {
     "work_queue_name",
 }
 ENTRY_POINTS = ["static_consume", "elastic_consume", "serve_worker"]
-SUBPACKAGES = {"consume", "elastic", "jetstream", "ops", "pool", "static", "testing"}
+SUBPACKAGES = {"consume", "deadletters", "elastic", "jetstream", "ops", "pool", "static", "testing"}
 
 #: The layers of each package, lowest first: a module imports only from its own layer or below. A name is a
 #: module or a package (then every module in it).
@@ -115,7 +115,13 @@ LAYERS: dict[str, list[set[str]]] = {
             "pcgroups.config",
             "pcgroups.partitions",
         },  # pure: no I/O
-        {"pcgroups.jetstream", "pcgroups.connect", "pcgroups.tracing", "pcgroups.testing"},  # talking to NATS
+        {
+            "pcgroups.jetstream",
+            "pcgroups.connect",
+            "pcgroups.tracing",
+            "pcgroups.testing",
+            "pcgroups.deadletters",
+        },  # talking to NATS
         {"pcgroups.flavour"},  # what static and elastic groups share
         {"pcgroups.consume"},  # running a member instance
         {"pcgroups.pool"},  # its handlers in workers

@@ -543,6 +543,7 @@ async def test_instances_started_together_create_one_group_and_all_join(fresh_se
                 "KV_pcgroups-leases",
                 "ORDERS",
                 "ORDERS-billing",
+                "ORDERS~billing~elastic~dlq",  # made with the group
             ]
             with pytest.raises(GroupExistsError, match="partitions: 4 now, 6 asked"):
                 await elastic_consume(

@@ -274,7 +274,9 @@ async def test_failures_naks_and_dead_letters_set_the_status_and_an_event(js, nc
     assert retried.status.status_code is StatusCode.UNSET and retried.attributes["pcgroups.delivery_count"] == 2
 
 
-async def test_one_at_a_time_a_nak_is_redelivered_and_a_failure_ends_the_instance(js, nc, uniq):
+async def test_one_at_a_time_a_nak_is_retried_in_place_and_a_failure_is_dead_lettered(js, nc, uniq):
+    """One handler at a time: a nak is retried in place (the same delivery, handled again), a handler that keeps
+    failing is dead-lettered (a dead-letter span) and the instance goes on."""
     tracing, exporter, tracer = memory()
     await make_stream(js, uniq, transform=partition_transform(uniq, 1))
     await create_static(nc, uniq, "g", 1, members=["m1"])
@@ -291,17 +293,29 @@ async def test_one_at_a_time_a_nak_is_redelivered_and_a_failure_ends_the_instanc
             raise RuntimeError("broken")
 
     inst = await static_consume(
-        nc, uniq, "g", "m1", handler, config=ConsumerConfig(ack_wait=5, max_ack_pending=1), tracing=tracing
+        nc,
+        uniq,
+        "g",
+        "m1",
+        handler,
+        config=ConsumerConfig(ack_wait=5, max_ack_pending=1),
+        tracing=tracing,
+        retry=RetryPolicy(max_deliver=2, backoff=0.01),
     )
-    await inst.wait_for_consuming(timeout=10)
-    await publish(js, tracer, f"{uniq}.a", b"1")
-    await publish(js, tracer, f"{uniq}.a", b"2")
-    assert isinstance(await asyncio.wait_for(inst.done(), 15), RuntimeError)
-    nak, redelivered, broken = sorted(named(exporter, "process"), key=lambda s: s.start_time)
+    async with inst:
+        await inst.wait_for_consuming(timeout=10)
+        await publish(js, tracer, f"{uniq}.a", b"1")
+        await publish(js, tracer, f"{uniq}.a", b"2")
+        await wait_for(lambda: named(exporter, "dead-letter"), what="the dead letter")
+        assert not inst._done.done()
+    nak, retried, *broken = sorted(named(exporter, "process"), key=lambda s: s.start_time)
     assert [e.name for e in nak.events] == ["nak"] and nak.attributes["pcgroups.delivery_count"] == 1
-    assert redelivered.attributes["pcgroups.delivery_count"] == 2 and redelivered.status.status_code is StatusCode.UNSET
-    assert "pcgroups.key" not in redelivered.attributes  # one at a time: no key
-    assert broken.status.status_code is StatusCode.ERROR and broken.attributes["error.type"] == "RuntimeError"
+    assert retried.attributes["pcgroups.delivery_count"] == 2 and retried.status.status_code is StatusCode.UNSET
+    assert "pcgroups.key" not in retried.attributes  # one at a time: no key
+    assert [s.attributes["pcgroups.delivery_count"] for s in broken] == [1, 2]
+    assert all(
+        s.status.status_code is StatusCode.ERROR and s.attributes["error.type"] == "RuntimeError" for s in broken
+    )
 
 
 async def test_control_spans_take_over_rebalance_and_reset(js, nc, uniq):

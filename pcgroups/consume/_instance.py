@@ -46,6 +46,7 @@ from ..jetstream._connection import Connection
 from ..jetstream._permissions import Violation
 from ..jetstream._store import Watch, stop_watch
 from ..tracing import NO_TRACING, InstanceTracing
+from ._dead import DeadLetters
 from ._dispatchers import Handler, as_handle
 from ._handoff import Handoff
 from ._keys import KeyFunc, key_by_subject
@@ -337,6 +338,15 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         status: dict[str, Any] = session.dispatcher.status()  # type: ignore[attr-defined]
         return status
 
+    def dead_letter_status(self) -> dict[str, Any]:
+        """What the pinned instance knows of its member's dead letters: ``parked_keys`` (the keys parked in its
+        partitions) and ``oldest_failing`` (seconds since the oldest message failing now first failed; 0 without
+        one). A standby says 0 for both."""
+        session = self.session
+        if session is None or session.dead_letters is None or not session.pinned:
+            return {"parked_keys": 0, "oldest_failing": 0.0}
+        return session.dead_letters.status()
+
     # --- what its pull session tells it (SessionOwner) --------------------------------------------
     def pin_changed(self) -> None:
         self._post(PinChanged())
@@ -465,6 +475,21 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
         return CONTINUE
 
     async def _start_session(self, consumer: str) -> PullSession:
+        retry = self.retry or RetryPolicy()
+        sessions: list[PullSession] = []  # the one made below, for what its dead letters ask
+        dead = DeadLetters(
+            self.api,
+            flavour=self.flavour,
+            stream=self.stream_name,
+            group=self.group_name,
+            member=self.member_name,
+            origin=self._consume_stream,
+            consumer=consumer,
+            park_keys=retry.park_keys and retry.to_group_stream,
+            label=f"{self.group_name}/{self.member_name}",
+            owned=lambda: self._handed_out(sessions[0]) if sessions else set(),
+            emit=self._reporter.emit,
+        )
         dispatcher = dispatcher_factory(
             self.nc,
             self.options,
@@ -472,7 +497,7 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             remote=self.remote,
             handle=as_handle(self.handler),
             key=self.key or self._default_key() or key_by_subject,
-            retry=self.retry or RetryPolicy(),
+            retry=retry,
             max_ack_pending=self.template.max_ack_pending,
             on_worker=self._worker_said,
         )
@@ -488,7 +513,9 @@ class ConsumerInstance(ControlLoop[ControlEvent]):
             label=f"{self.group_name}/{self.member_name}",
             gated=self._reporter.gates,
             trace=self.trace,
+            dead_letters=dead,
         )
+        sessions.append(session)
         if self._stop_requested:
             session.halt()
         await session.start()

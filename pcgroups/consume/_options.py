@@ -184,6 +184,6 @@ def dispatcher_factory(
         if options.concurrency > 1:
             keyed = KeyedDispatcher(delivery, handle, control, concurrency=options.concurrency, key=key, retry=retry)
             return keyed, Window(WINDOW_PER_SLOT * options.concurrency, cap, sizes)
-        return SerialDispatcher(delivery, handle, on_fatal), None
+        return SerialDispatcher(delivery, handle, control, key=key, retry=retry, on_fatal=on_fatal), None
 
     return make

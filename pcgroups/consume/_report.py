@@ -39,6 +39,11 @@ _STATE_OF = {
     "enrolled": "dispatchers",
     "no-dispatcher": "dispatchers",
     "dead-letter-refused": "",
+    "failed": "",
+    "dead-lettered": "",
+    "terminated": "",
+    "parked": "",
+    "unparked": "",
 }
 
 

@@ -31,6 +31,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from ..errors import NotFoundError, SupersededError
 from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
 from ..tracing import NO_TRACING, InstanceTracing
+from ._dead import DeadLetters
 from ._delivery import Delivery, Dispatcher
 from ._msg import PIN_HEADER, Msg
 from ._options import ConsumeOptions, DispatcherFactory
@@ -51,7 +52,7 @@ class SessionOwner(Protocol):
         """The member's consumer went away (deleted, or its stream)."""
 
     def fatal(self, error: BaseException) -> None:
-        """An error the session can not recover from (a failed handler on the strict path)."""
+        """An error the session can not recover from (a handler raised an error that is not an ``Exception``)."""
 
     def dead_letter_refused(self, detail: str) -> None:
         """A dead letter was refused (``detail`` says which and why); its message is held."""
@@ -181,6 +182,7 @@ class PullSession:
         label: str = "",
         gated: bool = False,
         trace: InstanceTracing = NO_TRACING,
+        dead_letters: DeadLetters | None = None,
     ):
         self.nc = nc
         self.trace = trace
@@ -226,6 +228,10 @@ class PullSession:
         # gated: handlers of a new pin wait until the owner admits it (admit()), told by owner.pin_changed: its hooks run first
         self.delivery.gated = gated
         self.sizes = MessageSize()  # bounds pulls (PULL_BYTES) and the window (WINDOW_BYTES) by bytes
+        #: the group's dead-letter stream, the parked keys and lane R, as this session sees them (its dispatcher's)
+        self.dead_letters = dead_letters
+        if dead_letters is not None:
+            dead_letters.attach(self.delivery)
         self.dispatcher: Dispatcher
         #: with key-level concurrency, how many messages the instance holds (None: as many as the server gives)
         self.window: Window | None
@@ -247,6 +253,9 @@ class PullSession:
         ]
         if self.auto_in_progress:
             self._tasks.append(asyncio.create_task(self._progress_loop(), name=f"pcg-wpi-{self.label}"))
+        if self.dead_letters is not None:
+            replays = self.dead_letters.run(self.dispatcher, lambda: self.dispatcher.busy, self.nc, self.ack_wait)
+            self._tasks.append(asyncio.create_task(replays, name=f"pcg-replays-{self.label}"))
 
     @property
     def pin_id(self) -> str | None:
@@ -686,7 +695,8 @@ class PullSession:
 
     # --- handler failures and +WPI --------------------------------------------------------
     def _fatal(self, error: BaseException) -> None:
-        """The handler failed (one at a time): pull no more, nak what waits, end the instance."""
+        """A handler raised an error that is not an ``Exception`` (one at a time): pull no more, nak what waits, end
+        the instance."""
         self._pulling = False
         self._drop_queued()
         if self.owner is not None:

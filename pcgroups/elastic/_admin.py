@@ -29,8 +29,17 @@ from ..config import (
     validate_name,
     validate_partition_count,
 )
+from ..deadletters import delete_stream as delete_dead_letter_stream
 from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError, PCGroupsError
-from ..flavour import ELASTIC, api_of, check_names, consumer_stream_info, work_queue_name
+from ..flavour import (
+    ELASTIC,
+    api_of,
+    check_delete_dead_letters,
+    check_names,
+    consumer_stream_info,
+    make_dead_letters,
+    work_queue_name,
+)
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig
 from ..jetstream._store import (
     ELASTIC_BUCKET,
@@ -240,7 +249,8 @@ async def create_elastic(
     source_api: str | dict[str, str] | None = None,
     api: JetStreamApi | None = None,
 ) -> ElasticConfig:
-    """Create an elastic group and its work-queue stream (idempotent; a failed create leaves nothing).
+    """Create an elastic group, its work-queue stream and its dead-letter stream (``pcgroups.deadletters``; made for a
+    group of before on a create again) (idempotent; a failed create leaves nothing).
 
     ``sources``: further streams the group consumes besides ``stream`` (an aggregate group); each
     partitioning filter must match subjects of exactly one of the streams. ``partition_streams``:
@@ -293,6 +303,7 @@ async def create_elastic(
     created_stream = await _ensure_work_queue(api, wq, cfg, layout)
     if created_stream:
         await settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
+    made = await make_dead_letters(api, ELASTIC, stream, group, replicas)
     if existing is None:
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
@@ -300,6 +311,8 @@ async def create_elastic(
             if await read(kv, key) is None:
                 if created_stream:
                     await api.delete_stream(wq.name)
+                if made:
+                    await delete_dead_letter_stream(api, ELASTIC.name, stream, group)
                 raise
             # Created concurrently (instances joining by name at once): compare with theirs.
             return await create_elastic(
@@ -320,6 +333,8 @@ async def create_elastic(
         except BaseException:
             if created_stream:
                 await api.delete_stream(wq.name)
+            if made:
+                await delete_dead_letter_stream(api, ELASTIC.name, stream, group)
             raise
     return cfg
 
@@ -439,12 +454,17 @@ async def _work_queue_info(api: JetStreamApi, stream: str, group: str) -> dict[s
     return await consumer_stream_info(ELASTIC, api, stream, group)
 
 
-async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
+async def delete_elastic(
+    nc: Client, stream: str, group: str, *, with_dead_letters: bool = False, api: JetStreamApi | None = None
+) -> None:
     """Delete the config (instances end normally), then the work-queue stream; a user who may delete the
-    config but not the stream (an automatic member) is refused before anything is deleted."""
+    config but not the stream (an automatic member) is refused before anything is deleted. The dead-letter
+    stream is kept (a group made again finds its dead letters) unless ``with_dead_letters``."""
     api = api_of(nc, api)
     check_names(stream, group)
     await api.check_delete(f"STREAM.DELETE.{work_queue_name(stream, group)}")
+    if with_dead_letters:
+        await check_delete_dead_letters(api, ELASTIC, stream, group)
     try:
         kv = await open_bucket(api, ELASTIC_BUCKET, kind="elastic")
     except NotFoundError:
@@ -458,6 +478,8 @@ async def delete_elastic(nc: Client, stream: str, group: str, *, api: JetStreamA
         had_stream = await api.delete_stream(work_queue_name(stream, group))
     except JetStreamAPIError as e:
         raise PCGroupsError(f"could not delete the elastic consumer group's stream: {e}") from None
+    if with_dead_letters and (had_key or had_stream):
+        await delete_dead_letter_stream(api, ELASTIC.name, stream, group)
     if not had_key and not had_stream:
         raise NotFoundError(
             f"elastic consumer group {group} on stream {stream} not found"

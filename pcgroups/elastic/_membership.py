@@ -409,6 +409,10 @@ class AutoInstance(ControlLoop[AutoEvent]):
         """A dispatching instance's pool (``ConsumerInstance.pool_status``)."""
         return self.consumer.pool_status()
 
+    def dead_letter_status(self) -> dict[str, Any]:
+        """Its parked keys and oldest failing message (``ConsumerInstance.dead_letter_status``)."""
+        return self.consumer.dead_letter_status()
+
     @property
     def recovered_errors(self) -> int:
         """How many times its member's consumer went away under it and it joined again

@@ -15,7 +15,9 @@ instances of one process then share a registry, one label set each). It plugs in
   rebalances (``added``, ``partitions``, ``dropped``), the partitions it handles, and dead letters
   refused (``dead-letter-refused``);
 - :meth:`InstanceMetrics.on_dead_letter` is a ``RetryPolicy(on_dead_letter=...)``: messages
-  dead-lettered after their retries.
+  dead-lettered after their retries (and those that followed a parked key);
+- :meth:`InstanceMetrics.watch_dead_letters` reads the instance's ``dead_letter_status`` at each scrape: the keys
+  parked in its partitions and the age of its oldest failing message.
 
 :meth:`InstanceMetrics.serve` serves the registry on ``/metrics`` from a daemon thread, and the health
 probes ``/healthz`` and ``/readyz`` of a :class:`pcgroups.ops._health.Health` when given one.
@@ -49,6 +51,10 @@ INSTANCE_METRICS: dict[str, str] = {
     "pcgroups_instance_dead_lettered": "Messages dead-lettered after their retries",
     "pcgroups_instance_dead_letters_refused": "Dead letters no stream acknowledged (refused, no stream, no answer): "
     "the message is held and its dead letter tried again",
+    "pcgroups_instance_parked_keys": "Keys parked in the partitions this instance handles (park_keys: their messages "
+    "follow their first dead letter into the dead-letter stream); 0 on a standby",
+    "pcgroups_instance_oldest_failing_seconds": "Seconds since the oldest message that is failing now (retried, or "
+    "held while its dead letter is refused) first failed; 0 when none is",
 }
 
 #: name (counters without ``_total``) -> help of a dispatching instance's pool (``dispatch=True``): served by
@@ -107,6 +113,8 @@ class MetricFamilies:
         self.partitions = gauge("pcgroups_instance_partitions")
         self.dead_lettered = counter("pcgroups_instance_dead_lettered")
         self.dead_letters_refused = counter("pcgroups_instance_dead_letters_refused")
+        self.parked_keys = gauge("pcgroups_instance_parked_keys")
+        self.oldest_failing = gauge("pcgroups_instance_oldest_failing_seconds")
 
 
 class InstanceMetrics:
@@ -128,6 +136,8 @@ class InstanceMetrics:
         self._partitions = f.partitions.labels(*labels)
         self._dead = f.dead_lettered.labels(*labels)
         self._refused = f.dead_letters_refused.labels(*labels)
+        self._parked_keys = f.parked_keys.labels(*labels)
+        self._oldest_failing = f.oldest_failing.labels(*labels)
 
     @property
     def registry(self) -> Any:
@@ -196,6 +206,19 @@ class InstanceMetrics:
     def on_dead_letter(self, msg: Any, reason: str) -> None:
         """A ``RetryPolicy(on_dead_letter=...)`` callback: one message dead-lettered."""
         self._dead.inc()
+
+    def watch_dead_letters(self, status_of: Callable[[], dict[str, Any]]) -> None:
+        """Serve the parked keys and the oldest failing message's age of an instance: each scrape calls ``status_of``
+        (``ConsumerInstance.dead_letter_status``: it only reads, from any thread)."""
+
+        def read(name: str) -> float:
+            try:
+                return float(status_of().get(name) or 0)
+            except Exception:  # changed while read: the next scrape has it
+                return 0.0
+
+        self._parked_keys.set_function(lambda: read("parked_keys"))
+        self._oldest_failing.set_function(lambda: read("oldest_failing"))
 
     # ------------------------------------------------------------ a dispatching instance's pool
 

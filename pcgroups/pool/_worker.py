@@ -43,7 +43,7 @@ from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from ..consume._dispatchers import Handler, _noop, as_handle
+from ..consume._dispatchers import Handler, _noop, as_handle, failure
 from ..consume._instance import Starting
 from ..consume._loop import CONTINUE, ControlLoop, Outcome, Stop
 from ..consume._msg import Msg, ack_numbers, call_in
@@ -488,7 +488,7 @@ class WorkerInstance(ControlLoop[WorkerEvent]):
         elif isinstance(error, SupersededError):
             outcome = pool.Outcome("dropped", reason="superseded")
         elif error is not None or call.nak is not None:
-            outcome = pool.Outcome("retry", call.nak or 0.0, repr(error) if error is not None else "nak")
+            outcome = pool.Outcome("retry", call.nak or 0.0, failure(error))  # the reason a dead letter keeps
         elif m.settled or call.revoked or self._fenced(call, time.monotonic()):
             outcome = pool.Outcome("dropped", reason="superseded")
         else:

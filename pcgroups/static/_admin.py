@@ -14,8 +14,17 @@ from nats.aio.client import Client
 from .. import flavour
 from ..config import MemberMapping, StaticConfig, parse_static_config, validate_name, validate_partition_count
 from ..consume._instance import KEPT_SETTINGS, member_template, setting_differences, with_priority_group
+from ..deadletters import delete_stream as delete_dead_letter_stream
 from ..errors import ConfigError, GroupExistsError, JetStreamAPIError, NotFoundError
-from ..flavour import STATIC, api_of, check_names, consumer_stream_info, static_consumer_name
+from ..flavour import (
+    STATIC,
+    api_of,
+    check_delete_dead_letters,
+    check_names,
+    consumer_stream_info,
+    make_dead_letters,
+    static_consumer_name,
+)
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi
 from ..jetstream._store import group_entry, group_key, kv_call, open_or_create_bucket, read
 from ..partitions import check_member_filters, static_member_filters
@@ -44,7 +53,8 @@ async def create_static(
     member_mappings: list[MemberMapping] | None = None,
     api: JetStreamApi | None = None,
 ) -> StaticConfig:
-    """Create a static group (idempotent: the same config again succeeds; a different one fails).
+    """Create a static group (idempotent: the same config again succeeds; a different one fails), and its
+    dead-letter stream (``pcgroups.deadletters``; made for a group of before on a create again).
 
     No consumers are created here: each member instance creates its own when it joins.
     """
@@ -65,18 +75,20 @@ async def create_static(
     except ConfigError as e:
         raise ConfigError(f"invalid static consumer group config: {e}") from None
     info = await consumer_stream_info(STATIC, api, stream, group)
-    kv = await open_or_create_bucket(
-        api, STATIC.bucket, group_key(stream, group), replicas=info["config"].get("num_replicas", 1)
-    )
+    replicas = info["config"].get("num_replicas", 1)
+    kv = await open_or_create_bucket(api, STATIC.bucket, group_key(stream, group), replicas=replicas)
     key = group_key(stream, group)
     existing = await read(kv, key)
     if existing is None:
+        made = await make_dead_letters(api, STATIC, stream, group, replicas)
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
             return cfg
         except Exception:  # created concurrently: compare with theirs below
             existing = await read(kv, key)
             if existing is None:
+                if made:  # a create that fails leaves nothing behind
+                    await delete_dead_letter_stream(api, STATIC.name, stream, group)
                 raise
     try:
         current = parse_static_config(existing.value)
@@ -92,6 +104,7 @@ async def create_static(
             + "), please delete the existing static "
             "consumer group and create a new one"
         )
+    await make_dead_letters(api, STATIC, stream, group, replicas)  # a group made before dead-letter streams
     return current
 
 
@@ -151,10 +164,13 @@ def _differences(now: StaticConfig, asked: StaticConfig) -> list[str]:
     return [f"{what}: {show(now)} now, {show(asked)} asked" for what, show in shown.items() if show(now) != show(asked)]
 
 
-async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamApi | None = None) -> None:
+async def delete_static(
+    nc: Client, stream: str, group: str, *, with_dead_letters: bool = False, api: JetStreamApi | None = None
+) -> None:
     """Delete the group's config, then exactly its members' consumers (running instances end); a user who may
     delete the config but not every member's consumer is refused before anything is deleted. A group whose
-    stream was deleted is deleted too (its consumers went with the stream)."""
+    stream was deleted is deleted too (its consumers went with the stream). Its dead-letter stream is kept (a
+    group made again finds its dead letters) unless ``with_dead_letters``."""
     api = api_of(nc, api)
     check_names(stream, group)
     try:
@@ -182,9 +198,13 @@ async def delete_static(nc: Client, stream: str, group: str, *, api: JetStreamAp
         )
     for member in names:
         await api.check_delete(f"CONSUMER.DELETE.{stream}.{static_consumer_name(group, member)}")
+    if with_dead_letters:
+        await check_delete_dead_letters(api, STATIC, stream, group)
     await kv_call(kv, kv.delete(key), key)
     for member in names if no_stream is None else []:
         await api.delete_consumer(stream, static_consumer_name(group, member))
+    if with_dead_letters:
+        await delete_dead_letter_stream(api, STATIC.name, stream, group)
 
 
 async def list_static_groups(nc: Client, stream: str, *, api: JetStreamApi | None = None) -> list[str]:
