@@ -110,7 +110,9 @@ async def test_a_replay_moves_entries_to_lane_r_in_order_and_tells_the_instances
     moved = [e for e in after if e.key == "a"]
     assert [e.lane for e in moved] == [LANE_REPLAY] * 4
     assert [e.origin_seq for e in moved] == [10, 11, 14, 15]  # the original order, the follower last
-    assert [(e.data, dict(e.headers)) for e in moved[:1]] == [(b"first of a", {"Order-Id": "7", "Nats-Msg-Id": "pub-1"})]
+    assert [(e.data, dict(e.headers)) for e in moved[:1]] == [
+        (b"first of a", {"Order-Id": "7", "Nats-Msg-Id": "pub-1"})
+    ]
     assert moved[0].reason == "ValueError: bad order 7" and moved[1].parked
     assert {e.seq for e in after}.isdisjoint({seqs["a1"], seqs["a2"], seqs["a3"], follower})  # originals gone
     assert sorted(e.key for e in after if e.lane == LANE_DEAD) == sorted(["b", LONG_KEY])  # others untouched
@@ -190,3 +192,55 @@ async def test_the_stream_is_deleted_only_when_empty_unless_asked(nc, uniq):
     assert await delete_dead_letter_stream(nc, "static", uniq, "g") == (False, 0)
     await make_dead_letter_stream(nc, "elastic", uniq, "g")
     assert await delete_dead_letter_stream(nc, "elastic", uniq, "g", only_if_empty=True) == (True, 0)
+
+
+async def test_status_and_the_exporter_show_each_members_dead_letters_and_parked_keys(fresh_server):
+    """``status`` gives each member the dead letters of the partitions it owns now, and the keys they park; the
+    exporter serves them as metrics, with one list of the dead-letter streams per refresh and one stream info per
+    group that has dead letters."""
+    import nats
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from cg.status import plain_lines
+    from pcgroups import create_static
+    from pcgroups.ops import GroupsExporter, static_status
+    from tests.helpers.cli import make_stream, partition_transform
+
+    async with await nats.connect(fresh_server.url) as nc, await nats.connect(fresh_server.url) as own:
+        await make_stream(nc.jetstream(), "S", transform=partition_transform("S", 4))
+        await create_static(nc, "S", "g", 4, member_mappings=CONFIG.member_mappings)
+        await create_static(nc, "S", "quiet", 4, members=["m1"])
+        seqs = await _world(nc, "S")
+        await execute_plan(nc, await plan_replay(nc, "static", "S", "g", seqs=[seqs["b1"]]))
+        st = await static_status(nc, "S", "g")
+        assert st.dead_letter_stream == "S~g~static~dlq" and st.dead_letters == 5
+        m1, m2 = st.member("m1"), st.member("m2")
+        assert (m1.dead_letters, m1.replaying, m1.parked_keys) == (4, 0, sorted(["a", LONG_KEY]))
+        assert (m2.dead_letters, m2.replaying, m2.parked_keys) == (0, 1, ["b"])
+        lines = plain_lines(st)
+        at = lines.index("dead letters (cg static dead-letters ls S g):")
+        assert lines[at + 1 : at + 3] == [
+            f"  m1: 4 dead; parked keys: a, {LONG_KEY}",
+            "  m2: 1 replaying; parked key: b",
+        ]
+        quiet = await static_status(nc, "S", "quiet")
+        assert quiet.dead_letter_stream is None and quiet.dead_letters == 0
+        assert not any("dead letters" in line for line in plain_lines(quiet))
+
+        ex = GroupsExporter(own)
+        await ex.refresh()
+        assert ex.up == 1 and len(ex.statuses) == 2
+        # the static bucket's snapshot (3), no elastic bucket (1), the dead-letter streams (1), S's consumer list and
+        # info (2), g's dead-letter stream with its subjects (1) and its long key's name (1), the pools (1)
+        assert ex.last_requests == 3 + 1 + 1 + 2 + 1 + 1 + 1
+        registry = CollectorRegistry()
+        registry.register(ex)
+        text = generate_latest(registry).decode()
+        for sample in (
+            'pcgroups_member_dead_letters{flavour="static",group="g",lane="dead",member="m1",stream="S"} 4.0',
+            'pcgroups_member_dead_letters{flavour="static",group="g",lane="replaying",member="m2",stream="S"} 1.0',
+            'pcgroups_member_parked_keys{flavour="static",group="g",member="m1",stream="S"} 2.0',
+            'pcgroups_member_parked_keys{flavour="static",group="quiet",member="m1",stream="S"} 0.0',
+        ):
+            assert sample in text, text

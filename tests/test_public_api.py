@@ -153,7 +153,7 @@ LAYERS: dict[str, list[set[str]]] = {
             "cg.tools",
             "cg.demo",
         },  # what the commands do
-        {"cg.flavour", "cg.static", "cg.elastic", "cg.demo.command"},  # the commands
+        {"cg.flavour", "cg.static", "cg.elastic", "cg.deadletters", "cg.demo.command"},  # the commands
         {"cg.app", "cg.main", "cg.__main__"},  # the tree and the console script
     ],
 }
