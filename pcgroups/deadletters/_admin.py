@@ -89,6 +89,7 @@ FORMAT_HEADERS = {
     HEADER_TIME,
     HEADER_PARKED,
 }
+ERR_NO_MESSAGE_DELETED = 10057  # a delete of a message that is not there (any more)
 HASHED_KEYS_SHOWN = 100  # a summary reads the names of at most this many hashed (long) keys, one request each
 Config = StaticConfig | ElasticConfig
 
@@ -262,11 +263,12 @@ def owners_of(config: Config | None) -> dict[int, str]:
 
 
 def parse_headers(raw: bytes) -> dict[str, str]:
-    """A NATS header block (``NATS/1.0\\r\\nName: value\\r\\n...``) as a dict (the last value of a repeated name)."""
+    """A NATS header block (``NATS/1.0\\r\\nName: value\\r\\n...``) as a dict (the first value of a repeated
+    name)."""
     headers: dict[str, str] = {}
     for line in raw.decode("utf-8", "replace").split("\r\n")[1:]:
         name, sep, value = line.partition(":")
-        if sep and name:
+        if sep and name and name.strip() not in headers:
             headers[name.strip()] = value.strip()
     return headers
 
@@ -562,7 +564,7 @@ async def _delete(api: JetStreamApi, name: str, seq: int) -> bool:
     try:
         await api.request(f"STREAM.MSG.DELETE.{name}", {"seq": seq, "no_erase": True})
     except JetStreamAPIError as e:
-        if e.err_code == ERR_NO_MESSAGE_FOUND or "not found" in str(e).lower():
+        if e.err_code in (ERR_NO_MESSAGE_FOUND, ERR_NO_MESSAGE_DELETED):
             return False
         raise
     return True

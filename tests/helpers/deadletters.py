@@ -22,13 +22,20 @@ from pcgroups.deadletters import (
     dead_letter_subject,
     dead_letter_subjects,
 )
+from pcgroups.errors import NotFoundError
 from pcgroups.jetstream import JetStreamApi, StreamConfig
 
 
 async def make_dead_letter_stream(nc, flavour: str, stream: str, group: str) -> str:
-    """The group's dead-letter stream (file storage, discard new, no limits): its name."""
+    """The group's dead-letter stream (file storage, discard new, no limits), unless it exists (made with its group):
+    its name."""
     api = JetStreamApi(nc)
     name = dead_letter_stream(flavour, stream, group)
+    try:
+        await api.stream_info(name)
+        return name
+    except NotFoundError:
+        pass
     config = StreamConfig(
         name=name,
         subjects=[dead_letter_subjects(flavour, stream, group)],
