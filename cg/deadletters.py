@@ -333,15 +333,51 @@ def print_entries(kind: str, stream: str, group: str, entries: list[DeadLetter],
         for line in _aligned([list(COLUMNS), *(_cells(e) for e in entries)]):
             out.line(line)
         return
+    shown, left_out = entries_table(kind, stream, group, entries, width=out.console.width)
+    out.print(shown)
+    if left_out:
+        out.styled(f"left out to fit the terminal: {', '.join(left_out)} (--json shows everything)", "dim")
+
+
+#: ``ls``'s table columns: (name, whether it folds); a narrow terminal loses them in the order of :data:`DROPPABLE`.
+TABLE_COLUMNS = (
+    ("seq", False),
+    ("lane", False),
+    ("partition", False),
+    ("key", True),
+    ("subject", True),
+    ("member", True),
+    ("tries", False),
+    ("parked", False),
+    ("dead-lettered", False),
+    ("reason", True),
+)
+DROPPABLE = ("member", "partition", "subject", "parked", "dead-lettered")
+
+
+def entries_table(
+    kind: str, stream: str, group: str, entries: list[DeadLetter], *, width: int | None = None
+) -> tuple[Any, list[str]]:
+    """``ls`` in a terminal: a row per dead letter, and the columns left out to fit ``width`` (every number
+    whole, the key, subject and reason folded)."""
+    from rich.console import Console
+
     from .output import table
 
-    shown = table(_title(kind, stream, group, entries))
-    for name in COLUMNS:
-        wraps = name in ("KEY", "SUBJECT", "REASON")
-        shown.add_column(name.lower().replace("-", " "), overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
-    for e in entries:
-        shown.add_row(*_cells(e))
-    out.print(shown)
+    drop: list[str] = []
+    while True:
+        shown = table(_title(kind, stream, group, entries))
+        keep = [i for i, (name, _) in enumerate(TABLE_COLUMNS) if name not in drop]
+        for i in keep:
+            name, wraps = TABLE_COLUMNS[i]
+            shown.add_column(name, overflow="fold", no_wrap=not wraps, min_width=min(len(name), 8) if wraps else None)
+        for e in entries:
+            cells = _cells(e)
+            cells[8] = cells[8].replace(" ", "\n")  # the date over the time
+            shown.add_row(*(cells[i] for i in keep))
+        if width is None or len(drop) == len(DROPPABLE) or Console(width=10_000).measure(shown).minimum <= width:
+            return shown, drop
+        drop.append(DROPPABLE[len(drop)])
 
 
 def _body(data: bytes) -> str:

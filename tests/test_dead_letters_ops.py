@@ -163,8 +163,11 @@ async def test_choosing_nothing_or_what_is_not_there_is_an_error(nc, uniq):
         await plan_purge(nc, "static", uniq, "g", keys=["zz"])
     with pytest.raises(NotFoundError, match="no dead letter 999"):
         await plan_purge(nc, "static", uniq, "g", seqs=[seqs["a1"], 999])
-    with pytest.raises(NotFoundError, match=f"static consumer group h on stream {uniq} has no dead letters"):
-        await plan_replay(nc, "static", uniq, "h", everything=True)
+    assert (await plan_replay(nc, "static", uniq, "h", everything=True)).entries == []  # no stream: none
+    with pytest.raises(NotFoundError, match=f"no dead letter of key 'a' in static consumer group h on stream {uniq}"):
+        await plan_purge(nc, "static", uniq, "h", keys=["a"])
+    with pytest.raises(NotFoundError, match=f"no dead letter 1 in static consumer group h on stream {uniq}"):
+        await get_dead_letter(nc, "static", uniq, "h", 1)
     assert len(await list_dead_letters(nc, "static", uniq, "g")) == 5
 
 

@@ -19,8 +19,8 @@ Invariants:
    (or the group's) and bounded by the plan's last sequence; single entries (``--seq``) one by one.
 5. A key is parked while the stream holds an entry on its subjects, so it is unparked once the last one is gone:
    at once for a purge; for a replay, when the member's instance has run the last of them.
-6. A group without a dead-letter stream (made before dead letters, or none was ever needed) has no dead letters:
-   listing and counting it is not an error; changing it is (:class:`~pcgroups.errors.NotFoundError`).
+6. A group without a dead-letter stream (made before dead letters) has no dead letters: listing, counting and
+   planning it is not an error, naming one of its dead letters is (:class:`~pcgroups.errors.NotFoundError`).
 """
 
 from __future__ import annotations
@@ -353,14 +353,6 @@ def _key_subjects(flavour: str, stream: str, group: str, key: str, lane: str = "
     return f"{DLQ_ROOT}.{flavour}.{stream}.{group}.{lane}.*.{key_token(key)}"
 
 
-async def _exists(api: JetStreamApi, name: str) -> bool:
-    try:
-        await api.stream_info(name)
-    except NotFoundError:
-        return False
-    return True
-
-
 async def list_dead_letters(
     nc: Client,
     flavour: str,
@@ -396,7 +388,10 @@ async def get_dead_letter(
     _check_flavour(flavour)
     api = _api(nc, api)
     name = dead_letter_stream(flavour, stream, group)
-    message = await _get(api, name, {"seq": seq})
+    try:
+        message = await _get(api, name, {"seq": seq})
+    except NotFoundError:
+        message = None  # no dead-letter stream: no dead letter (invariant 6)
     if message is None:
         raise NotFoundError(f"no dead letter {seq} in {flavour} consumer group {group} on stream {stream}")
     return _entry(message)
@@ -420,15 +415,10 @@ async def _plan(
 ) -> DeadLetterPlan:
     _check_flavour(flavour)
     api = _api(nc, api)
-    name = dead_letter_stream(flavour, stream, group)
     if everything and (keys or seqs):
         raise PCGroupsError("give --all, or keys and sequences, not both")
     if not (everything or keys or seqs):
         raise PCGroupsError("say which dead letters: --all, --key KEY or --seq N")
-    if not await _exists(api, name):
-        raise NotFoundError(
-            f"{flavour} consumer group {group} on stream {stream} has no dead letters (no stream {name})"
-        )
     chosen: dict[int, DeadLetter] = {}
     if everything or keys:
         for entry in await list_dead_letters(nc, flavour, stream, group, keys=keys, lane=lane, api=api):
@@ -436,7 +426,9 @@ async def _plan(
         missing = [k for k in dict.fromkeys(keys) if not any(e.key == k for e in chosen.values())]
         if missing:
             what = "dead letter to replay" if action == "replay" else "dead letter"
-            raise NotFoundError(f"no {what} of key {missing[0]!r} in {flavour} consumer group {group}")
+            raise NotFoundError(
+                f"no {what} of key {missing[0]!r} in {flavour} consumer group {group} on stream {stream}"
+            )
     for seq in dict.fromkeys(seqs):
         entry = await get_dead_letter(nc, flavour, stream, group, seq, api=api)
         if lane and entry.lane != lane:
