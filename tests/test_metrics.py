@@ -771,6 +771,44 @@ async def _not(aw) -> bool:
     return not await aw
 
 
+async def test_the_dead_letter_alert_reads_what_the_exporter_serves(js, nc, server_url, uniq):
+    """docs/OPERATIONS.md's PcgroupsParkedKeysOrDeadLettersGrowing, its parked-key condition evaluated on what cg
+    metrics serves: it holds for the member whose partition has dead letters (written in the documented format),
+    not for the other, and no longer once they are purged."""
+    from tests.helpers.deadletters import make_dead_letter_stream, write_dead_letter
+
+    expr = alert_expr("PcgroupsParkedKeysOrDeadLettersGrowing")
+    parked, growing = expr.split(" or ")
+    assert _metric_names(parked) == {"pcgroups_member_parked_keys"}
+    assert _metric_names(growing) == {"pcgroups_member_dead_letters"}
+    name, op, number = _CONDITION.match(parked).groups()
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    await create_static(nc, uniq, "g", 4, members=["m1", "m2"])  # m1 owns 0 and 1
+    await make_dead_letter_stream(nc, "static", uniq, "g")
+    for i in range(2):
+        await write_dead_letter(nc, "static", uniq, "g", partition=1, key=f"k{i}", subject=f"{uniq}.k{i}", origin_seq=i)
+
+    def holding(m: dict[str, list]) -> set[str]:
+        return {
+            s.labels["member"]
+            for s in m.get(name, [])
+            if s.labels["stream"] == uniq and _COMPARE[op](s.value, float(number))
+        }
+
+    async with procs() as start:
+        _, port = await exporter(start, server_url, uniq)
+        await wait_for(lambda: _holds_for(port, holding, {"m1"}), 15, what="the condition for m1 only")
+        m = await ascrape(port)
+        assert values(m["pcgroups_member_dead_letters"], stream=uniq, member="m1", lane="dead") == [2]
+        assert values(m[name], stream=uniq, member="m1") == [2] and values(m[name], stream=uniq, member="m2") == [0]
+        (await run_cg("static", "dead-letters", "purge", uniq, "g", "--all", "--execute", url=server_url)).ok()
+        await wait_for(lambda: _holds_for(port, holding, set()), 15, what="the condition gone with the dead letters")
+
+
+async def _holds_for(port: int, holding, members: set[str]) -> bool:
+    return holding(await ascrape(port)) == members
+
+
 # ------------------------------------------------------------ permissions
 
 

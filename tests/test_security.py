@@ -728,9 +728,14 @@ async def test_admin_lists_replays_and_purges_dead_letters_the_observer_counts_t
     assert [e["seq"] for e in listed if e["key"] == "orders.dl"] == seqs
     shown = (await run_cg(*admin, "static", "dead-letters", "show", "ORDERS", "shipping", str(seqs[0]))).ok()
     assert "origin         stream ORDERS, seq 1000" in shown.out
+    long_key = "orders." + "x" * 150  # named by its hash in the subject: reading its name takes STREAM.MSG.GET
+    await dead_letters(secured, long_key, 1)
     status = json.loads((await run_cg(*observer, "static", "status", "ORDERS", "shipping", "--json")).ok().out)
     m1 = next(m for m in status["members"] if m["member"] == "m1")
-    assert m1["dead_letters"] >= 3 and "orders.dl" in m1["parked_keys"] and status["dead_letter_stream"] == DLQ
+    assert m1["dead_letters"] >= 4 and "orders.dl" in m1["parked_keys"] and status["dead_letter_stream"] == DLQ
+    assert long_key not in m1["parked_keys"] and any(k.startswith("~") for k in m1["parked_keys"])
+    status = json.loads((await run_cg(*admin, "static", "status", "ORDERS", "shipping", "--json")).ok().out)
+    assert long_key in next(m for m in status["members"] if m["member"] == "m1")["parked_keys"]
     assert_cli_error(
         await run_cg(*observer, "static", "dead-letters", "ls", "ORDERS", "shipping"),
         f"permission denied: publish to $JS.API.STREAM.MSG.GET.{DLQ} is not allowed",
@@ -744,11 +749,10 @@ async def test_admin_lists_replays_and_purges_dead_letters_the_observer_counts_t
         await member.close()
     replay = ["static", "dead-letters", "replay", "ORDERS", "shipping", "--seq", str(seqs[0]), "--execute"]
     (await run_cg(*admin, *replay)).ok()
-    (
-        await run_cg(*admin, "static", "dead-letters", "purge", "ORDERS", "shipping", "--key", "orders.dl", "--execute")
-    ).ok()
+    purge = ["static", "dead-letters", "purge", "ORDERS", "shipping", "--key", "orders.dl", "--key", long_key]
+    (await run_cg(*admin, *purge, "--execute")).ok()
     listed = json.loads((await run_cg(*admin, "static", "dead-letters", "ls", "ORDERS", "shipping", "--json")).ok().out)
-    assert [e for e in listed if e["key"] == "orders.dl"] == []
+    assert [e for e in listed if e["key"] in ("orders.dl", long_key)] == []
 
 
 async def test_a_member_dead_letters_what_keeps_failing_and_runs_it_when_replayed(secured):

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import ElasticConfig, StaticConfig
-from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError
+from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND, JetStreamApi, parse_timestamp
 from ..partitions import member_partitions
 from ._names import (
@@ -603,7 +603,7 @@ async def dead_letter_summary(
 ) -> DeadLetterSummary:
     """The group's dead letters counted by member (the owner of their partition now) and lane, with the parked
     keys: one ``STREAM.INFO`` with the per-subject counts, and one read per hashed (long) key named, at most
-    :data:`HASHED_KEYS_SHOWN`."""
+    :data:`HASHED_KEYS_SHOWN` (a user who may not read entries sees such a key's token, ``~<sha256>``)."""
     _check_flavour(flavour)
     api = _api(nc, api)
     name = dead_letter_stream(flavour, stream, group)
@@ -631,7 +631,10 @@ async def dead_letter_summary(
         key = key_of_token(token)
         if key is None:
             if token not in hashed and len(hashed) < HASHED_KEYS_SHOWN:
-                message = await _get(api, name, {"last_by_subj": subject})
+                try:
+                    message = await _get(api, name, {"last_by_subj": subject})
+                except PermissionDeniedError:  # may count, not read (the observer): the key's hash it is
+                    message = None
                 hashed[token] = _stored_headers(message).get(HEADER_KEY, token) if message else token
             key = hashed.get(token, token)
         keys.setdefault(member, set()).add(key)
