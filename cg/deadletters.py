@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from pcgroups.deadletters import DeadLetter, DeadLetterPlan
     from pcgroups.jetstream import JetStreamApi
 
-    from .flavour import Flavour
 
 Stream = Annotated[str, typer.Argument(help="stream name", metavar="STREAM", show_default=False)]
 Group = Annotated[str, typer.Argument(help="consumer group name", metavar="GROUP", show_default=False)]
@@ -52,6 +52,20 @@ Seqs = Annotated[
 ]
 Every = Annotated[bool, typer.Option("--all", help="every dead letter")]
 Execute = Annotated[bool, typer.Option("--execute", help="apply the plan (without it nothing changes)")]
+
+
+class Flavour(Protocol):
+    """What the commands need of a flavour (cg/flavour.py's ``Flavour``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def calls(self) -> Callable[[], Any]: ...
+
+    @property
+    def with_article(self) -> str: ...
+
 
 COLUMNS = ("SEQ", "LANE", "PARTITION", "KEY", "SUBJECT", "MEMBER", "DELIVERIES", "PARKED", "DEAD-LETTERED", "REASON")
 
@@ -206,88 +220,6 @@ def _plan_command(
     print_plan(plan, idle, as_json=as_json)
 
 
-# ---------------------------------------------------------------- delete
-
-
-def delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: bool, with_dead_letters: bool) -> None:
-    """``delete``: the group (its instances end), and its dead-letter stream when it is empty or
-    ``with_dead_letters``; one that holds dead letters is kept and said so. A group already deleted whose dead
-    letters were kept: ``--with-dead-letters`` deletes them, else it is the group's not-found error, saying so.
-    Every delete is checked first (a refused one deletes nothing)."""
-    from pcgroups.deadletters import dead_letter_stream, delete_dead_letter_stream
-    from pcgroups.errors import ConfigError, NotFoundError, PermissionDeniedError
-
-    from .flavour import left_work_queue
-
-    name = dead_letter_stream(flavour.name, stream, group)
-
-    async def body(nc: Client, api: JetStreamApi) -> tuple[bool, bool, int]:
-        calls = flavour.calls()
-        held = await _held(api, name)
-        there = True
-        try:
-            await calls.get_config(nc, stream, group, api=api)  # "not found" before asking
-        except ConfigError:
-            pass  # it exists with an invalid config: deleting it is the way out
-        except NotFoundError as e:
-            if await left_work_queue(flavour, api, stream, group):
-                pass
-            elif held is None:
-                raise
-            elif not with_dead_letters:
-                raise NotFoundError(
-                    f"{e}; its dead-letter stream {name} is left, with {_count(held)} (--with-dead-letters deletes it)"
-                ) from None
-            else:
-                there = False
-        removable = held is not None and (with_dead_letters or held == 0)
-        if removable:
-            try:
-                await api.check_delete(f"STREAM.DELETE.{name}")
-            except PermissionDeniedError:
-                if with_dead_letters:
-                    raise
-                removable = False  # an empty one the user may not delete: left as it is
-        await rt.confirm_delete(force)
-        if there:
-            await calls.delete(nc, stream, group, api=api)
-        deleted, count = (False, held or 0)
-        if removable:
-            deleted, count = await delete_dead_letter_stream(
-                nc, flavour.name, stream, group, only_if_empty=not with_dead_letters, api=api
-            )
-        return there, deleted, count
-
-    there, deleted, count = rt.with_connection(body)
-    kept = not deleted and count > 0
-    if kept:
-        warn(
-            f"{flavour.name} consumer group {group}'s {_count(count)} are kept in stream {name} "
-            f"(cg {flavour.name} dead-letters ls {stream} {group} lists them; cg {flavour.name} delete {stream} "
-            f"{group} --with-dead-letters deletes them)"
-        )
-    if not out.pretty:  # the reference prints nothing (kept in pipes)
-        return
-    if not there:
-        out.styled(f"deleted the dead-letter stream {name} ({_count(count)}) of deleted group {group}", "green")
-        return
-    queue = f" and its work queue {stream}-{group}" if flavour.name == "elastic" else ""
-    dead = f"; its {_count(count)} deleted with it" if deleted and count else ""
-    out.styled(
-        f"deleted {flavour.name} consumer group {group} on stream {stream}{queue}: its instances end{dead}", "green"
-    )
-
-
-async def _held(api: JetStreamApi, name: str) -> int | None:
-    """The dead letters a dead-letter stream holds (None: no such stream)."""
-    from pcgroups.errors import NotFoundError
-
-    try:
-        return int(((await api.stream_info(name)).get("state") or {}).get("messages") or 0)
-    except NotFoundError:
-        return None
-
-
 # ---------------------------------------------------------------- printing
 
 
@@ -424,7 +356,7 @@ def plan_line(plan: DeadLetterPlan, e: DeadLetter) -> str:
     return f"seq {e.seq}: key {e.key} ({where}): {e.subject}, origin seq {e.origin_seq}, {e.lane_name}"
 
 
-def _count(n: int, noun: str = "dead letter") -> str:
+def count(n: int, noun: str = "dead letter") -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
@@ -433,13 +365,13 @@ def plan_summary(plan: DeadLetterPlan, idle: list[str]) -> str:
     if not plan.entries:
         return f"nothing to {plan.action}"
     if not plan.executed:
-        return f"plan only, nothing changed (add --execute to apply): would {plan.action} {_count(len(plan.entries))}"
+        return f"plan only, nothing changed (add --execute to apply): would {plan.action} {count(len(plan.entries))}"
     if plan.action == "purge":
-        return f"done: deleted {_count(plan.done)}; a key with none left is no longer parked ({keys})"
+        return f"done: deleted {count(plan.done)}; a key with none left is no longer parked ({keys})"
     members = " and ".join(plan.members()) or "their members"
-    text = f"done: {_count(plan.done)} moved to lane R (replaying)"
+    text = f"done: {count(plan.done)} moved to lane R (replaying)"
     if plan.followers:
-        text += f", and {_count(plan.followers)} that followed their keys since the plan"
+        text += f", and {count(plan.followers)} that followed their keys since the plan"
     text += f"; the pinned instance of {members} runs them in order, before later messages of their keys"
     if idle:
         text += f" ({' and '.join(idle)}: no instance running: they wait until one starts)"
@@ -457,7 +389,7 @@ def print_plan(plan: DeadLetterPlan, idle: list[str], *, as_json: bool) -> None:
         if plan.entries:
             from .output import table
 
-            title = f"{plan.action} {_count(len(plan.entries))} of {plan.flavour} consumer group {plan.group}"
+            title = f"{plan.action} {count(len(plan.entries))} of {plan.flavour} consumer group {plan.group}"
             shown = table(f"{title} on stream {plan.stream}")
             for name in ("seq", "key", "partition", "member", "subject", "origin seq", "lane"):
                 shown.add_column(name, overflow="fold")
@@ -474,8 +406,8 @@ def print_plan(plan: DeadLetterPlan, idle: list[str], *, as_json: bool) -> None:
 
 __all__ = [
     "check_choice",
+    "count",
     "dead_letters_app",
-    "delete_group",
     "parse_seq",
     "print_entries",
     "print_entry",

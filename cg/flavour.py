@@ -384,15 +384,93 @@ def _delete(flavour: Flavour) -> tuple[Fn, str]:
         force: Force = False,
         with_dead_letters: WithDeadLetters = False,
     ) -> None:
-        from .deadletters import delete_group
-
         check_names(stream=stream, group=name)
-        delete_group(runtime(ctx), flavour, stream, name, force=force, with_dead_letters=with_dead_letters)
+        _delete_group(runtime(ctx), flavour, stream, name, force=force, with_dead_letters=with_dead_letters)
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
 
 
-async def left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
+def _delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: bool, with_dead_letters: bool) -> None:
+    """``delete``: the group (its instances end), and its dead-letter stream when it is empty or
+    ``with_dead_letters``; one that holds dead letters is kept and said so. A group already deleted whose dead
+    letters were kept: ``--with-dead-letters`` deletes them, else it is the group's not-found error, saying so.
+    Every delete is checked first (a refused one deletes nothing)."""
+    from pcgroups.deadletters import dead_letter_stream, delete_dead_letter_stream
+    from pcgroups.errors import ConfigError, NotFoundError, PermissionDeniedError
+
+    from .deadletters import count as letters
+    from .output import out
+
+    name = dead_letter_stream(flavour.name, stream, group)
+
+    async def body(nc: Client, api: JetStreamApi) -> tuple[bool, bool, int]:
+        calls = flavour.calls()
+        held = await _held(api, name)
+        there = True
+        try:
+            await calls.get_config(nc, stream, group, api=api)  # "not found" before asking
+        except ConfigError:
+            pass  # it exists with an invalid config: deleting it is the way out
+        except NotFoundError as e:
+            if await _left_work_queue(flavour, api, stream, group):
+                pass
+            elif held is None:
+                raise
+            elif not with_dead_letters:
+                raise NotFoundError(
+                    f"{e}; its dead-letter stream {name} is left, with {letters(held)} (--with-dead-letters deletes it)"
+                ) from None
+            else:
+                there = False
+        removable = held is not None and (with_dead_letters or held == 0)
+        if removable:
+            try:
+                await api.check_delete(f"STREAM.DELETE.{name}")
+            except PermissionDeniedError:
+                if with_dead_letters:
+                    raise
+                removable = False  # an empty one the user may not delete: left as it is
+        await rt.confirm_delete(force)
+        if there:
+            await calls.delete(nc, stream, group, api=api)
+        deleted, count = (False, held or 0)
+        if removable:
+            deleted, count = await delete_dead_letter_stream(
+                nc, flavour.name, stream, group, only_if_empty=not with_dead_letters, api=api
+            )
+        return there, deleted, count
+
+    there, deleted, count = rt.with_connection(body)
+    kept = not deleted and count > 0
+    if kept:
+        warn(
+            f"{flavour.name} consumer group {group}'s {letters(count)} are kept in stream {name} "
+            f"(cg {flavour.name} dead-letters ls {stream} {group} lists them; cg {flavour.name} delete {stream} "
+            f"{group} --with-dead-letters deletes them)"
+        )
+    if not out.pretty:  # the reference prints nothing (kept in pipes)
+        return
+    if not there:
+        out.styled(f"deleted the dead-letter stream {name} ({letters(count)}) of deleted group {group}", "green")
+        return
+    queue = f" and its work queue {stream}-{group}" if flavour.name == "elastic" else ""
+    dead = f"; its {letters(count)} deleted with it" if deleted and count else ""
+    out.styled(
+        f"deleted {flavour.name} consumer group {group} on stream {stream}{queue}: its instances end{dead}", "green"
+    )
+
+
+async def _held(api: JetStreamApi, name: str) -> int | None:
+    """The dead letters a dead-letter stream holds (None: no such stream)."""
+    from pcgroups.errors import NotFoundError
+
+    try:
+        return int(((await api.stream_info(name)).get("state") or {}).get("messages") or 0)
+    except NotFoundError:
+        return None
+
+
+async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
     """An elastic group's work queue is left without its config (a delete that stopped half way): say so; the
     delete removes it."""
     from pcgroups import work_queue_name

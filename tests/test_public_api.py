@@ -146,6 +146,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {
             "cg.changes",
             "cg.offsets",
+            "cg.deadletters",
             "cg.status",
             "cg.metrics",
             "cg.consume",
@@ -153,7 +154,7 @@ LAYERS: dict[str, list[set[str]]] = {
             "cg.tools",
             "cg.demo",
         },  # what the commands do
-        {"cg.flavour", "cg.static", "cg.elastic", "cg.deadletters", "cg.demo.command"},  # the commands
+        {"cg.flavour", "cg.static", "cg.elastic", "cg.demo.command"},  # the commands
         {"cg.app", "cg.main", "cg.__main__"},  # the tree and the console script
     ],
 }
