@@ -243,6 +243,9 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         ),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
         "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
+        "terminated": ev.detail,
+        "parked": f"parked {ev.detail}",
+        "unparked": f"unparked {ev.detail}",
     }
     return f"[{m}] {said.get(ev.kind) or ev.kind + (': ' + ev.detail if ev.detail else '')}"
 

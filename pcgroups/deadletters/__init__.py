@@ -32,14 +32,12 @@ from ._names import (
     HEADER_TIME,
     LANE_DEAD,
     LANE_REPLAY,
-    ORIGINAL_HEADER_PREFIX,
     REASON_LIMIT,
     dead_letter_stream,
     dead_letter_subject,
     dead_letter_subjects,
     key_of_token,
     key_token,
-    replay_nudge_subject,
 )
 
 __all__ = [
@@ -55,7 +53,6 @@ __all__ = [
     "HEADER_TIME",
     "LANE_DEAD",
     "LANE_REPLAY",
-    "ORIGINAL_HEADER_PREFIX",
     "REASON_LIMIT",
     "DeadLetter",
     "DeadLetterPlan",
@@ -73,5 +70,4 @@ __all__ = [
     "list_dead_letters",
     "plan_purge",
     "plan_replay",
-    "replay_nudge_subject",
 ]

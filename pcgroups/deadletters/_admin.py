@@ -13,8 +13,8 @@ Invariants:
 3. A replay moves each entry from lane ``D`` to lane ``R`` in stream order: its copy is published and
    acknowledged by the stream (with a ``Nats-Msg-Id``, so a retried publish is stored once) before the entry is
    deleted, so nothing is lost; an entry whose copy is already in lane ``R`` (a replay interrupted between the
-   two) is only deleted. The group's instances are then told (:func:`~._names.replay_nudge_subject`): the pinned
-   instance of the partition's member runs each lane ``R`` entry as a message of its key and deletes it.
+   two) is only deleted. The pinned instance of the partition's member finds lane ``R`` entries (it looks every
+   second), runs each as a message of its key and deletes it.
 4. A purge removes exactly the planned entries: a key's, or all, with one purge filtered on the key's subjects
    (or the group's) and bounded by the plan's last sequence; single entries (``--seq``) one by one.
 5. A key is parked while the stream holds an entry on its subjects, so it is unparked once the last one is gone:
@@ -26,7 +26,6 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,12 +49,10 @@ from ._names import (
     HEADER_TIME,
     LANE_DEAD,
     LANE_REPLAY,
-    ORIGINAL_HEADER_PREFIX,
     dead_letter_stream,
     dead_letter_subjects,
     key_of_token,
     key_token,
-    replay_nudge_subject,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +74,7 @@ __all__ = [
 
 FLAVOURS = ("static", "elastic")
 LANES = {LANE_DEAD: "dead", LANE_REPLAY: "replaying"}
+ORIGINAL_HEADER_PREFIX = "Pcg-Orig-"  # a JetStream header of the message (``Nats-*``), kept under this prefix
 FORMAT_HEADERS = {
     HEADER_ORIGIN_STREAM,
     HEADER_ORIGIN_SEQ,
@@ -504,22 +502,16 @@ async def _replay(nc: Client, api: JetStreamApi, plan: DeadLetterPlan) -> None:
         (e.origin_stream, e.origin_seq)
         for e in await list_dead_letters(nc, plan.flavour, plan.stream, plan.group, lane=LANE_REPLAY, api=api)
     }
-    partitions: set[int] = set()
-    try:
-        for entry in plan.entries:
-            if await _move(api, name, entry.seq, in_replay, plan):
-                plan.done += 1
-                partitions.add(entry.partition)
-        if plan.by_key and plan.entries:
-            last = plan.entries[-1].seq
-            for key in plan.keys:
-                subjects = _key_subjects(plan.flavour, plan.stream, plan.group, key, LANE_DEAD)
-                for message in await _scan(api, name, subjects, after=last):
-                    if await _move(api, name, int(message["seq"]), in_replay, plan):
-                        plan.followers += 1
-                        partitions.add(_int(_lane_parts(str(message["subject"]))[2].split(".")[0]))
-    finally:
-        await _nudge(nc, plan, sorted(partitions))  # what was moved runs even when the rest failed
+    for entry in plan.entries:
+        if await _move(api, name, entry.seq, in_replay, plan):
+            plan.done += 1
+    if plan.by_key and plan.entries:
+        last = plan.entries[-1].seq
+        for key in plan.keys:
+            subjects = _key_subjects(plan.flavour, plan.stream, plan.group, key, LANE_DEAD)
+            for message in await _scan(api, name, subjects, after=last):
+                if await _move(api, name, int(message["seq"]), in_replay, plan):
+                    plan.followers += 1
 
 
 async def _move(api: JetStreamApi, name: str, seq: int, in_replay: set[tuple[str, int]], plan: DeadLetterPlan) -> bool:
@@ -578,15 +570,6 @@ async def _purge(api: JetStreamApi, plan: DeadLetterPlan) -> None:
     for entry in plan.entries:
         if not plan.everything and entry.key not in chosen and await _delete(api, name, entry.seq):
             plan.done += 1
-
-
-async def _nudge(nc: Client, plan: DeadLetterPlan, partitions: list[int]) -> None:
-    """Tell the group's instances that lane R has entries (a core NATS message: no one listening is fine)."""
-    if not partitions:
-        return
-    body = json.dumps({"partitions": partitions}, separators=(",", ":")).encode()
-    await nc.publish(replay_nudge_subject(plan.flavour, plan.stream, plan.group), body)
-    await nc.flush()
 
 
 # ---------------------------------------------------------------- status

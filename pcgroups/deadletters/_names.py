@@ -13,10 +13,6 @@ Invariants:
 3. A key is parked while the stream holds an entry on its subjects (either lane).
 4. A dead letter holds the message's data and headers as published (JetStream's own ``Nats-*`` headers kept as
    ``Pcg-Orig-<name>``: JetStream would act on them), plus the ``HEADER_*`` headers below.
-5. A replay (``cg ... dead-letters replay``) tells the group's instances at once with a core NATS message on
-   ``$PCG.REPLAY.<flavour>.<stream>.<group>`` (:func:`replay_nudge_subject`; outside the stream's subjects, so
-   never stored); its body is JSON, ``{"partitions":[...]}``, the partitions it moved entries of. The instances
-   also look for lane ``R`` entries on their own, so a lost nudge only delays a replay.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ import base64
 import hashlib
 
 DLQ_ROOT = "$PCG.DLQ"
-REPLAY_ROOT = "$PCG.REPLAY"
 LANE_DEAD = "D"  # dead: waiting for an operator (replay or purge)
 LANE_REPLAY = "R"  # a replay was asked for: the member's pinned instance runs it
 KEY_TOKEN_LIMIT = 128  # longer keys are named by their SHA-256 (``~<hex>``)
@@ -41,7 +36,6 @@ HEADER_DELIVERIES = "Pcg-Deliveries"  # attempts made
 HEADER_REASON = "Pcg-Reason"  # the last failure: the exception's type and message (at most REASON_LIMIT bytes)
 HEADER_TIME = "Pcg-Time"  # when it was dead-lettered (RFC 3339, UTC)
 HEADER_PARKED = "Pcg-Parked"  # "1": it followed its parked key without running
-ORIGINAL_HEADER_PREFIX = "Pcg-Orig-"  # a JetStream header of the message (``Nats-*``), kept under this prefix
 
 
 def dead_letter_stream(flavour: str, stream: str, group: str) -> str:
@@ -52,11 +46,6 @@ def dead_letter_stream(flavour: str, stream: str, group: str) -> str:
 def dead_letter_subjects(flavour: str, stream: str, group: str) -> str:
     """Every subject of the group's dead-letter stream (its one subject filter)."""
     return f"{DLQ_ROOT}.{flavour}.{stream}.{group}.>"
-
-
-def replay_nudge_subject(flavour: str, stream: str, group: str) -> str:
-    """Where a replay tells the group's instances that lane ``R`` has entries (invariant 5)."""
-    return f"{REPLAY_ROOT}.{flavour}.{stream}.{group}"
 
 
 def dead_letter_subject(flavour: str, stream: str, group: str, lane: str, partition: int, key: str) -> str:
