@@ -344,3 +344,27 @@ async def test_a_failing_message_is_dead_lettered_parked_and_replayed_into_its_m
 
 async def _none_left(nc, uniq: str) -> bool:
     return await list_dead_letters(nc, "static", uniq, "g") == []
+
+
+async def test_a_replay_runs_in_a_member_that_has_no_other_message(nats_server, nc, uniq):
+    """A replay needs no traffic: the member's running instance runs what is replayed into it even when no message
+    of its partitions comes (nothing else would ever give it the pin), and the dead letters leave the stream."""
+    url = nats_server.url
+    await _group(nc, url, uniq)
+    subject = m1_subjects(uniq, "idle", 1)[0]
+    await make_dead_letter_stream(nc, "static", uniq, "g")
+    await write_dead_letter(
+        nc, "static", uniq, "g", partition=_partition_of(uniq, subject), key=subject, subject=subject, origin_seq=1
+    )
+    async with procs() as start:
+        idle = await start("static", "--sleep", "1ms", "consume", uniq, "g", "m1", url=url)
+        await idle.wait_text("consuming...")
+        (await run_cg("static", "dead-letters", "replay", uniq, "g", "--all", "--execute", url=url)).ok()
+        await wait_for(lambda: _none_left(nc, uniq), 30, what="the replayed dead letter run in the idle member")
+        await idle.wait_output(lambda o: any(m["subject"] == subject for m in ACKED.finditer(o)), 5, "its line")
+
+
+def _partition_of(uniq: str, subject: str) -> int:
+    from pcgroups.partitions import partition_of_subject
+
+    return partition_of_subject(subject, 4, [1], f"{uniq}.*")
