@@ -39,6 +39,10 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
 - ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
   (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
+- ``poison-static``, ``poison-elastic``: one key's messages always fail (its owner's instances run with
+  ``--max-deliver 3 --park-keys``): the first is dead-lettered after its attempts, the later ones follow it into the
+  dead-letter stream without running, while the owner's pinned instance is SIGKILLed under traffic (a new one started
+  each time); then the handler is fixed, the key's dead letters are replayed and run in their order (2 / 10);
 - ``pool-*``: the worker pool (a dispatching member, worker processes): a worker SIGKILLed, SIGSTOPped, started and
   stopped; the pinned dispatcher SIGKILLed (0.2 s and 2.5 s calls) or SIGSTOPped (one key, mid-burst); the server
   restarted under one or two dispatchers (docs/RELIABILITY.md, *Key-level step-downs and the worker pool*).
@@ -121,6 +125,9 @@ async def worker_main(argv: list[str]) -> None:
         action="store_true",
         help="look at msg.superseded only when the work is done (as cg's handler), not during it",
     )
+    p.add_argument("--fail-key", default="", help="every message of this key (k<n>) fails (the poison scenarios)")
+    p.add_argument("--max-deliver", type=int, default=5, help="attempts before a failing message is dead-lettered")
+    p.add_argument("--park-keys", action="store_true", help="park the key of a dead-lettered message")
     p.add_argument(
         "--sample",
         type=float,
@@ -150,6 +157,13 @@ async def worker_main(argv: list[str]) -> None:
     keyed = args.concurrency > 1 or args.dispatch or args.pool_worker
 
     async def handler(msg) -> None:
+        if "Pcg-Replayed" in (msg.headers or {}):  # a dead letter replayed: said apart (the poison scenarios)
+            await msg.ack()
+            _emit(json.dumps({"ev": "replayed", "data": msg.data.decode(), "t": time.time()}))
+            return
+        if args.fail_key and msg.subject.rsplit(".", 1)[-1] == args.fail_key:
+            _emit(json.dumps({"ev": "failed", "data": msg.data.decode(), "instance": instance, "t": time.time()}))
+            raise RuntimeError(f"poison: {msg.subject}")
         subject, origin = origin_of(msg)
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
         unit = 1000 * msg.partition + int(subject.rsplit(".k", 1)[1]) if keyed else msg.partition
@@ -211,6 +225,8 @@ async def worker_main(argv: list[str]) -> None:
     else:
         consume = static_consume if args.flavour == "static" else elastic_consume
         pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0, "on_event": said}
+        from pcgroups import RetryPolicy
+
         inst = await consume(
             nc,
             args.stream,
@@ -219,6 +235,7 @@ async def worker_main(argv: list[str]) -> None:
             None if args.dispatch else handler,
             config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
             auto_in_progress=args.progress == "auto",
+            retry=RetryPolicy(max_deliver=args.max_deliver, backoff=0.05, park_keys=args.park_keys),
             **(pool if args.dispatch else {"concurrency": args.concurrency}),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
@@ -338,6 +355,9 @@ class Group:
         self.workers: list[Worker] = []
         self.keys = self._keys()
         self.sent = 0
+        self.published: dict[int, tuple[str, str]] = {}  # stream sequence -> (key, data), by the publisher
+        self.failed: list[str] = []  # the data of each failed attempt (the poison scenarios)
+        self.replayed: list[str] = []  # the data of each replayed dead letter handled, in order
 
     def _keys(self) -> list[str]:
         """Subject keys, 4 per partition, in round-robin partition order (every partition gets traffic)."""
@@ -464,6 +484,7 @@ class Env:
         url_of: Callable[[str, int], str] | None = None,
         dispatch: bool = False,
         sample: float = 0.0,
+        extra: tuple[str, ...] = (),
     ) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
         each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
@@ -514,7 +535,10 @@ class Env:
         for member, count in members.items():
             for k in range(count):
                 await self.spawn(
-                    g, member, url_of(member, k) if url_of else None, extra=("--dispatch",) if dispatch else ()
+                    g,
+                    member,
+                    url_of(member, k) if url_of else None,
+                    extra=(*extra, *(("--dispatch",) if dispatch else ())),
                 )
         await self.wait_ready(g.workers)
         return g
@@ -606,6 +630,10 @@ class Env:
             elif kind == "reconnected":
                 w.reconnects += 1
                 w.reconnected_at.append(float(ev.get("t", 0.0)))
+            elif kind == "failed":
+                w.group.failed.append(str(ev.get("data")))
+            elif kind == "replayed":
+                w.group.replayed.append(str(ev.get("data")))
             elif kind == "done":
                 w.ended = ev.get("error") or "ended"
         if w.ended is None and w.killed_at is None:
@@ -671,6 +699,7 @@ class Env:
                             raise
                         await asyncio.sleep(0.1)
                 self.pub_stalled = max(self.pub_stalled, time.monotonic() - t0)
+                g.published[ack.seq] = (g.keys[i % len(g.keys)], str(i))
                 g.expected.add(ack.seq)
                 g.sent += 1
             i += 1
@@ -1855,6 +1884,105 @@ async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
         return r
 
 
+async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """Key k0 always fails in its owner's instances (``--max-deliver 3 --park-keys``) while the owner's pinned
+    instance is SIGKILLed under traffic: every other message is handled as usual (the checker), k0's first message
+    is tried and dead-lettered once (the first kill comes at its first failure: the next pin holder tries it again,
+    and a dead letter stored twice would be seen), and each
+    later k0 message follows it into the dead-letter stream, in order, without running. Then the handler is fixed
+    (every instance stopped, new ones started without the failing key), all dead letters are replayed, and they run
+    in their order, once, while traffic goes on; the dead-letter stream is left empty."""
+    from pcgroups import partition_of_subject
+    from pcgroups.deadletters import execute_plan, list_dead_letters, plan_replay
+
+    t_start = time.time()
+    policy = ("--max-deliver", "3", "--park-keys")
+    async with Env(f"poison-{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 2, "m2": 2}, extra=(*policy, "--fail-key", "k0"))
+        part = partition_of_subject(f"{g.stream}.k0", g.partitions, [1], f"{g.stream}.*")
+        owner = "m1" if part < g.partitions // 2 else "m2"  # balanced: m1 owns the first half
+        env.start_publishing()
+        await wait_until(lambda: bool(g.failed), 20, "k0's first failure")  # the first kill: while it is retried
+        takeover = []
+        for run in range(runs):
+            if run:
+                await env.progress(20)
+            victim = g.active(owner) or g.alive(owner)[0]
+            half = g.partitions // 2
+            parts = set(range(half)) if owner == "m1" else set(range(half, g.partitions))
+            t = await env.kill(victim)
+            takeover.append(await env.resumed(g, parts, t))
+            await env.wait_ready([await env.spawn(g, owner, extra=(*policy, "--fail-key", "k0"))])
+        await env.progress(10)
+        await env.stop_publishing()
+
+        def poison_data() -> list[str]:
+            return [d for _, (k, d) in sorted(g.published.items()) if k == "k0"]
+
+        async def dead() -> list[Any]:
+            return await list_dead_letters(env.nc, flavour, g.stream, GROUP)
+
+        poisoned = {seq for seq, (k, _) in g.published.items() if k == "k0"}
+        rest = g.expected - poisoned
+        await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every other message acked")
+        await wait_until_async(lambda: _count_is(dead(), len(poison_data())), 60, "k0's messages dead-lettered")
+        entries = await dead()
+        failures: list[str] = []
+        if [e.data.decode() for e in entries] != poison_data():
+            failures.append(f"dead letters {[e.data.decode() for e in entries]} are not k0's {poison_data()}")
+        if [e.parked for e in entries] != [False] + [True] * (len(entries) - 1):
+            failures.append(f"parked flags {[e.parked for e in entries]}: only the first ran")
+        first = poison_data()[0]
+        if set(g.failed) != {first}:
+            failures.append(f"attempts at {sorted(set(g.failed))}: only k0's first message may run")
+        dead_lettered, attempts = len(entries), len(g.failed)
+
+        # the fix deployed: every instance stopped, new ones without the failing key; the dead letters replayed
+        await env.stop_workers()
+        g.workers = [w for w in g.workers if w.alive]  # stopped on purpose: none of them ended by itself
+        await env.wait_ready([await env.spawn(g, m, extra=policy, name=f"{m}-fixed") for m in ("m1", "m2")])
+        env.start_publishing()
+        await env.progress(10)
+        await execute_plan(env.nc, await plan_replay(env.nc, flavour, g.stream, GROUP, everything=True))
+        await wait_until_async(lambda: _count_is(dead(), 0), 60, "the dead-letter stream emptied by the replay")
+        await env.progress(10)
+        await env.stop_publishing()
+        replayed = set(g.replayed)
+        rest = g.expected - {seq for seq, (k, d) in g.published.items() if k == "k0" and d in replayed}
+        await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every message acked")
+        order = sorted(g.replayed, key=int)
+        if g.replayed != order or len(replayed) != len(g.replayed):
+            failures.append(f"replayed in the order {g.replayed}: each once, in publish order expected")
+        if not set(poison_data()[:dead_lettered]) <= replayed:
+            failures.append(f"dead letters not replayed: {sorted(set(poison_data()[:dead_lettered]) - replayed)}")
+        g.expected = rest  # the replayed messages are checked above: their success comes after their partition's
+        r = env.result(
+            f"poison-{flavour}",
+            g,
+            runs,
+            bound=runs,
+            takeover=takeover,
+            t0=t_start,
+            dead_lettered=dead_lettered,
+            attempts=attempts,
+            replayed=len(g.replayed),
+        )
+        r.failures += failures
+        return r
+
+
+async def _count_is(aw: Awaitable[list[Any]], n: int) -> bool:
+    return len(await aw) == n
+
+
+async def wait_until_async(pred: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
 async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
     """Handlers running 1.6 x AckWait (2 partitions, a member each, max_ack_pending 1), ``count``
     messages per group: calling in_progress(), relying on automatic +WPI, and neither."""
@@ -1968,6 +2096,8 @@ SIZES = {  # scenario -> (CI size, --long size)
     "pool-sigstop-dispatcher-burst-elastic": (1, 20),
     "pool-sigkill-dispatcher-long": (2, 20),
     "slow-handler": (4, 12),
+    "poison-static": (2, 10),
+    "poison-elastic": (2, 10),
     "partition-static": (1, 10),
     "partition-elastic": (1, 10),
     "slow-link": (1, 5),
@@ -1990,6 +2120,7 @@ LIMITS = {
     "pool-sigstop-dispatcher": 30,
     "pool-sigkill-dispatcher-long": 25,
     "slow-handler": 8,
+    "poison": 20,
     "partition": 15,
     "slow-link": 15,
     "server-closes": 6,
@@ -2039,6 +2170,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = pool_sigstop_worker(size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
+    elif name.startswith("poison-"):
+        coro = poison(name.split("-", 1)[1], size, verbose)
     else:
         raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SIZES)}")
     per_run = LIMITS[max((k for k in LIMITS if name.startswith(k)), key=len)]
