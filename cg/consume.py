@@ -6,6 +6,11 @@ double-acked and the line ends with ``acked`` (or the reference's can-not-be-ack
 With ``--concurrency K`` > 1 several messages are handled at once, so each gets two whole lines:
 ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for <sleep> ...`` before and the same
 head with ``acked`` (or the message) after.
+With ``--fail PATTERN`` a message whose subject matches ends its line (or its second line) with ``failed:
+<reason>`` instead: the handler raised, and the library retries it in place; a message given up to the dead-letter
+stream (``RetryPolicy.on_dead_letter``: after ``--max-deliver`` attempts, or following its parked key) is one line
+``[<member>] subject=<s>, seq=<n> dead-lettered: <reason> (cg ... dead-letters ls STREAM GROUP)``, and the
+instance's ``failed`` and ``dead-lettered`` events say nothing more.
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes, which a first Ctrl-C says at once on stderr; a second signal exits at once), 1 with
 ``cg: error: ...`` when the instance fails.
