@@ -29,6 +29,10 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
 - ``stepdown-keyed``: single step-downs of m1 (2 instances, key-level concurrency 4, 0.2 s calls) 1.5 s apart in
   static and elastic groups: exclusivity and order checked per key (4 / 20);
+- ``replay-static``, ``replay-elastic``: one key's messages always fail (``--max-deliver 3 --park-keys``): the first is
+  dead-lettered, the later ones follow it without running, while its owner's pinned instance is SIGKILLed (the
+  first time while the first one is retried); then the handler is fixed and every dead letter replayed under
+  traffic: each runs once, in order, and the dead-letter stream empties (2 / 10);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 - ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
@@ -39,10 +43,6 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``server-closes``: every instance's connection closed every 2 s (static and elastic groups) (2 / 20);
 - ``cluster-partition``: a 3-node cluster whose routes pass through fault proxies; n3's routes blackholed
   (process alive) until every instance connected to it moved to n1 or n2, then healed (1 / 3).
-- ``poison-static``, ``poison-elastic``: one key's messages always fail (its owner's instances run with
-  ``--max-deliver 3 --park-keys``): the first is dead-lettered after its attempts, the later ones follow it into the
-  dead-letter stream without running, while the owner's pinned instance is SIGKILLed under traffic (a new one started
-  each time); then the handler is fixed, the key's dead letters are replayed and run in their order (2 / 10);
 - ``pool-*``: the worker pool (a dispatching member, worker processes): a worker SIGKILLed, SIGSTOPped, started and
   stopped; the pinned dispatcher SIGKILLed (0.2 s and 2.5 s calls) or SIGSTOPped (one key, mid-burst); the server
   restarted under one or two dispatchers (docs/RELIABILITY.md, *Key-level step-downs and the worker pool*).
@@ -125,14 +125,21 @@ async def worker_main(argv: list[str]) -> None:
         action="store_true",
         help="look at msg.superseded only when the work is done (as cg's handler), not during it",
     )
-    p.add_argument("--fail-key", default="", help="every message of this key (k<n>) fails (the poison scenarios)")
-    p.add_argument("--max-deliver", type=int, default=5, help="attempts before a failing message is dead-lettered")
-    p.add_argument("--park-keys", action="store_true", help="park the key of a dead-lettered message")
     p.add_argument(
         "--sample",
         type=float,
         default=0.0,
         help="every so many seconds a line of what the process costs (tests/helpers/sampler.py; 0: none)",
+    )
+    p.add_argument("--fail", default="", help="the handler raises on a message whose data starts with this")
+    p.add_argument("--max-deliver", type=int, default=5, help="RetryPolicy.max_deliver")
+    p.add_argument("--backoff", type=float, default=0.1, help="RetryPolicy.backoff")
+    p.add_argument("--park-keys", action="store_true", help="RetryPolicy.park_keys")
+    p.add_argument(
+        "--store-pause",
+        type=float,
+        default=0.0,
+        help="seconds between a dead letter's PubAck and the +TERM of its message (a 'stored' line says when)",
     )
     args = p.parse_args(argv)
     member, instance = args.member, args.instance
@@ -156,15 +163,13 @@ async def worker_main(argv: list[str]) -> None:
 
     keyed = args.concurrency > 1 or args.dispatch or args.pool_worker
 
+    failing = args.fail.encode()
+
     async def handler(msg) -> None:
-        if "Pcg-Replayed" in (msg.headers or {}):  # a dead letter replayed: said apart (the poison scenarios)
-            await msg.ack()
-            _emit(json.dumps({"ev": "replayed", "data": msg.data.decode(), "t": time.time()}))
-            return
-        if args.fail_key and msg.subject.rsplit(".", 1)[-1] == args.fail_key:
-            _emit(json.dumps({"ev": "failed", "data": msg.data.decode(), "instance": instance, "t": time.time()}))
-            raise RuntimeError(f"poison: {msg.subject}")
         subject, origin = origin_of(msg)
+        if failing and msg.data.startswith(failing):
+            _emit(json.dumps({"ev": "failed", "data": msg.data.decode(), "t": time.time()}))
+            raise ValueError(msg.data.decode())
         # key and order: the origin stream sequence; seq: the sequence it was delivered with (work queue's, elastic)
         unit = 1000 * msg.partition + int(subject.rsplit(".k", 1)[1]) if keyed else msg.partition
         ids = dict(
@@ -177,6 +182,10 @@ async def worker_main(argv: list[str]) -> None:
             subject=subject,
         )
         # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
+        if "Pcg-Replayed" in (msg.headers or {}):  # a dead letter replayed: said apart (the replay scenarios)
+            await msg.ack()
+            _emit(json.dumps({"ev": "replayed", "data": msg.data.decode(), "t": time.time()}))
+            return
         _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - msg.started)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
         deadline = time.monotonic() + (args.slow if msg.data.startswith(b"slow") else args.work)
@@ -195,6 +204,18 @@ async def worker_main(argv: list[str]) -> None:
         await msg.ack()
         # printed once the ack is handed to the client, before the server can see it
         _emit(event_line("end", **ids, outcome="ack"))
+
+    if args.store_pause:
+        from pcgroups.consume._dead import DeadLetters
+
+        store = DeadLetters.store
+
+        async def paused(self, m, key, reason, deliveries, *, lane, parked):  # type: ignore[no-untyped-def]
+            await store(self, m, key, reason, deliveries, lane=lane, parked=parked)
+            _emit(json.dumps({"ev": "stored", "data": m.data.decode(), "parked": parked, "t": time.time()}))
+            await asyncio.sleep(args.store_pause)  # stored, not yet terminated
+
+        DeadLetters.store = paused  # type: ignore[method-assign]
 
     if os.environ.get("PCG_CHAOS_UNFENCED") == "1":
         # for comparison only (docs/RELIABILITY.md): without the check of the pin after a pause
@@ -223,10 +244,10 @@ async def worker_main(argv: list[str]) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
         await inst.wait_for_consuming(30)
     else:
-        consume = static_consume if args.flavour == "static" else elastic_consume
-        pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0, "on_event": said}
         from pcgroups import RetryPolicy
 
+        consume = static_consume if args.flavour == "static" else elastic_consume
+        pool = {"dispatch": True, "max_in_flight": args.concurrency if args.concurrency > 1 else 0, "on_event": said}
         inst = await consume(
             nc,
             args.stream,
@@ -235,7 +256,7 @@ async def worker_main(argv: list[str]) -> None:
             None if args.dispatch else handler,
             config=ConsumerConfig(max_ack_pending=args.window, ack_wait=args.ack_wait),
             auto_in_progress=args.progress == "auto",
-            retry=RetryPolicy(max_deliver=args.max_deliver, backoff=0.05, park_keys=args.park_keys),
+            retry=RetryPolicy(max_deliver=args.max_deliver, backoff=args.backoff, park_keys=args.park_keys),
             **(pool if args.dispatch else {"concurrency": args.concurrency}),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, inst.stop)
@@ -321,6 +342,7 @@ class Worker:
         self.started_at = time.time()
         self.reader: asyncio.Task | None = None
         self.proxy: Any = None  # its tests.helpers.faultproxy.FaultProxy, when it connects through one
+        self.marks: list[dict[str, Any]] = []  # its 'failed' and 'stored' lines (the poison scenario)
 
     @property
     def alive(self) -> bool:
@@ -355,8 +377,8 @@ class Group:
         self.workers: list[Worker] = []
         self.keys = self._keys()
         self.sent = 0
+        self.poison: str | None = None  # a key whose messages the publisher marks 'poison-<n>' (the replay scenarios)
         self.published: dict[int, tuple[str, str]] = {}  # stream sequence -> (key, data), by the publisher
-        self.failed: list[str] = []  # the data of each failed attempt (the poison scenarios)
         self.replayed: list[str] = []  # the data of each replayed dead letter handled, in order
 
     def _keys(self) -> list[str]:
@@ -484,7 +506,6 @@ class Env:
         url_of: Callable[[str, int], str] | None = None,
         dispatch: bool = False,
         sample: float = 0.0,
-        extra: tuple[str, ...] = (),
     ) -> Group:
         """A group on a stream of its own: ``members`` maps member -> instance count (all started). ``proxied``:
         each instance connects through a fault proxy of its own (``Worker.proxy``); ``url_of(member, k)``: the
@@ -535,10 +556,7 @@ class Env:
         for member, count in members.items():
             for k in range(count):
                 await self.spawn(
-                    g,
-                    member,
-                    url_of(member, k) if url_of else None,
-                    extra=(*extra, *(("--dispatch",) if dispatch else ())),
+                    g, member, url_of(member, k) if url_of else None, extra=("--dispatch",) if dispatch else ()
                 )
         await self.wait_ready(g.workers)
         return g
@@ -621,19 +639,19 @@ class Env:
                 w.group.rec.feed(ev)
             elif kind == "dispatch":
                 w.dispatched[ev.get("key")] = float(ev.get("t", 0.0))
+            elif kind == "replayed":
+                w.group.replayed.append(str(ev.get("data")))
             elif kind == "ready":
                 w.ready.set()
             elif kind == "state":
                 w.state = ev.get("kind")
             elif kind == "sample":
                 w.samples.append(ev)
+            elif kind in ("failed", "stored"):
+                w.marks.append(ev)
             elif kind == "reconnected":
                 w.reconnects += 1
                 w.reconnected_at.append(float(ev.get("t", 0.0)))
-            elif kind == "failed":
-                w.group.failed.append(str(ev.get("data")))
-            elif kind == "replayed":
-                w.group.replayed.append(str(ev.get("data")))
             elif kind == "done":
                 w.ended = ev.get("error") or "ended"
         if w.ended is None and w.killed_at is None:
@@ -684,12 +702,13 @@ class Env:
         next_at = time.monotonic()
         while self.publishing:
             for g in self.groups:
-                subject = f"{g.stream}.{g.keys[i % len(g.keys)]}"
+                key = g.keys[i % len(g.keys)]
+                subject, data = f"{g.stream}.{key}", f"poison-{i}" if key == g.poison else str(i)
                 t0 = time.monotonic()
                 while True:
                     try:
                         ack = await js.publish(
-                            subject, str(i).encode(), timeout=1.0, headers={"Nats-Msg-Id": f"{g.stream}-{i}"}
+                            subject, data.encode(), timeout=1.0, headers={"Nats-Msg-Id": f"{g.stream}-{i}"}
                         )
                         break
                     except asyncio.CancelledError:
@@ -699,7 +718,7 @@ class Env:
                             raise
                         await asyncio.sleep(0.1)
                 self.pub_stalled = max(self.pub_stalled, time.monotonic() - t0)
-                g.published[ack.seq] = (g.keys[i % len(g.keys)], str(i))
+                g.published[ack.seq] = (key, data)
                 g.expected.add(ack.seq)
                 g.sent += 1
             i += 1
@@ -1884,35 +1903,42 @@ async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
         return r
 
 
-async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
-    """Key k0 always fails in its owner's instances (``--max-deliver 3 --park-keys``) while the owner's pinned
-    instance is SIGKILLed under traffic: every other message is handled as usual (the checker), k0's first message
-    is tried and dead-lettered once (the first kill comes at its first failure: the next pin holder tries it again,
-    and a dead letter stored twice would be seen), and each
-    later k0 message follows it into the dead-letter stream, in order, without running. Then the handler is fixed
-    (every instance stopped, new ones started without the failing key), all dead letters are replayed, and they run
-    in their order, once, while traffic goes on; the dead-letter stream is left empty."""
+async def replay(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """Key k0's messages always fail in its owner's instances (``--max-deliver 3 --park-keys``) while the owner's
+    pinned instance is SIGKILLed under traffic: every other message is handled as usual (the checker), k0's first
+    message is dead-lettered once (the first kill comes at its first failure: the next pin holder tries it again),
+    and each later k0 message follows it into the dead-letter stream, in order, without running. Then the handler
+    is fixed (every instance stopped, new ones started without ``--fail``), all dead letters are replayed under
+    traffic, and they run once each, in publish order; the dead-letter stream is left empty."""
     from pcgroups import partition_of_subject
     from pcgroups.deadletters import execute_plan, list_dead_letters, plan_replay
 
     t_start = time.time()
-    policy = ("--max-deliver", "3", "--park-keys")
-    async with Env(f"poison-{flavour}", verbose=verbose) as env:
-        g = await env.group(flavour, {"m1": 2, "m2": 2}, extra=(*policy, "--fail-key", "k0"))
+    policy = ("--max-deliver", "3", "--backoff", "0.05", "--park-keys")
+    failing = (*policy, "--fail", "poison")
+    async with Env(f"replay-{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 0, "m2": 0})
+        g.poison = "k0"
+        for m in ("m1", "m1", "m2", "m2"):
+            await env.spawn(g, m, extra=failing)
+        await env.wait_ready(g.workers)
         part = partition_of_subject(f"{g.stream}.k0", g.partitions, [1], f"{g.stream}.*")
-        owner = "m1" if part < g.partitions // 2 else "m2"  # balanced: m1 owns the first half
+        half = g.partitions // 2  # balanced: m1 owns the first half
+        owner, parts = ("m1", set(range(half))) if part < half else ("m2", set(range(half, g.partitions)))
+
+        def failed() -> list[str]:
+            return [m["data"] for w in g.workers for m in w.marks if m["ev"] == "failed"]
+
         env.start_publishing()
-        await wait_until(lambda: bool(g.failed), 20, "k0's first failure")  # the first kill: while it is retried
+        await wait_until(lambda: bool(failed()), 20, "k0's first failure")  # the first kill: while it is retried
         takeover = []
         for run in range(runs):
             if run:
                 await env.progress(20)
             victim = g.active(owner) or g.alive(owner)[0]
-            half = g.partitions // 2
-            parts = set(range(half)) if owner == "m1" else set(range(half, g.partitions))
             t = await env.kill(victim)
             takeover.append(await env.resumed(g, parts, t))
-            await env.wait_ready([await env.spawn(g, owner, extra=(*policy, "--fail-key", "k0"))])
+            await env.wait_ready([await env.spawn(g, owner, extra=failing)])
         await env.progress(10)
         await env.stop_publishing()
 
@@ -1922,8 +1948,7 @@ async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
         async def dead() -> list[Any]:
             return await list_dead_letters(env.nc, flavour, g.stream, GROUP)
 
-        poisoned = {seq for seq, (k, _) in g.published.items() if k == "k0"}
-        rest = g.expected - poisoned
+        rest = g.expected - {seq for seq, (k, _) in g.published.items() if k == "k0"}
         await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every other message acked")
         await wait_until_async(lambda: _count_is(dead(), len(poison_data())), 60, "k0's messages dead-lettered")
         entries = await dead()
@@ -1932,12 +1957,11 @@ async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
             failures.append(f"dead letters {[e.data.decode() for e in entries]} are not k0's {poison_data()}")
         if [e.parked for e in entries] != [False] + [True] * (len(entries) - 1):
             failures.append(f"parked flags {[e.parked for e in entries]}: only the first ran")
-        first = poison_data()[0]
-        if set(g.failed) != {first}:
-            failures.append(f"attempts at {sorted(set(g.failed))}: only k0's first message may run")
-        dead_lettered, attempts = len(entries), len(g.failed)
+        if set(failed()) != {poison_data()[0]}:
+            failures.append(f"attempts at {sorted(set(failed()))}: only k0's first message may run")
+        dead_lettered, attempts = len(entries), len(failed())
 
-        # the fix deployed: every instance stopped, new ones without the failing key; the dead letters replayed
+        # the fix deployed: every instance stopped, new ones without --fail; the dead letters replayed
         await env.stop_workers()
         g.workers = [w for w in g.workers if w.alive]  # stopped on purpose: none of them ended by itself
         await env.wait_ready([await env.spawn(g, m, extra=policy, name=f"{m}-fixed") for m in ("m1", "m2")])
@@ -1950,14 +1974,13 @@ async def poison(flavour: str, runs: int, verbose: bool = False) -> Result:
         replayed = set(g.replayed)
         rest = g.expected - {seq for seq, (k, d) in g.published.items() if k == "k0" and d in replayed}
         await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every message acked")
-        order = sorted(g.replayed, key=int)
-        if g.replayed != order or len(replayed) != len(g.replayed):
+        if g.replayed != sorted(g.replayed, key=lambda d: int(d.split("-")[1])) or len(replayed) != len(g.replayed):
             failures.append(f"replayed in the order {g.replayed}: each once, in publish order expected")
         if not set(poison_data()[:dead_lettered]) <= replayed:
             failures.append(f"dead letters not replayed: {sorted(set(poison_data()[:dead_lettered]) - replayed)}")
         g.expected = rest  # the replayed messages are checked above: their success comes after their partition's
         r = env.result(
-            f"poison-{flavour}",
+            f"replay-{flavour}",
             g,
             runs,
             bound=runs,
@@ -2096,8 +2119,8 @@ SIZES = {  # scenario -> (CI size, --long size)
     "pool-sigstop-dispatcher-burst-elastic": (1, 20),
     "pool-sigkill-dispatcher-long": (2, 20),
     "slow-handler": (4, 12),
-    "poison-static": (2, 10),
-    "poison-elastic": (2, 10),
+    "replay-static": (2, 10),
+    "replay-elastic": (2, 10),
     "partition-static": (1, 10),
     "partition-elastic": (1, 10),
     "slow-link": (1, 5),
@@ -2120,7 +2143,7 @@ LIMITS = {
     "pool-sigstop-dispatcher": 30,
     "pool-sigkill-dispatcher-long": 25,
     "slow-handler": 8,
-    "poison": 20,
+    "replay": 20,
     "partition": 15,
     "slow-link": 15,
     "server-closes": 6,
@@ -2168,10 +2191,10 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = pool_server_restart(size, verbose, dispatchers=2 if name.endswith("-2d") else 1)
     elif name == "pool-sigstop-worker":
         coro = pool_sigstop_worker(size, verbose)
+    elif name.startswith("replay-"):
+        coro = replay(name.split("-", 1)[1], size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
-    elif name.startswith("poison-"):
-        coro = poison(name.split("-", 1)[1], size, verbose)
     else:
         raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SIZES)}")
     per_run = LIMITS[max((k for k in LIMITS if name.startswith(k)), key=len)]
