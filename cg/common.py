@@ -230,11 +230,86 @@ class ConsumeConcurrency(NamedTuple):
         return None
 
 
+class Failures(NamedTuple):
+    """``consume``'s ``--fail PATTERN`` (the simulated handler raises on a message whose subject, as printed, matches
+    one), ``--max-deliver N`` and ``--park-keys``: what fails, and how the dispatching member handles it."""
+
+    patterns: tuple[str, ...] = ()
+    max_deliver: int | None = None
+    park_keys: bool = False
+
+    def policy(self, base: Any = None, on_dead_letter: Callable[..., None] | None = None) -> Any:
+        """The library's ``RetryPolicy``: ``base`` (the metrics' one, or the library's default) with these options,
+        and ``on_dead_letter`` told too; None when nothing differs from the library's default."""
+        if base is None and self.max_deliver is None and not self.park_keys and on_dead_letter is None:
+            return None
+        import dataclasses
+
+        from pcgroups.consume import RetryPolicy
+
+        policy = base if base is not None else RetryPolicy()
+        changes: dict[str, Any] = {"park_keys": self.park_keys or policy.park_keys}
+        if self.max_deliver is not None:
+            changes["max_deliver"] = self.max_deliver
+        if on_dead_letter is not None:
+            told = policy.on_dead_letter
+
+            def both(msg: Any, reason: str) -> None:
+                on_dead_letter(msg, reason)
+                if told is not None:
+                    told(msg, reason)
+
+            changes["on_dead_letter"] = both
+        return dataclasses.replace(policy, **changes)
+
+
+#: A NATS subject pattern: tokens of anything but whitespace and ``.``; ``*`` and ``>`` whole tokens, ``>`` last.
+_TOKEN = re.compile(r"[^\s.]+")
+
+
+def parse_fail(texts: Iterable[str]) -> tuple[str, ...]:
+    """``--fail PATTERN`` values: NATS subject patterns (``orders.7``, ``orders.*``, ``>``)."""
+    patterns = []
+    for text in texts:
+        tokens = text.split(".")
+        wild = [t for t in tokens if ("*" in t or ">" in t) and t not in ("*", ">")]
+        if not text or not all(_TOKEN.fullmatch(t) for t in tokens) or wild or ">" in tokens[:-1]:
+            raise CLIError(
+                f"invalid --fail {text!r}: give a NATS subject pattern, tokens separated by '.', '*' for one "
+                "token, '>' for the rest (e.g. orders.7, orders.*, >)"
+            )
+        patterns.append(text)
+    return tuple(patterns)
+
+
+def fails(patterns: tuple[str, ...], subject: str) -> str | None:
+    """The first of ``patterns`` that ``subject`` matches, or None."""
+    from pcgroups.partitions import tokens_match
+
+    tokens = subject.split(".")
+    return next((p for p in patterns if tokens_match(p.split("."), tokens)), None)
+
+
+def parse_failures(fail: list[str], max_deliver: int | None, park_keys: bool, dispatch: bool, worker: str) -> Failures:
+    """Check ``consume``'s failure options (before connecting)."""
+    if fail and dispatch:
+        raise CLIError(
+            f"--fail needs a handler: with --dispatch the workers run it ({worker} STREAM GROUP --fail PATTERN)"
+        )
+    if max_deliver is not None and max_deliver < 0:
+        raise CLIError(
+            f"invalid --max-deliver {max_deliver}: give the attempts before a failing message is dead-lettered "
+            "(1 or more), or 0 to retry for ever"
+        )
+    return Failures(parse_fail(fail), max_deliver, park_keys)
+
+
 class ConsumeRequest(NamedTuple):
     """What ``cg static|elastic consume`` was asked, checked, as one value (cg/flavour.py's ``join`` makes it,
     cg/consume.py's ``consume`` runs it). ``keyed``: the concurrency options; ``dispatch``: the group's workers
     run the handler; ``auto``, ``lease_ttl``, ``create``: elastic automatic membership; ``metrics_listen``:
-    serve metrics and probes there; ``otel``: export spans."""
+    serve metrics and probes there; ``otel``: export spans; ``failures``: ``--fail``, ``--max-deliver``,
+    ``--park-keys``."""
 
     kind: str
     stream: str
@@ -248,6 +323,7 @@ class ConsumeRequest(NamedTuple):
     create: Any = None
     metrics_listen: str | None = None
     otel: bool = False
+    failures: Failures = Failures()
 
 
 #: ``consume``'s caps (README, *Key-level concurrency from the CLI*): handlers at once, and the consumer's window.

@@ -6,6 +6,11 @@ double-acked and the line ends with ``acked`` (or the reference's can-not-be-ack
 With ``--concurrency K`` > 1 several messages are handled at once, so each gets two whole lines:
 ``[<member>] subject=<s>, seq=<n>, pinnedID=<pin>. Processing for <sleep> ...`` before and the same
 head with ``acked`` (or the message) after.
+With ``--fail PATTERN`` a message whose subject matches ends its line (or its second line) with ``failed:
+<reason>`` instead: the handler raised, and the library retries it in place; a message given up to the dead-letter
+stream (``RetryPolicy.on_dead_letter``: after ``--max-deliver`` attempts, or following its parked key) is one line
+``[<member>] subject=<s>, seq=<n> dead-lettered: <reason> (cg ... dead-letters ls STREAM GROUP)``, and the
+instance's ``failed`` and ``dead-lettered`` events say nothing more.
 Ends with status 0 when the group is deleted or on SIGINT/SIGTERM (after the handler in flight
 finishes, which a first Ctrl-C says at once on stderr; a second signal exits at once), 1 with
 ``cg: error: ...`` when the instance fails.
@@ -198,8 +203,24 @@ def wrap_status(text: str, width: int) -> str:
     return "\n".join(lines).replace("\0", " ") or text
 
 
-def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False) -> str:
-    """What ``cg ... consume`` says about an :class:`~pcgroups.events.InstanceEvent`."""
+def dead_letter_line(member: str, msg: Any, reason: str, kind: str, stream: str, group: str) -> str:
+    """The line of a message dead-lettered (``RetryPolicy.on_dead_letter``): never ``acked``."""
+    why = f": {reason}" if reason else ""
+    return (
+        f"[{member}] subject={msg.subject}, seq={msg.sequence} dead-lettered{why} "
+        f"(cg {kind} dead-letters ls {stream} {group})"
+    )
+
+
+#: Events ``consume`` prints no line for: each failed attempt and each dead letter has its message line already.
+SAID_BY_MESSAGE_LINES = ("failed", "dead-lettered")
+
+
+def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False) -> str | None:
+    """What ``cg ... consume`` says about an :class:`~pcgroups.events.InstanceEvent` (None: nothing, the message
+    lines say it)."""
+    if ev.kind in SAID_BY_MESSAGE_LINES:
+        return None
     m = ev.member
     said = {
         "pinned": f"pinned: partitions {ranges(list(ev.partitions))}",
@@ -232,13 +253,11 @@ def status_line(ev: Any, stream: str, group: str, kind: str, auto: bool = False)
         ),
         "unavailable": f"not started: {ev.detail}; trying again until the server answers (Ctrl-C to stop)",
         "dead-letter-refused": f"dead letter refused: {ev.detail}; the message is held and tried again",
-        "failed": f"failed: {ev.detail}",
-        "dead-lettered": ev.detail,
         "terminated": ev.detail,
         "parked": f"parked {ev.detail}",
         "unparked": f"unparked {ev.detail}",
     }
-    return f"[{m}] {said[ev.kind]}"
+    return f"[{m}] {said.get(ev.kind) or ev.kind + (': ' + ev.detail if ev.detail else '')}"
 
 
 def _alone_for(detail: str) -> str:
@@ -269,6 +288,10 @@ async def precise_sleep(seconds: float) -> None:
         pass
 
 
+class SimulatedFailure(Exception):
+    """What the handler raises for a message that ``--fail PATTERN`` names (its subject matches the pattern)."""
+
+
 def make_handler(
     member: str,
     sleep: float,
@@ -276,14 +299,19 @@ def make_handler(
     on_broken,
     whole_lines: bool = False,
     group_gone: Callable[[], Awaitable[bool]] | None = None,
+    fail: tuple[str, ...] = (),
 ) -> Any:
     """``whole_lines`` (handlers running at once): the line is written whole before the processing and
     again, ending with ``acked``, after it, so lines of messages handled at once do not mix. ``group_gone``:
     whether the group was deleted, asked when an ack finds no consumer (then nothing is redelivered, and the
-    reference's warning that it will be would be wrong)."""
+    reference's warning that it will be would be wrong). ``fail``: ``--fail`` patterns; a message whose subject
+    matches one ends its line (or its second line) with ``failed: <reason>`` instead of ``acked`` and raises
+    :class:`SimulatedFailure` (the library retries it, then dead-letters it)."""
     from nats.errors import NoRespondersError
 
     from pcgroups.errors import SupersededError
+
+    from .common import fails
 
     sleep_text = go_duration(sleep)
 
@@ -307,6 +335,14 @@ def make_handler(
                 if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
                     on_broken()
                 return
+            pattern = fails(fail, msg.subject) if fail else None
+            if pattern is not None:
+                error = SimulatedFailure(f"subject {msg.subject} matches --fail {pattern}")
+                text = f"failed: {type(error).__name__}: {error}"
+                if not (printer.whole(f"{head}{text}") if whole_lines else printer.end(text)):
+                    on_broken()
+                    return
+                raise error
             try:
                 await msg.ack_sync()
             except SupersededError:  # a reset moved the consumer, or a worker's call was taken back: not an error
@@ -465,6 +501,7 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
             run.stop,
             whole_lines=keyed.handlers > 1,
             group_gone=lambda: _group_deleted(run.nc, kind, stream, group),
+            fail=request.failures.patterns,
         )
     )
     from .otel import traced_by_env
@@ -483,12 +520,20 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
             handler = served.metrics.wrap(handler)
 
     def on_event(ev: Any) -> None:
-        if ev.kind == "unavailable":  # said at once: status lines wait for "consuming..."
-            warn(status_line(ev, stream, group, kind, request.auto))
+        said = status_line(ev, stream, group, kind, request.auto)
+        if said is None:
+            pass
+        elif ev.kind == "unavailable":  # said at once: status lines wait for "consuming..."
+            warn(said)
         else:
-            printer.status(status_line(ev, stream, group, kind, request.auto))
+            printer.status(said)
         if told is not None:
             told(ev)
+
+    def on_dead_letter(msg: Any, reason: str) -> None:
+        printer.line(dead_letter_line(member, msg, reason, kind, stream, group))
+
+    retry = request.failures.policy(retry, on_dead_letter)
 
     options = ConsumeOptions(
         handler=handler,
@@ -528,11 +573,21 @@ async def consume(rt: Runtime, request: ConsumeRequest) -> int:
 
 
 async def work(
-    rt: Runtime, kind: str, stream: str, group: str, name: str, sleep: float, capacity: int, *, otel: bool = False
+    rt: Runtime,
+    kind: str,
+    stream: str,
+    group: str,
+    name: str,
+    sleep: float,
+    capacity: int,
+    *,
+    otel: bool = False,
+    fail: tuple[str, ...] = (),
 ) -> int:
     """``cg static|elastic worker``: a worker of the group's pool (pcgroups.pool._worker) until a signal (it finishes
     the calls it holds first) or an error; it prints the messages as ``consume`` does; ``otel``: a span per
-    call, exported as the ``OTEL_*`` variables say (cg/otel.py)."""
+    call, exported as the ``OTEL_*`` variables say (cg/otel.py); ``fail``: ``--fail`` patterns (its dispatching
+    member retries such a message, then dead-letters it)."""
     from pcgroups.pool import serve_worker
 
     from .otel import traced_by_env
@@ -541,7 +596,7 @@ async def work(
     printer = Printer(status_on_stdout=out.pretty, width=_terminal_width() if out.pretty else 0)
     printer.expect_header(["consuming..."])
     run = Run(printer)
-    handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1)
+    handler = make_handler(name, sleep, printer, run.stop, whole_lines=capacity > 1, fail=fail)
     tracing, finish = traced_by_env(otel)
 
     async def setup():
@@ -557,7 +612,7 @@ async def work(
             name=name,
             capacity=capacity,
             ack_wait=ACK_WAIT,
-            on_event=lambda ev: printer.status(status_line(ev, stream, group, kind)),
+            on_event=lambda ev: _say(printer, status_line(ev, stream, group, kind)),
             tracing=tracing,
         )
 
@@ -568,6 +623,11 @@ async def work(
         cleanup=finish,
         ready_within=None,
     )
+
+
+def _say(printer: Printer, line: str | None) -> None:
+    if line is not None:
+        printer.status(line)
 
 
 async def _connect_patiently(rt: Runtime) -> tuple[Any, Any]:

@@ -24,19 +24,23 @@ from .common import (
     partitioning_filters,
     split_list,
 )
+from .deadletters import dead_letters_app
 from .errors import CLIError, warn
 from .flavour import (
     ELASTIC,
     Concurrency,
     Dispatch,
+    Fail,
     Group,
     Json,
     KeyHeader,
     KeyTokens,
     MaxAckPending,
+    MaxDeliver,
     MaxMembers,
     MetricsListen,
     Otel,
+    ParkKeys,
     Sleep,
     Stream,
     add_shared,
@@ -670,6 +674,9 @@ def consume(
     metrics_listen: MetricsListen = None,
     dispatch: Dispatch = False,
     otel: Otel = False,
+    fail: Fail = None,
+    max_deliver: MaxDeliver = None,
+    park_keys: ParkKeys = False,
 ) -> None:
     if not member and not auto:
         raise CLIError("a member name is required (or join with --auto to get a generated one)")
@@ -730,6 +737,9 @@ def consume(
         key_tokens,
         max_ack_pending,
         dispatch,
+        fail,
+        max_deliver,
+        park_keys,
         auto=auto,
         lease_ttl=lease,
         create=spec,
@@ -738,6 +748,8 @@ def consume(
     )
 
 
-add_shared(elastic_app, ELASTIC, "worker", "status", "reset", "prompt")
+add_shared(elastic_app, ELASTIC, "worker", "status", "reset")
+elastic_app.add_typer(dead_letters_app(ELASTIC), name="dead-letters")
+add_shared(elastic_app, ELASTIC, "prompt")
 
 __all__ = ["elastic_app"]

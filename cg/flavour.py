@@ -214,6 +214,33 @@ Otel = Annotated[
         "OTEL_* environment variables say (default: OTLP over HTTP to localhost:4318)",
     ),
 ]
+Fail = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fail",
+        metavar="PATTERN",
+        help="simulate a failing handler: every message whose subject (as printed) matches this NATS pattern "
+        "raises, is retried and then dead-lettered (repeatable)",
+        show_default=False,
+    ),
+]
+MaxDeliver = Annotated[
+    int | None,
+    typer.Option(
+        "--max-deliver",
+        metavar="N",
+        help="attempts at a failing message before it is dead-lettered (default 5; 0: retry for ever)",
+        show_default=False,
+    ),
+]
+ParkKeys = Annotated[
+    bool,
+    typer.Option(
+        "--park-keys",
+        help="park the key of a dead-lettered message: its later messages follow it into the dead-letter "
+        "stream, unrun, until it is replayed or purged (cg ... dead-letters)",
+    ),
+]
 StatusJson = Annotated[bool, typer.Option("--json", help="print JSON (with --watch: one line per refresh)")]
 Watch = Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")]
 Interval = Annotated[
@@ -340,35 +367,107 @@ def _info(flavour: Flavour) -> tuple[Fn, str]:
     return info, f"get {flavour.name} consumer group info"
 
 
+WithDeadLetters = Annotated[
+    bool,
+    typer.Option(
+        "--with-dead-letters",
+        help="delete the group's dead letters too (without it they are kept when there are any)",
+    ),
+]
+
+
 def _delete(flavour: Flavour) -> tuple[Fn, str]:
-    def delete(ctx: typer.Context, stream: Stream, name: Group, force: Force = False) -> None:
+    def delete(
+        ctx: typer.Context,
+        stream: Stream,
+        name: Group,
+        force: Force = False,
+        with_dead_letters: WithDeadLetters = False,
+    ) -> None:
         check_names(stream=stream, group=name)
-        rt = runtime(ctx)
-
-        async def body(nc: Client, api: JetStreamApi) -> None:
-            from pcgroups.errors import ConfigError, NotFoundError
-
-            calls = flavour.calls()
-            try:
-                await calls.get_config(nc, stream, name, api=api)  # "not found" before asking
-            except ConfigError:
-                pass  # it exists with an invalid config: deleting it is the way out
-            except NotFoundError:
-                if not await _left_work_queue(flavour, api, stream, name):
-                    raise
-            await rt.confirm_delete(force)
-            await calls.delete(nc, stream, name, api=api)
-
-        rt.with_connection(body)
-        from .output import out
-
-        if out.pretty:  # the reference prints nothing (kept in pipes)
-            queue = f" and its work queue {stream}-{name}" if flavour.name == "elastic" else ""
-            out.styled(
-                f"deleted {flavour.name} consumer group {name} on stream {stream}{queue}: its instances end", "green"
-            )
+        _delete_group(runtime(ctx), flavour, stream, name, force=force, with_dead_letters=with_dead_letters)
 
     return delete, f"delete {flavour.with_article} partitioned consumer group"
+
+
+def _delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: bool, with_dead_letters: bool) -> None:
+    """``delete``: the group (its instances end), and its dead-letter stream when it is empty or
+    ``with_dead_letters``; one that holds dead letters is kept and said so. A group already deleted whose dead
+    letters were kept: ``--with-dead-letters`` deletes them, else it is the group's not-found error, saying so.
+    Every delete is checked first (a refused one deletes nothing)."""
+    from pcgroups.deadletters import dead_letter_stream, delete_dead_letter_stream
+    from pcgroups.errors import ConfigError, NotFoundError, PermissionDeniedError
+
+    from .deadletters import count as letters
+    from .output import out
+
+    name = dead_letter_stream(flavour.name, stream, group)
+
+    async def body(nc: Client, api: JetStreamApi) -> tuple[bool, bool, int]:
+        calls = flavour.calls()
+        held = await _held(api, name)
+        there = True
+        try:
+            await calls.get_config(nc, stream, group, api=api)  # "not found" before asking
+        except ConfigError:
+            pass  # it exists with an invalid config: deleting it is the way out
+        except NotFoundError as e:
+            if await _left_work_queue(flavour, api, stream, group):
+                pass
+            elif held is None:
+                raise
+            elif not with_dead_letters:
+                raise NotFoundError(
+                    f"{e}; its dead-letter stream {name} is left, with {letters(held)} (--with-dead-letters deletes it)"
+                ) from None
+            else:
+                there = False
+        removable = held is not None and (with_dead_letters or held == 0)
+        if removable:
+            try:
+                await api.check_delete(f"STREAM.DELETE.{name}")
+            except PermissionDeniedError:
+                if with_dead_letters:
+                    raise
+                removable = False  # an empty one the user may not delete: left as it is
+        await rt.confirm_delete(force)
+        if there:
+            await calls.delete(nc, stream, group, api=api)
+        deleted, count = (False, held or 0)
+        if removable:
+            deleted, count = await delete_dead_letter_stream(
+                nc, flavour.name, stream, group, only_if_empty=not with_dead_letters, api=api
+            )
+        return there, deleted, count
+
+    there, deleted, count = rt.with_connection(body)
+    kept = not deleted and count > 0
+    if kept:
+        warn(
+            f"{flavour.name} consumer group {group}'s {letters(count)} are kept in stream {name} "
+            f"(cg {flavour.name} dead-letters ls {stream} {group} lists them; cg {flavour.name} delete {stream} "
+            f"{group} --with-dead-letters deletes them)"
+        )
+    if not out.pretty:  # the reference prints nothing (kept in pipes)
+        return
+    if not there:
+        out.styled(f"deleted the dead-letter stream {name} ({letters(count)}) of deleted group {group}", "green")
+        return
+    queue = f" and its work queue {stream}-{group}" if flavour.name == "elastic" else ""
+    dead = f"; its {letters(count)} deleted with it" if deleted and count else ""
+    out.styled(
+        f"deleted {flavour.name} consumer group {group} on stream {stream}{queue}: its instances end{dead}", "green"
+    )
+
+
+async def _held(api: JetStreamApi, name: str) -> int | None:
+    """The dead letters a dead-letter stream holds (None: no such stream)."""
+    from pcgroups.errors import NotFoundError
+
+    try:
+        return int(((await api.stream_info(name)).get("state") or {}).get("messages") or 0)
+    except NotFoundError:
+        return None
 
 
 async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:
@@ -595,10 +694,11 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
         capacity: Capacity = 1,
         sleep: Sleep = "20ms",
         otel: Otel = False,
+        fail: Fail = None,
     ) -> NoReturn:
         from pcgroups.pool import check_worker_name, default_worker_name
 
-        from .common import MAX_CONCURRENCY
+        from .common import MAX_CONCURRENCY, parse_fail
         from .consume import work
 
         check_names(stream=stream, group=name)
@@ -610,8 +710,13 @@ def _worker(flavour: Flavour) -> tuple[Fn, str]:
                 "handles at once)"
             )
         seconds = parse_sleep(flavour_sleep(ctx, sleep))
+        patterns = parse_fail(fail or [])
         rt = runtime(ctx)
-        raise typer.Exit(rt.run_member(work, rt, flavour.name, stream, name, worker_name, seconds, capacity, otel=otel))
+        raise typer.Exit(
+            rt.run_member(
+                work, rt, flavour.name, stream, name, worker_name, seconds, capacity, otel=otel, fail=patterns
+            )
+        )
 
     return worker, (
         f"run a worker for {flavour.with_article} group's dispatching members (consume --dispatch): it "
@@ -651,12 +756,17 @@ def join(
     key_tokens: str | None = None,
     max_ack_pending: int | None = None,
     dispatch: bool = False,
+    fail: list[str] | None = None,
+    max_deliver: int | None = None,
+    park_keys: bool = False,
     **options: Any,
 ) -> NoReturn:
-    """The common part of ``consume``: check the names, ``--sleep`` and the concurrency options
-    (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`) into one
+    """The common part of ``consume``: check the names, ``--sleep``, the concurrency options
+    (:func:`~cg.common.parse_concurrency`, :func:`~cg.common.parse_dispatch`) and the failure options
+    (``--fail``, ``--max-deliver``, ``--park-keys``: :func:`~cg.common.parse_failures`) into one
     :class:`~cg.common.ConsumeRequest`, then run the member instance (cg/consume.py) until it ends; exits with
     its status."""
+    from .common import parse_failures
     from .consume import consume
 
     check_names(stream=stream, group=name, members=[member])
@@ -665,7 +775,8 @@ def join(
         keyed = parse_dispatch(concurrency, key_header, key_tokens, max_ack_pending)
     else:
         keyed = parse_concurrency(1 if concurrency is None else concurrency, key_header, key_tokens, max_ack_pending)
-    request = ConsumeRequest(flavour.name, stream, name, member, seconds, keyed, dispatch, **options)
+    failures = parse_failures(fail or [], max_deliver, park_keys, dispatch, f"cg {flavour.name} worker")
+    request = ConsumeRequest(flavour.name, stream, name, member, seconds, keyed, dispatch, failures=failures, **options)
     rt = runtime(ctx)
     raise typer.Exit(rt.run_member(consume, rt, request))
 

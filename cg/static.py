@@ -13,19 +13,23 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .common import check_config, check_names, group_exists, parse_mappings
+from .deadletters import dead_letters_app
 from .errors import CLIError, warn
 from .flavour import (
     STATIC,
     Concurrency,
     Dispatch,
+    Fail,
     Group,
     KeyHeader,
     KeyTokens,
     MaxAckPending,
+    MaxDeliver,
     MaxMembers,
     Member,
     MetricsListen,
     Otel,
+    ParkKeys,
     Sleep,
     Stream,
     add_shared,
@@ -73,6 +77,9 @@ def consume(
     metrics_listen: MetricsListen = None,
     dispatch: Dispatch = False,
     otel: Otel = False,
+    fail: Fail = None,
+    max_deliver: MaxDeliver = None,
+    park_keys: ParkKeys = False,
 ) -> None:
     join(
         ctx,
@@ -86,6 +93,9 @@ def consume(
         key_tokens,
         max_ack_pending,
         dispatch,
+        fail,
+        max_deliver,
+        park_keys,
         metrics_listen=metrics_listen,
         otel=otel,
     )
@@ -123,7 +133,9 @@ def create_consumers(
     )
 
 
-add_shared(static_app, STATIC, "worker", "status", "reset", "prompt")
+add_shared(static_app, STATIC, "worker", "status", "reset")
+static_app.add_typer(dead_letters_app(STATIC), name="dead-letters")
+add_shared(static_app, STATIC, "prompt")
 static_app.add_typer(create_app, name="create")
 
 

@@ -6,7 +6,8 @@ how long its pinned instance has held the pin (or why nobody holds it), pending,
 messages and the stream sequence acked up to. Then the pins (pin id, since when, and with automatic
 membership the lease of the instance holding it: instance id, pid, host), the pending count of each
 partition when it is counted per partition (elastic groups; static with ``--per-partition``), the
-partitions no member owns, the leases, and the workers of each dispatching member (``consume --dispatch``).
+partitions no member owns, each member's dead letters and parked keys, the leases, and the workers of each
+dispatching member (``consume --dispatch``).
 
 - :func:`render_status` prints one :class:`pcgroups.ops._status.GroupStatus`: rich tables on a terminal (the
   member table drops its least important columns rather than cut a number), aligned plain columns into
@@ -85,6 +86,32 @@ def stuck_lines(status: GroupStatus) -> list[str]:
     """One line per source stuck on an origin message (pcgroups.elastic), with the way past it, and per gap of
     origin messages lost before sourcing."""
     return [stuck_line(s, status.stream, status.group) for s in [*status.stuck_sources, *status.source_gaps]]
+
+
+#: Parked keys named per member in ``status`` (``dead-letters ls`` and ``--json`` name them all).
+KEYS_SHOWN = 10
+
+
+def dead_letter_lines(status: GroupStatus) -> list[str]:
+    """The members' dead letters and parked keys (nothing when there are none): a heading line naming the command
+    that lists them, then a line per member that has some."""
+    if not status.dead_letters:
+        return []
+    lines = [f"dead letters (cg {status.flavour} dead-letters ls {status.stream} {status.group}):"]
+    owned = 0
+    for m in status.members:
+        dead, replaying = m.dead_letters or 0, m.replaying or 0
+        if not dead + replaying:
+            continue
+        owned += dead + replaying
+        counts = ", ".join(([f"{dead} dead"] if dead else []) + ([f"{replaying} replaying"] if replaying else []))
+        keys = m.parked_keys[:KEYS_SHOWN]
+        more = f" and {len(m.parked_keys) - len(keys)} more" if len(m.parked_keys) > len(keys) else ""
+        noun = "parked key" if len(m.parked_keys) == 1 else "parked keys"
+        lines.append(f"  {m.member}: {counts}; {noun}: {', '.join(keys)}{more}")
+    if status.dead_letters > owned:
+        lines.append(f"  partitions no member owns: {status.dead_letters - owned}")
+    return lines
 
 
 def _pinned_for(m: MemberStatus, now: datetime) -> str:
@@ -259,6 +286,7 @@ def status_table(
     if _unassigned(status):
         parts.append(Text(_unassigned_text(status), style="yellow"))
     parts += [Text(line, style="bold red") for line in stuck_lines(status)]
+    parts += [Text(line, style="yellow") for line in dead_letter_lines(status)]
     pins = _pins_table(status, instances, now)
     if pins is not None:
         parts.append(pins)
@@ -364,6 +392,7 @@ def plain_lines(
         ]
         lines += _aligned(prows)
     lines += stuck_lines(status)
+    lines += dead_letter_lines(status)
     lines.append(_footer(status))
     if status.leases:
         lines += ["leases (automatic membership):", *_aligned([LEASE_COLUMNS, *_lease_rows(status)])]

@@ -29,6 +29,10 @@ Scenarios (CI size / ``--long`` size, in fault injections):
 - ``stepdown-storm``: step-downs of static and elastic m1 (3 instances each) in quick succession (8 / 50);
 - ``stepdown-keyed``: single step-downs of m1 (2 instances, key-level concurrency 4, 0.2 s calls) 1.5 s apart in
   static and elastic groups: exclusivity and order checked per key (4 / 20);
+- ``replay-static``, ``replay-elastic``: one key's messages always fail (``--max-deliver 3 --park-keys``): the first is
+  dead-lettered, the later ones follow it without running, while its owner's pinned instance is SIGKILLed (the
+  first time while the first one is retried); then the handler is fixed and every dead letter replayed under
+  traffic: each runs once, in order, and the dead-letter stream empties (2 / 10);
 - ``slow-handler``: handlers running 1.6 x AckWait: one calling ``msg.in_progress()`` (auto progress
   off), one relying on pcgroups' automatic ``+WPI``, one with neither (4 / 12 messages each).
 - ``partition-static``, ``partition-elastic``: m1's pinned instance cut off from its server (its own fault
@@ -181,6 +185,10 @@ async def worker_main(argv: list[str]) -> None:
             subject=subject,
         )
         # when the instance decided to hand this message out (a SIGSTOP may fall between that and this line)
+        if "Pcg-Replayed" in (msg.headers or {}):  # a dead letter replayed: said apart (the replay scenarios)
+            await msg.ack()
+            _emit(json.dumps({"ev": "replayed", "data": msg.data.decode(), "t": time.time()}))
+            return
         _emit(json.dumps({"ev": "dispatch", "key": origin, "t": time.time() - (time.monotonic() - msg.started)}))
         _emit(event_line("start", **ids, deliveries=msg.metadata.num_delivered or 1))
         deadline = time.monotonic() + (args.slow if msg.data.startswith(b"slow") else args.work)
@@ -372,6 +380,9 @@ class Group:
         self.workers: list[Worker] = []
         self.keys = self._keys()
         self.sent = 0
+        self.poison: str | None = None  # a key whose messages the publisher marks 'poison-<n>' (the replay scenarios)
+        self.published: dict[int, tuple[str, str]] = {}  # stream sequence -> (key, data), by the publisher
+        self.replayed: list[str] = []  # the data of each replayed dead letter handled, in order
 
     def _keys(self) -> list[str]:
         """Subject keys, 4 per partition, in round-robin partition order (every partition gets traffic)."""
@@ -630,6 +641,8 @@ class Env:
                 w.group.rec.feed(ev)
             elif kind == "dispatch":
                 w.dispatched[ev.get("key")] = float(ev.get("t", 0.0))
+            elif kind == "replayed":
+                w.group.replayed.append(str(ev.get("data")))
             elif kind == "ready":
                 w.ready.set()
             elif kind == "state":
@@ -691,12 +704,13 @@ class Env:
         next_at = time.monotonic()
         while self.publishing:
             for g in self.groups:
-                subject = f"{g.stream}.{g.keys[i % len(g.keys)]}"
+                key = g.keys[i % len(g.keys)]
+                subject, data = f"{g.stream}.{key}", f"poison-{i}" if key == g.poison else str(i)
                 t0 = time.monotonic()
                 while True:
                     try:
                         ack = await js.publish(
-                            subject, str(i).encode(), timeout=1.0, headers={"Nats-Msg-Id": f"{g.stream}-{i}"}
+                            subject, data.encode(), timeout=1.0, headers={"Nats-Msg-Id": f"{g.stream}-{i}"}
                         )
                         break
                     except asyncio.CancelledError:
@@ -706,6 +720,7 @@ class Env:
                             raise
                         await asyncio.sleep(0.1)
                 self.pub_stalled = max(self.pub_stalled, time.monotonic() - t0)
+                g.published[ack.seq] = (key, data)
                 g.expected.add(ack.seq)
                 g.sent += 1
             i += 1
@@ -1894,6 +1909,109 @@ async def pool_sigstop_worker(runs: int, verbose: bool = False) -> Result:
         return r
 
 
+async def replay(flavour: str, runs: int, verbose: bool = False) -> Result:
+    """Key k0's messages always fail in its owner's instances (``--max-deliver 3 --park-keys``) while the owner's
+    pinned instance is SIGKILLed under traffic: every other message is handled as usual (the checker), k0's first
+    message is dead-lettered once (the first kill comes at its first failure: the next pin holder tries it again),
+    and each later k0 message follows it into the dead-letter stream, in order, without running. Then the handler
+    is fixed (every instance stopped, new ones started without ``--fail``), all dead letters are replayed under
+    traffic, and they run once each, in publish order; the dead-letter stream is left empty."""
+    from pcgroups import partition_of_subject
+    from pcgroups.deadletters import execute_plan, list_dead_letters, plan_replay
+
+    t_start = time.time()
+    policy = ("--max-deliver", "3", "--backoff", "0.05", "--park-keys")
+    failing = (*policy, "--fail", "poison")
+    async with Env(f"replay-{flavour}", verbose=verbose) as env:
+        g = await env.group(flavour, {"m1": 0, "m2": 0})
+        g.poison = "k0"
+        for m in ("m1", "m1", "m2", "m2"):
+            await env.spawn(g, m, extra=failing)
+        await env.wait_ready(g.workers)
+        part = partition_of_subject(f"{g.stream}.k0", g.partitions, [1], f"{g.stream}.*")
+        half = g.partitions // 2  # balanced: m1 owns the first half
+        owner, parts = ("m1", set(range(half))) if part < half else ("m2", set(range(half, g.partitions)))
+
+        def failed() -> list[str]:
+            return [m["data"] for w in g.workers for m in w.marks if m["ev"] == "failed"]
+
+        env.start_publishing()
+        await wait_until(lambda: bool(failed()), 20, "k0's first failure")  # the first kill: while it is retried
+        takeover = []
+        for run in range(runs):
+            if run:
+                await env.progress(20)
+            victim = g.active(owner) or g.alive(owner)[0]
+            t = await env.kill(victim)
+            takeover.append(await env.resumed(g, parts, t))
+            await env.wait_ready([await env.spawn(g, owner, extra=failing)])
+        await env.progress(10)
+        await env.stop_publishing()
+
+        def poison_data() -> list[str]:
+            return [d for _, (k, d) in sorted(g.published.items()) if k == "k0"]
+
+        async def dead() -> list[Any]:
+            return await list_dead_letters(env.nc, flavour, g.stream, GROUP)
+
+        rest = g.expected - {seq for seq, (k, _) in g.published.items() if k == "k0"}
+        await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every other message acked")
+        await wait_until_async(lambda: _count_is(dead(), len(poison_data())), 60, "k0's messages dead-lettered")
+        entries = await dead()
+        failures: list[str] = []
+        if [e.data.decode() for e in entries] != poison_data():
+            failures.append(f"dead letters {[e.data.decode() for e in entries]} are not k0's {poison_data()}")
+        if [e.parked for e in entries] != [False] + [True] * (len(entries) - 1):
+            failures.append(f"parked flags {[e.parked for e in entries]}: only the first ran")
+        if set(failed()) != {poison_data()[0]}:
+            failures.append(f"attempts at {sorted(set(failed()))}: only k0's first message may run")
+        dead_lettered, attempts = len(entries), len(failed())
+
+        # the fix deployed: every instance stopped, new ones without --fail; the dead letters replayed
+        await env.stop_workers()
+        g.workers = [w for w in g.workers if w.alive]  # stopped on purpose: none of them ended by itself
+        await env.wait_ready([await env.spawn(g, m, extra=policy, name=f"{m}-fixed") for m in ("m1", "m2")])
+        env.start_publishing()
+        await env.progress(10)
+        await execute_plan(env.nc, await plan_replay(env.nc, flavour, g.stream, GROUP, everything=True))
+        await wait_until_async(lambda: _count_is(dead(), 0), 60, "the dead-letter stream emptied by the replay")
+        await env.progress(10)
+        await env.stop_publishing()
+        replayed = set(g.replayed)
+        rest = g.expected - {seq for seq, (k, d) in g.published.items() if k == "k0" and d in replayed}
+        await wait_until(lambda: rest <= g.rec.acked_keys(), 60, "every message acked")
+        if g.replayed != sorted(g.replayed, key=lambda d: int(d.split("-")[1])) or len(replayed) != len(g.replayed):
+            failures.append(f"replayed in the order {g.replayed}: each once, in publish order expected")
+        if not set(poison_data()[:dead_lettered]) <= replayed:
+            failures.append(f"dead letters not replayed: {sorted(set(poison_data()[:dead_lettered]) - replayed)}")
+        g.expected = rest  # the replayed messages are checked above: their success comes after their partition's
+        r = env.result(
+            f"replay-{flavour}",
+            g,
+            runs,
+            bound=runs,
+            takeover=takeover,
+            t0=t_start,
+            dead_lettered=dead_lettered,
+            attempts=attempts,
+            replayed=len(g.replayed),
+        )
+        r.failures += failures
+        return r
+
+
+async def _count_is(aw: Awaitable[list[Any]], n: int) -> bool:
+    return len(await aw) == n
+
+
+async def wait_until_async(pred: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
 async def slow_handler(count: int, verbose: bool = False) -> list[Result]:
     """Handlers running 1.6 x AckWait (2 partitions, a member each, max_ack_pending 1), ``count``
     messages per group: calling in_progress(), relying on automatic +WPI, and neither."""
@@ -2007,6 +2125,8 @@ SIZES = {  # scenario -> (CI size, --long size)
     "pool-sigstop-dispatcher-burst-elastic": (1, 20),
     "pool-sigkill-dispatcher-long": (2, 20),
     "slow-handler": (4, 12),
+    "replay-static": (2, 10),
+    "replay-elastic": (2, 10),
     "partition-static": (1, 10),
     "partition-elastic": (1, 10),
     "slow-link": (1, 5),
@@ -2031,6 +2151,7 @@ LIMITS = {
     "pool-sigstop-dispatcher": 30,
     "pool-sigkill-dispatcher-long": 25,
     "slow-handler": 8,
+    "replay": 20,
     "partition": 15,
     "slow-link": 15,
     "server-closes": 6,
@@ -2167,6 +2288,8 @@ async def run_scenario(name: str, size: int, verbose: bool = False) -> list[Resu
         coro = pool_server_restart(size, verbose, dispatchers=2 if name.endswith("-2d") else 1)
     elif name == "pool-sigstop-worker":
         coro = pool_sigstop_worker(size, verbose)
+    elif name.startswith("replay-"):
+        coro = replay(name.split("-", 1)[1], size, verbose)
     elif name == "slow-handler":
         coro = slow_handler(size, verbose)
     elif name.startswith("poison-"):

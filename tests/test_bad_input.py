@@ -559,6 +559,82 @@ ROWS = [
     ),
     R("bad-timeout", ["--timeout", "soon", "static", "ls", "{S}"], ["invalid --timeout", "use e.g. 5s"]),
     R("zero-timeout", ["static", "ls", "{S}", "--timeout", "0s"], ["invalid --timeout '0s': must be positive"]),
+    # ---- dead letters: the commands, and the failing handler of consume and worker
+    R(
+        "dead-letters-ls-no-group",
+        ["static", "dead-letters", "ls", "{S}", "nog"],
+        ["static consumer group nog on stream {S} does not exist, and has no dead letters", "cg static ls {S}"],
+    ),
+    R(
+        "dead-letters-show-not-a-number",
+        ["static", "dead-letters", "show", "{S}", "sg", "first"],
+        ["invalid SEQ 'first'", "a whole number from 1"],
+        proc=True,
+    ),
+    R("dead-letters-show-zero", ["elastic", "dead-letters", "show", "{E}", "eg", "0"], ["invalid SEQ '0'"]),
+    R(
+        "dead-letters-show-none",
+        ["elastic", "dead-letters", "show", "{E}", "eg", "7"],
+        ["no dead letter 7 in elastic consumer group eg on stream {E}"],
+    ),
+    R(
+        "dead-letters-replay-nothing-chosen",
+        ["static", "dead-letters", "replay", "{S}", "sg"],
+        ["say which dead letters to replay: --all, --key KEY or --seq N", "dead-letters ls {S} sg"],
+    ),
+    R(
+        "dead-letters-replay-all-and-key",
+        ["static", "dead-letters", "replay", "{S}", "sg", "--all", "--key", "k1", "--execute"],
+        ["--all and --key/--seq can't be combined"],
+    ),
+    R(
+        "dead-letters-replay-seq-not-a-number",
+        ["elastic", "dead-letters", "replay", "{E}", "eg", "--seq", "x1", "--execute"],
+        ["invalid --seq 'x1'", "a whole number from 1"],
+    ),
+    R(
+        "dead-letters-replay-no-group",
+        ["elastic", "dead-letters", "replay", "{E}", "nog", "--all", "--execute"],
+        ["elastic consumer group nog on stream {E} not found"],
+    ),
+    R(
+        "dead-letters-replay-unknown-key",
+        ["static", "dead-letters", "replay", "{S}", "sg", "--key", "nokey", "--execute"],
+        ["no dead letter to replay of key 'nokey' in static consumer group sg on stream {S}"],
+    ),
+    R(
+        "dead-letters-purge-unknown-seq",
+        ["static", "dead-letters", "purge", "{S}", "sm", "--seq", "99", "--execute"],
+        ["no dead letter 99 in static consumer group sm on stream {S}"],
+        proc=True,
+    ),
+    R(
+        "consume-fail-pattern-gt-inside",
+        ["static", "consume", "{S}", "sg", "m1", "--fail", "{S}.>.x"],
+        ["invalid --fail '{S}.>.x'", "a NATS subject pattern", "'>' for the rest"],
+    ),
+    R(
+        "consume-fail-empty-token",
+        ["elastic", "consume", "{E}", "eg", "a", "--fail", "{E}..x"],
+        ["invalid --fail '{E}..x'", "tokens separated by '.'"],
+    ),
+    R(
+        "consume-fail-with-dispatch",
+        ["static", "consume", "{S}", "sg", "m1", "--dispatch", "--fail", "{S}.7"],
+        ["--fail needs a handler: with --dispatch the workers run it", "cg static worker STREAM GROUP --fail"],
+    ),
+    R(
+        "consume-max-deliver-negative",
+        ["elastic", "consume", "{E}", "eg", "a", "--max-deliver", "-2"],
+        ["invalid --max-deliver -2", "0 to retry for ever"],
+        proc=True,
+    ),
+    R("worker-fail-partial-wildcard", ["elastic", "worker", "{E}", "eg", "--fail", "*x"], ["invalid --fail '*x'"]),
+    R(
+        "delete-with-dead-letters-no-group",
+        ["static", "delete", "{S}", "nog", "-f", "--with-dead-letters"],
+        ["static consumer group nog on stream {S} not found"],
+    ),
     R("unknown-command", ["elastic", "shrink", "{E}", "eg"], ["no such command 'shrink'", "cg elastic -h"]),
     R("unknown-option", ["static", "info", "{S}", "sg", "--verbose"], ["no such option: --verbose"]),
     R("missing-argument", ["elastic", "add", "{E}", "eg"], ["missing argument 'MEMBER'", "cg elastic add -h"]),

@@ -272,3 +272,15 @@ async def test_a_poison_message_survives_the_pinned_instance_killed_while_it_ret
     _check_common(r)
     assert r.duplicates == 0 and r.order_violations == 0 and r.overlaps == 0, r.examples
     assert r.extra["dead_letters"] == 3 * r.runs and r.extra["stored_again"] >= r.runs, r.extra
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flavour", ["static", "elastic"])
+async def test_a_key_dead_lettered_and_parked_across_kills_is_replayed_in_order(flavour):
+    """One key always fails while its owner's pinned instance is SIGKILLed (the first kill at its first failure):
+    the other messages are handled as usual; the key's first message is dead-lettered once, the later ones follow
+    it, unrun, in order; replayed after the fix, they run once each, in order, and the dead-letter stream empties."""
+    [r] = await _run(f"replay-{flavour}")
+    _check_common(r)
+    assert r.overlaps == 0 and r.order_violations == 0, r.examples
+    assert r.extra["dead_lettered"] >= 2 and r.extra["replayed"] >= r.extra["dead_lettered"], r.extra

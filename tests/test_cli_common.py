@@ -65,8 +65,19 @@ def test_fisk_introspect_needs_no_server_and_prints_one_valid_model():
         "metrics-listen",
         "dispatch",
         "otel",
+        "fail",
+        "max-deliver",
+        "park-keys",
     }
     assert find("static", "consume")["flags"][0]["default"] == ["20ms"]
+    assert [c["name"] for c in find("elastic", "dead-letters")["commands"]] == ["ls", "show", "replay", "purge"]
+    assert {f["name"] for f in find("static", "dead-letters", "replay")["flags"]} == {
+        "key",
+        "seq",
+        "all",
+        "execute",
+        "json",
+    }
     assert find("static", "delete")["flags"][0]["short"] == ord("f")
     assert {f["name"] for f in find("elastic", "create")["flags"]} == {
         "filter",

@@ -205,3 +205,29 @@ def test_the_cheap_coercion_gives_what_typers_gives(annotation):
             what = "a whole number" if annotation is int else "a number"
             theirs = ("error", f"Invalid value for 'value': {value!r} is not {what}")
         assert outcome(ours, value) == theirs, (annotation, value)
+
+
+def _pages(command, ctx, path: list[str]):
+    """Every command of the tree under ``command``, with its help page: (path, page)."""
+    yield path, command.get_help(ctx)
+    for name in getattr(command, "list_commands", lambda _ctx: [])(ctx):
+        sub = command.get_command(ctx, name)
+        if sub is not None and not sub.hidden:
+            yield from _pages(sub, type(ctx)(sub, info_name=name, parent=ctx), [*path, name])
+
+
+def test_every_help_page_fits_80_columns(monkeypatch):
+    """Every command's ``--help``, the dead letters' included, in a wide terminal and a pipe alike: no line is wider
+    than 80 columns (what a pager or a narrow terminal shows without wrapping mid-word)."""
+    from typer._click import Context
+
+    from cg.app import build
+
+    for columns in ("200", "80"):
+        monkeypatch.setenv("COLUMNS", columns)
+        root = build()
+        pages = list(_pages(root, Context(root, info_name="cg"), ["cg"]))
+        assert any(path[-2:] == ["dead-letters", "replay"] for path, _ in pages), [p for p, _ in pages]
+        assert len(pages) > 40
+        wide = [(" ".join(path), line) for path, page in pages for line in page.splitlines() if len(line) > 80]
+        assert wide == [], wide

@@ -811,6 +811,7 @@ WALKTHROUGH = (
     "## The CLI, step by step",
     "### Key-level concurrency from the CLI",
     "### A worker pool from the CLI: fair sharding across processes",
+    "### Dead letters from the CLI",
     "### Groups over several streams",
     "### Replay and skip",
     "### Clean up",
@@ -876,7 +877,9 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
     assert commands[-1][1] == "cg tools clean", commands[-1]
     env = cg_env(fresh_server.url, CG=str(CG_BIN), PATH=f"{CG_BIN.parent}{os.pathsep}{os.environ['PATH']}")
     instances: list[Proc] = []
-    traffic: list[asyncio.subprocess.Process] = []  # in the order started: `kill %1` stops the last one with &
+    traffic: list[asyncio.subprocess.Process] = []
+    jobs: list[Proc | asyncio.subprocess.Process] = []  # started with &, in order: `kill %1` stops the last one
+    dead_lettered = False  # an instance said so: a reader lists the dead letters after seeing that line
 
     async def stop(p: asyncio.subprocess.Process) -> None:
         if p.returncode is None:
@@ -894,13 +897,24 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
                     await stop(p)
                 traffic.clear()
             if command.startswith("kill %"):
-                await stop(traffic.pop())
+                job = jobs.pop()
+                if isinstance(job, Proc):
+                    job.signal(signal.SIGINT)
+                    assert (await job.wait(15)).code == 0, command
+                else:
+                    traffic.remove(job)
+                    await stop(job)
                 continue
+            if " dead-letters " in command and not dead_lettered:
+                await wait_for(lambda: any("dead-lettered" in p.out for p in instances), 30, what="a dead letter")
+                dead_lettered = True
             if _long_running(command):
                 argv = shlex.split(command.rstrip("&"))
                 if _instance(argv):
                     proc = await Proc(*argv[1:], env=env).start()
                     instances.append(proc)
+                    if command.endswith("&"):
+                        jobs.append(proc)
                     await proc.wait_text("consuming...\n", timeout=20)
                     continue
                 if argv[0].startswith("scripts/"):
@@ -910,6 +924,8 @@ async def test_the_readme_runs_top_to_bottom_on_one_server(fresh_server):
                         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT
                     )
                 )
+                if command.endswith("&"):
+                    jobs.append(traffic[-1])
                 continue
             p = await asyncio.create_subprocess_exec(
                 "bash",

@@ -230,8 +230,8 @@ async def test_a_scrape_storm_costs_no_refresh(js, nc, server_url, uniq):
         refreshes2, requests2, per_refresh2 = await asyncio.to_thread(counters)
         assert refreshes2 - refreshes <= elapsed / 2 + 1, (refreshes, refreshes2, elapsed)
         # the requests come from refreshes alone: 12 for the buckets' snapshots (2 streams x 2 buckets x 3),
-        # 2 for the static group, 3 for the elastic one, 1 for the worker pools
-        assert per_refresh == per_refresh2 == 2 * 2 * 3 + 2 + 3 + 1
+        # 2 for the static group, 3 for the elastic one, 1 for the dead-letter streams (none), 1 for the pools
+        assert per_refresh == per_refresh2 == 2 * 2 * 3 + 2 + 3 + 1 + 1
         assert requests2 - requests == (refreshes2 - refreshes) * per_refresh
 
 
@@ -261,7 +261,7 @@ async def test_the_requests_counted_are_the_ones_the_server_answers(fresh_server
             await ex.refresh()
         after = await server_count()
         assert ex.up == 1 and len(ex.statuses) == 2
-        assert ex.last_requests == 7 + 2 + 3  # 7 + 2 S + 3 E
+        assert ex.last_requests == 8 + 2 + 3  # 8 + 2 S + 3 E (no dead letters)
         pulls = 2  # the two config buckets' snapshot pulls
         pools = 1  # the pools' status request (core NATS, not JetStream)
         assert after - before - 1 == 5 * (ex.last_requests - pulls - pools)  # - 1: this INFO request itself
@@ -285,9 +285,9 @@ async def test_a_refresh_reads_a_streams_consumers_once_for_all_its_static_group
         ex = GroupsExporter(own)
         await ex.refresh()
         assert ex.up == 1 and len(ex.statuses) == 8
-        # the static bucket's snapshot (3), no elastic bucket (1), then S's consumer list and info, once, and the
-        # pools' status request (1)
-        assert ex.last_requests == 3 + 1 + 2 + 1
+        # the static bucket's snapshot (3), no elastic bucket (1), the dead-letter streams (1: none), then S's
+        # consumer list and info, once, and the pools' status request (1)
+        assert ex.last_requests == 3 + 1 + 1 + 2 + 1
         exists = {(st.group, m.member): m.exists for st in ex.statuses for m in st.members}
         assert exists == {(f"g{i}", m): m == "m1" and i < 3 for i in range(8) for m in ("m1", "m2")}
 
@@ -769,6 +769,44 @@ async def test_the_no_standby_alert_fires_for_a_lone_concurrent_instance_and_not
 
 async def _not(aw) -> bool:
     return not await aw
+
+
+async def test_the_dead_letter_alert_reads_what_the_exporter_serves(js, nc, server_url, uniq):
+    """docs/OPERATIONS.md's PcgroupsParkedKeysOrDeadLettersGrowing, its parked-key condition evaluated on what cg
+    metrics serves: it holds for the member whose partition has dead letters (written in the documented format),
+    not for the other, and no longer once they are purged."""
+    from tests.helpers.deadletters import make_dead_letter_stream, write_dead_letter
+
+    expr = alert_expr("PcgroupsParkedKeysOrDeadLettersGrowing")
+    parked, growing = expr.split(" or ")
+    assert _metric_names(parked) == {"pcgroups_member_parked_keys"}
+    assert _metric_names(growing) == {"pcgroups_member_dead_letters"}
+    name, op, number = _CONDITION.match(parked).groups()
+    await make_stream(js, uniq, transform=partition_transform(uniq, 4))
+    await create_static(nc, uniq, "g", 4, members=["m1", "m2"])  # m1 owns 0 and 1
+    await make_dead_letter_stream(nc, "static", uniq, "g")
+    for i in range(2):
+        await write_dead_letter(nc, "static", uniq, "g", partition=1, key=f"k{i}", subject=f"{uniq}.k{i}", origin_seq=i)
+
+    def holding(m: dict[str, list]) -> set[str]:
+        return {
+            s.labels["member"]
+            for s in m.get(name, [])
+            if s.labels["stream"] == uniq and _COMPARE[op](s.value, float(number))
+        }
+
+    async with procs() as start:
+        _, port = await exporter(start, server_url, uniq)
+        await wait_for(lambda: _holds_for(port, holding, {"m1"}), 15, what="the condition for m1 only")
+        m = await ascrape(port)
+        assert values(m["pcgroups_member_dead_letters"], stream=uniq, member="m1", lane="dead") == [2]
+        assert values(m[name], stream=uniq, member="m1") == [2] and values(m[name], stream=uniq, member="m2") == [0]
+        (await run_cg("static", "dead-letters", "purge", uniq, "g", "--all", "--execute", url=server_url)).ok()
+        await wait_for(lambda: _holds_for(port, holding, set()), 15, what="the condition gone with the dead letters")
+
+
+async def _holds_for(port: int, holding, members: set[str]) -> bool:
+    return holding(await ascrape(port)) == members
 
 
 # ------------------------------------------------------------ permissions

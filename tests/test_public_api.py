@@ -146,6 +146,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {
             "cg.changes",
             "cg.offsets",
+            "cg.deadletters",
             "cg.status",
             "cg.metrics",
             "cg.consume",

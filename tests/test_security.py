@@ -37,12 +37,14 @@ from pcgroups import (
     static_member_step_down,
 )
 from pcgroups.config import MemberMapping
+from pcgroups.deadletters import execute_plan, list_dead_letters, plan_purge
 from pcgroups.jetstream import Connection, Violation
 from pcgroups.pool import _wire as pool_wire
 from pcgroups.spark import _nats as spark_nats
 from pcgroups.spark._options import SinkOptions, SourceOptions
 from pcgroups.static._admin import create_static_consumers
 from tests.helpers.cli import assert_cli_error, cg, cg_env, run_cg
+from tests.helpers.deadletters import make_dead_letter_stream, write_dead_letter
 from tests.helpers.secured import AUDIT_POOL, FAST, PARTITIONS, ROLES, SECURITY, TIMEOUT, Secured, documented_allow
 
 from .helpers.support import wait_for
@@ -690,6 +692,126 @@ async def test_a_member_without_the_pools_permissions_cannot_dispatch(secured):
         assert (error.operation, error.subject) == ("subscribe", f"{POOL}.HB"), str(error)
     finally:
         await nc.close()
+
+
+# --- dead letters ---------------------------------------------------------------------------------------------
+DLQ = "ORDERS~shipping~static~dlq"
+
+
+async def dead_letters(secured: Secured, key: str, n: int) -> list[int]:
+    """``n`` dead letters of ``key`` in ORDERS/shipping's partition 0, the first failed, the others parked behind
+    it, written by root as a member writes them (tests/helpers/deadletters.py): their sequences."""
+    root = await nats.connect(secured.url, user="root", password=secured.passwords["root"])
+    try:
+        await make_dead_letter_stream(root, "static", "ORDERS", "shipping")
+        return [
+            await write_dead_letter(
+                root,
+                "static",
+                "ORDERS",
+                "shipping",
+                partition=0,
+                key=key,
+                subject=key,
+                origin_seq=1000 + i,
+                parked=i > 0,
+            )
+            for i in range(n)
+        ]
+    finally:
+        await root.close()
+
+
+async def test_admin_lists_replays_and_purges_dead_letters_the_observer_counts_them(secured):
+    """The admin reads, replays and purges a group's dead letters; the observer sees how many each member has, and
+    their keys, not their contents; a member may read them (its parked keys) but neither purge nor tell a replay."""
+    seqs = await dead_letters(secured, "orders.dl", 3)
+    admin, observer = secured.cli("admin"), secured.cli("observer")
+    listed = json.loads((await run_cg(*admin, "static", "dead-letters", "ls", "ORDERS", "shipping", "--json")).ok().out)
+    assert [e["seq"] for e in listed if e["key"] == "orders.dl"] == seqs
+    shown = (await run_cg(*admin, "static", "dead-letters", "show", "ORDERS", "shipping", str(seqs[0]))).ok()
+    assert "origin         stream ORDERS, seq 1000" in shown.out
+    long_key = "orders." + "x" * 150  # named by its hash in the subject: reading its name takes STREAM.MSG.GET
+    await dead_letters(secured, long_key, 1)
+    status = json.loads((await run_cg(*observer, "static", "status", "ORDERS", "shipping", "--json")).ok().out)
+    m1 = next(m for m in status["members"] if m["member"] == "m1")
+    assert m1["dead_letters"] >= 4 and "orders.dl" in m1["parked_keys"] and status["dead_letter_stream"] == DLQ
+    assert long_key not in m1["parked_keys"] and any(k.startswith("~") for k in m1["parked_keys"])
+    status = json.loads((await run_cg(*admin, "static", "status", "ORDERS", "shipping", "--json")).ok().out)
+    assert long_key in next(m for m in status["members"] if m["member"] == "m1")["parked_keys"]
+    assert_cli_error(
+        await run_cg(*observer, "static", "dead-letters", "ls", "ORDERS", "shipping"),
+        f"permission denied: publish to $JS.API.STREAM.MSG.GET.{DLQ} is not allowed",
+    )
+    member = await secured.connect("shipping-m1")
+    try:
+        plan = await plan_purge(member, "static", "ORDERS", "shipping", keys=["orders.dl"])
+        assert [e.seq for e in plan.entries] == seqs  # it may read them: its parked keys
+        await refused(execute_plan(member, plan), f"$JS.API.STREAM.PURGE.{DLQ}")
+    finally:
+        await member.close()
+    replay = ["static", "dead-letters", "replay", "ORDERS", "shipping", "--seq", str(seqs[0]), "--execute"]
+    (await run_cg(*admin, *replay)).ok()
+    purge = ["static", "dead-letters", "purge", "ORDERS", "shipping", "--key", "orders.dl", "--key", long_key]
+    (await run_cg(*admin, *purge, "--execute")).ok()
+    listed = json.loads((await run_cg(*admin, "static", "dead-letters", "ls", "ORDERS", "shipping", "--json")).ok().out)
+    assert [e for e in listed if e["key"] in ("orders.dl", long_key)] == []
+
+
+async def test_a_member_dead_letters_what_keeps_failing_and_runs_it_when_replayed(secured):
+    """shipping-m1 under its role: a message that keeps failing goes to the group's dead-letter stream and its key is
+    parked (a later message of the key follows it, unrun); the admin's replay gives both back to m1's pinned instance,
+    which runs them in their order, deletes their entries, and the key runs again."""
+    from pcgroups import RetryPolicy
+
+    poison = m1_subjects("poison", 1)[0]
+    failing, got = [True], []
+
+    async def handler(msg) -> None:
+        if msg.subject == poison and failing[0]:
+            raise RuntimeError("poisoned")
+        got.append((msg.subject, bytes(msg.data)))
+        await msg.ack()
+
+    nc = await secured.connect("shipping-m1")
+    root = await nats.connect(secured.url, user="root", password=secured.passwords["root"])
+    try:
+        retry = RetryPolicy(max_deliver=2, backoff=0.05, park_keys=True)
+        inst = await static_consume(nc, "ORDERS", "shipping", "m1", handler, config=CONFIG, retry=retry)
+        await inst.wait_for_consuming(10)
+        js = root.jetstream()
+        await js.publish(poison, b"first")
+        await js.publish(poison, b"second")
+        await js.publish(m1_subjects("fine", 1)[0], b"other")
+
+        async def dead() -> list:
+            return [e for e in await list_dead_letters(root, "static", "ORDERS", "shipping", keys=[poison])]
+
+        await wait_for(lambda: _len_at_least(dead(), 2), 20, what="the failed message and the one parked behind it")
+        entries = await dead()
+        assert [(e.data, e.parked, e.lane) for e in entries] == [(b"first", False, "D"), (b"second", True, "D")]
+        assert entries[0].member == "m1" and "poisoned" in entries[0].reason
+        await wait_for(lambda: any(s != poison for s, _ in got), 10, what="the other key's message")
+        assert all(s != poison for s, _ in got)
+        failing[0] = False  # the fix deployed
+        replay = ["static", "dead-letters", "replay", "ORDERS", "shipping", "--key", poison, "--execute"]
+        (await run_cg(*secured.cli("admin"), *replay)).ok()
+        await wait_for(lambda: _len_at_least(_empty(dead()), 1), 20, what="the replayed entries run and deleted")
+        assert [d for s, d in got if s == poison] == [b"first", b"second"]
+        await js.publish(poison, b"third")  # the key is no longer parked
+        await wait_for(lambda: [d for s, d in got if s == poison] == [b"first", b"second", b"third"], 10)
+        assert inst.consuming and await asyncio.wait_for(inst.stop(), 10) is None
+    finally:
+        await root.close()
+        await nc.close()
+
+
+async def _len_at_least(aw, n: int) -> bool:
+    return len(await aw) >= n
+
+
+async def _empty(aw) -> list:
+    return [None] if not await aw else []
 
 
 async def test_admin_deletes_the_groups(secured):

@@ -3,9 +3,23 @@
 Each group has one dead-letter stream (``_names``: its name, subjects and headers, the documented format;
 ``_stream``: the stream itself, made with the group; ``_entries``: a dead letter as stored, its reads and deletes).
 A member instance writes to it (``pcgroups.consume``), an operator lists, shows, replays and purges it
-(``cg static|elastic dead-letters``). docs/DESIGN.md, *Dead letters and parked keys*, is the contract.
+(``_admin``; ``cg static|elastic dead-letters``), and ``status`` and the exporter count it per member.
+docs/DESIGN.md, *Dead letters and parked keys*, is the contract.
 """
 
+from ._admin import (
+    DeadLetter,
+    DeadLetterPlan,
+    DeadLetterSummary,
+    MemberDeadLetters,
+    dead_letter_summary,
+    delete_dead_letter_stream,
+    execute_plan,
+    get_dead_letter,
+    list_dead_letters,
+    plan_purge,
+    plan_replay,
+)
 from ._entries import (
     Entry,
     copied_headers,
@@ -56,20 +70,31 @@ __all__ = [
     "LANE_DEAD",
     "LANE_REPLAY",
     "REASON_LIMIT",
+    "DeadLetter",
+    "DeadLetterPlan",
+    "DeadLetterSummary",
     "Entry",
+    "MemberDeadLetters",
     "copied_headers",
     "dead_letter_stream",
     "dead_letter_subject",
     "dead_letter_subjects",
+    "dead_letter_summary",
+    "delete_dead_letter_stream",
     "delete_entry",
     "delete_stream",
     "ensure_stream",
+    "execute_plan",
+    "get_dead_letter",
     "get_entry",
     "key_of_token",
     "key_token",
     "last_entry",
     "letter_headers",
+    "list_dead_letters",
     "next_entry",
+    "plan_purge",
+    "plan_replay",
     "publish",
     "restored_headers",
     "split_subject",

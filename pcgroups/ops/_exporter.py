@@ -20,11 +20,15 @@ A refresh reuses the status view (:mod:`pcgroups.ops._status`, what ``cg ... sta
   losing origin messages before it copies them (an origin's info only while a source is behind, or moved on
   by more than the work queue stored: a :class:`~pcgroups.elastic._intake.GapWatch` per group, kept between refreshes).
 
+The groups' dead letters (:mod:`pcgroups.deadletters`): one list of the streams whose subjects are the
+dead-letter subjects (``$PCG.DLQ.>``, their message counts), then a stream info with per-subject counts of each
+one that holds dead letters (a user who may not list streams: a stream info per group).
+
 A last request (core NATS, not JetStream: ``$PCG.POOL.STATUS``) gathers every dispatching instance's
-pool (:mod:`pcgroups.pool._dispatcher`), answered at once when there is none. So a refresh takes ``7 + 2 T + 3 E``
-requests for ``E`` elastic groups over one stream each and static groups on ``T`` streams (each consumer
-list and subject count in one page; with streams given, 6 per stream instead of 6, plus the one), whatever
-the partitions and members. The exporter
+pool (:mod:`pcgroups.pool._dispatcher`), answered at once when there is none. So a refresh takes
+``8 + 2 T + 3 E + D`` requests for ``E`` elastic groups over one stream each, static groups on ``T`` streams and
+``D`` groups with dead letters (each consumer list and subject count in one page; with streams given, 6 per
+stream instead of 6, plus the two), whatever the partitions and members. The exporter
 counts what it really sends: its connection's outgoing messages (every one a JetStream API request
 or a pull of a KV snapshot), so the connection must be the exporter's own.
 """
@@ -37,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..deadletters._names import DLQ_ROOT
 from ..elastic._admin import stored_config as elastic_config
 from ..elastic._intake import GapWatch
 from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
@@ -71,6 +76,11 @@ GROUP_METRICS: dict[str, str] = {
     "pcgroups_elastic_source_stuck_sequence": "The origin stream sequence the source is stuck on (0: not stuck)",
     "pcgroups_elastic_source_lost_messages": "Origin messages removed from the source stream (its max messages, bytes or age, or a purge) before the "
     "group's source copied them, seen since the exporter started: they never reach the group",
+    "pcgroups_member_dead_letters": "Dead letters of the partitions the member owns, by lane: dead (waiting for an operator: cg ... "
+    'dead-letters) or replaying (a replay gave them back to the member\'s pinned instance); member "" for '
+    "partitions no member owns",
+    "pcgroups_member_parked_keys": "Keys of the member's partitions with a dead letter: parked where its instances park keys "
+    "(park_keys, --park-keys), their later messages following them into the dead-letter stream",
 }
 
 #: name -> help of the metrics about the exporter itself (counters without their ``_total``).
@@ -195,6 +205,7 @@ class GroupsExporter:
         failures: list[str] = []
         refused: list[str] = []
         views: dict[str, Any] = {}  # a stream's consumers and info, read once for all its static groups
+        dead = await self._dead_letter_streams()
         for flavour, bucket in FLAVOURS:
             for stream, group, value in await self._groups(bucket, refused):
                 try:
@@ -207,6 +218,7 @@ class GroupsExporter:
                             pools=False,
                             config=static_config(stream, group, value),
                             stream_view=await self._stream_view(stream, views),
+                            dead_letter_view=dead,
                         )
                     else:
                         gaps = self._gaps.setdefault((stream, group), GapWatch())
@@ -219,6 +231,7 @@ class GroupsExporter:
                             pools=False,
                             config=elastic_config(stream, group, value),
                             gaps=gaps,
+                            dead_letter_view=dead,
                         )
                 except PermissionDeniedError as e:
                     refused.append(f"{flavour} consumer group {group} on stream {stream}: {e}")
@@ -243,6 +256,21 @@ class GroupsExporter:
             if status is not None and member not in seen:
                 seen.add(member)
                 status.pools.append(a)
+
+    async def _dead_letter_streams(self) -> dict[str, int] | None:
+        """Every dead-letter stream and the dead letters it holds (``STREAM.LIST`` of the streams on ``$PCG.DLQ.>``,
+        256 a page); None when the user may not list streams (each group then asks for its own)."""
+        found: dict[str, int] = {}
+        try:
+            while True:
+                page = await self.api.request("STREAM.LIST", {"offset": len(found), "subject": f"{DLQ_ROOT}.>"})
+                infos = page.get("streams") or []
+                for info in infos:
+                    found[info["config"]["name"]] = int((info.get("state") or {}).get("messages") or 0)
+                if not infos or len(found) >= int(page.get("total") or 0):
+                    return found
+        except (PermissionDeniedError, JetStreamAPIError):
+            return None
 
     async def _stream_view(self, stream: str, views: dict[str, Any]) -> Any:
         """The stream's consumer infos and info, read on its first static group (None when that failed: each
@@ -301,6 +329,21 @@ def _member_rows(status: GroupStatus) -> Iterator[tuple[list[str], MemberStatus]
         yield [status.flavour, status.stream, status.group, m.member], m
 
 
+def _dead_letter_samples(s: GroupStatus, dead: Any, parked: Any) -> None:
+    """A group's dead letters per member and lane, and its parked keys (none when they could not be read)."""
+    if s.dead_letters is None:
+        return
+    group = [s.flavour, s.stream, s.group]
+    owned = 0
+    for m in s.members:
+        owned += (m.dead_letters or 0) + (m.replaying or 0)
+        dead.add_metric([*group, m.member, "dead"], m.dead_letters or 0)
+        dead.add_metric([*group, m.member, "replaying"], m.replaying or 0)
+        parked.add_metric([*group, m.member], len(m.parked_keys))
+    if s.dead_letters > owned:
+        dead.add_metric([*group, "", "dead"], s.dead_letters - owned)
+
+
 def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[Any]:
     """The group metrics (:data:`GROUP_METRICS`) of some groups' status, pins aged at ``now``."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -328,7 +371,10 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
         GROUP_METRICS["pcgroups_elastic_source_lost_messages"],
         labels=["stream", "group", "source"],
     )
+    dead = family("pcgroups_member_dead_letters", [*member_labels, "lane"])
+    parked = family("pcgroups_member_parked_keys", member_labels)
     for s in statuses:
+        _dead_letter_samples(s, dead, parked)
         group = [s.flavour, s.stream, s.group]
         members.add_metric(group, len(s.members))
         partitions.add_metric(group, s.max_members)
@@ -364,5 +410,7 @@ def group_families(statuses: Sequence[GroupStatus], now: datetime) -> Iterator[A
         stuck_for,
         stuck_at,
         lost,
+        dead,
+        parked,
     )
     yield from pool_families([a for s in statuses for a in s.pools])

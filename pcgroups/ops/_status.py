@@ -27,14 +27,19 @@ waiting: when the server has messages it would deliver and does not (some pendin
 ``max_ack_pending`` not reached), the pin counts on top of the waiting pulls. A Go reference instance may
 keep two pulls waiting when busy, and counts twice then.
 
+Each member's dead letters (those of the partitions it owns now, :mod:`pcgroups.deadletters`) are counted by
+lane, with the keys they park: ``dead_letters`` wait for an operator, ``replaying`` were given back by a replay.
+
 The request count is small and fixed: the config (two requests), one consumer list of the stream
 that holds the member consumers, and for elastic one stream info of the work queue, one of each
 origin stream whose source has copied nothing for a while or is behind (its lag, a full work queue), and one
-message read per filter of a source whose origin holds messages it has not copied yet.
+message read per filter of a source whose origin holds messages it has not copied yet; one stream info of the
+group's dead-letter stream (and one message read per parked key too long to be named in a subject).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +47,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from ..config import ElasticConfig, StaticConfig
+from ..deadletters import dead_letter_stream, dead_letter_summary
 from ..elastic._intake import GapWatch, Origins, stuck_sources
 from ..elastic._membership import list_leases
 from ..errors import NotFoundError, PermissionDeniedError
@@ -73,6 +79,9 @@ class MemberStatus:
     delivered: int | None = None  # the last stream sequence delivered
     last_active: datetime | None = None
     filters: list[str] = field(default_factory=list)
+    dead_letters: int | None = None  # dead letters of its partitions waiting for an operator (None: not known)
+    replaying: int | None = None  # dead letters of its partitions a replay gave back to it (lane R)
+    parked_keys: list[str] = field(default_factory=list)  # keys of its partitions with a dead letter
 
 
 @dataclass
@@ -115,6 +124,8 @@ class GroupStatus:
     stuck_sources: list[Any] = field(default_factory=list)  # elastic: pcgroups.elastic._intake.StuckSource, by source
     source_gaps: list[Any] = field(default_factory=list)  # elastic: pcgroups.elastic._intake.SourceGap, messages lost
     source_lost: dict[str, int] = field(default_factory=dict)  # elastic: messages lost before sourcing, by stream
+    dead_letter_stream: str | None = None  # the group's dead-letter stream (None: it has none, or may not read it)
+    dead_letters: int | None = None  # dead letters in both lanes, of all partitions (None: not known)
     taken_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     requests: int = 0  # JetStream API requests it took
 
@@ -241,6 +252,7 @@ async def static_status(
     config: StaticConfig | None = None,
     stream_view: tuple[list[dict[str, Any]], dict[str, Any]] | None = None,
     pools: bool = True,
+    dead_letter_view: Mapping[str, int] | None = None,
 ) -> GroupStatus:
     """The state of static group ``group`` on ``stream`` (see the module doc).
 
@@ -250,7 +262,8 @@ async def static_status(
     ``stream_view``: the stream's consumer infos and its info, when the caller has read them (the groups
     of one stream share them: the exporter lists a stream's consumers once, not once per group). ``pools``: ask
     the group's dispatching instances for their workers (a core NATS request, answered at once when there are
-    none).
+    none). ``dead_letter_view``: every dead-letter stream and the messages it holds, when the caller has listed
+    them (the exporter, once for all groups): a group whose stream is not there, or empty, costs no request.
     """
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
@@ -280,6 +293,7 @@ async def static_status(
         state = (stream_view[1] if stream_view is not None else await counting.stream_info(stream)).get("state", {})
     except NotFoundError:
         raise stream_gone(STATIC, stream, group) from None
+    dead_stream, dead = await _dead_letters(nc, counting, "static", stream, group, cfg, members, dead_letter_view)
     return GroupStatus(
         flavour="static",
         stream=stream,
@@ -292,6 +306,8 @@ async def static_status(
         partitions=rows,
         last_seq=int(state.get("last_seq") or 0),
         messages=int(state.get("messages") or 0),
+        dead_letter_stream=dead_stream,
+        dead_letters=dead,
         requests=counting.n + config_requests,
         pools=await _pools(nc, "static", stream, group) if pools else [],
     )
@@ -307,11 +323,13 @@ async def elastic_status(
     leases: bool = True,
     pools: bool = True,
     gaps: Any = None,
+    dead_letter_view: Mapping[str, int] | None = None,
 ) -> GroupStatus:
     """The state of elastic group ``group`` on ``stream`` (see the module doc); ``config`` as for
     :func:`static_status`; ``leases=False`` leaves the leases out (saves a snapshot of their bucket). ``gaps``: a
     :class:`pcgroups.elastic.GapWatch` kept between calls (it sees the losses between them too; ``source_lost``
-    then counts since its first call), else the gaps there are now."""
+    then counts since its first call), else the gaps there are now. ``dead_letter_view`` as for
+    :func:`static_status`."""
     api = api if api is not None else JetStreamApi(nc)
     counting = _Counting(api)
     cfg = config if config is not None else await get_config(ELASTIC, nc, stream, group, api=api)
@@ -345,6 +363,7 @@ async def elastic_status(
             [],
         )  # the user may not read an origin's info or messages: nothing can be said (docs/SECURITY.md)
     held = await list_leases(nc, stream, group, api=api) if leases else []
+    dead_stream, dead = await _dead_letters(nc, counting, "elastic", stream, group, cfg, members, dead_letter_view)
     return GroupStatus(
         flavour="elastic",
         stream=stream,
@@ -363,9 +382,39 @@ async def elastic_status(
         stuck_sources=stuck,
         source_gaps=lost,
         source_lost=dict(watch.lost),
+        dead_letter_stream=dead_stream,
+        dead_letters=dead,
         requests=counting.n + config_requests,
         pools=await _pools(nc, "elastic", stream, group) if pools else [],
     )
+
+
+async def _dead_letters(
+    nc: Client,
+    api: JetStreamApi,
+    flavour: str,
+    stream: str,
+    group: str,
+    cfg: StaticConfig | ElasticConfig,
+    members: list[MemberStatus],
+    view: Mapping[str, int] | None,
+) -> tuple[str | None, int | None]:
+    """The group's dead letters given to the members that own their partitions now (one stream info of the
+    dead-letter stream): (the stream, the total); (None, 0) without one, (None, None) when the user may not
+    read it (docs/SECURITY.md: the observer may). ``view``: the dead-letter streams' counts, when known."""
+    name = dead_letter_stream(flavour, stream, group)
+    if view is not None and not view.get(name):
+        for ms in members:
+            ms.dead_letters, ms.replaying, ms.parked_keys = 0, 0, []
+        return (name if name in view else None), 0
+    try:
+        summary = await dead_letter_summary(nc, flavour, stream, group, config=cfg, api=api)
+    except PermissionDeniedError:
+        return None, None
+    for ms in members:
+        mine = summary.of(ms.member)
+        ms.dead_letters, ms.replaying, ms.parked_keys = mine.dead, mine.replaying, mine.parked_keys
+    return (summary.stream if summary.exists else None), summary.total
 
 
 async def _pools(nc: Client, flavour: str, stream: str, group: str) -> list[dict[str, Any]]:

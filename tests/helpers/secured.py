@@ -52,7 +52,7 @@ EXTRA_USERS = """
     { user: root, password: $ROOT_PASSWORD }
     { user: shipping-noack, password: $SHIPPING_NOACK_PASSWORD, permissions: {
         publish: { allow: %s }
-        subscribe: { allow: ["_INBOX.>"] } } }
+        subscribe: { allow: %s } } }
     { user: no-inbox, password: $NO_INBOX_PASSWORD, permissions: {
         publish: { allow: ["$JS.API.>"] }
         subscribe: { allow: ["nothing.here"] } } }
@@ -93,8 +93,16 @@ def extra_users() -> str:
     noack = [s for s in documented_allow("shipping-m1") if not s.startswith("$JS.ACK.")]
     p = AUDIT_POOL
     audit = [*documented_allow("audit-member"), f"{p}.HELLO", f"{p}.W.*.*.work", f"{p}.W.*.*.hb", "_INBOX.>"]
-    audit_sub = ["_INBOX.>", f"{p}.HB", f"{p}.LEAVE", f"{p}.D.*.R.*", f"{p}.STATUS", "$PCG.POOL.STATUS"]
-    return EXTRA_USERS % (quoted(noack), quoted(audit), quoted(audit_sub))
+    audit_sub = [
+        *documented_allow("audit-member", "subscribe"),
+        f"{p}.HB",
+        f"{p}.LEAVE",
+        f"{p}.D.*.R.*",
+        f"{p}.STATUS",
+        "$PCG.POOL.STATUS",
+    ]
+    noack_sub = documented_allow("shipping-m1", "subscribe")
+    return EXTRA_USERS % (quoted(noack), quoted(noack_sub), quoted(audit), quoted(audit_sub))
 
 
 def env_name(user: str) -> str:
