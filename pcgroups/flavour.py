@@ -175,23 +175,30 @@ async def member_step_down(
     await api.unpin(flavour.consumer_stream(stream, group), flavour.consumer_name(group, member))
 
 
-async def make_dead_letters(api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str, replicas: int) -> bool:
-    """The group's dead-letter stream, made with the group (``pcgroups.deadletters``); True when this call made it.
-    A user who may create the group but not that stream (or a server that refuses it: another stream takes its
-    subjects) gets a warning: a member instance makes it on first need when it may, else its dead letters are
-    refused (the messages held) until an admin makes it."""
+async def make_dead_letters(
+    api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str, replicas: int
+) -> tuple[bool, Exception | None]:
+    """The group's dead-letter stream, made with the group (``pcgroups.deadletters``): (made by this call, why it
+    was refused). A user who may create the group but not that stream (or a server that refuses it: another stream
+    takes its subjects) is told by :func:`warn_no_dead_letters` once the group is there: a member instance makes it
+    on first need when it may, else its dead letters are refused (the messages held) until an admin makes it."""
     try:
-        return await deadletters.ensure_stream(api, flavour.name, stream, group, replicas)
+        return await deadletters.ensure_stream(api, flavour.name, stream, group, replicas), None
     except (PermissionDeniedError, JetStreamAPIError) as e:  # refused, or its subjects are another stream's
+        return False, e
+
+
+def warn_no_dead_letters(flavour: Flavour[Any], stream: str, group: str, refused: Exception | None) -> None:
+    """Say why the group's dead-letter stream was not made (nothing when it was)."""
+    if refused is not None:
         log.warning(
             "%s consumer group %s on stream %s: its dead-letter stream %s was not made: %s",
             flavour.name,
             group,
             stream,
             deadletters.dead_letter_stream(flavour.name, stream, group),
-            e,
+            refused,
         )
-        return False
 
 
 async def check_delete_dead_letters(api: JetStreamApi, flavour: Flavour[Any], stream: str, group: str) -> None:

@@ -38,6 +38,7 @@ from ..flavour import (
     check_names,
     consumer_stream_info,
     make_dead_letters,
+    warn_no_dead_letters,
     work_queue_name,
 )
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NAME_IN_USE, JetStreamApi, StreamConfig
@@ -303,7 +304,7 @@ async def create_elastic(
     created_stream = await _ensure_work_queue(api, wq, cfg, layout)
     if created_stream:
         await settle_starts(api, wq.name, [src.name for src in layout.streams if src.start_seq or src.start_time])
-    made = await make_dead_letters(api, ELASTIC, stream, group, replicas)
+    made, refused = await make_dead_letters(api, ELASTIC, stream, group, replicas)
     if existing is None:
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
@@ -336,6 +337,7 @@ async def create_elastic(
             if made:
                 await delete_dead_letter_stream(api, ELASTIC.name, stream, group)
             raise
+    warn_no_dead_letters(ELASTIC, stream, group, refused)  # said once the group is there
     return cfg
 
 

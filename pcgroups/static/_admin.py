@@ -24,6 +24,7 @@ from ..flavour import (
     consumer_stream_info,
     make_dead_letters,
     static_consumer_name,
+    warn_no_dead_letters,
 )
 from ..jetstream._api import ERR_CONSUMER_EXISTS, ConsumerConfig, ConsumerTemplate, JetStreamApi
 from ..jetstream._store import group_entry, group_key, kv_call, open_or_create_bucket, read
@@ -80,9 +81,10 @@ async def create_static(
     key = group_key(stream, group)
     existing = await read(kv, key)
     if existing is None:
-        made = await make_dead_letters(api, STATIC, stream, group, replicas)
+        made, refused = await make_dead_letters(api, STATIC, stream, group, replicas)
         try:
             await kv_call(kv, kv.create(key, cfg.to_json()), key)
+            warn_no_dead_letters(STATIC, stream, group, refused)  # said once the group is there
             return cfg
         except Exception:  # created concurrently: compare with theirs below
             existing = await read(kv, key)
@@ -104,7 +106,8 @@ async def create_static(
             + "), please delete the existing static "
             "consumer group and create a new one"
         )
-    await make_dead_letters(api, STATIC, stream, group, replicas)  # a group made before dead-letter streams
+    # a group made before dead-letter streams
+    warn_no_dead_letters(STATIC, stream, group, (await make_dead_letters(api, STATIC, stream, group, replicas))[1])
     return current
 
 
