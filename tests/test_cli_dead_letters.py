@@ -336,6 +336,7 @@ async def test_a_failing_message_is_dead_lettered_parked_and_replayed_into_its_m
         await js.publish(poison, b"6")  # still parked: it follows the others into the stream
         (await run_cg("static", "dead-letters", "replay", uniq, "g", "--key", poison, "--execute", url=url)).ok()
         await wait_for(lambda: _none_left(nc, uniq), 20, what="the replayed dead letters run and deleted")
+
         def handled(o: str) -> int:  # its line is printed once its ack (which deletes the entry) returned
             return sum(1 for m in message_lines(o) if m["subject"] == poison and m["end"] == "acked")
 

@@ -32,7 +32,8 @@ Invariants:
    nothing of that sequence is pending); its acks go to the :class:`ReplayHost`.
 6. The lease is released when the holder finds nothing of lane R to run, when a pinned instance shows up beside it
    (once its message in flight is done: the pinned instance takes the lease at once) and when the session ends. Its
-   TTL is max(AckWait, 1 s), its grace AckWait: a holder that died is taken over after TTL + AckWait.
+   TTL is max(AckWait, 3 x REPLAY_POLL), its grace AckWait: a holder keeps it at each look (at least every
+   REPLAY_POLL, a third of the TTL), and one that died is taken over after TTL + AckWait.
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ class DeadLetters:
         """The lane-R task of the session (invariant 4): until the session's Delivery closes."""
         d = self.delivery
         assert d is not None
-        self.lease.times(max(grace, 1.0), grace)  # invariant 6
+        self.lease.times(max(grace, 3 * REPLAY_POLL), grace)  # invariant 6
         try:
             while not d.closed:
                 await asyncio.sleep(REPLAY_CHECK if self._inflight is not None else REPLAY_POLL)
