@@ -372,7 +372,7 @@ def plan_summary(plan: DeadLetterPlan, idle: list[str]) -> str:
     text = f"done: {count(plan.done)} moved to lane R (replaying)"
     if plan.followers:
         text += f", and {count(plan.followers)} that followed their keys since the plan"
-    text += f"; the pinned instance of {members} runs them in order, before later messages of their keys"
+    text += f"; one instance of {members} runs them in order, before later messages of their keys"
     if idle:
         text += f" ({' and '.join(idle)}: no instance running: they wait until one starts)"
     return text

@@ -395,7 +395,7 @@ def _delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: 
     ``with_dead_letters``; one that holds dead letters is kept and said so. A group already deleted whose dead
     letters were kept: ``--with-dead-letters`` deletes them, else it is the group's not-found error, saying so.
     Every delete is checked first (a refused one deletes nothing)."""
-    from pcgroups.deadletters import dead_letter_stream, delete_dead_letter_stream
+    from pcgroups.deadletters import dead_letter_stream, delete_dead_letter_stream, held_dead_letters
     from pcgroups.errors import ConfigError, NotFoundError, PermissionDeniedError
 
     from .deadletters import count as letters
@@ -405,7 +405,7 @@ def _delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: 
 
     async def body(nc: Client, api: JetStreamApi) -> tuple[bool, bool, int]:
         calls = flavour.calls()
-        held = await _held(api, name)
+        held = await held_dead_letters(api, flavour.name, stream, group)
         there = True
         try:
             await calls.get_config(nc, stream, group, api=api)  # "not found" before asking
@@ -458,16 +458,6 @@ def _delete_group(rt: Any, flavour: Flavour, stream: str, group: str, *, force: 
     out.styled(
         f"deleted {flavour.name} consumer group {group} on stream {stream}{queue}: its instances end{dead}", "green"
     )
-
-
-async def _held(api: JetStreamApi, name: str) -> int | None:
-    """The dead letters a dead-letter stream holds (None: no such stream)."""
-    from pcgroups.errors import NotFoundError
-
-    try:
-        return int(((await api.stream_info(name)).get("state") or {}).get("messages") or 0)
-    except NotFoundError:
-        return None
 
 
 async def _left_work_queue(flavour: Flavour, api: JetStreamApi, stream: str, group: str) -> bool:

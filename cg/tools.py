@@ -179,7 +179,7 @@ def clean(ctx: typer.Context) -> None:
 async def _empty_dead_letter_streams(api: JetStreamApi, groups: set[tuple[str, str]]) -> list[str]:
     """Delete the dead-letter streams (``<stream>~<group>~<flavour>~dlq``) of groups not in ``groups`` ((flavour,
     ``<stream>.<group>``)) that hold no dead letter; what was deleted."""
-    from pcgroups.deadletters import dead_letter_stream
+    from pcgroups.deadletters import dead_letter_stream, held_dead_letters
 
     names: list[str] = []
     while True:
@@ -195,7 +195,7 @@ async def _empty_dead_letter_streams(api: JetStreamApi, groups: set[tuple[str, s
         stream, group, kind = parts[:3]
         if dead_letter_stream(kind, stream, group) != name or (kind, f"{stream}.{group}") in groups:
             continue  # a long name (hashed), or its group is there
-        if (await api.stream_info(name)).get("state", {}).get("messages", 0) == 0 and await api.delete_stream(name):
+        if await held_dead_letters(api, kind, stream, group) == 0 and await api.delete_stream(name):
             deleted.append(f"dead-letter stream {name} deleted (its {kind} group {group} on {stream} is gone)")
     return deleted
 

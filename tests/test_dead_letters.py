@@ -54,6 +54,7 @@ from pcgroups.errors import ConfigError, NotFoundError
 from pcgroups.jetstream._api import JetStreamApi
 from pcgroups.ops import InstanceMetrics
 
+from .helpers.deadletters import make_dead_letter_stream, write_dead_letter
 from .helpers.support import wait_for
 
 ACK_WAIT = 2.0
@@ -407,6 +408,39 @@ async def test_each_member_replays_the_dead_letters_of_its_own_partitions(nc, js
     finally:
         for inst in insts:
             await inst.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_idle_members_replay_runs_once_and_in_order_in_one_of_its_instances(nc, js, uniq, connections, mode):
+    """No message comes to the member, so none of its two instances is ever pinned (the server gives the pin with a
+    message): one of them takes the member's replay lease and runs lane R, each entry once and in order, and releases
+    the lease once nothing is left: the dead-letter stream ends empty."""
+    await make_group(js, nc, "static", uniq)
+    name = await make_dead_letter_stream(nc, "static", uniq, "g")
+    m = Member("static", uniq, mode, RetryPolicy(max_deliver=2, backoff=0.05, park_keys=True))
+    await m.start(connections)
+    try:
+        for i in range(5):
+            await write_dead_letter(
+                nc,
+                "static",
+                uniq,
+                "g",
+                partition=0,
+                key="a",
+                subject="a",
+                origin_seq=i + 1,
+                member="m",
+                lane=LANE_REPLAY,
+                data=f"a{i}".encode(),
+            )
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 20, what="the replay run and its lease released")
+        state = (await api_of(nc).stream_info(name))["state"]
+        assert state["messages"] == 0, state
+        assert m.calls == [("a", f"a{i}") for i in range(5)], m.calls
+        assert not any(i.pinned for i in m.instances)  # the idle case: nobody had the pin
+    finally:
+        await m.stop()
 
 
 async def test_a_purged_key_flows_again(nc, js, uniq, connections):

@@ -17,15 +17,23 @@ Invariants:
    that is not in the set is not asked about: a message of a key that is not parked costs nothing.
 3. A parked key's message follows into lane ``D``, or into lane ``R`` while the key has entries there and none in
    ``D`` (a replay in progress: it runs after them).
-4. Lane R (:meth:`DeadLetters.run`): the pinned instance, once it held the pin for AckWait (the earlier holder's
-   calls are superseded by then) and may start handlers, hands the lane-R entries of its partitions to its
-   dispatcher, one at a time in stream order, through its ``Delivery``, as messages of their key
-   (:class:`ReplayHost`: an ack or term deletes the entry, ``nak()`` retries in place). With ``park_keys`` an entry
-   whose key has an older message (by origin sequence) in lane ``D`` follows it there without running. A replayed
-   message given up goes back to lane ``D``. A key with no entry left is free.
+4. Lane R (:meth:`DeadLetters.run`) runs in one instance of the member at a time: the one holding the member's
+   replay lease (:mod:`pcgroups.consume._lease`), and only while it may run lane R. The pinned instance may once it
+   held the pin for AckWait (the earlier holder's calls are superseded by then), takes no pin over and may start
+   handlers; an instance without the pin only while consumer info shows no pinned instance of the member (the server
+   gives the pin only with a message, so an idle member has none), asked before each entry it hands out. It hands
+   the lane-R entries of its partitions to its dispatcher, one at a time in stream order, through its ``Delivery``,
+   as messages of their key (:class:`ReplayHost`: an ack or term deletes the entry, ``nak()`` retries in place)
+   received with its pin, None without one (a pin it gets meanwhile drops the message: it runs again). With
+   ``park_keys`` an entry whose key has an older message (by origin sequence) in lane ``D`` follows it there without
+   running. A replayed message given up goes back to lane ``D``. A key with no entry left is free.
 5. A replayed message has an ack subject of the member's own consumer that no delivery has: a stream sequence
    above ``REPLAY_SEQ_BASE`` and consumer sequence 0. The server ignores what is sent to it (``-NAK``, ``+WPI``:
    nothing of that sequence is pending); its acks go to the :class:`ReplayHost`.
+6. The lease is released when the holder finds nothing of lane R to run, when a pinned instance shows up beside it
+   (once its message in flight is done: the pinned instance takes the lease at once) and when the session ends. Its
+   TTL is max(AckWait, 3 x REPLAY_POLL), its grace AckWait: a holder keeps it at each look (at least every
+   REPLAY_POLL, a third of the TTL), and one that died is taken over after TTL + AckWait.
 """
 
 from __future__ import annotations
@@ -56,16 +64,17 @@ from ..deadletters import (
     split_subject,
     subject_counts,
 )
-from ..deadletters._names import DLQ_ROOT
+from ..deadletters._names import DLQ_ROOT, lease_subject
 from ..errors import JetStreamAPIError, NotFoundError, PermissionDeniedError
-from ..jetstream._api import JetStreamApi, parse_timestamp
+from ..jetstream._api import JetStreamApi, parse_timestamp, pinned_client_id
 from ._delivery import Delivery
+from ._lease import ReplayLease
 from ._msg import Msg, NakPolicy, Publish, Request, message_size
 
 log = logging.getLogger("pcgroups")
 
 REPLAY_SEQ_BASE = 1 << 62  # invariant 5
-REPLAY_POLL = 1.0  # how often the pinned instance looks for lane-R entries
+REPLAY_POLL = 1.0  # how often an instance looks for lane-R entries
 REPLAY_CHECK = 0.05  # how often it looks at the replayed message it handed out
 ABSENT_POLL = 10.0  # ... while the group has no dead-letter stream
 Emit = Callable[[str, Iterable[int], str], None]
@@ -114,6 +123,7 @@ class DeadLetters:
         self._cursor = 1
         self._scope: tuple[str | None, frozenset[int]] | None = None  # (pin, owned) the cursor is for
         self._pinned: tuple[str | None, float] = (None, 0.0)  # the pin and since when it is held
+        self.lease = ReplayLease(api, self.stream, lease_subject(flavour, stream, group, member))  # invariant 4
 
     def attach(self, delivery: Delivery) -> None:
         self.delivery = delivery
@@ -278,19 +288,33 @@ class DeadLetters:
         """The lane-R task of the session (invariant 4): until the session's Delivery closes."""
         d = self.delivery
         assert d is not None
-        while not d.closed:
-            await asyncio.sleep(REPLAY_CHECK if self._inflight is not None else REPLAY_POLL)
+        self.lease.times(max(grace, 3 * REPLAY_POLL), grace)  # invariant 6
+        try:
+            while not d.closed:
+                await asyncio.sleep(REPLAY_CHECK if self._inflight is not None else REPLAY_POLL)
+                try:
+                    if self._inflight is not None and self.lease.held():
+                        await self.lease.keep()  # renewed while its message runs
+                    if self._watch(busy()):
+                        continue
+                    await self._feed(dispatcher, nc, grace)
+                except NotFoundError:
+                    await asyncio.sleep(ABSENT_POLL)  # no dead-letter stream (yet)
+                except PermissionDeniedError as e:  # a member's permissions do not change while it runs
+                    log.warning("%s: replays of dead letters will not run here: %s", self.label, e)
+                    return
+                except Exception as e:  # disconnected, no leader: look again shortly
+                    log.debug("%s: lane R: %s", self.label, e)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        """Give the lease up, best effort (invariant 6): a message left behind is taken over after its TTL."""
+        if self.lease.seq:
             try:
-                if self._watch(busy()):
-                    continue
-                await self._feed(dispatcher, nc, grace)
-            except NotFoundError:
-                await asyncio.sleep(ABSENT_POLL)  # no dead-letter stream (yet)
-            except PermissionDeniedError as e:  # a member's permissions do not change while it runs
-                log.warning("%s: replays of dead letters will not run here: %s", self.label, e)
-                return
-            except Exception as e:  # disconnected, no leader: look again shortly
-                log.debug("%s: lane R: %s", self.label, e)
+                await self.lease.release()
+            except Exception as e:
+                log.debug("%s: replay lease not released: %s", self.label, e)
 
     def _watch(self, busy: bool) -> bool:
         """True while the replayed message in flight is held (waiting, or being handled)."""
@@ -327,15 +351,13 @@ class DeadLetters:
         owned = frozenset(self.owned())
         if self._scope != (d.pin_id, owned):
             self._scope, self._cursor = (d.pin_id, owned), 1
-        if d.pin_id is None or d.taking_over or not d.may_start() or now - self._pinned[1] < grace:
+        if not self._may_run(d, now, grace):
             return False
-        lane = self._subject(LANE_REPLAY, "*", "*")
-        seq = self._cursor
-        while (entry := await next_entry(self.api, self.stream, lane, seq)) is not None:
-            if entry.partition in owned:
-                break
-            seq = entry.seq + 1
-        if entry is None:
+        entry = await self._next(owned)
+        if entry is None or not await self._alone(d):
+            await self._release()  # nothing to run, or the member's pinned instance runs it (invariant 6)
+            return False
+        if not await self.lease.keep() or not self.lease.ready():
             return False
         m = self._message(entry, d, dispatcher, nc)
         if m is None:
@@ -345,6 +367,28 @@ class DeadLetters:
         self._inflight, self._over = m, False
         await d.deliver(m)
         return True
+
+    def _may_run(self, d: Delivery, now: float, grace: float) -> bool:
+        """Handlers may start; with a pin, held for ``grace`` and not being taken over (invariant 4)."""
+        if d.pin_id is None:
+            return d.may_start()
+        return not d.taking_over and d.may_start() and now - self._pinned[1] >= grace
+
+    async def _next(self, owned: frozenset[int]) -> Entry | None:
+        """The first lane-R entry of ``owned`` from the cursor on."""
+        lane = self._subject(LANE_REPLAY, "*", "*")
+        seq = self._cursor
+        while (entry := await next_entry(self.api, self.stream, lane, seq)) is not None:
+            if entry.partition in owned:
+                return entry
+            seq = entry.seq + 1
+        return None
+
+    async def _alone(self, d: Delivery) -> bool:
+        """Pinned, or the member has no pinned instance (invariant 4)."""
+        if d.pin_id is not None:
+            return True
+        return pinned_client_id(await self.api.consumer_info(self.origin, self.consumer)) is None
 
     def _message(self, entry: Entry, d: Delivery, dispatcher: NakPolicy, nc: Client) -> Msg | None:
         """``entry`` as a message of the member's consumer (invariant 5), or None when it can not be one."""
@@ -386,7 +430,7 @@ class ReplayHost:
         return self._d.epoch
 
     def supersedes(self, m: Msg) -> bool:
-        return self._d.supersedes(m)
+        return self._d.supersedes(m) or not self._dead.lease.held()
 
     def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         return self._d.call(coro)

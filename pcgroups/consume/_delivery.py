@@ -31,7 +31,8 @@ Invariants (tests/test_delivery.py checks each):
    no pull carried it for 0.9 x PinnedTTL (the process was paused or its loop blocked: the server may
    have given it away) until the pull side confirms it by consumer info or the server gives a pin (also after
    :meth:`~Delivery.doubt_pin`); and, when :attr:`~Delivery.gated` (the instance has rebalance hooks and
-   events to run first), until the current pin is admitted (:meth:`~Delivery.admit`).
+   events to run first), until the current pin is admitted (:meth:`~Delivery.admit`). Without a pin only a
+   replayed dead letter can be handed out (invariant 2), which no pin's hooks are for: it is not gated.
 2. A message whose pin is not the current pin is never handed out: :meth:`~Delivery.take` naks it
    (the pin's new holder gets it).
 3. A redelivery of a message this instance acked is acked again, never handled: on arrival
@@ -401,7 +402,7 @@ class Delivery:
         return (
             not (self._held or self._stopping or self._closed or self._taking_over)
             and not self.pin_doubtful()
-            and (not self.gated or self._pin_id == self._admitted)
+            and (not self.gated or self._pin_id in (None, self._admitted))
         )
 
     # --- the dispatcher's side ------------------------------------------------------------

@@ -13,14 +13,15 @@ Invariants:
 3. A replay moves each entry from lane ``D`` to lane ``R`` in stream order: its copy is published and
    acknowledged by the stream (with a ``Nats-Msg-Id``, so a retried publish is stored once) before the entry is
    deleted, so nothing is lost; an entry whose copy is already in lane ``R`` (a replay interrupted between the
-   two) is only deleted. The pinned instance of the partition's member finds lane ``R`` entries (it looks every
-   second), runs each as a message of its key and deletes it.
+   two) is only deleted. An instance of the partition's member (the one holding its replay lease, lane ``L``)
+   finds lane ``R`` entries, runs each as a message of its key and deletes it.
 4. A purge removes exactly the planned entries: a key's, or all, with one purge filtered on the key's subjects
    (or the group's) and bounded by the plan's last sequence; single entries (``--seq``) one by one.
 5. A key is parked while the stream holds an entry on its subjects, so it is unparked once the last one is gone:
    at once for a purge; for a replay, when the member's instance has run the last of them.
 6. A group without a dead-letter stream (made before dead letters) has no dead letters: listing, counting and
    planning it is not an error, naming one of its dead letters is (:class:`~pcgroups.errors.NotFoundError`).
+7. The members' replay leases (lane ``L``) are no dead letters: nothing here lists, counts, purges or moves them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..config import ElasticConfig, StaticConfig
 from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND, JetStreamApi, parse_timestamp
 from ..partitions import member_partitions
+from ._entries import held_dead_letters, split_subject
 from ._names import (
     DLQ_ROOT,
     HEADER_DELIVERIES,
@@ -50,7 +52,7 @@ from ._names import (
     LANE_DEAD,
     LANE_REPLAY,
     dead_letter_stream,
-    dead_letter_subjects,
+    entry_subjects,
     key_of_token,
     key_token,
 )
@@ -368,9 +370,7 @@ async def list_dead_letters(
     name = dead_letter_stream(flavour, stream, group)
     filters = [_key_subjects(flavour, stream, group, k, lane or "*") for k in dict.fromkeys(keys)]
     if not filters:
-        filters = [
-            f"{DLQ_ROOT}.{flavour}.{stream}.{group}.{lane}.>" if lane else dead_letter_subjects(flavour, stream, group)
-        ]
+        filters = [entry_subjects(flavour, stream, group, lane or "*")]
     try:
         raw = [m for f in filters for m in await _scan(api, name, f)]
     except NotFoundError:
@@ -390,7 +390,7 @@ async def get_dead_letter(
         message = await _get(api, name, {"seq": seq})
     except NotFoundError:
         message = None  # no dead-letter stream: no dead letter (invariant 6)
-    if message is None:
+    if message is None or split_subject(str(message.get("subject", ""))) is None:  # none, or a lease (invariant 7)
         raise NotFoundError(f"no dead letter {seq} in {flavour} consumer group {group} on stream {stream}")
     return _entry(message)
 
@@ -560,7 +560,7 @@ async def _purge(api: JetStreamApi, plan: DeadLetterPlan) -> None:
         return
     last = plan.entries[-1].seq
     if plan.everything:
-        filters = [dead_letter_subjects(plan.flavour, plan.stream, plan.group)]
+        filters = [entry_subjects(plan.flavour, plan.stream, plan.group)]
     else:
         filters = [_key_subjects(plan.flavour, plan.stream, plan.group, k) for k in plan.chosen_keys]
     for subjects in filters:  # bounded by the plan's last entry: what came after it stays (invariant 4)
@@ -592,7 +592,7 @@ async def dead_letter_summary(
     name = dead_letter_stream(flavour, stream, group)
     summary = DeadLetterSummary(name, exists=False)
     try:
-        info = await api.stream_info(name, subjects_filter=dead_letter_subjects(flavour, stream, group))
+        info = await api.stream_info(name, subjects_filter=entry_subjects(flavour, stream, group))
     except NotFoundError:
         return summary
     summary.exists = True
@@ -639,11 +639,9 @@ async def delete_dead_letter_stream(
     that holds dead letters (and say how many). No stream: (False, 0)."""
     _check_flavour(flavour)
     api = _api(nc, api)
-    name = dead_letter_stream(flavour, stream, group)
-    try:
-        held = int(((await api.stream_info(name)).get("state") or {}).get("messages") or 0)
-    except NotFoundError:
+    held = await held_dead_letters(api, flavour, stream, group)
+    if held is None:
         return False, 0
     if only_if_empty and held:
         return False, held
-    return await api.delete_stream(name), held
+    return await api.delete_stream(dead_letter_stream(flavour, stream, group)), held

@@ -35,7 +35,9 @@ from ._names import (
     HEADER_SUBJECT,
     HEADER_TIME,
     REASON_LIMIT,
+    dead_letter_stream,
     key_of_token,
+    lease_subject,
 )
 
 ORIG = "Pcg-Orig-"  # a Nats-* header of the message, kept under this prefix
@@ -244,6 +246,19 @@ async def subject_counts(api: JetStreamApi, stream: str, subjects: str) -> dict[
     except NotFoundError:
         return {}
     return dict(info.get("state", {}).get("subjects") or {})
+
+
+async def held_dead_letters(api: JetStreamApi, flavour: str, stream: str, group: str) -> int | None:
+    """How many dead letters the group's dead-letter stream holds, its members' replay leases aside (``_names``
+    invariant 4); None without the stream."""
+    try:
+        info = await api.stream_info(
+            dead_letter_stream(flavour, stream, group), subjects_filter=lease_subject(flavour, stream, group, "*")
+        )
+    except NotFoundError:
+        return None
+    state = info.get("state") or {}
+    return int(state.get("messages") or 0) - sum(int(n) for n in (state.get("subjects") or {}).values())
 
 
 def split_subject(subject: str) -> tuple[str, int, str] | None:

@@ -13,7 +13,10 @@ Invariants:
    message's partition, and its key as one subject token (:func:`key_token`). So a key's entries are the messages
    on its subjects, in stream order, and a partition's are found by a filter.
 3. A key is parked while the stream holds an entry on its subjects (either lane).
-4. A dead letter holds the message's data and headers as published (JetStream's own ``Nats-*`` headers kept as
+4. Lane ``L`` is no entry: ``$PCG.DLQ.<flavour>.<stream>.<group>.L.<member>`` (:func:`lease_subject`, one token
+   fewer than an entry's) holds the member's replay lease, which names the instance that runs its lane ``R``
+   (``pcgroups.consume._lease``). What reads entries reads :func:`entry_subjects`, which it never matches.
+5. A dead letter holds the message's data and headers as published (JetStream's own ``Nats-*`` headers kept as
    ``Pcg-Orig-<name>``: JetStream would act on them), plus the ``HEADER_*`` headers below.
 """
 
@@ -24,7 +27,8 @@ import hashlib
 
 DLQ_ROOT = "$PCG.DLQ"
 LANE_DEAD = "D"  # dead: waiting for an operator (replay or purge)
-LANE_REPLAY = "R"  # a replay was asked for: the member's pinned instance runs it
+LANE_REPLAY = "R"  # a replay was asked for: the instance of the member that holds its lease runs it
+LANE_LEASE = "L"  # the replay lease of a member (invariant 4): not an entry
 KEY_TOKEN_LIMIT = 128  # longer keys are named by their SHA-256 (``~<hex>``)
 REASON_LIMIT = 1024  # bytes of the last failure's reason kept in a dead letter
 NAME_LIMIT = 255  # the server's limit for a stream name, in bytes
@@ -56,6 +60,16 @@ def dead_letter_stream(flavour: str, stream: str, group: str) -> str:
 def dead_letter_subjects(flavour: str, stream: str, group: str) -> str:
     """Every subject of the group's dead-letter stream (its one subject filter)."""
     return f"{DLQ_ROOT}.{flavour}.{stream}.{group}.>"
+
+
+def entry_subjects(flavour: str, stream: str, group: str, lane: str = "*") -> str:
+    """The subjects of the group's entries in ``lane`` (``*``: both), the leases aside (invariant 4)."""
+    return f"{DLQ_ROOT}.{flavour}.{stream}.{group}.{lane}.*.*"
+
+
+def lease_subject(flavour: str, stream: str, group: str, member: str) -> str:
+    """Where ``member``'s replay lease is kept (invariant 4); ``*`` for every member's."""
+    return f"{DLQ_ROOT}.{flavour}.{stream}.{group}.{LANE_LEASE}.{member}"
 
 
 def dead_letter_subject(flavour: str, stream: str, group: str, lane: str, partition: int, key: str) -> str:

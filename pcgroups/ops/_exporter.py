@@ -77,7 +77,7 @@ GROUP_METRICS: dict[str, str] = {
     "pcgroups_elastic_source_lost_messages": "Origin messages removed from the source stream (its max messages, bytes or age, or a purge) before the "
     "group's source copied them, seen since the exporter started: they never reach the group",
     "pcgroups_member_dead_letters": "Dead letters of the partitions the member owns, by lane: dead (waiting for an operator: cg ... "
-    'dead-letters) or replaying (a replay gave them back to the member\'s pinned instance); member "" for '
+    'dead-letters) or replaying (a replay gave them back to the member, one of its instances runs them); member "" for '
     "partitions no member owns",
     "pcgroups_member_parked_keys": "Keys of the member's partitions with a dead letter: parked where its instances park keys "
     "(park_keys, --park-keys), their later messages following them into the dead-letter stream",
