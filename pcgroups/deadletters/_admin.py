@@ -36,7 +36,7 @@ from ..config import ElasticConfig, StaticConfig
 from ..errors import JetStreamAPIError, NotFoundError, PCGroupsError, PermissionDeniedError
 from ..jetstream._api import ERR_NO_MESSAGE_FOUND, ERR_STREAM_NOT_FOUND, JetStreamApi, parse_timestamp
 from ..partitions import member_partitions
-from ._entries import held_dead_letters, split_subject
+from ._entries import delete_entry, held_dead_letters, restored_headers, split_subject
 from ._names import (
     DLQ_ROOT,
     HEADER_DELIVERIES,
@@ -76,20 +76,6 @@ __all__ = [
 
 FLAVOURS = ("static", "elastic")
 LANES = {LANE_DEAD: "dead", LANE_REPLAY: "replaying"}
-ORIGINAL_HEADER_PREFIX = "Pcg-Orig-"  # a JetStream header of the message (``Nats-*``), kept under this prefix
-FORMAT_HEADERS = {
-    HEADER_ORIGIN_STREAM,
-    HEADER_ORIGIN_SEQ,
-    HEADER_SUBJECT,
-    HEADER_PARTITIONED_SUBJECT,
-    HEADER_MEMBER,
-    HEADER_KEY,
-    HEADER_DELIVERIES,
-    HEADER_REASON,
-    HEADER_TIME,
-    HEADER_PARKED,
-}
-ERR_NO_MESSAGE_DELETED = 10057  # a delete of a message that is not there (any more)
 HASHED_KEYS_SHOWN = 100  # a summary reads the names of at most this many hashed (long) keys, one request each
 Config = StaticConfig | ElasticConfig
 
@@ -292,11 +278,7 @@ def _entry(message: dict[str, Any]) -> DeadLetter:
     if key is None:
         key = key_of_token(token) if token else ""
         key = key if key is not None else token
-    own = {
-        (name[len(ORIGINAL_HEADER_PREFIX) :] if name.startswith(ORIGINAL_HEADER_PREFIX) else name): value
-        for name, value in stored.items()
-        if name not in FORMAT_HEADERS and name != "Nats-Msg-Id"
-    }
+    own = restored_headers(stored)
     return DeadLetter(
         seq=int(message.get("seq") or 0),
         lane=lane,
@@ -532,7 +514,7 @@ async def _move(api: JetStreamApi, name: str, seq: int, in_replay: set[tuple[str
         headers["Nats-Msg-Id"] = f"{name}:replay:{seq}"
         await api.publish(f"{prefix}.{LANE_REPLAY}.{rest}", base64.b64decode(message.get("data") or ""), headers)
         in_replay.add(origin)
-    await _delete(api, name, seq)
+    await delete_entry(api, name, seq)
     return True
 
 
@@ -541,17 +523,6 @@ def _lane_parts(subject: str) -> tuple[str, str, str]:
     head, partition, token = subject.rsplit(".", 2)
     prefix, lane = head.rsplit(".", 1)
     return prefix, lane, f"{partition}.{token}"
-
-
-async def _delete(api: JetStreamApi, name: str, seq: int) -> bool:
-    """Delete entry ``seq`` (False: it was gone already)."""
-    try:
-        await api.request(f"STREAM.MSG.DELETE.{name}", {"seq": seq, "no_erase": True})
-    except JetStreamAPIError as e:
-        if e.err_code in (ERR_NO_MESSAGE_FOUND, ERR_NO_MESSAGE_DELETED):
-            return False
-        raise
-    return True
 
 
 async def _purge(api: JetStreamApi, plan: DeadLetterPlan) -> None:
@@ -568,7 +539,7 @@ async def _purge(api: JetStreamApi, plan: DeadLetterPlan) -> None:
         plan.done += int(reply.get("purged") or 0)
     chosen = set(plan.chosen_keys)
     for entry in plan.entries:
-        if not plan.everything and entry.key not in chosen and await _delete(api, name, entry.seq):
+        if not plan.everything and entry.key not in chosen and await delete_entry(api, name, entry.seq):
             plan.done += 1
 
 

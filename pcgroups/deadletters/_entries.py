@@ -229,7 +229,7 @@ async def last_entry(api: JetStreamApi, stream: str, subject: str) -> Entry | No
 async def delete_entry(api: JetStreamApi, stream: str, seq: int) -> bool:
     """Delete the entry at ``seq``; False when it was not there (deleted already)."""
     try:
-        await api.request(f"STREAM.MSG.DELETE.{stream}", {"seq": seq})
+        await api.request(f"STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True})
         return True
     except JetStreamAPIError as e:
         if e.err_code in (ERR_NO_MESSAGE_FOUND, ERR_NO_MESSAGE_DELETED):
