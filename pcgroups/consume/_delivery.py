@@ -107,6 +107,10 @@ class Dispatcher(NakPolicy, Protocol):
     def starved(self) -> bool:
         """A handler slot is free but every message held waits behind a busy key (more would help)."""
 
+    @property
+    def idle_slot(self) -> bool:
+        """A handler slot is free and no message waits inside the dispatcher."""
+
     def drop_queued(self) -> list[Msg]:
         """Forget the messages waiting inside the dispatcher (none started) and return them."""
 

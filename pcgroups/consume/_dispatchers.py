@@ -110,6 +110,10 @@ class SerialDispatcher:
 
     starved = False  # one message at a time, in delivery order: a larger window would not help
 
+    @property
+    def idle_slot(self) -> bool:
+        return self._current is None
+
     def drop_queued(self) -> list[Msg]:
         return []  # nothing waits here: the Delivery's buffer is the queue
 
@@ -225,6 +229,11 @@ class KeyedDispatcher:
         """A handler slot is free, and every message held waits behind a key that runs: only more messages
         (other keys, further in the stream) can use the slot (:class:`Window` grows)."""
         return len(self._running) < self.concurrency and not self._ready and self._queued > 0
+
+    @property
+    def idle_slot(self) -> bool:
+        """A handler slot is free and no message waits for its key (:class:`Window` grows while hungry)."""
+        return len(self._running) < self.concurrency and not self._queued
 
     def drop_queued(self) -> list[Msg]:
         self._queued = 0

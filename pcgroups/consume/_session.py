@@ -197,6 +197,7 @@ class PullSession:
         self.owner = owner
         self.label = label or consumer
         self._pending = 0  # messages requested by outstanding pulls, not yet delivered
+        self._used_up = False  # the last pull delivered all it asked for
         self._pulling = False
         self._last_seen = time.monotonic()
         self._heard = time.monotonic()  # the consumer's last answer: a message, heartbeat or status but 503
@@ -409,6 +410,7 @@ class PullSession:
             return
         self._pending -= 1
         if self._pending <= 0:
+            self._used_up = True
             self._wake.set()
         self.sizes.saw(len(msg.data))
         await self._received(msg, headers, now)
@@ -624,8 +626,10 @@ class PullSession:
         window = self.window
         if window is None:
             return batch, 1
-        outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
-        window.update(outstanding, self.dispatcher.starved, now)
+        buffered = self.delivery.buffered
+        outstanding = buffered + self.dispatcher.held + max(self._pending, 0)
+        hungry = self._used_up and not buffered and self.dispatcher.idle_slot
+        window.update(outstanding, self.dispatcher.starved, now, hungry)
         room = min(batch, window.room(outstanding))
         if self.delivery.taking_over:  # an earlier holder's messages come a few at a time: pull each room there is
             return room, 1
@@ -677,6 +681,7 @@ class PullSession:
         if self._pending <= 0:
             self._last_seen = time.monotonic()
         self._pending += n
+        self._used_up = False
         log.debug("%s: pulled %d (pending %d, pin %s)", self.label, n, self._pending, self.pin_id)
         self.delivery.pulled(time.monotonic())
 
