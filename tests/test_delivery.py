@@ -483,6 +483,63 @@ async def test_keyed_dispatcher_keeps_key_order_and_exclusivity_within_its_concu
     await stopped(d, task)
 
 
+async def test_keyed_dispatcher_runs_handlers_that_return_at_once_without_a_task_each():
+    """Messages arriving a few at a time, handlers that never suspend: one task per dispatcher pass at most (its
+    chain takes the other ready keys), not one per ready key; every message handled once, in order per key."""
+    d = delivery(Wire())
+    seen: list[int] = []
+    tasks = [0]
+    loop = asyncio.get_running_loop()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        tasks[0] += getattr(coro, "__qualname__", "") == "KeyedDispatcher._run_one"
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    async def handler(m: Msg) -> None:
+        seen.append(m.stream_sequence)
+        await m.ack()
+
+    disp = keyed(d, handler, concurrency=64)
+    task = await running(disp.run())
+    loop.set_task_factory(factory)
+    try:
+        for batch in range(50):
+            for seq in range(batch * 20 + 1, batch * 20 + 21):
+                await d.deliver(msg(d, disp, seq, f"0.k{seq % 1000}"))
+            await turns(3)
+        await wait_for(lambda: len(seen) == 1000, 5, what="1,000 messages handled")
+    finally:
+        loop.set_task_factory(None)
+    assert sorted(seen) == list(range(1, 1001)) and 0 < tasks[0] <= 50
+    await stopped(d, task)
+
+
+async def test_keyed_dispatcher_runs_handlers_that_wait_up_to_its_concurrency_at_once():
+    d = delivery(Wire())
+    gate = asyncio.Event()
+    active = [0]
+    peak = [0]
+
+    async def handler(m: Msg) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await gate.wait()
+        active[0] -= 1
+        await m.ack()
+
+    disp = keyed(d, handler, concurrency=4)
+    task = await running(disp.run())
+    for seq in range(1, 11):
+        await d.deliver(msg(d, disp, seq, f"0.k{seq}"))
+    await wait_for(lambda: active[0] == 4, 2, what="4 handlers waiting at once")
+    await turns()
+    assert peak[0] == 4
+    gate.set()
+    await wait_for(lambda: d.last_acked() is not None and not disp.busy, 2, what="all handled")
+    assert peak[0] == 4
+    await stopped(d, task)
+
+
 async def test_keyed_nak_retries_in_place_and_the_key_waits():
     wire = Wire()
     d = delivery(wire)

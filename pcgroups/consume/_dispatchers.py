@@ -210,6 +210,7 @@ class KeyedDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._naks: dict[Msg, float] = {}  # nak()s of running messages: retry in place after the delay
         self._queued = 0  # messages in self._keys
+        self._probe: asyncio.Handle | None = None  # a pass's probe started, the others not yet (_after_probe)
 
     @property
     def running(self) -> bool:
@@ -260,17 +261,31 @@ class KeyedDispatcher:
 
     async def _dispatch(self) -> None:
         d = self._delivery
+        loop = asyncio.get_running_loop()
         while not d.closed:
             while d.buffered and not d.taking_over:
                 m = await d.take()
                 if m is not None:
                     self._admit(m)
-            while (taken := self._take()) is not None:
-                task = asyncio.create_task(self._run_one(*taken))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            if self._probe is None and (taken := self._take()) is not None:
+                self._start(taken)
+                if self._ready and len(self._running) < self.concurrency:
+                    self._probe = loop.call_soon(self._after_probe)
             if not d.buffered or d.taking_over:
                 await d.wait_for_work()
+
+    def _start(self, taken: tuple[str, Msg]) -> None:
+        task = asyncio.create_task(self._run_one(*taken))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _after_probe(self) -> None:
+        """Right after the first step of a pass's one task (the probe): keys still ready with slots free mean its
+        handler suspended, so the others start now. Handlers that return at once run one after the other in the
+        probe's chain (:meth:`_run_one`), without a task each."""
+        self._probe = None
+        while (taken := self._take()) is not None:
+            self._start(taken)
 
     def _admit(self, m: Msg) -> None:
         k = m.key = self.key(m)
@@ -439,6 +454,9 @@ class KeyedDispatcher:
         await c.dead_letter(subject, m.data, headers)
 
     async def _cancel_tasks(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):
