@@ -146,6 +146,27 @@ async def test_a_message_of_another_pin_is_never_handed_out_but_nakd():
     assert await d.take() is None and d.buffered == 0
 
 
+async def test_take_ready_hands_out_at_once_what_take_would_one_by_one():
+    """The keyed dispatcher's take: every buffered message of the current pin, epoch and partitions in order, and
+    those of another pin to nak (invariant 2, sent by the caller); the rest dropped; nothing during a take-over."""
+    wire = Wire()
+    d = delivery(wire)
+    d.partitions = {0}
+    for seq, subject, pin in ((1, "0.a", "old"), (2, "0.a", PIN), (3, "1.a", PIN), (4, "0.b", PIN)):
+        assert await d.deliver(msg(d, None, seq, subject, pin=pin))
+    ready, naks = d.take_ready()
+    assert [m.stream_sequence for m in ready] == [2, 4] and [m.stream_sequence for m in naks] == [1]
+    assert d.buffered == 0 and wire.sent == []
+    assert await d.deliver(msg(d, None, 5, cseq=5)) and await d.deliver(msg(d, None, 6, cseq=1))  # a RESET
+    assert [m.stream_sequence for m in d.take_ready()[0]] == [6]
+    d.guarded = True
+    d.pin_given("pin-b", time.monotonic())
+    assert await d.deliver(msg(d, None, 7, cseq=2, pin="pin-b"))
+    assert d.take_ready() == ([], []) and d.buffered == 1
+    d.taken_over("pin-b")
+    assert [m.stream_sequence for m in d.take_ready()[0]] == [7]
+
+
 async def test_a_redelivery_of_an_acked_message_is_acked_again_never_handled():
     wire = Wire()
     d = delivery(wire)

@@ -17,7 +17,8 @@ Who calls what:
   (quiesce, reset and resume), :meth:`~Delivery.halt` (stop), :meth:`~Delivery.close`,
   :meth:`~Delivery.expect_reset` and :meth:`~Delivery.take_all`.
 - A **dispatcher** (a :class:`Dispatcher`: ``scheduler.SerialDispatcher`` or
-  ``scheduler.KeyedDispatcher``) takes messages with :meth:`~Delivery.take`, asks
+  ``scheduler.KeyedDispatcher``) takes messages with :meth:`~Delivery.take` (or all at once,
+  :meth:`~Delivery.take_ready`), asks
   :meth:`~Delivery.may_start` before it starts a handler and :meth:`~Delivery.skip_acked` right before,
   and sleeps in :meth:`~Delivery.wait_for_work` when it has nothing to do.
 - A **message** (:class:`Msg`) sends its acks through :meth:`~Delivery.publish` /
@@ -281,7 +282,7 @@ class Delivery:
         if self._pin_doubt:
             return True
         since = time.monotonic() - self._pin_margin
-        return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
+        return (self._last_pull < since or self._heard < since) and self._pin_confirmed < since
 
     def doubt_pin(self) -> None:
         """Put the pin in doubt until the pull side confirms it (invariant 1), whatever the gap: a worker pool's
@@ -432,6 +433,24 @@ class Delivery:
         if self.partitions is not None and m.partition not in self.partitions:
             return None
         return m
+
+    def take_ready(self) -> tuple[list[Msg], list[Msg]]:
+        """Every buffered message :meth:`take` would hand out, in order, and those it would nak (invariant 2: the
+        caller naks them, :meth:`nak_quietly`); none during a take-over (invariant 7)."""
+        if self._taking_over:
+            return [], []
+        ready: list[Msg] = []
+        naks: list[Msg] = []
+        epoch, pin, partitions = self._epoch, self._pin_id, self.partitions
+        for m in self._buffer:
+            if m.epoch != epoch:
+                continue
+            if m.pin_id != pin:
+                naks.append(m)
+            elif partitions is None or m.partition in partitions:
+                ready.append(m)
+        self._buffer.clear()
+        return ready, naks
 
     async def skip_acked(self, m: Msg) -> bool:
         """True (and ``m`` acked again) when ``m`` is a redelivery of a message acked meanwhile: it was

@@ -35,7 +35,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
@@ -204,7 +204,7 @@ class KeyedDispatcher:
         self.retry = retry
         #: told the new concurrency when it changes (a pool's slots: the session's window follows)
         self.on_resize: Callable[[int], None] = lambda slots: None
-        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()  # keys with queued messages
+        self._keys: dict[str, deque[Msg]] = {}  # keys with queued messages
         self._ready: deque[str] = deque()  # keys with work and no handler running
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -264,9 +264,11 @@ class KeyedDispatcher:
         loop = asyncio.get_running_loop()
         while not d.closed:
             while d.buffered and not d.taking_over:
-                m = await d.take()
-                if m is not None:
+                ready, naks = d.take_ready()
+                for m in ready:
                     self._admit(m)
+                for m in naks:
+                    await d.nak_quietly(m)
             if self._probe is None and (taken := self._take()) is not None:
                 self._start(taken)
                 if self._ready and len(self._running) < self.concurrency:
@@ -323,7 +325,8 @@ class KeyedDispatcher:
                 try:
                     await self._attempts(k, m)
                 finally:
-                    self._naks.pop(m, None)
+                    if self._naks:
+                        self._naks.pop(m, None)
                     del self._running[k]
                     if k in self._keys:
                         self._ready.append(k)
@@ -337,13 +340,14 @@ class KeyedDispatcher:
 
     async def _attempts(self, k: str, m: Msg) -> None:
         d = self._delivery
-        if await d.skip_acked(m):
+        if m.epoch != d.epoch or (m.deliveries > 1 and await d.skip_acked(m)):  # a first delivery was not acked
             return
         attempt = 0
         while not d.closed:
             attempt += 1
             m.started = time.monotonic()
-            self._naks.pop(m, None)
+            if self._naks:
+                self._naks.pop(m, None)
             error: BaseException | None = None
             try:
                 await self._handle(m)
@@ -351,7 +355,7 @@ class KeyedDispatcher:
                 raise
             except Exception as e:
                 error = e
-            retry = self._naks.pop(m, None)
+            retry = self._naks.pop(m, None) if self._naks else None
             if isinstance(error, RetryLater):  # a remote call failed (a worker's): retry in place
                 retry, error = error.delay, (Exception(error.reason) if error.reason else None)
             if isinstance(error, SupersededError) or m.epoch != d.epoch:
