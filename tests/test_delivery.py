@@ -174,6 +174,8 @@ async def test_a_redelivery_of_an_acked_message_is_acked_again_never_handled():
     # arrives again after AckWait (the ack was lost): acked again, not buffered
     assert not await d.deliver(msg(d, None, 5, deliveries=2))
     assert d.buffered == 0 and wire.bodies(5) == [b"+ACK", b"+ACK"]
+    # the pull side's receive() sends nothing itself: None tells it to ack again
+    assert d.receive(msg(d, None, 5, deliveries=3)) is None and d.buffered == 0 and len(wire.bodies(5)) == 2
     # a first delivery of the same sequence (after a RESET) is handled: dedup is for redeliveries only
     assert await d.deliver(msg(d, None, 5))
     # redelivered while it waited, and acked meanwhile: skipped just before its handler would start

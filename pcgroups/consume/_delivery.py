@@ -329,6 +329,14 @@ class Delivery:
     async def deliver(self, m: Msg) -> bool:
         """A message arrived: buffer it and wake the dispatcher. False when it is not buffered: sent
         before a pending RESET, or a redelivery of one acked already (acked again)."""
+        got = self.receive(m)
+        if got is None:
+            await self.reack(m)
+        return bool(got)
+
+    def receive(self, m: Msg) -> bool | None:
+        """:meth:`deliver` but for the ack again: None for a redelivery of a message acked already, which the caller
+        acks again (:meth:`reack`)."""
         if self._await_reset:
             if m.consumer_sequence != 1:
                 return False  # delivered before the RESET: it comes again
@@ -337,8 +345,7 @@ class Delivery:
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             # The ack crossed AckWait, or was lost (a reconnect). Acked again: else it comes back after
             # every AckWait and, with max_ack_pending 1, nothing else is ever delivered.
-            await self.reack(m)
-            return False
+            return None
         self._buffer.append(m)
         self.wake()
         return True
@@ -350,14 +357,15 @@ class Delivery:
 
     def _track_epoch(self, m: Msg) -> None:
         cseq = m.consumer_sequence
-        if m.deliveries == 1 and 0 < cseq <= self._last_cseq:
+        if cseq > self._last_cseq:
+            self._last_cseq = cseq
+        elif m.deliveries == 1 and cseq > 0:
             self._epoch += 1
             self._buffer.clear()  # not pending on the server any more: no nak
             self._acks = RecentAcks(self._recent_acks)
-            self._last_cseq = 0
+            self._last_cseq = cseq
             if self._supersede is not None:
                 self._supersede()  # the server never answers an old epoch's double ack
-        self._last_cseq = max(self._last_cseq, cseq)
         m.epoch = self._epoch
 
     def expect_reset(self) -> None:

@@ -413,7 +413,8 @@ class PullSession:
             self._used_up = True
             self._wake.set()
         self.sizes.saw(len(msg.data))
-        await self._received(msg, headers, now)
+        if (again := self._received(msg, headers, now)) is not None:
+            await self.delivery.reack(again)
 
     async def _on_keepalive(self, msg: NatsMsg) -> None:
         """The answer to a keep-alive pull: a message (handled as any), a lost pin (the waiting pull ends
@@ -432,9 +433,12 @@ class PullSession:
             elif status == "409" and "Deleted" in description:
                 self._gone(f"consumer deleted: {description}")
             return
-        await self._received(msg, headers, now)
+        if (again := self._received(msg, headers, now)) is not None:
+            await self.delivery.reack(again)
 
-    async def _received(self, msg: NatsMsg, headers: dict[str, str] | None, now: float) -> None:
+    def _received(self, msg: NatsMsg, headers: dict[str, str] | None, now: float) -> Msg | None:
+        """A message to hand to the Delivery; returns it when it is a redelivery of one acked already, to be acked
+        again (Delivery invariant 3)."""
         delivery = self.delivery
         pin = headers.get(PIN_HEADER) if headers else None
         if pin is None:
@@ -448,9 +452,11 @@ class PullSession:
             if delivery.taking_over:
                 self._spawn(self._take_over(pin), f"pcg-takeover-{self.label}")
             self._pin_changed()
-        await delivery.deliver(Msg(msg, delivery, self.dispatcher, pin, now))
+        m = Msg(msg, delivery, self.dispatcher, pin, now)
+        got = delivery.receive(m)
         if delivery.taking_over:
             self._delivered.set()
+        return m if got is None else None
 
     def _on_status(self, status: str, headers: dict[str, str]) -> None:
         if status == "100":
