@@ -144,6 +144,12 @@ async def test_a_message_of_another_pin_is_never_handed_out_but_nakd():
     m = await d.take()
     assert m is not None and m.stream_sequence == 2
     assert await d.take() is None and d.buffered == 0
+    # the one-at-a-time dispatcher's take: the message of another pin comes back to be nak'd, nothing sent yet
+    assert await d.deliver(msg(d, None, 3, pin="old"))
+    assert await d.deliver(msg(d, None, 4))
+    none, other = d.take_nowait()
+    assert none is None and other is not None and other.stream_sequence == 3 and wire.bodies(3) == []
+    assert [x.stream_sequence if x else None for x in d.take_nowait()] == [4, None]
 
 
 async def test_take_ready_hands_out_at_once_what_take_would_one_by_one():

@@ -430,17 +430,23 @@ class Delivery:
         """The oldest buffered message, if it may be handed out: None when the buffer is empty, during a
         take-over (invariant 7), when it came with another pin (nak'd: invariant 2) or belongs to a partition
         given up (invariant 5)."""
+        m, other = self.take_nowait()
+        if other is not None:
+            await self.nak_quietly(other)
+        return m
+
+    def take_nowait(self) -> tuple[Msg | None, Msg | None]:
+        """:meth:`take` without the await: (what it returns, a message of another pin taken, which the caller naks)."""
         if not self._buffer or self._taking_over:
-            return None
+            return None, None
         m = self._buffer.popleft()
         if m.epoch != self._epoch:
-            return None
+            return None, None
         if m.pin_id != self._pin_id:
-            await self.nak_quietly(m)
-            return None
+            return None, m
         if self.partitions is not None and m.partition not in self.partitions:
-            return None
-        return m
+            return None, None
+        return m, None
 
     def take_ready(self) -> tuple[list[Msg], list[Msg]]:
         """Every buffered message :meth:`take` would hand out, in order, and those it would nak (invariant 2: the
@@ -517,4 +523,6 @@ class Delivery:
 
     def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+        if threading.get_ident() == self._loop_thread:
+            return coro
         return call_in(self._loop, self._loop_thread, coro)

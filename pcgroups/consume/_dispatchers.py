@@ -132,8 +132,10 @@ class SerialDispatcher:
             if not d.buffered or not d.may_start():
                 await d.wait_for_work()
                 continue
-            m = await d.take()
-            if m is None or await d.skip_acked(m):
+            m, other = d.take_nowait()
+            if other is not None:
+                await d.nak_quietly(other)
+            if m is None or (m.deliveries > 1 and await d.skip_acked(m)):  # a first delivery was not acked
                 continue
             if not await self._run_one(m):
                 return
