@@ -188,7 +188,8 @@ class Delivery:
         self._await_reset = False
         self.gated = False  # when set, handlers of a pin start only once it is admitted
         self._admitted: str | None = None
-        self._epoch = 0  # bumped by each RESET seen in the deliveries (invariant 6)
+        #: how many RESETs of the consumer this session has seen in its deliveries (invariant 6; read it only)
+        self.epoch = 0
         self._last_cseq = 0  # the highest consumer sequence delivered in this epoch
         self._recent_acks = recent_acks
         self._last_ack: int | None = None
@@ -234,7 +235,7 @@ class Delivery:
             {
                 m.stream_sequence
                 for m in self._buffer
-                if m.pin_id == self._pin_id and m.epoch == self._epoch and (upto is None or m.consumer_sequence <= upto)
+                if m.pin_id == self._pin_id and m.epoch == self.epoch and (upto is None or m.consumer_sequence <= upto)
             }
         )
 
@@ -246,7 +247,7 @@ class Delivery:
             return 0
         latest: dict[int, Msg] = {}
         for m in self._buffer:
-            if m.pin_id == pin and m.epoch == self._epoch:
+            if m.pin_id == pin and m.epoch == self.epoch:
                 latest[m.stream_sequence] = m
         self._buffer = deque(latest[seq] for seq in sorted(latest))
         self._taking_over = False
@@ -321,7 +322,7 @@ class Delivery:
         """``m`` may be with another instance now, for good (what a pin in doubt is not yet): the session ended, the
         consumer was RESET after its delivery, or its pin was lost ``grace`` ago or more, or while in doubt
         (invariant 8). Its acks must not be sent any more (a worker pool's dispatcher sends its workers' acks)."""
-        if self._closed or m.epoch != self._epoch:
+        if self._closed or m.epoch != self.epoch:
             return True
         return m.pin_id != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
 
@@ -350,23 +351,18 @@ class Delivery:
         self.wake()
         return True
 
-    @property
-    def epoch(self) -> int:
-        """How many RESETs of the consumer this session has seen in its deliveries (invariant 6)."""
-        return self._epoch
-
     def _track_epoch(self, m: Msg) -> None:
         cseq = m.consumer_sequence
         if cseq > self._last_cseq:
             self._last_cseq = cseq
         elif m.deliveries == 1 and cseq > 0:
-            self._epoch += 1
+            self.epoch += 1
             self._buffer.clear()  # not pending on the server any more: no nak
             self._acks = RecentAcks(self._recent_acks)
             self._last_cseq = cseq
             if self._supersede is not None:
                 self._supersede()  # the server never answers an old epoch's double ack
-        m.epoch = self._epoch
+        m.epoch = self.epoch
 
     def expect_reset(self) -> None:
         """A RESET is coming: drop the buffer, and what arrives until the RESET's first delivery."""
@@ -424,7 +420,7 @@ class Delivery:
 
     def overdue(self, now: float, interval: float) -> list[Msg]:
         """Buffered messages of the current epoch waiting ``interval`` since their receipt or last ``+WPI``."""
-        return [m for m in self._buffer if m.epoch == self._epoch and now - m.last_progress >= interval]
+        return [m for m in self._buffer if m.epoch == self.epoch and now - m.last_progress >= interval]
 
     async def take(self) -> Msg | None:
         """The oldest buffered message, if it may be handed out: None when the buffer is empty, during a
@@ -440,7 +436,7 @@ class Delivery:
         if not self._buffer or self._taking_over:
             return None, None
         m = self._buffer.popleft()
-        if m.epoch != self._epoch:
+        if m.epoch != self.epoch:
             return None, None
         if m.pin_id != self._pin_id:
             return None, m
@@ -455,7 +451,7 @@ class Delivery:
             return [], []
         ready: list[Msg] = []
         naks: list[Msg] = []
-        epoch, pin, partitions = self._epoch, self._pin_id, self.partitions
+        epoch, pin, partitions = self.epoch, self._pin_id, self.partitions
         for m in self._buffer:
             if m.epoch != epoch:
                 continue
@@ -470,7 +466,7 @@ class Delivery:
         """True (and ``m`` acked again) when ``m`` is a redelivery of a message acked meanwhile: it was
         redelivered while it waited here (AckWait ran out), and must not be handled again (invariant 3).
         Also True (nothing sent) when ``m`` belongs to an epoch before a RESET (invariant 6)."""
-        if m.epoch != self._epoch:
+        if m.epoch != self.epoch:
             return True
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             await self.reack(m)
@@ -502,7 +498,7 @@ class Delivery:
     def acked(self, seq: int, epoch: int | None = None) -> None:
         """``seq`` was acked (by a message of ``epoch``: an older epoch's ack is not remembered)."""
         self._last_ack = seq
-        if epoch is None or epoch == self._epoch:
+        if epoch is None or epoch == self.epoch:
             self._acks.add(seq)
 
     def last_acked(self) -> int | None:
