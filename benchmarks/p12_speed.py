@@ -53,9 +53,11 @@ def python313() -> str | None:
     return None
 
 
-async def child_case(python: str, url: str, case: str, n: int, group: str) -> dict:
-    """One case in a child process on ``python``: {rate, cpu_us, handler_s}."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+async def child_case(python: str, url: str, case: str, n: int, group: str, library: str | None = None) -> dict:
+    """One case in a child process on ``python`` (``library``: a directory whose ``pcgroups`` it imports instead of
+    this checkout's): {rate, cpu_us, handler_s}."""
+    path = [library, str(ROOT), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     proc = await asyncio.create_subprocess_exec(
         python,
         "-m",
@@ -241,13 +243,53 @@ async def run(size: Size) -> Result:
     return res
 
 
+async def compare(rev: str, cases: list[str], n: int, rounds: int) -> None:
+    """The cases with the library of git revision ``rev`` against this checkout's, on one backlog, alternated."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as old:
+        archive = subprocess.run(["git", "archive", rev, "pcgroups"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+        sides = {rev: old, "this": None}
+        got: dict[str, dict[str, list[dict]]] = {side: {} for side in sides}
+        async with server_and_connection() as (server, nc):
+            await static_stream(nc.jetstream(), STREAM, 1)
+            await publish_all(nc, [f"{STREAM}.k{i % KEYS}" for i in range(n)], payload=b"x" * 64)
+            for r in range(rounds):
+                for side, library in list(sides.items())[:: 1 if r % 2 == 0 else -1]:
+                    for case in cases:
+                        res = await child_case(sys.executable, server.url, case, n, f"{case}{side[:7]}r{r}", library)
+                        got[side].setdefault(case, []).append(res)
+                        print(
+                            f"round {r} {side:8s} {case:6s} {res['rate']:9,.0f} msg/s {res['cpu_us']:6.1f} us CPU/msg"
+                        )
+    for side, by_case in got.items():
+        base = by_case[cases[0]]
+        print(
+            f"{side}: "
+            + " | ".join(
+                f"{case} {statistics.median(r['rate'] for r in rs):,.0f} msg/s "
+                f"x{statistics.median(r['rate'] / b['rate'] for r, b in zip(rs, base, strict=True)):.2f} "
+                f"{statistics.median(r['cpu_us'] for r in rs):.1f} us"
+                for case, rs in by_case.items()
+            )
+        )
+
+
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "child":
-        _, _, url, case, n, group = sys.argv
+    """``child URL CASE N GROUP``: one case (what P12 runs); ``compare REV [CASES [N [ROUNDS]]]``: the cases (default
+    k1,k8,k64,k256) with the library of git revision REV against this checkout's, alternated, ratios to the first."""
+    args = sys.argv[1:]
+    if len(args) == 5 and args[0] == "child":
+        _, url, case, n, group = args
         print(json.dumps(asyncio.run(consume_case(url, case, int(n), group))))
-        return
-    print("usage: python -m benchmarks.p12_speed child URL CASE N GROUP (scripts/bench --only P12 runs it)")
-    sys.exit(2)
+    elif 2 <= len(args) <= 5 and args[0] == "compare":
+        cases = (args[2] if len(args) > 2 else "k1,k8,k64,k256").split(",")
+        n, rounds = int(args[3]) if len(args) > 3 else 30_000, int(args[4]) if len(args) > 4 else 4
+        asyncio.run(compare(args[1], cases, n, rounds))
+    else:
+        print("usage: python -m benchmarks.p12_speed child URL CASE N GROUP | compare REV [CASES [N [ROUNDS]]]")
+        sys.exit(2)
 
 
 if __name__ == "__main__":
