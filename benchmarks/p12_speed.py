@@ -69,7 +69,7 @@ async def child_case(python: str, url: str, case: str, n: int, group: str, libra
         group,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        cwd=str(ROOT),
+        cwd=library or str(ROOT),  # (python -m puts the working directory first on the path)
         env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120 + n / 1000)

@@ -7,9 +7,10 @@ answers do, in bursts (read from one socket read), with a loop turn between burs
 
 Prints, per case (``kK``: concurrency K), the least CPU per message of the repetitions, and the loop turns and
 tasks per message; ``--calls`` the Python calls per message (cProfile counts, by function). To compare two
-versions of the library, put the other one's ``pcgroups`` first on the path and run the two alternately:
+versions of the library, run it from a directory holding the other one's ``pcgroups`` (``python -m`` puts the
+working directory first on the path), alternately with this checkout's:
 
-    git archive REV pcgroups | tar -x -C /tmp/old && PYTHONPATH=/tmp/old:. python -m benchmarks.path
+    git archive REV pcgroups | tar -x -C /tmp/old && (cd /tmp/old && PYTHONPATH=$OLDPWD python -m benchmarks.path)
 """
 
 from __future__ import annotations
