@@ -85,8 +85,6 @@ KEEP = 60.0  # s an offer given up is listed as kept (the next holder adopts it 
 STOPPED = "stopped"  # this instance stopped while the offer was out
 GIVEN_UP = "given-up"  # its message was lost while the offer was out (invariant 3)
 LOST = "lost"  # what settling a lost message says
-ACKED = pool.Outcome("ack")
-ACKED_WIRE = ACKED.encode()  # most outcomes: recognised without decoding the JSON
 NONCES = 256  # offer tokens' random parts drawn at once (one read of the OS's randomness)
 
 
@@ -473,9 +471,6 @@ class Roster:
     async def _on_reply(self, msg: NatsMsg) -> None:
         """A worker's ack of its offer, or the outcome of its call (pool invariant 5: nothing else)."""
         offer = self._offers.get(msg.subject.rsplit(".", 1)[-1])
-        if offer is not None and msg.data == ACKED_WIRE:
-            _resolve(offer.outcome, ACKED)
-            return
         obj = pool.decode(msg.data)
         if offer is None or obj is None:
             return
