@@ -23,7 +23,7 @@ from pathlib import Path
 from .common import FULL, QUICK, Result, Size
 from .report import render
 
-SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
+SCENARIOS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
 
 
 MODULES = {
@@ -38,6 +38,7 @@ MODULES = {
     "P9": "p9_aggregate",
     "P10": "p10_pool",
     "P11": "p11_flavours",
+    "P12": "p12_speed",
 }
 
 

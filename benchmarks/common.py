@@ -45,6 +45,8 @@ class Size:
     p10_ceiling_backlog: int
     p10_rate: int  # msg/s of P10's steady publishing (the body rows)
     p11_runs: int
+    p12_messages: int  # the backlog each concurrency case and interpreter reads (1,000 keys, no work)
+    p12_rounds: int
     time_limit: float  # per scenario
 
 
@@ -71,6 +73,8 @@ QUICK = Size(
     p10_ceiling_backlog=20_000,
     p10_rate=200,
     p11_runs=3,
+    p12_messages=20_000,
+    p12_rounds=2,
     time_limit=240.0,
 )
 FULL = Size(
@@ -96,6 +100,8 @@ FULL = Size(
     p10_ceiling_backlog=40_000,
     p10_rate=200,
     p11_runs=3,
+    p12_messages=60_000,
+    p12_rounds=3,
     time_limit=600.0,
 )
 

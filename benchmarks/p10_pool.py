@@ -10,6 +10,11 @@ subjects), so every side is measured the same way.
 - **the dispatcher's ceiling**: handlers that do no work, more worker slots than can ever be busy: messages per
   second through one dispatcher and the dispatcher process's CPU time per message, on uvloop and on asyncio's
   loop; the baseline is one instance running the same handlers itself (key-level concurrency, the same slots);
+- **8 workers of capacity 1 without work**: messages per second through one dispatcher to 8 worker processes of
+  capacity 1 whose handlers only ack, against one instance with concurrency 1 on the same backlog (both
+  processes of their own); beside it the floor, the same hand-off without pcgroups: a raw pinned pull loop that
+  hands each message to one of 8 nats-py responder processes (one request in flight at each) and acks it on
+  the answer (``benchmarks.worker rawpool``), and what every process together spent per message;
 - **fairness under the pool**: the P6 burst (10,000 on key A with ``--full``, 2,000 with ``--quick``, then one
   message on each of 40 other keys) with 8 workers of capacity 1 and 10 ms of work: the other keys' p50/p99;
 - **the body through the dispatcher, or fetched by the worker**: the library forwards the body in the offer; the
@@ -43,6 +48,7 @@ FAIR_WORK = 0.010
 FAIR_WORKERS = 8
 OTHERS = 40
 CEILING_SLOTS = 256  # the ceiling rows' worker slots (2 workers of 128): never all busy
+NARROW_WORKERS = 8  # the pool against one instance with concurrency 1: workers of capacity 1, no work
 BODIES = (100, 16 * 1024)
 BACKLOG_BYTES = 128 << 20  # the most a drain's backlog of bodies holds
 TIME_LIMIT_FACTOR = 3  # of Size.time_limit: many processes start and stop
@@ -238,11 +244,20 @@ async def in_process(
 
 # --- the ceiling -----------------------------------------------------------------------------------------------
 async def ceiling(
-    url: str, nc, window: float, backlog: int, *, loop: str = LOOP, body: bytes = b"x", fetch: bool = False
+    url: str,
+    nc,
+    window: float,
+    backlog: int,
+    *,
+    loop: str = LOOP,
+    body: bytes = b"x",
+    fetch: bool = False,
+    workers: int = 2,
+    capacity: int = CEILING_SLOTS // 2,
 ) -> dict:
-    """Messages per second through one dispatcher whose workers do no work and are never all busy, and the CPU
-    per message of the dispatcher and of the workers. ``fetch``: the headers-only dispatcher, workers that
-    read the body by sequence. The backlog holds at most BACKLOG_BYTES of bodies."""
+    """Messages per second through one dispatcher whose ``workers`` (of ``capacity``) do no work (by default never
+    all busy), and the CPU per message of the dispatcher and of the workers. ``fetch``: the headers-only
+    dispatcher, workers that read the body by sequence. The backlog holds at most BACKLOG_BYTES of bodies."""
     backlog = max(min(backlog, BACKLOG_BYTES // len(body)), 500)
     stream = await stream_with_keys(nc, backlog, body=body, direct=fetch)
     acks = AckCounter()
@@ -250,7 +265,7 @@ async def ceiling(
     pool = Pool(url, stream, loop=loop)
     try:
         dispatcher = await pool.start_dispatcher(headers_only=fetch)
-        await pool.add_workers(2, capacity=CEILING_SLOTS // 2, fetch=fetch)
+        await pool.add_workers(workers, capacity=capacity, fetch=fetch)
         await wait_until(lambda: len(acks.stamps) > min(200, backlog // 10), 30, "the backlog flowing")
         cpu0 = _cpu(dispatcher), sum(_cpu(w) for w in pool.workers)
         rate, t0, t1 = await measure(acks, 0.0, window, backlog)
@@ -265,6 +280,29 @@ async def ceiling(
 
 def _cpu(w: Worker) -> float:
     return cpu_seconds(w.pid) or 0.0
+
+
+async def raw_pool(url: str, nc, window: float, backlog: int, responders: int = NARROW_WORKERS) -> dict:
+    """The floor of :func:`ceiling` with ``responders`` workers of capacity 1: the same hand-off without pcgroups
+    (``benchmarks.worker rawpool`` and its responders), its rate and the CPU per message of all its processes."""
+    stream = await stream_with_keys(nc, backlog)
+    acks = AckCounter()
+    sub = await acks.watch(nc, stream)
+    procs: list[Worker] = []
+    try:
+        for i in range(responders):
+            procs.append(await ready(await spawn(url, "responder", stream, "raw", f"w{i}", loop=LOOP), 30))
+        procs.append(
+            await ready(await spawn(url, "rawpool", stream, "raw", "d", concurrency=responders, loop=LOOP), 30)
+        )
+        await wait_until(lambda: len(acks.stamps) > min(200, backlog // 10), 30, "the backlog flowing")
+        cpu0 = sum(_cpu(w) for w in procs)
+        rate, t0, t1 = await measure(acks, 0.0, window, backlog)
+        cpu = (sum(_cpu(w) for w in procs) - cpu0) * 1e6 / max(acks.count(t0, t1), 1)
+    finally:
+        await stop_all(procs)
+        await sub.unsubscribe()
+    return {"rate": rate, "cpu_us": cpu}
 
 
 # --- the body: forwarded or fetched ------------------------------------------------------------------------
@@ -360,6 +398,9 @@ async def run(size: Size) -> Result:
             for lp in ([LOOP, "asyncio"] if LOOP != "asyncio" else ["asyncio"])
         }
         local = await in_process(url, nc, 0.0, CEILING_SLOTS, window, 3 * size.p10_ceiling_backlog)
+        narrow = await ceiling(url, nc, window, size.p10_ceiling_backlog, workers=NARROW_WORKERS, capacity=1)
+        serial = await in_process(url, nc, 0.0, 1, window, 3 * size.p10_ceiling_backlog)
+        floor = await raw_pool(url, nc, window, size.p10_ceiling_backlog)
         fair = {stored: await fairness(url, nc, size.p6_big_burst, stored=stored) for stored in (False, True)}
         bodies = {}
         for b in BODIES:
@@ -374,6 +415,7 @@ async def run(size: Size) -> Result:
 
     _scaling_rows(res, rates, keyed16)
     _ceiling_rows(res, ceil, local)
+    _narrow_rows(res, narrow, serial, floor)
     for stored, lat in fair.items():
         p50, p99 = pct(lat, 50), pct(lat, 99)
         how = "stored, the dispatcher starting, workers waiting" if stored else "arriving while it runs"
@@ -418,6 +460,9 @@ async def run(size: Size) -> Result:
         "keyed_concurrency_16_msgs_per_s": keyed16,
         "ceiling": ceil,
         "ceiling_in_process": {"rate": local[0], "cpu_us": local[1], "concurrency": CEILING_SLOTS},
+        "narrow": narrow | {"workers": NARROW_WORKERS, "capacity": 1},
+        "concurrency_1": {"rate": serial[0], "cpu_us": serial[1]},
+        "raw_pool_floor": floor,
         "fairness_s": {
             ("stored" if s else "live"): {
                 "p50": pct(v, 50),
@@ -496,6 +541,44 @@ def _ceiling_rows(res: Result, ceil: dict[str, dict], local: tuple[float, float 
                 ratio(c["dispatcher_cpu_us"], local[1]),
             )
         )
+
+
+def _narrow_rows(res: Result, narrow: dict, serial: tuple[float, float | None], floor: dict) -> None:
+    head = f"{NARROW_WORKERS} workers x capacity 1, no work"
+    r = ratio(narrow["rate"], serial[0])
+    res.rows.append(
+        Row(
+            f"{head}: through one dispatcher",
+            narrow["rate"],
+            "msg/s",
+            serial[0],
+            f"one instance, concurrency 1 ({LOOP})",
+            r,
+            ">= 0.5",
+            r is not None and r >= 0.5,
+        )
+    )
+    res.rows.append(
+        Row(
+            f"{head}: the floor, a raw pinned loop handing each message to {NARROW_WORKERS} nats-py responders",
+            floor["rate"],
+            "msg/s",
+            serial[0],
+            "one instance, concurrency 1",
+            ratio(floor["rate"], serial[0]),
+        )
+    )
+    total = narrow["dispatcher_cpu_us"] + narrow["workers_cpu_us"]
+    res.rows.append(
+        Row(
+            f"{head}: CPU per message, dispatcher and workers together (the floor's: all its processes)",
+            total,
+            "us",
+            floor["cpu_us"],
+            "raw loop and responders",
+            ratio(total, floor["cpu_us"]),
+        )
+    )
 
 
 def _body_rows(res: Result, bodies: dict) -> None:

@@ -1,6 +1,6 @@
 """A member instance in a process of its own, for the benchmarks that kill instances or weigh them.
 
-usage: python -m benchmarks.worker URL static|elastic|pool|plain|raw|bare STREAM GROUP MEMBER [--ack-wait S]
+usage: python -m benchmarks.worker URL static|elastic|pool|plain|raw|rawpool|responder|bare STREAM GROUP MEMBER [--ack-wait S]
        [--work S] [--max-ack-pending N] [--concurrency K] [--dispatch] [--capacity C] [--fetch]
        [--report every|spans|count] [--loop asyncio|uvloop]
 
@@ -21,6 +21,10 @@ the same work and ack), for comparisons with as many processes as members.
 consumer's name): the work (``--work``, slept as ``cg consume --sleep`` sleeps) and a double ack in the
 subscription callback, nothing else; it reports nothing per message (the parent watches the acks). With
 ``--lines`` it also writes and flushes the two parts of ``cg consume``'s line for MEMBER, as the Go cg does.
+``rawpool`` and ``responder`` are the floor of the worker pool without pcgroups: ``rawpool`` is a raw pinned pull
+loop (its own pinned consumer GROUP, filtered ``0.>``, max_ack_pending 1000) that hands each message to one of
+``--concurrency`` N ``responder`` processes (MEMBER ``w0`` .. ``wN-1``), one in flight at each, by a core NATS
+request, and acks it when the answer comes; a ``responder`` answers each request at once.
 SIGTERM stops the instance (in-flight work finishes).
 """
 
@@ -46,7 +50,7 @@ def emit(**fields) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("url")
-    p.add_argument("flavour", choices=["static", "elastic", "pool", "plain", "raw", "bare"])
+    p.add_argument("flavour", choices=["static", "elastic", "pool", "plain", "raw", "rawpool", "responder", "bare"])
     p.add_argument("stream")
     p.add_argument("group")
     p.add_argument("member")
@@ -80,6 +84,9 @@ async def main(args: argparse.Namespace) -> None:
         return
     if args.flavour == "raw":
         await raw(nc, args, loop)
+        return
+    if args.flavour in ("rawpool", "responder"):
+        await (rawpool if args.flavour == "rawpool" else responder)(nc, args, loop)
         return
     await member_or_worker(nc, args, loop)
 
@@ -258,6 +265,100 @@ async def raw(nc, args, loop) -> None:
         if state["pending"] <= 250:
             want = 500 - state["pending"]
             req = {"expires": expires, "batch": want, "group": "PCG"}
+            if state["pin"]:
+                req["id"] = state["pin"]
+            await nc.publish(subject, json.dumps(req).encode(), reply=inbox)
+            state["pending"] += want
+        wake.clear()
+        try:
+            await asyncio.wait_for(wake.wait(), 0.5)
+        except TimeoutError:
+            pass
+    emit(ev="done", error=None)
+    await nc.close()
+
+
+def responder_subject(stream: str, name: str) -> str:
+    return f"_RAWPOOL.{stream}.{name}"
+
+
+async def responder(nc, args, loop) -> None:
+    async def cb(msg) -> None:
+        await nc.publish(msg.reply, b"ok")
+
+    await nc.subscribe(responder_subject(args.stream, args.member), cb=cb)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    emit(ev="ready")
+    await stop.wait()
+    await nc.close()
+
+
+async def rawpool(nc, args, loop) -> None:
+    """See the module docstring: each JetStream message goes to a free responder (or waits for one), its ack is
+    sent in the callback that reads the responder's answer, which hands that responder the next waiting message."""
+    from collections import deque
+
+    name = args.group
+    cfg = {
+        "durable_name": name,
+        "ack_policy": "explicit",
+        "max_ack_pending": 1000,
+        "ack_wait": 30_000_000_000,
+        "filter_subjects": ["0.>"],
+        "priority_groups": ["PCG"],
+        "priority_policy": "pinned_client",
+        "priority_timeout": 30_000_000_000,
+    }
+    body = json.dumps({"stream_name": args.stream, "config": cfg, "action": "create"}).encode()
+    await nc.request(f"$JS.API.CONSUMER.CREATE.{args.stream}.{name}", body, timeout=5)
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{args.stream}.{name}"
+    inbox, replies = nc.new_inbox(), nc.new_inbox() + "."
+    free = deque(responder_subject(args.stream, f"w{i}") for i in range(args.concurrency))
+    waiting: deque = deque()
+    inflight: dict[str, tuple] = {}
+    state = {"pending": 0, "pin": None, "n": 0}
+    wake = asyncio.Event()
+
+    async def offer(msg, to: str) -> None:
+        state["n"] += 1
+        token = str(state["n"])
+        inflight[token] = (msg, to)
+        await nc.publish(to, msg.data, reply=replies + token)
+
+    async def on_answer(answer) -> None:
+        msg, to = inflight.pop(answer.subject[len(replies) :])
+        await nc.publish(msg.reply, b"+ACK")  # (nats-py's ack() sends an empty body: the same to the server)
+        if waiting:
+            await offer(waiting.popleft(), to)
+        else:
+            free.append(to)
+
+    async def on_msg(msg) -> None:
+        if not msg.reply:  # a status: the pull ended (or a heartbeat)
+            if msg.headers and msg.headers.get("Status") == "423":
+                state["pin"] = None
+            state["pending"] = 0
+            wake.set()
+            return
+        state["pin"] = msg.headers.get("Nats-Pin-Id") if msg.headers else None
+        state["pending"] -= 1
+        if state["pending"] <= 250:
+            wake.set()
+        if free:
+            await offer(msg, free.popleft())
+        else:
+            waiting.append(msg)
+
+    await nc.subscribe(replies + "*", cb=on_answer)
+    await nc.subscribe(inbox, cb=on_msg)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    emit(ev="ready")
+    while not stop.is_set():
+        if state["pending"] <= 250:
+            want = 500 - state["pending"]
+            req = {"batch": want, "expires": 1_000_000_000, "group": "PCG"}
             if state["pin"]:
                 req["id"] = state["pin"]
             await nc.publish(subject, json.dumps(req).encode(), reply=inbox)

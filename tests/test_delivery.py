@@ -144,6 +144,33 @@ async def test_a_message_of_another_pin_is_never_handed_out_but_nakd():
     m = await d.take()
     assert m is not None and m.stream_sequence == 2
     assert await d.take() is None and d.buffered == 0
+    # the one-at-a-time dispatcher's take: the message of another pin comes back to be nak'd, nothing sent yet
+    assert await d.deliver(msg(d, None, 3, pin="old"))
+    assert await d.deliver(msg(d, None, 4))
+    none, other = d.take_nowait()
+    assert none is None and other is not None and other.stream_sequence == 3 and wire.bodies(3) == []
+    assert [x.stream_sequence if x else None for x in d.take_nowait()] == [4, None]
+
+
+async def test_take_ready_hands_out_at_once_what_take_would_one_by_one():
+    """The keyed dispatcher's take: every buffered message of the current pin, epoch and partitions in order, and
+    those of another pin to nak (invariant 2, sent by the caller); the rest dropped; nothing during a take-over."""
+    wire = Wire()
+    d = delivery(wire)
+    d.partitions = {0}
+    for seq, subject, pin in ((1, "0.a", "old"), (2, "0.a", PIN), (3, "1.a", PIN), (4, "0.b", PIN)):
+        assert await d.deliver(msg(d, None, seq, subject, pin=pin))
+    ready, naks = d.take_ready()
+    assert [m.stream_sequence for m in ready] == [2, 4] and [m.stream_sequence for m in naks] == [1]
+    assert d.buffered == 0 and wire.sent == []
+    assert await d.deliver(msg(d, None, 5, cseq=5)) and await d.deliver(msg(d, None, 6, cseq=1))  # a RESET
+    assert [m.stream_sequence for m in d.take_ready()[0]] == [6]
+    d.guarded = True
+    d.pin_given("pin-b", time.monotonic())
+    assert await d.deliver(msg(d, None, 7, cseq=2, pin="pin-b"))
+    assert d.take_ready() == ([], []) and d.buffered == 1
+    d.taken_over("pin-b")
+    assert [m.stream_sequence for m in d.take_ready()[0]] == [7]
 
 
 async def test_a_redelivery_of_an_acked_message_is_acked_again_never_handled():
@@ -153,6 +180,8 @@ async def test_a_redelivery_of_an_acked_message_is_acked_again_never_handled():
     # arrives again after AckWait (the ack was lost): acked again, not buffered
     assert not await d.deliver(msg(d, None, 5, deliveries=2))
     assert d.buffered == 0 and wire.bodies(5) == [b"+ACK", b"+ACK"]
+    # the pull side's receive() sends nothing itself: None tells it to ack again
+    assert d.receive(msg(d, None, 5, deliveries=3)) is None and d.buffered == 0 and len(wire.bodies(5)) == 2
     # a first delivery of the same sequence (after a RESET) is handled: dedup is for redeliveries only
     assert await d.deliver(msg(d, None, 5))
     # redelivered while it waited, and acked meanwhile: skipped just before its handler would start
@@ -576,6 +605,63 @@ async def test_keyed_dispatcher_keeps_key_order_and_exclusivity_within_its_concu
     assert overlaps == [] and peak[0] == 3
     assert all(v == sorted(v) for v in seen.values()) and len(seen) == 5
     await wait_for(lambda: not disp.busy, 1, what="idle")
+    await stopped(d, task)
+
+
+async def test_keyed_dispatcher_runs_handlers_that_return_at_once_without_a_task_each():
+    """Messages arriving a few at a time, handlers that never suspend: one task per dispatcher pass at most (its
+    chain takes the other ready keys), not one per ready key; every message handled once, in order per key."""
+    d = delivery(Wire())
+    seen: list[int] = []
+    tasks = [0]
+    loop = asyncio.get_running_loop()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        tasks[0] += getattr(coro, "__qualname__", "") == "KeyedDispatcher._run_one"
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    async def handler(m: Msg) -> None:
+        seen.append(m.stream_sequence)
+        await m.ack()
+
+    disp = keyed(d, handler, concurrency=64)
+    task = await running(disp.run())
+    loop.set_task_factory(factory)
+    try:
+        for batch in range(50):
+            for seq in range(batch * 20 + 1, batch * 20 + 21):
+                await d.deliver(msg(d, disp, seq, f"0.k{seq % 1000}"))
+            await turns(3)
+        await wait_for(lambda: len(seen) == 1000, 5, what="1,000 messages handled")
+    finally:
+        loop.set_task_factory(None)
+    assert sorted(seen) == list(range(1, 1001)) and 0 < tasks[0] <= 50
+    await stopped(d, task)
+
+
+async def test_keyed_dispatcher_runs_handlers_that_wait_up_to_its_concurrency_at_once():
+    d = delivery(Wire())
+    gate = asyncio.Event()
+    active = [0]
+    peak = [0]
+
+    async def handler(m: Msg) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await gate.wait()
+        active[0] -= 1
+        await m.ack()
+
+    disp = keyed(d, handler, concurrency=4)
+    task = await running(disp.run())
+    for seq in range(1, 11):
+        await d.deliver(msg(d, disp, seq, f"0.k{seq}"))
+    await wait_for(lambda: active[0] == 4, 2, what="4 handlers waiting at once")
+    await turns()
+    assert peak[0] == 4
+    gate.set()
+    await wait_for(lambda: d.last_acked() is not None and not disp.busy, 2, what="all handled")
+    assert peak[0] == 4
     await stopped(d, task)
 
 

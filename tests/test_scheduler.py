@@ -172,6 +172,34 @@ def test_the_window_grows_while_starved_and_full_and_shrinks_back():
     assert Window(64, 16).size == 16  # the cap wins over the base
 
 
+def test_the_window_grows_while_hungry_up_to_a_batch_and_shrinks_once_fed():
+    """scheduler.Window (pure): a pull used up with the handlers out of work doubles it up to ``reach`` (the batch),
+    a quarter-free window included; a second without a hungry decision (the handlers are the bottleneck) halves it
+    back to the base, which the starved rule and the take-over's room are not held to."""
+    w = Window(32, 16384, reach=500)
+    w.update(0, starved=False, now=0.0, hungry=True)
+    assert w.size == 64
+    for i in range(10):
+        w.update(3, starved=False, now=0.1 * i, hungry=True)
+    assert w.size == 500  # the batch, not the cap
+    w.update(400, starved=False, now=1.0)
+    assert w.size == 500  # fed for less than WINDOW_SHRINK_AFTER
+    w.update(400, starved=True, now=0.9 + WINDOW_SHRINK_AFTER)
+    assert w.size == 1000  # starved and full: the starved rule as before
+    w.update(900, starved=False, now=1.0 + WINDOW_SHRINK_AFTER)
+    assert w.size == 1000  # above the batch: only the quarter-full rule shrinks it
+    w.size = 500
+    sizes = []
+    for i in range(1, 8):
+        w.update(400, starved=False, now=1.0 + (i + 1) * WINDOW_SHRINK_AFTER)
+        sizes.append(w.size)
+    assert sizes == [250, 125, 62, 32, 32, 32, 32]
+    assert Window(32, 100, reach=500).reach == 100 and Window(32, 16384, reach=8).reach == 32
+    w.at_least(2000)
+    w.update(1900, starved=False, now=100.0)
+    assert w.size == 2000  # a take-over's room stays
+
+
 async def test_failed_handler_retries_in_place_and_keeps_key_order(nc, js, uniq):
     await one_partition_group(js, nc, uniq)
     order: dict[str, list[int]] = {}

@@ -17,7 +17,8 @@ Who calls what:
   (quiesce, reset and resume), :meth:`~Delivery.halt` (stop), :meth:`~Delivery.close`,
   :meth:`~Delivery.expect_reset` and :meth:`~Delivery.take_all`.
 - A **dispatcher** (a :class:`Dispatcher`: ``scheduler.SerialDispatcher`` or
-  ``scheduler.KeyedDispatcher``) takes messages with :meth:`~Delivery.take`, asks
+  ``scheduler.KeyedDispatcher``) takes messages with :meth:`~Delivery.take` (or all at once,
+  :meth:`~Delivery.take_ready`), asks
   :meth:`~Delivery.may_start` before it starts a handler and :meth:`~Delivery.skip_acked` right before,
   and sleeps in :meth:`~Delivery.wait_for_work` when it has nothing to do.
 - A **message** (:class:`Msg`) sends its acks through :meth:`~Delivery.publish` /
@@ -108,6 +109,10 @@ class Dispatcher(NakPolicy, Protocol):
     def starved(self) -> bool:
         """A handler slot is free but every message held waits behind a busy key (more would help)."""
 
+    @property
+    def idle_slot(self) -> bool:
+        """A handler slot is free and no message waits inside the dispatcher."""
+
     def drop_queued(self) -> list[Msg]:
         """Forget the messages waiting inside the dispatcher (none started) and return them."""
 
@@ -184,7 +189,8 @@ class Delivery:
         self._await_reset = False
         self.gated = False  # when set, handlers of a pin start only once it is admitted
         self._admitted: str | None = None
-        self._epoch = 0  # bumped by each RESET seen in the deliveries (invariant 6)
+        #: how many RESETs of the consumer this session has seen in its deliveries (invariant 6; read it only)
+        self.epoch = 0
         self._last_cseq = 0  # the highest consumer sequence delivered in this epoch
         self._recent_acks = recent_acks
         self._last_ack: int | None = None
@@ -230,7 +236,7 @@ class Delivery:
             {
                 m.stream_sequence
                 for m in self._buffer
-                if m.pin_id == self._pin_id and m.epoch == self._epoch and (upto is None or m.consumer_sequence <= upto)
+                if m.pin_id == self._pin_id and m.epoch == self.epoch and (upto is None or m.consumer_sequence <= upto)
             }
         )
 
@@ -242,7 +248,7 @@ class Delivery:
             return 0
         latest: dict[int, Msg] = {}
         for m in self._buffer:
-            if m.pin_id == pin and m.epoch == self._epoch:
+            if m.pin_id == pin and m.epoch == self.epoch:
                 latest[m.stream_sequence] = m
         self._buffer = deque(latest[seq] for seq in sorted(latest))
         self._taking_over = False
@@ -278,7 +284,7 @@ class Delivery:
         if self._pin_doubt:
             return True
         since = time.monotonic() - self._pin_margin
-        return min(self._last_pull, self._heard) < since and self._pin_confirmed < since
+        return (self._last_pull < since or self._heard < since) and self._pin_confirmed < since
 
     def doubt_pin(self) -> None:
         """Put the pin in doubt until the pull side confirms it (invariant 1), whatever the gap: a worker pool's
@@ -317,7 +323,7 @@ class Delivery:
         """``m`` may be with another instance now, for good (what a pin in doubt is not yet): the session ended, the
         consumer was RESET after its delivery, or its pin was lost ``grace`` ago or more, or while in doubt
         (invariant 8). Its acks must not be sent any more (a worker pool's dispatcher sends its workers' acks)."""
-        if self._closed or m.epoch != self._epoch:
+        if self._closed or m.epoch != self.epoch:
             return True
         return m.pin_id != self._pin_id and time.monotonic() - self._pin_lost >= self._grace
 
@@ -325,6 +331,14 @@ class Delivery:
     async def deliver(self, m: Msg) -> bool:
         """A message arrived: buffer it and wake the dispatcher. False when it is not buffered: sent
         before a pending RESET, or a redelivery of one acked already (acked again)."""
+        got = self.receive(m)
+        if got is None:
+            await self.reack(m)
+        return bool(got)
+
+    def receive(self, m: Msg) -> bool | None:
+        """:meth:`deliver` but for the ack again: None for a redelivery of a message acked already, which the caller
+        acks again (:meth:`reack`)."""
         if self._await_reset:
             if m.consumer_sequence != 1:
                 return False  # delivered before the RESET: it comes again
@@ -333,28 +347,23 @@ class Delivery:
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             # The ack crossed AckWait, or was lost (a reconnect). Acked again: else it comes back after
             # every AckWait and, with max_ack_pending 1, nothing else is ever delivered.
-            await self.reack(m)
-            return False
+            return None
         self._buffer.append(m)
         self.wake()
         return True
 
-    @property
-    def epoch(self) -> int:
-        """How many RESETs of the consumer this session has seen in its deliveries (invariant 6)."""
-        return self._epoch
-
     def _track_epoch(self, m: Msg) -> None:
         cseq = m.consumer_sequence
-        if m.deliveries == 1 and 0 < cseq <= self._last_cseq:
-            self._epoch += 1
+        if cseq > self._last_cseq:
+            self._last_cseq = cseq
+        elif m.deliveries == 1 and cseq > 0:
+            self.epoch += 1
             self._buffer.clear()  # not pending on the server any more: no nak
             self._acks = RecentAcks(self._recent_acks)
-            self._last_cseq = 0
+            self._last_cseq = cseq
             if self._supersede is not None:
                 self._supersede()  # the server never answers an old epoch's double ack
-        self._last_cseq = max(self._last_cseq, cseq)
-        m.epoch = self._epoch
+        m.epoch = self.epoch
 
     def expect_reset(self) -> None:
         """A RESET is coming: drop the buffer, and what arrives until the RESET's first delivery."""
@@ -412,29 +421,53 @@ class Delivery:
 
     def overdue(self, now: float, interval: float) -> list[Msg]:
         """Buffered messages of the current epoch waiting ``interval`` since their receipt or last ``+WPI``."""
-        return [m for m in self._buffer if m.epoch == self._epoch and now - m.last_progress >= interval]
+        return [m for m in self._buffer if m.epoch == self.epoch and now - m.last_progress >= interval]
 
     async def take(self) -> Msg | None:
         """The oldest buffered message, if it may be handed out: None when the buffer is empty, during a
         take-over (invariant 7), when it came with another pin (nak'd: invariant 2) or belongs to a partition
         given up (invariant 5)."""
-        if not self._buffer or self._taking_over:
-            return None
-        m = self._buffer.popleft()
-        if m.epoch != self._epoch:
-            return None
-        if m.pin_id != self._pin_id:
-            await self.nak_quietly(m)
-            return None
-        if self.partitions is not None and m.partition not in self.partitions:
-            return None
+        m, other = self.take_nowait()
+        if other is not None:
+            await self.nak_quietly(other)
         return m
+
+    def take_nowait(self) -> tuple[Msg | None, Msg | None]:
+        """:meth:`take` without the await: (what it returns, a message of another pin taken, which the caller naks)."""
+        if not self._buffer or self._taking_over:
+            return None, None
+        m = self._buffer.popleft()
+        if m.epoch != self.epoch:
+            return None, None
+        if m.pin_id != self._pin_id:
+            return None, m
+        if self.partitions is not None and m.partition not in self.partitions:
+            return None, None
+        return m, None
+
+    def take_ready(self) -> tuple[list[Msg], list[Msg]]:
+        """Every buffered message :meth:`take` would hand out, in order, and those it would nak (invariant 2: the
+        caller naks them, :meth:`nak_quietly`); none during a take-over (invariant 7)."""
+        if self._taking_over:
+            return [], []
+        ready: list[Msg] = []
+        naks: list[Msg] = []
+        epoch, pin, partitions = self.epoch, self._pin_id, self.partitions
+        for m in self._buffer:
+            if m.epoch != epoch:
+                continue
+            if m.pin_id != pin:
+                naks.append(m)
+            elif partitions is None or m.partition in partitions:
+                ready.append(m)
+        self._buffer.clear()
+        return ready, naks
 
     async def skip_acked(self, m: Msg) -> bool:
         """True (and ``m`` acked again) when ``m`` is a redelivery of a message acked meanwhile: it was
         redelivered while it waited here (AckWait ran out), and must not be handled again (invariant 3).
         Also True (nothing sent) when ``m`` belongs to an epoch before a RESET (invariant 6)."""
-        if m.epoch != self._epoch:
+        if m.epoch != self.epoch:
             return True
         if m.deliveries > 1 and m.stream_sequence in self._acks:
             await self.reack(m)
@@ -466,7 +499,7 @@ class Delivery:
     def acked(self, seq: int, epoch: int | None = None) -> None:
         """``seq`` was acked (by a message of ``epoch``: an older epoch's ack is not remembered)."""
         self._last_ack = seq
-        if epoch is None or epoch == self._epoch:
+        if epoch is None or epoch == self.epoch:
             self._acks.add(seq)
 
     def last_acked(self) -> int | None:
@@ -487,4 +520,6 @@ class Delivery:
 
     def call(self, coro: Coroutine[Any, Any, None]) -> Any:
         """Awaitable in the loop's thread; blocking (until sent) from a sync handler's thread."""
+        if threading.get_ident() == self._loop_thread:
+            return coro
         return call_in(self._loop, self._loop_thread, coro)

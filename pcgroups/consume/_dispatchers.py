@@ -39,7 +39,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
@@ -151,7 +151,7 @@ class Attempts:
 
     async def _attempts(self, k: str | None, m: Msg) -> None:
         d = self._delivery
-        if await d.skip_acked(m):
+        if m.epoch != d.epoch or (m.deliveries > 1 and await d.skip_acked(m)):  # a first delivery was not acked
             return
         dead = self._dead
         try:
@@ -161,7 +161,8 @@ class Attempts:
             while not d.closed:
                 attempt += 1
                 m.started = time.monotonic()
-                self._naks.pop(m, None)
+                if self._naks:
+                    self._naks.pop(m, None)
                 error: BaseException | None = None
                 try:
                     await self._handle(m)
@@ -169,7 +170,7 @@ class Attempts:
                     raise
                 except Exception as e:
                     error = e
-                retry = self._naks.pop(m, None)
+                retry = self._naks.pop(m, None) if self._naks else None
                 if isinstance(error, RetryLater):  # a remote call failed (a worker's): retry in place
                     retry, error = error.delay, (Exception(error.reason) if error.reason else None)
                 if isinstance(error, SupersededError) or m.epoch != d.epoch:
@@ -378,6 +379,10 @@ class SerialDispatcher(Attempts):
 
     starved = False  # one message at a time, in delivery order: a larger window would not help
 
+    @property
+    def idle_slot(self) -> bool:
+        return self._current is None
+
     def drop_queued(self) -> list[Msg]:
         return []  # nothing waits here: the Delivery's buffer is the queue
 
@@ -393,7 +398,9 @@ class SerialDispatcher(Attempts):
             if not d.buffered or not d.may_start():
                 await d.wait_for_work()
                 continue
-            m = await d.take()
+            m, other = d.take_nowait()
+            if other is not None:
+                await d.nak_quietly(other)
             if m is None:
                 continue
             if not await self._run_one(m):
@@ -438,11 +445,12 @@ class KeyedDispatcher(Attempts):
         self.concurrency = concurrency
         #: told the new concurrency when it changes (a pool's slots: the session's window follows)
         self.on_resize: Callable[[int], None] = lambda slots: None
-        self._keys: OrderedDict[str, deque[Msg]] = OrderedDict()  # keys with queued messages
+        self._keys: dict[str, deque[Msg]] = {}  # keys with queued messages
         self._ready: deque[str] = deque()  # keys with work and no handler running
         self._running: dict[str, Msg] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued = 0  # messages in self._keys
+        self._probe: asyncio.Handle | None = None  # a pass's probe started, the others not yet (_after_probe)
 
     @property
     def running(self) -> bool:
@@ -462,6 +470,11 @@ class KeyedDispatcher(Attempts):
         """A handler slot is free, and every message held waits behind a key that runs: only more messages
         (other keys, further in the stream) can use the slot (:class:`Window` grows)."""
         return len(self._running) < self.concurrency and not self._ready and self._queued > 0
+
+    @property
+    def idle_slot(self) -> bool:
+        """A handler slot is free and no message waits for its key (:class:`Window` grows while hungry)."""
+        return len(self._running) < self.concurrency and not self._queued
 
     def drop_queued(self) -> list[Msg]:
         self._queued = 0
@@ -484,17 +497,33 @@ class KeyedDispatcher(Attempts):
 
     async def _dispatch(self) -> None:
         d = self._delivery
+        loop = asyncio.get_running_loop()
         while not d.closed:
             while d.buffered and not d.taking_over:
-                m = await d.take()
-                if m is not None:
+                ready, naks = d.take_ready()
+                for m in ready:
                     self._admit(m)
-            while (taken := self._take()) is not None:
-                task = asyncio.create_task(self._run_one(*taken))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                for m in naks:
+                    await d.nak_quietly(m)
+            if self._probe is None and (taken := self._take()) is not None:
+                self._start(taken)
+                if self._ready and len(self._running) < self.concurrency:
+                    self._probe = loop.call_soon(self._after_probe)
             if not d.buffered or d.taking_over:
                 await d.wait_for_work()
+
+    def _start(self, taken: tuple[str, Msg]) -> None:
+        task = asyncio.create_task(self._run_one(*taken))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _after_probe(self) -> None:
+        """Right after the first step of a pass's one task (the probe): keys still ready with slots free mean its
+        handler suspended, so the others start now. Handlers that return at once run one after the other in the
+        probe's chain (:meth:`_run_one`), without a task each."""
+        self._probe = None
+        while (taken := self._take()) is not None:
+            self._start(taken)
 
     def _admit(self, m: Msg) -> None:
         k = m.key = self.key(m)
@@ -532,7 +561,8 @@ class KeyedDispatcher(Attempts):
                 try:
                     await self._attempts(k, m)
                 finally:
-                    self._naks.pop(m, None)
+                    if self._naks:
+                        self._naks.pop(m, None)
                     del self._running[k]
                     if k in self._keys:
                         self._ready.append(k)
@@ -545,6 +575,9 @@ class KeyedDispatcher(Attempts):
             self._delivery.wake()
 
     async def _cancel_tasks(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

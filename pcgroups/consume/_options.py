@@ -178,12 +178,12 @@ def dispatcher_factory(
             remote_dispatcher = remote.dispatcher(
                 nc, delivery, control, member, key=key, retry=retry, on_worker=on_worker
             )
-            window = Window(WINDOW_PER_SLOT, cap, sizes)
+            window = Window(WINDOW_PER_SLOT, cap, sizes, reach=options.batch)
             remote_dispatcher.on_resize = lambda slots: window.rebase(WINDOW_PER_SLOT * max(slots, 1))
             return remote_dispatcher, window
         if options.concurrency > 1:
             keyed = KeyedDispatcher(delivery, handle, control, concurrency=options.concurrency, key=key, retry=retry)
-            return keyed, Window(WINDOW_PER_SLOT * options.concurrency, cap, sizes)
+            return keyed, Window(WINDOW_PER_SLOT * options.concurrency, cap, sizes, reach=options.batch)
         return SerialDispatcher(delivery, handle, control, key=key, retry=retry, on_fatal=on_fatal), None
 
     return make

@@ -200,6 +200,7 @@ class PullSession:
         self.owner = owner
         self.label = label or consumer
         self._pending = 0  # messages requested by outstanding pulls, not yet delivered
+        self._used_up = False  # the last pull delivered all it asked for
         self._pulling = False
         self._last_seen = time.monotonic()
         self._heard = time.monotonic()  # the consumer's last answer: a message, heartbeat or status but 503
@@ -420,9 +421,11 @@ class PullSession:
             return
         self._pending -= 1
         if self._pending <= 0:
+            self._used_up = True
             self._wake.set()
         self.sizes.saw(len(msg.data))
-        await self._received(msg, headers, now)
+        if (again := self._received(msg, headers, now)) is not None:
+            await self.delivery.reack(again)
 
     async def _on_keepalive(self, msg: NatsMsg) -> None:
         """The answer to a keep-alive pull: a message (handled as any), a lost pin (the waiting pull ends
@@ -441,9 +444,12 @@ class PullSession:
             elif status == "409" and "Deleted" in description:
                 self._gone(f"consumer deleted: {description}")
             return
-        await self._received(msg, headers, now)
+        if (again := self._received(msg, headers, now)) is not None:
+            await self.delivery.reack(again)
 
-    async def _received(self, msg: NatsMsg, headers: dict[str, str] | None, now: float) -> None:
+    def _received(self, msg: NatsMsg, headers: dict[str, str] | None, now: float) -> Msg | None:
+        """A message to hand to the Delivery; returns it when it is a redelivery of one acked already, to be acked
+        again (Delivery invariant 3)."""
         delivery = self.delivery
         pin = headers.get(PIN_HEADER) if headers else None
         if pin is None:
@@ -457,9 +463,11 @@ class PullSession:
             if delivery.taking_over:
                 self._spawn(self._take_over(pin), f"pcg-takeover-{self.label}")
             self._pin_changed()
-        await delivery.deliver(Msg(msg, delivery, self.dispatcher, pin, now))
+        m = Msg(msg, delivery, self.dispatcher, pin, now)
+        got = delivery.receive(m)
         if delivery.taking_over:
             self._delivered.set()
+        return m if got is None else None
 
     def _on_status(self, status: str, headers: dict[str, str]) -> None:
         if status == "100":
@@ -637,8 +645,10 @@ class PullSession:
         window = self.window
         if window is None:
             return batch, 1
-        outstanding = self.delivery.buffered + self.dispatcher.held + max(self._pending, 0)
-        window.update(outstanding, self.dispatcher.starved, now)
+        buffered = self.delivery.buffered
+        outstanding = buffered + self.dispatcher.held + max(self._pending, 0)
+        hungry = self._used_up and not buffered and self.dispatcher.idle_slot
+        window.update(outstanding, self.dispatcher.starved, now, hungry)
         room = min(batch, window.room(outstanding))
         if self.delivery.taking_over:  # an earlier holder's messages come a few at a time: pull each room there is
             return room, 1
@@ -690,6 +700,7 @@ class PullSession:
         if self._pending <= 0:
             self._last_seen = time.monotonic()
         self._pending += n
+        self._used_up = False
         log.debug("%s: pulled %d (pending %d, pin %s)", self.label, n, self._pending, self.pin_id)
         self.delivery.pulled(time.monotonic())
 

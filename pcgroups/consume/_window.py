@@ -38,25 +38,40 @@ class Window:
 
     It doubles while it is (three quarters) full and starved (a handler slot is free but every message held
     waits behind a busy key: a burst on one key), so other keys further in the stream are reached; it halves back toward
-    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. What is held costs memory
-    and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap`` messages, and
-    never more than :data:`WINDOW_BYTES` of them at the average message size (``sizes``).
+    ``base`` once it has been under a quarter full for :data:`WINDOW_SHRINK_AFTER`. It also doubles, up to
+    ``reach`` (a pull's ``batch``), while hungry: the last pull was used up and the handlers ran out of work
+    before the next one (the window, not the handlers, bounds the rate); it halves back toward ``base`` once no
+    pull decision was hungry for :data:`WINDOW_SHRINK_AFTER` (the handlers are the bottleneck again). What is
+    held costs memory and a ``+WPI`` per AckWait/3, and is redelivered when the instance dies: at most ``cap``
+    messages, and never more than :data:`WINDOW_BYTES` of them at the average message size (``sizes``).
     """
 
-    def __init__(self, base: int, cap: int, sizes: MessageSize | None = None):
+    def __init__(self, base: int, cap: int, sizes: MessageSize | None = None, reach: int = 0):
         self.cap = max(cap, 1)
         self.base = max(1, min(base, self.cap))
+        self._reach = reach
         self.size = self.base
         self.sizes = sizes or MessageSize()
         self._low_since: float | None = None
+        self._hungry_at: float | None = None  # the last hungry decision, while hunger holds the window above base
+
+    @property
+    def reach(self) -> int:
+        """The most hunger grows it to: a pull's batch, at least ``base``, at most ``cap``."""
+        return min(max(self._reach, self.base), self.cap)
 
     def room(self, outstanding: int) -> int:
         """How many more messages may be asked for, with ``outstanding`` held or requested."""
         return max(self.sizes.fit(self.size, WINDOW_BYTES) - outstanding, 0)
 
-    def update(self, outstanding: int, starved: bool, now: float) -> None:
-        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull)."""
-        if starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
+    def update(self, outstanding: int, starved: bool, now: float, hungry: bool = False) -> None:
+        """``outstanding``: held or requested. Full is within a quarter of the size (less is not worth a pull).
+        ``hungry``: the last pull was used up, and nothing is buffered or queued while a handler slot is free."""
+        if hungry:  # used up, not too large: no time under a quarter full counts
+            self._hungry_at = now
+            self._low_since = None
+            self.size = max(self.size, min(self.size * 2, self.reach))
+        elif starved and outstanding >= self.size - self.size // 4 and self.size < self.cap:
             self.size = min(self.size * 2, self.cap)
             self._low_since = None
         elif outstanding < self.size // 4 and self.size > self.base:
@@ -67,6 +82,10 @@ class Window:
                 self._low_since = now
         else:
             self._low_since = None
+            fed = self._hungry_at is not None and not starved and now - self._hungry_at >= WINDOW_SHRINK_AFTER
+            if fed and self.size <= self.reach:
+                self.size = max(self.size // 2, self.base)
+                self._hungry_at = now if self.size > self.base else None
 
     def rebase(self, base: int) -> None:
         """A new base (a worker pool's slots changed); the size follows it up, and shrinks to it over time."""
@@ -76,3 +95,4 @@ class Window:
     def at_least(self, n: int) -> None:
         """Make room for ``n`` messages (a take-over waiting for an earlier holder's), within the cap."""
         self.size = max(self.size, min(n, self.cap))
+        self._hungry_at = None  # held for the take-over: it shrinks when under a quarter full

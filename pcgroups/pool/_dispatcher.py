@@ -85,6 +85,7 @@ KEEP = 60.0  # s an offer given up is listed as kept (the next holder adopts it 
 STOPPED = "stopped"  # this instance stopped while the offer was out
 GIVEN_UP = "given-up"  # its message was lost while the offer was out (invariant 3)
 LOST = "lost"  # what settling a lost message says
+NONCES = 256  # offer tokens' random parts drawn at once (one read of the OS's randomness)
 
 
 @dataclass
@@ -161,6 +162,7 @@ class Roster:
         self._workers: dict[str, WorkerView] = {}
         self._subs: list[Any] = []
         self._token = 0  # offers are numbered up from 1
+        self._nonces: list[str] = []
         self._offers: dict[str, Offer] = {}
         self._free = asyncio.Event()  # a slot may have freed: waiting runs look again
         self._reaper: asyncio.Task[None] | None = None
@@ -325,16 +327,25 @@ class Roster:
 
     def _freest(self) -> WorkerView | None:
         """The worker with the most free slots (the least recently offered among equals)."""
-        live = [w for w in self._workers.values() if w.free > 0]
-        if not live:
-            return None
-        best = max(live, key=lambda w: (w.free, -w.last_offer))
-        best.last_offer = time.monotonic()
+        best, most = None, 0
+        for w in self._workers.values():
+            free = w.free
+            if free > most or (free == most and best is not None and w.last_offer < best.last_offer):
+                best, most = w, free
+        if best is not None:
+            best.last_offer = time.monotonic()
         return best
+
+    def _nonce(self) -> str:
+        """An offer token's random part, not to be guessed (16 hex digits)."""
+        if not self._nonces:
+            drawn = secrets.token_hex(8 * NONCES)
+            self._nonces = [drawn[i : i + 16] for i in range(0, len(drawn), 16)]
+        return self._nonces.pop()
 
     async def _offer(self, worker: WorkerView, m: Msg) -> pool.Outcome:
         self._token += 1
-        token = f"{self._token}-{secrets.token_hex(8)}"  # numbered (the workers' upto), and not to be guessed
+        token = f"{self._token}-{self._nonce()}"  # numbered (the workers' upto), and not to be guessed
         offer = Offer(m, worker, token, self._token, time.monotonic(), asyncio.get_running_loop().create_future())
         headers = {k: v for k, v in (m.headers or {}).items() if k != PIN_HEADER}
         headers.update(
@@ -353,7 +364,8 @@ class Roster:
             )
         worker.offers[token] = self._offers[token] = offer
         for w in self._workers.values():  # offered again: no longer kept (pool invariant 3)
-            w.kept.pop(offer.seq, None)
+            if w.kept:
+                w.kept.pop(offer.seq, None)
         try:
             await self.nc.publish(
                 worker.subject("work"), m.data, reply=f"{self.prefix}.D.{self.id}.R.{token}", headers=headers
