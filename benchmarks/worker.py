@@ -258,6 +258,13 @@ async def raw(nc, args, loop) -> None:
             out.flush()
 
     await nc.subscribe(inbox, cb=cb)
+    await pull_until_stopped(nc, loop, subject, inbox, state, wake, expires)
+
+
+async def pull_until_stopped(
+    nc, loop, subject: str, inbox: str, state: dict, wake: asyncio.Event, expires: int
+) -> None:
+    """The raw loops' pulls: keep 500 messages asked for (topped up at half, with the pin once known) until SIGTERM."""
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     emit(ev="ready")
@@ -352,24 +359,7 @@ async def rawpool(nc, args, loop) -> None:
 
     await nc.subscribe(replies + "*", cb=on_answer)
     await nc.subscribe(inbox, cb=on_msg)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    emit(ev="ready")
-    while not stop.is_set():
-        if state["pending"] <= 250:
-            want = 500 - state["pending"]
-            req = {"batch": want, "expires": 1_000_000_000, "group": "PCG"}
-            if state["pin"]:
-                req["id"] = state["pin"]
-            await nc.publish(subject, json.dumps(req).encode(), reply=inbox)
-            state["pending"] += want
-        wake.clear()
-        try:
-            await asyncio.wait_for(wake.wait(), 0.5)
-        except TimeoutError:
-            pass
-    emit(ev="done", error=None)
-    await nc.close()
+    await pull_until_stopped(nc, loop, subject, inbox, state, wake, 1_000_000_000)
 
 
 if __name__ == "__main__":
