@@ -458,7 +458,8 @@ class Call:
 @dataclass
 class Timed:
     """Member m of a one-partition group with two instances, idle: a handler that records every call per instance
-    (replayed messages of key a take ``work`` seconds, the rest none)."""
+    (replayed messages of key a take ``work`` seconds, the rest none; a call stops without an ack once superseded, as
+    a long handler should)."""
 
     mode: str
     work: float = 0.25
@@ -473,7 +474,11 @@ class Timed:
             self.calls.append(call)
             try:
                 if key == "a":
-                    await asyncio.sleep(self.work)
+                    until = call.start + self.work
+                    while asyncio.get_running_loop().time() < until:
+                        if msg.superseded:
+                            return  # not ours any more: stop, and do not ack (it runs again)
+                        await asyncio.sleep(0.02)
                 await msg.ack()
             finally:
                 call.end = asyncio.get_running_loop().time()
@@ -586,6 +591,50 @@ async def test_a_pin_given_mid_replay_takes_lane_r_over_without_overlap_or_loss(
     assert sorted(c.data for c in m.of("z")) == sorted(f"z{i}" for i in range(live))
     tail = [c for c in m.of("a") if c.start > first.start]
     assert any(c.instance == m.instances.index(target) for c in tail), m.calls  # lane R went on in the pinned one
+
+
+async def test_a_pinned_lease_holder_that_loses_its_pin_mid_replay_hands_lane_r_over(nc, js, uniq, connections):
+    """The pinned instance runs a long replayed call when the pin moves to the other instance: it learns so up to a
+    pull later, drops the call and releases the lease, which supersedes the call (it stops, not acked, and runs
+    again); the new pin holder runs lane R once it held the pin for AckWait, never beside the dropped call: the
+    replay ends in order, nothing lost, no lease left."""
+    await make_group(js, nc, "static", uniq)
+    name = await make_dead_letter_stream(nc, "static", uniq, "g")
+    m = Timed("keyed", work=1.5 * ACK_WAIT)
+    await m.start(connections, uniq)
+    api = api_of(nc)
+    session = m.instances[0].session
+    live = 0
+
+    async def pin(target) -> None:
+        nonlocal live
+        while True:  # unpin until the server pins the target
+            assert live < 12, "the server never pinned the chosen instance"
+            await js.publish(f"{uniq}.z", f"z{live}".encode())
+            live += 1
+            if await wait_for(lambda: pinned_now(api, m.instances), 10, what="a pin") is target:
+                return
+            await api.unpin(session.stream, session.consumer)
+
+    try:
+        await write_replays(nc, uniq, 3)
+        [first] = await wait_for(lambda: m.of("a")[:1], 20, what="the first replayed call")
+        holder = m.instances[first.instance]
+        await pin(holder)
+        pinned_call = await wait_for(
+            lambda: next((c for c in m.of("a") if c.start > first.start and c.instance == first.instance), None),
+            20,
+            what="a replayed call in the pinned instance",
+        )
+        await api.unpin(session.stream, session.consumer)
+        await pin(m.instances[1 - first.instance])
+        await wait_for(lambda: len(m.ended("a")) >= 4 and m.of("a")[-1].end, 40, what="the replay")
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="the entries deleted")
+        await wait_for(lambda: stream_empty(nc, name), 10, what="the lease released")
+    finally:
+        await m.stop()
+    m.assert_one_at_a_time_in_order(3)
+    assert pinned_call.end - pinned_call.start < m.work  # dropped mid-call
 
 
 @pytest.mark.parametrize("how", ["stop", "crash"])
