@@ -6,6 +6,7 @@ operator's replay writes it) runs them in order and frees the key; a failover ke
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ from pcgroups.deadletters import (
     restored_headers,
 )
 from pcgroups.errors import ConfigError, NotFoundError
-from pcgroups.jetstream._api import JetStreamApi
+from pcgroups.jetstream._api import JetStreamApi, pinned_client_id
 from pcgroups.ops import InstanceMetrics
 
 from .helpers.deadletters import make_dead_letter_stream, write_dead_letter
@@ -441,6 +442,233 @@ async def test_an_idle_members_replay_runs_once_and_in_order_in_one_of_its_insta
         assert not any(i.pinned for i in m.instances)  # the idle case: nobody had the pin
     finally:
         await m.stop()
+
+
+@dataclass
+class Call:
+    """One handler call: which instance ran it, the message, when it started and ended."""
+
+    instance: int
+    key: str
+    data: str
+    start: float
+    end: float = 0.0
+
+
+@dataclass
+class Timed:
+    """Member m of a one-partition group with two instances, idle: a handler that records every call per instance
+    (replayed messages of key a take ``work`` seconds, the rest none; a call stops without an ack once superseded, as
+    a long handler should)."""
+
+    mode: str
+    work: float = 0.25
+    calls: list[Call] = field(default_factory=list)
+    instances: list[Any] = field(default_factory=list)
+    conns: list[Any] = field(default_factory=list)
+
+    def handler_of(self, index: int):
+        async def handler(msg) -> None:
+            key = msg.subject.rsplit(".", 1)[-1]
+            call = Call(index, key, msg.data.decode(), asyncio.get_running_loop().time())
+            self.calls.append(call)
+            try:
+                if key == "a":
+                    until = call.start + self.work
+                    while asyncio.get_running_loop().time() < until:
+                        if msg.superseded:
+                            return  # not ours any more: stop, and do not ack (it runs again)
+                        await asyncio.sleep(0.02)
+                await msg.ack()
+            finally:
+                call.end = asyncio.get_running_loop().time()
+
+        return handler
+
+    async def start(self, connections, uniq: str) -> None:
+        config = ConsumerConfig(ack_wait=ACK_WAIT, max_ack_pending=1 if self.mode == "strict" else 0)
+        retry = RetryPolicy(max_deliver=2, backoff=0.05, park_keys=True)
+        for i in range(2):
+            nc = await connections()
+            inst = await static_consume(
+                nc,
+                uniq,
+                "g",
+                "m",
+                self.handler_of(i),
+                config=config,
+                retry=retry,
+                concurrency=4 if self.mode == "keyed" else 1,
+            )
+            self.conns.append(nc)
+            self.instances.append(inst)
+            await inst.wait_for_consuming(10)
+
+    def of(self, key: str) -> list[Call]:
+        return [c for c in self.calls if c.key == key]
+
+    def ended(self, key: str) -> list[str]:
+        """The data of the calls of ``key`` that ended, in the order they ended."""
+        return [c.data for c in sorted(self.of(key), key=lambda c: c.end) if c.end]
+
+    def assert_one_at_a_time_in_order(self, n: int) -> None:
+        """Key a's calls never overlap, and run its entries in order: a call runs again only the entry the call
+        before it ran (one dropped mid-run), never an earlier one or one ahead of an unfinished one."""
+        runs = sorted(self.of("a"), key=lambda c: c.start)
+        for before, after in itertools.pairwise(runs):
+            assert after.start >= before.end, f"overlap: {before} and {after}"
+        ran = [c.data for c in runs]
+        assert [d for i, d in enumerate(ran) if i == 0 or ran[i - 1] != d] == [f"a{i}" for i in range(n)], ran
+
+    async def stop(self) -> None:
+        for i in self.instances:
+            await i.stop()
+
+
+async def write_replays(nc, uniq: str, n: int) -> None:
+    for i in range(n):
+        await write_dead_letter(
+            nc,
+            "static",
+            uniq,
+            "g",
+            partition=0,
+            key="a",
+            subject="a",
+            origin_seq=i + 1,
+            member="m",
+            lane=LANE_REPLAY,
+            data=f"a{i}".encode(),
+        )
+
+
+async def pinned_now(api, instances: list[Any]) -> Any:
+    """The instance holding the member's pin, once consumer info shows it and the instance got it (None before)."""
+    s = instances[0].session
+    pin = pinned_client_id(await api.consumer_info(s.stream, s.consumer))
+    return next((i for i in instances if pin is not None and i.session.pin_id == pin), None)
+
+
+async def stream_empty(nc, name: str) -> bool:
+    return (await api_of(nc).stream_info(name))["state"]["messages"] == 0
+
+
+@pytest.mark.parametrize("pinned", ["holder", "other"])
+@pytest.mark.parametrize("mode", ["strict", "keyed"])
+async def test_a_pin_given_mid_replay_takes_lane_r_over_without_overlap_or_loss(
+    nc, js, uniq, connections, mode, pinned
+):
+    """An idle member's replay runs in the instance holding its lease; mid-replay a live message of another key pins
+    one of the two instances (steered with unpins: the lease holder, or the other one). Lane R goes on in the pinned
+    instance: every entry runs and is deleted, its successful runs in order and one at a time (a run the pin dropped
+    may run again, never beside another), the live messages are handled, and no lease is left behind."""
+    await make_group(js, nc, "static", uniq)
+    name = await make_dead_letter_stream(nc, "static", uniq, "g")
+    m = Timed(mode)
+    await m.start(connections, uniq)
+    api = api_of(nc)
+    try:
+        await write_replays(nc, uniq, 6)
+        [first] = await wait_for(lambda: m.of("a")[:1], 20, what="the first replayed call")
+        target = m.instances[first.instance if pinned == "holder" else 1 - first.instance]
+        session = target.session
+        live = 0
+        while True:  # the server pins whoever's pull comes first: unpin until it is the target
+            assert live < 12, "the server never pinned the chosen instance"
+            await js.publish(f"{uniq}.z", f"z{live}".encode())
+            live += 1
+            if await wait_for(lambda: pinned_now(api, m.instances), 10, what="a pin") is target:
+                break
+            await api.unpin(session.stream, session.consumer)
+        await wait_for(lambda: len(m.ended("a")) >= 6, 30, what="the replay")
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="the entries deleted")
+        await wait_for(lambda: stream_empty(nc, name), 10, what="the lease released")
+        await wait_for(lambda: len(m.ended("z")) >= live, 10, what="the live messages")
+        assert target.pinned
+    finally:
+        await m.stop()
+    m.assert_one_at_a_time_in_order(6)
+    assert sorted(c.data for c in m.of("z")) == sorted(f"z{i}" for i in range(live))
+    tail = [c for c in m.of("a") if c.start > first.start]
+    assert any(c.instance == m.instances.index(target) for c in tail), m.calls  # lane R went on in the pinned one
+
+
+async def test_a_pinned_lease_holder_that_loses_its_pin_mid_replay_hands_lane_r_over(nc, js, uniq, connections):
+    """The pinned instance runs a long replayed call when the pin moves to the other instance: it learns so up to a
+    pull later, drops the call and releases the lease, which supersedes the call (it stops, not acked, and runs
+    again); the new pin holder runs lane R once it held the pin for AckWait, never beside the dropped call: the
+    replay ends in order, nothing lost, no lease left."""
+    await make_group(js, nc, "static", uniq)
+    name = await make_dead_letter_stream(nc, "static", uniq, "g")
+    m = Timed("keyed", work=1.5 * ACK_WAIT)
+    await m.start(connections, uniq)
+    api = api_of(nc)
+    session = m.instances[0].session
+    live = 0
+
+    async def pin(target) -> None:
+        nonlocal live
+        while True:  # unpin until the server pins the target
+            assert live < 12, "the server never pinned the chosen instance"
+            await js.publish(f"{uniq}.z", f"z{live}".encode())
+            live += 1
+            if await wait_for(lambda: pinned_now(api, m.instances), 10, what="a pin") is target:
+                return
+            await api.unpin(session.stream, session.consumer)
+
+    try:
+        await write_replays(nc, uniq, 3)
+        [first] = await wait_for(lambda: m.of("a")[:1], 20, what="the first replayed call")
+        holder = m.instances[first.instance]
+        await pin(holder)
+        pinned_call = await wait_for(
+            lambda: next((c for c in m.of("a") if c.start > first.start and c.instance == first.instance), None),
+            20,
+            what="a replayed call in the pinned instance",
+        )
+        await api.unpin(session.stream, session.consumer)
+        await pin(m.instances[1 - first.instance])
+        await wait_for(lambda: len(m.ended("a")) >= 4 and m.of("a")[-1].end, 40, what="the replay")
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="the entries deleted")
+        await wait_for(lambda: stream_empty(nc, name), 10, what="the lease released")
+    finally:
+        await m.stop()
+    m.assert_one_at_a_time_in_order(3)
+    assert pinned_call.end - pinned_call.start < m.work  # dropped mid-call
+
+
+@pytest.mark.parametrize("how", ["stop", "crash"])
+async def test_a_lease_holder_that_ends_mid_replay_is_taken_over_by_its_idle_sibling(nc, js, uniq, connections, how):
+    """The instance running an idle member's replay ends mid-replay: stopped (its call finishes, the lease is
+    released: the other takes it at once), or its connection gone (the lease is left: the other takes it over after
+    TTL + AckWait and runs the interrupted entry again). The other instance finishes the entries, in order, one at
+    a time, none lost, and releases the lease."""
+    await make_group(js, nc, "static", uniq)
+    name = await make_dead_letter_stream(nc, "static", uniq, "g")
+    m = Timed("keyed")
+    await m.start(connections, uniq)
+    try:
+        await write_replays(nc, uniq, 6)
+        calls = await wait_for(lambda: _having_now(m.of("a"), 2), 20, what="two replayed calls")
+        gone = calls[1].instance
+        if how == "stop":
+            await m.instances[gone].stop()
+        else:
+            await m.conns[gone].close()
+        await wait_for(lambda: len({c.data for c in m.of("a") if c.end}) == 6, 20, what="the rest of the replay")
+        await wait_for(lambda: _none(entries(nc, "static", uniq)), 10, what="the entries deleted")
+        await wait_for(lambda: stream_empty(nc, name), 10, what="the lease released")
+    finally:
+        await m.stop()
+    m.assert_one_at_a_time_in_order(6)
+    after = [c for c in m.of("a") if c.start > calls[1].start]
+    assert after and all(c.instance == 1 - gone for c in after), m.calls
+    if how == "crash":  # its call could not delete its entry: it runs again, after the take-over's wait
+        assert after[0].data == calls[1].data and after[0].start - calls[1].end >= ACK_WAIT, m.calls
+
+
+def _having_now(items: list, n: int) -> list | None:
+    return items if len(items) >= n else None
 
 
 async def test_a_purged_key_flows_again(nc, js, uniq, connections):
