@@ -342,6 +342,10 @@ async def test_a_failing_message_is_dead_lettered_parked_and_replayed_into_its_m
 
         await fixed.wait_output(lambda o: handled(o) >= 4, 5, "the four replayed messages' lines")
         assert handled(fixed.out) == 4, fixed.out
+        # each replayed line shows the sequence its message had when it was dead-lettered
+        dead = [m["seq"] for out in (failing.out, fixed.out) for m in DEAD.finditer(out) if m["subject"] == poison]
+        replayed = [m["seq"] for m in message_lines(fixed.out) if m["subject"] == poison and m["end"] == "acked"]
+        assert replayed == dead, fixed.out
         await js.publish(poison, b"7")  # no longer parked
         await fixed.wait_output(lambda o: o.count(f"subject={poison}") >= 5, 10, "the key running again")
 

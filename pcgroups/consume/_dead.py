@@ -407,13 +407,28 @@ class DeadLetters:
         headers = restored_headers(entry.headers)
         headers[HEADER_REPLAYED] = str(entry.seq)
         raw = NatsMsg(_client=nc, subject=subject, reply=reply, data=entry.data, headers=headers)
-        return Msg(raw, ReplayHost(self, d, entry), dispatcher, d.pin_id)
+        return ReplayedMsg(raw, ReplayHost(self, d, entry), dispatcher, d.pin_id, entry.origin_seq)
 
     # --- what the metrics read ----------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The parked keys known and the age of the oldest message failing now (0 without one)."""
         oldest = min(self.failing.values(), default=None)
         return {"parked_keys": len(self._parked), "oldest_failing": time.monotonic() - oldest if oldest else 0.0}
+
+
+class ReplayedMsg(Msg):
+    """A replayed dead letter as its handler gets it: its ``sequence`` is the one its message had when it failed
+    (the origin's, as ``consume`` printed it then); the internal one of invariant 5 stays ``stream_sequence``."""
+
+    __slots__ = ("origin_seq",)
+
+    def __init__(self, msg: NatsMsg, host: ReplayHost, dispatcher: NakPolicy, pin_id: str | None, origin_seq: int):
+        super().__init__(msg, host, dispatcher, pin_id)
+        self.origin_seq = origin_seq
+
+    @property
+    def sequence(self) -> int:
+        return self.origin_seq or self.stream_sequence
 
 
 class ReplayHost:
