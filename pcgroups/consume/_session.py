@@ -29,7 +29,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ..errors import NotFoundError, SupersededError
-from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pull_request
+from ..jetstream._api import SILENT_SERVER, JetStreamApi, keepalive_request, pinned_client_id, pull_request
 from ..tracing import NO_TRACING, InstanceTracing
 from ._dead import DeadLetters
 from ._delivery import Delivery, Dispatcher
@@ -667,8 +667,7 @@ class PullSession:
             return
         if self.pin_id != pin:
             return
-        pinned = {g.get("pinned_client_id") for g in info.get("priority_groups") or []}
-        if pin in pinned:
+        if pinned_client_id(info) == pin:
             self.delivery.pin_confirmed(time.monotonic())
             return
         log.info(
