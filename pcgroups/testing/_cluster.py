@@ -120,7 +120,7 @@ class EmbeddedCluster:
         try:
             for n in self.nodes:
                 n.server.start(timeout)
-            self.wait_meta_leader(timeout=timeout)
+            self.wait_meta_leader(timeout=timeout, all_current=True)
         except BaseException:
             self.close()
             raise
@@ -165,15 +165,28 @@ class EmbeddedCluster:
                 return leader
         return None
 
-    def wait_meta_leader(self, *, timeout: float = 30.0, other_than: str | None = None) -> str:
-        """Wait until the running nodes agree on a meta leader (not ``other_than``) and return it."""
+    def wait_meta_leader(
+        self, *, timeout: float = 30.0, other_than: str | None = None, all_current: bool = False
+    ) -> str:
+        """Wait until the running nodes agree on a meta leader (not ``other_than``) and return it; ``all_current``:
+        also until the leader sees every other node as a current peer (before that a stream of R3 finds "no suitable
+        peers for placement")."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             leader = self.meta_leader()
-            if leader and leader != other_than:
+            if leader and leader != other_than and (not all_current or self._peers_current(leader)):
                 return leader
             time.sleep(0.1)
         raise PCGroupsError(f"no JetStream meta leader within {timeout}s")
+
+    def _peers_current(self, leader: str) -> bool:
+        """The meta leader lists every other node as a current, online peer."""
+        try:
+            meta = self.node(leader).monitor("/jsz").get("meta_cluster") or {}
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+        current = {r.get("name") for r in meta.get("replicas") or [] if r.get("current") and not r.get("offline")}
+        return current >= {n.name for n in self.nodes if n.name != leader}
 
     def close(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and remove the stores."""
